@@ -1,0 +1,49 @@
+"""Plain value types shared by every layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Tier(str, Enum):
+    """Query complexity tiers of Adaptive-RAG, cheapest first."""
+
+    A = "A"  # no retrieval
+    B = "B"  # single step
+    C = "C"  # multi step
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """One retrievable unit of the knowledge base."""
+
+    id: str
+    title: str
+    text: str
+    score: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """What an LLM backend returned for one prompt."""
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    # Per generated token log-probabilities, when the backend reports them.
+    token_logprobs: list[float] | None = None
+
+
+@dataclass(slots=True)
+class StrategyResult:
+    """The outcome of running one answering strategy on one question."""
+
+    strategy: str
+    answer: str
+    steps: int
+    passages: list[Passage] = field(default_factory=list)
+    # Seconds spent per phase (e.g. "retrieve", "generate", "total").
+    timings: dict[str, float] = field(default_factory=dict)
+    # Free-form trace (reasoning sentences, sub-questions) for debugging and reports.
+    trace: list[str] = field(default_factory=list)

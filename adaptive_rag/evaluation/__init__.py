@@ -1,0 +1,1 @@
+"""Evaluation harness: benchmark loaders, the shared corpus, the split, metrics, runs, reports."""

@@ -1,0 +1,70 @@
+"""The shared retrieval corpus: every context paragraph of the benchmark files, deduplicated by
+title + text, like one tenant's knowledge base. NQ-open and TriviaQA run against it too."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from adaptive_rag.domain import Passage
+from adaptive_rag.evaluation.datasets import FILES, _jsonl
+
+WIKI_2_CONTEXT_FILE = "2wikimultihopqa_dev500_tts-project.json"
+WIKI_2_CORPUS_FILE = "2wikimultihopqa_dev1000-corpus_hipporag.json"
+
+
+def passage_id(title: str, text: str) -> str:
+    return "p" + hashlib.sha1(f"{title}\x00{text}".encode()).hexdigest()[:15]
+
+
+def _raw_paragraphs(data_dir: Path) -> Iterator[tuple[str, str]]:
+    for row in _jsonl(data_dir / FILES["hotpotqa"]):
+        for title, sentences in row.get("context") or []:
+            yield title, "".join(sentences)
+    for row in _jsonl(data_dir / FILES["musique"]):
+        for paragraph in row["paragraphs"]:
+            yield paragraph["title"], paragraph["paragraph_text"]
+    columns = json.loads((data_dir / WIKI_2_CONTEXT_FILE).read_text(encoding="utf-8"))
+    for context in columns["context"].values():
+        for title, sentences in context:
+            yield title, " ".join(sentences)
+    for row in json.loads((data_dir / WIKI_2_CORPUS_FILE).read_text(encoding="utf-8")):
+        yield row["title"], row["text"]
+    for article in json.loads((data_dir / FILES["squad"]).read_text(encoding="utf-8"))["data"]:
+        for paragraph in article["paragraphs"]:
+            yield article["title"].replace("_", " "), paragraph["context"]
+
+
+def load_corpus(data_dir: Path) -> list[Passage]:
+    """All benchmark paragraphs as passages, deduplicated by (title, text), in file order."""
+    seen: set[str] = set()
+    passages = []
+    for title, text in _raw_paragraphs(Path(data_dir)):
+        title, text = title.strip(), " ".join(text.split())
+        pid = passage_id(title, text)
+        if text and pid not in seen:
+            seen.add(pid)
+            passages.append(Passage(id=pid, title=title, text=text))
+    return passages
+
+
+def read_jsonl_corpus(path: Path) -> Iterator[Passage]:
+    """Passages of a JSONL knowledge base (`title`, `text`, optional `id`), e.g. the demo's."""
+    with Path(path).open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            title, text = str(row.get("title", "")), str(row["text"])
+            yield Passage(id=str(row.get("id") or passage_id(title, text)), title=title, text=text)
+
+
+def write_jsonl_corpus(passages: Iterable[Passage], path: Path) -> int:
+    count = 0
+    with Path(path).open("w", encoding="utf-8") as handle:
+        for p in passages:
+            handle.write(json.dumps({"id": p.id, "title": p.title, "text": p.text}) + "\n")
+            count += 1
+    return count

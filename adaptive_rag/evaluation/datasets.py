@@ -1,0 +1,153 @@
+"""Loaders for the six benchmark files into one question format.
+
+Files are read from a configurable data directory (`ARAG_DATA_DIR`, `../shared/data` here); the
+file names are those listed in that directory's SOURCES.md. Nothing is copied into the project.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from adaptive_rag.errors import ConfigurationError
+
+SINGLE_HOP = ("squad", "nq", "trivia")
+MULTI_HOP = ("musique", "hotpotqa", "2wiki")
+DATASETS = SINGLE_HOP + MULTI_HOP
+
+FILES = {
+    "squad": "squad-v1.1_train-dev-mix_mrc-odqa-tutorial.json",
+    "nq": "nq-open_dev_natural-questions.jsonl",
+    "trivia": "triviaqa_test1000_reason-over-search.jsonl",
+    "musique": "musique_dev200_migres.jsonl",
+    "hotpotqa": "hotpotqa_dev500_amor.jsonl",
+    "2wiki": "2wikimultihopqa_dev1000-questions_tts-project.json",
+}
+# The SQuAD file mixes train and dev articles; only these three are dev (see SOURCES.md).
+SQUAD_DEV_TITLES = frozenset({"Genghis_Khan", "Huguenot", "Immune_system"})
+TRAIN_SHARE = 60  # percent of questions in `train`; the rest is `test`
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    id: str
+    dataset: str
+    question: str
+    answers: tuple[str, ...]  # gold answer first, then aliases
+    supporting_titles: tuple[str, ...] = ()
+
+    @property
+    def multi_hop(self) -> bool:
+        return self.dataset in MULTI_HOP
+
+    @property
+    def split(self) -> str:
+        return split_of(self.dataset, self.id)
+
+
+def split_of(dataset: str, question_id: str) -> str:
+    """`train` or `test`, by a stable hash of the dataset and question id (60/40)."""
+    digest = hashlib.sha256(f"{dataset}:{question_id}".encode()).digest()
+    return "train" if int.from_bytes(digest[:8], "big") % 100 < TRAIN_SHARE else "test"
+
+
+def _jsonl(path: Path) -> Iterator[dict]:
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                yield json.loads(line)
+
+
+def _dedupe(answers: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(a.strip() for a in answers if a and a.strip()))
+
+
+def _unquote_csv_style(text: str) -> str:
+    """TriviaQA's file wraps some questions CSV-style: '"Who wrote ""X""?"' -> 'Who wrote "X"?'."""
+    if len(text) > 1 and text[0] == text[-1] == '"' and '""' in text:
+        return text[1:-1].replace('""', '"')
+    return text
+
+
+def load_squad(path: Path) -> Iterator[Question]:
+    for article in json.loads(path.read_text(encoding="utf-8"))["data"]:
+        if article["title"] not in SQUAD_DEV_TITLES:
+            continue
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                yield Question(
+                    id=qa["id"], dataset="squad", question=qa["question"].strip(),
+                    answers=_dedupe(a["text"] for a in qa["answers"]),
+                    supporting_titles=(article["title"].replace("_", " "),),
+                )
+
+
+def load_nq(path: Path) -> Iterator[Question]:
+    for number, row in enumerate(_jsonl(path)):
+        yield Question(
+            id=f"nq-{number}", dataset="nq", question=row["question"].strip(),
+            answers=_dedupe(row["answer"]),
+        )
+
+
+def load_trivia(path: Path) -> Iterator[Question]:
+    for row in _jsonl(path):
+        yield Question(
+            id=row["id"], dataset="trivia", question=_unquote_csv_style(row["question"].strip()),
+            answers=_dedupe(row["golden_answers"]),
+        )
+
+
+def load_musique(path: Path) -> Iterator[Question]:
+    for row in _jsonl(path):
+        yield Question(
+            id=row["id"], dataset="musique", question=row["question"].strip(),
+            answers=_dedupe([row["answer"], *row.get("answer_aliases", [])]),
+            supporting_titles=_dedupe(p["title"] for p in row["paragraphs"] if p["is_supporting"]),
+        )
+
+
+def load_hotpotqa(path: Path) -> Iterator[Question]:
+    for row in _jsonl(path):
+        if not row.get("context"):  # two records ship without paragraphs
+            continue
+        yield Question(
+            id=row["_id"], dataset="hotpotqa", question=row["question"].strip(),
+            answers=_dedupe([row["answer"]]),
+            supporting_titles=_dedupe(title for title, _ in row["supporting_facts"]),
+        )
+
+
+def load_2wiki(path: Path) -> Iterator[Question]:
+    for row in json.loads(path.read_text(encoding="utf-8")):
+        yield Question(
+            id=row["id"], dataset="2wiki", question=row["question"].strip(),
+            answers=_dedupe([row["answer"], *row.get("answer_aliases", [])]),
+            supporting_titles=_dedupe(row["supporting_facts"]),
+        )
+
+
+LOADERS: dict[str, Callable[[Path], Iterator[Question]]] = {
+    "squad": load_squad, "nq": load_nq, "trivia": load_trivia,
+    "musique": load_musique, "hotpotqa": load_hotpotqa, "2wiki": load_2wiki,
+}
+
+
+def load_questions(
+    data_dir: Path, datasets: Iterable[str] | None = None, split: str | None = None
+) -> list[Question]:
+    """Questions of the chosen datasets (all six by default), optionally one split only."""
+    chosen = list(datasets or DATASETS)
+    unknown = [d for d in chosen if d not in LOADERS]
+    if unknown:
+        raise ConfigurationError(f"unknown dataset(s) {unknown}; known: {', '.join(DATASETS)}")
+    questions: list[Question] = []
+    for name in chosen:
+        path = Path(data_dir) / FILES[name]
+        if not path.is_file():
+            raise ConfigurationError(f"benchmark file missing: {path} (set ARAG_DATA_DIR)")
+        questions.extend(q for q in LOADERS[name](path) if split is None or q.split == split)
+    return questions

@@ -1,0 +1,83 @@
+"""Resumable evaluation runs: every (question, strategy) outcome is appended to a JSONL file as
+soon as it exists, so a crash at question 900 keeps the first 899 and a rerun continues."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from adaptive_rag.evaluation.datasets import Question
+from adaptive_rag.evaluation.metrics import score
+from adaptive_rag.strategies.base import Strategy
+
+
+@dataclass
+class Outcome:
+    """One strategy's answer to one question, scored."""
+
+    question_id: str
+    dataset: str
+    strategy: str
+    answer: str
+    steps: int
+    seconds: float
+    em: float
+    f1: float
+    acc: float
+    passage_ids: list[str] = field(default_factory=list)
+    trace: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.dataset, self.question_id, self.strategy)
+
+    @property
+    def correct(self) -> bool:
+        return self.em > 0 or self.acc > 0
+
+
+def load_outcomes(path: Path) -> dict[tuple[str, str, str], Outcome]:
+    """Outcomes already on disk; a line cut short by a crash is ignored (and redone)."""
+    outcomes: dict[tuple[str, str, str], Outcome] = {}
+    if not path.exists():
+        return outcomes
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                outcome = Outcome(**json.loads(line))
+            except (json.JSONDecodeError, TypeError):
+                continue
+            outcomes[outcome.key] = outcome
+    return outcomes
+
+
+def run_evaluation(
+    questions: Iterable[Question],
+    strategies: Mapping[str, Strategy],
+    results_path: Path,
+    on_progress: Callable[[int], None] | None = None,
+) -> dict[tuple[str, str, str], Outcome]:
+    """Run every strategy on every question not yet in `results_path`; return all outcomes."""
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    outcomes = load_outcomes(results_path)
+    with results_path.open("a", encoding="utf-8") as sink:
+        for question in questions:
+            for name, strategy in strategies.items():
+                key = (question.dataset, question.id, name)
+                if key not in outcomes:
+                    result = strategy.run(question.question)
+                    outcome = Outcome(
+                        question_id=question.id, dataset=question.dataset, strategy=name,
+                        answer=result.answer, steps=result.steps,
+                        seconds=result.timings.get("total", 0.0),
+                        passage_ids=[p.id for p in result.passages], trace=result.trace,
+                        **score(result.answer, question.answers),
+                    )
+                    sink.write(json.dumps(asdict(outcome)) + "\n")
+                    sink.flush()
+                    outcomes[key] = outcome
+                if on_progress:
+                    on_progress(1)
+    return outcomes

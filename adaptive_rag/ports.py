@@ -1,0 +1,34 @@
+"""The two ports every strategy is written against.
+
+Adapters live in `adaptive_rag.retrieval` and `adaptive_rag.llm`; strategies, the evaluation
+harness, workers and tests only ever see these protocols.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from adaptive_rag.domain import Completion, Passage
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """Ranked lexical search over a knowledge base."""
+
+    def search(self, query: str, k: int) -> list[Passage]:
+        """Return at most `k` passages, best first; any user text is valid input.
+
+        Must never raise on query syntax: operators, brackets, quotes, field prefixes or empty
+        text give results or an empty list.
+        """
+        ...
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """A text-completion backend."""
+
+    def generate(self, prompt: str, max_tokens: int, stop: Sequence[str] = ()) -> Completion:
+        """Complete `prompt` greedily, up to `max_tokens`, cut at the first stop string."""
+        ...

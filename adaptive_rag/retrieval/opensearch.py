@@ -1,0 +1,412 @@
+"""BM25 retrieval over an OpenSearch index, through opensearch-py.
+
+The production twin of `adaptive_rag.retrieval.tantivy_index.TantivyRetriever`; both pass the same
+contract suite (`tests/integration/test_retriever_contract.py`).
+
+Index layout (one index per tenant/corpus: the `index` argument):
+
+- `id` (keyword, also the document `_id`), `title` and `text` (text, `english` analyzer:
+  standard tokenizer, possessive stripping, lowercase, English stop words, Porter stemming);
+- similarity BM25 (k1 = 1.2, b = 0.75, set explicitly although it is the default);
+- 1 shard and 0 replicas by default: a few million short passages fit one shard, and a single
+  development node could never allocate a replica.
+
+Query: user text is never handed to a query-string parser (`query_string`,
+`simple_query_string`): `a AND (b`, `"unclosed`, `title:x` or `/regex/` would raise or change
+meaning. The raw text goes into a `multi_match` of type `most_fields` over `title^boost` and
+`text`, operator OR. `most_fields` adds the per-field BM25 scores, which is what the embedded
+tantivy retriever computes (a should-clause per term and field) and what the IRCoT /
+Adaptive-RAG BM25 setup does (a bool `should` of a match on the title and a match on the
+paragraph); `best_fields` would keep only the better field and drop the evidence that a passage
+matches the question in both its title and its text, which matters for Wikipedia-style entity
+paragraphs.
+
+Long queries: Lucene 9 bounds the *total* number of leaf clauses of a query
+(`indices.query.bool.max_clause_count`, 1024 by default); `most_fields` over two fields needs two
+clauses per query token, so a 10 KB paste would fail with `too_many_clauses`. The text is cut
+after `max_query_tokens` tokens (256 by default: at most 512 clauses), counting tokens
+conservatively the way the standard tokenizer splits (word runs, split every 255 characters; one
+token per CJK character or symbol such as an emoji), and after `max_query_chars` characters. Should
+the cluster still reject the query (a lower clause limit), it is retried once with a quarter of
+the tokens and otherwise answered with an empty list: the port promises that no query text
+raises.
+
+Errors: an unreachable cluster (refused connection, timeout, 5xx, 429) raises
+`RetrieverUnavailableError` naming the URL; a missing index raises `IndexNotFoundError` naming
+the index and how to build it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from opensearchpy import OpenSearch
+from opensearchpy import exceptions as os_exc
+from opensearchpy.helpers import streaming_bulk
+
+from adaptive_rag.domain import Passage
+from adaptive_rag.errors import (
+    AdaptiveRagError,
+    ConfigurationError,
+    IndexNotFoundError,
+    RetrieverUnavailableError,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_QUERY_TOKENS = 256
+MAX_QUERY_CHARS = 4096
+# Lucene's standard tokenizer splits longer runs every 255 characters.
+_STANDARD_MAX_TOKEN_LENGTH = 255
+# Elasticsearch/OpenSearch hard limit on from + size.
+_MAX_RESULT_WINDOW = 10_000
+_BUILD_HINT = "build it with `arag index --retriever opensearch`"
+
+# One token per CJK ideograph / kana / hangul syllable (the standard tokenizer emits them one by
+# one or in short words), one per other non-space symbol outside ASCII (emoji are tokens), and
+# one per run of word characters otherwise. Over-counting is harmless: it only shortens the query.
+_CJK = "\u1100-\u11ff\u3040-\u30ff\u3100-\u312f\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_TOKEN_RE = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+|[^\w\s\x00-\x7f]")
+_INDEX_NAME_FORBIDDEN = re.compile(r'[\\/*?"<>| ,#:A-Z]')
+
+
+def bound_query(text: str, max_tokens: int = MAX_QUERY_TOKENS, max_chars: int = MAX_QUERY_CHARS) -> str:
+    """`text` cut after at most `max_tokens` (conservatively counted) tokens and `max_chars`."""
+    text = text[:max_chars]
+    used = 0
+    for match in _TOKEN_RE.finditer(text):
+        length = match.end() - match.start()
+        cost = -(-length // _STANDARD_MAX_TOKEN_LENGTH)  # ceil
+        if used + cost > max_tokens:
+            if used == 0:  # a single enormous run: keep its allowed prefix
+                return text[: match.start() + max_tokens * _STANDARD_MAX_TOKEN_LENGTH]
+            return text[: match.start()]
+        used += cost
+    return text
+
+
+def _redact(url: str) -> str:
+    """`url` without a password, for error messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _check_index_name(index: str) -> None:
+    if (
+        not index
+        or index in {".", ".."}
+        or index[0] in "-_+"
+        or _INDEX_NAME_FORBIDDEN.search(index)
+        or len(index.encode()) > 255
+    ):
+        raise ConfigurationError(
+            f"invalid OpenSearch index name {index!r}: use lowercase letters, digits, '-', '_' or '.',"
+            " not starting with '-', '_' or '+', at most 255 bytes"
+        )
+
+
+def _error_type(err: os_exc.TransportError) -> str:
+    info = err.info if isinstance(err.info, dict) else {}
+    error = info.get("error")
+    if isinstance(error, dict):
+        return str(error.get("type", ""))
+    return str(err.error or "")
+
+
+class _QueryRejected(Exception):
+    """The cluster refused the query itself (as opposed to being unavailable)."""
+
+
+def _query_rejected(err: os_exc.TransportError) -> bool:
+    """A 400 on a search, or the clause limit, which Lucene reports as a 500 when it trips while
+    the query runs (`TooManyNestedClauses`) rather than while it is built (`too_many_clauses`)."""
+    if err.status_code == 400 and _error_type(err) != "index_not_found_exception":
+        return True
+    detail = str(err.info)
+    return "too_many_clauses" in detail or "maxClauseCount" in detail or "TooManyNestedClauses" in detail
+
+
+class OpenSearchRetriever:
+    """BM25 over one OpenSearch index: `build` fills it, `search` queries it.
+
+    One `OpenSearch` client (a urllib3 pool of `maxsize` connections) per retriever; the
+    retriever is thread-safe and meant to be shared by a worker's threads.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        index: str,
+        *,
+        title_boost: float = 2.0,
+        timeout_s: float = 10.0,
+        maxsize: int = 16,
+        max_query_tokens: int = MAX_QUERY_TOKENS,
+        number_of_shards: int = 1,
+        number_of_replicas: int = 0,
+    ) -> None:
+        _check_index_name(index)
+        if not url:
+            raise ConfigurationError("OpenSearchRetriever needs a URL such as http://127.0.0.1:9200")
+        self.url = url
+        self.index = index
+        self.title_boost = float(title_boost)
+        self.timeout_s = float(timeout_s)
+        self.max_query_tokens = max_query_tokens
+        self.number_of_shards = number_of_shards
+        self.number_of_replicas = number_of_replicas
+        self._client = OpenSearch(
+            hosts=[url],
+            timeout=self.timeout_s,
+            pool_maxsize=maxsize,
+            # one retry on a dropped connection; a refused port fails fast either way
+            max_retries=1,
+            retry_on_timeout=False,
+        )
+
+    # ---- construction ----------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        url: str,
+        index: str,
+        passages: Iterable[Passage],
+        on_progress: Callable[[int], None] | None = None,
+        **kwargs: Any,
+    ) -> OpenSearchRetriever:
+        """(Re)create `index` at `url` from `passages`, like `TantivyRetriever.build`.
+
+        `kwargs` go to the constructor (`title_boost`, `timeout_s`, ...).
+        """
+        retriever = cls(url, index, **kwargs)
+        retriever.build(passages, on_progress)
+        return retriever
+
+    def index_body(self) -> dict[str, Any]:
+        """Settings and explicit mappings of the index."""
+        return {
+            "settings": {
+                "index": {
+                    "number_of_shards": self.number_of_shards,
+                    "number_of_replicas": self.number_of_replicas,
+                    "similarity": {"default": {"type": "BM25", "k1": 1.2, "b": 0.75}},
+                },
+            },
+            "mappings": {
+                "dynamic": "strict",
+                "properties": {
+                    "id": {"type": "keyword"},
+                    "title": {"type": "text", "analyzer": "english"},
+                    "text": {"type": "text", "analyzer": "english"},
+                },
+            },
+        }
+
+    def build(
+        self,
+        passages: Iterable[Passage],
+        on_progress: Callable[[int], None] | None = None,
+        recreate: bool = True,
+        *,
+        chunk_size: int = 500,
+        max_retries: int = 5,
+    ) -> int:
+        """Index `passages` (bulk, `_id` = passage id) and refresh; return how many were indexed.
+
+        `recreate` drops and recreates the index first; otherwise the index is created if
+        missing and passages with an existing id are replaced. `on_progress(n)` is called with
+        the number of passages just indexed (an increment, like the tantivy build's), once per
+        bulk chunk. Items the cluster rejects with 429 are retried with backoff (`max_retries`).
+        """
+        with self._errors():
+            indices = self._client.indices
+            if recreate and indices.exists(index=self.index):
+                indices.delete(index=self.index)
+            if not indices.exists(index=self.index):
+                body = self.index_body()
+                body["settings"]["index"]["refresh_interval"] = "-1"
+                indices.create(index=self.index, body=body)
+            else:
+                indices.put_settings(index=self.index, body={"index": {"refresh_interval": "-1"}})
+
+            indexed = 0
+            pending = 0
+            failures: list[Any] = []
+            try:
+                for ok, item in streaming_bulk(
+                    self._client,
+                    self._actions(passages),
+                    chunk_size=chunk_size,
+                    max_chunk_bytes=16 * 1024 * 1024,
+                    raise_on_error=False,
+                    max_retries=max_retries,
+                    initial_backoff=1,
+                    max_backoff=30,
+                    request_timeout=max(60.0, self.timeout_s),
+                ):
+                    if ok:
+                        indexed += 1
+                        pending += 1
+                        if on_progress and pending >= chunk_size:
+                            on_progress(pending)
+                            pending = 0
+                    else:
+                        failures.append(item)
+                if on_progress and pending:
+                    on_progress(pending)
+            finally:
+                indices.put_settings(index=self.index, body={"index": {"refresh_interval": None}})
+                indices.refresh(index=self.index)
+        if failures:
+            raise AdaptiveRagError(
+                f"{len(failures)} passages could not be indexed into OpenSearch index "
+                f"'{self.index}' at {_redact(self.url)}; first failure: {failures[0]}"
+            )
+        return indexed
+
+    def _actions(self, passages: Iterable[Passage]) -> Iterator[dict[str, Any]]:
+        for p in passages:
+            yield {
+                "_op_type": "index",
+                "_index": self.index,
+                "_id": p.id,
+                "_source": {"id": p.id, "title": p.title, "text": p.text},
+            }
+
+    def delete_index(self) -> None:
+        """Drop the index if it exists."""
+        with self._errors():
+            self._client.indices.delete(index=self.index, ignore_unavailable=True)
+
+    # ---- queries ------------------------------------------------------------------------------
+
+    def count(self) -> int:
+        """Number of passages in the index."""
+        with self._errors():
+            return int(self._client.count(index=self.index)["count"])
+
+    def query_body(self, text: str, k: int) -> dict[str, Any]:
+        """The search request for already bounded query `text`."""
+        return {
+            "size": k,
+            "track_total_hits": False,
+            "_source": ["id", "title", "text"],
+            "query": {
+                "multi_match": {
+                    "query": text,
+                    "type": "most_fields",
+                    "fields": [f"title^{self.title_boost:g}", "text"],
+                    "operator": "or",
+                    "zero_terms_query": "none",
+                    "lenient": True,
+                }
+            },
+        }
+
+    def search(self, query: str, k: int) -> list[Passage]:
+        """At most `k` passages for the raw user text `query`, best first (never a syntax error)."""
+        if not isinstance(query, str) or not query.strip() or k <= 0:
+            return []
+        k = min(int(k), _MAX_RESULT_WINDOW)
+        text = bound_query(query, self.max_query_tokens)
+        if not text.strip():
+            return []
+        try:
+            hits = self._search(text, k)
+        except _QueryRejected as err:
+            # Most likely a lower clause limit than assumed: retry once, much shorter.
+            log.warning("OpenSearch rejected a query (%s); retrying shorter", err)
+            shorter = bound_query(query, min(64, max(1, self.max_query_tokens // 4)))
+            try:
+                hits = self._search(shorter, k)
+            except _QueryRejected as err2:
+                log.warning("OpenSearch rejected the shortened query too (%s): no results", err2)
+                return []
+        passages = []
+        for hit in hits:
+            src = hit.get("_source") or {}
+            passages.append(
+                Passage(
+                    id=str(src.get("id", hit.get("_id"))),
+                    title=src.get("title") or "",
+                    text=src.get("text") or "",
+                    score=float(hit.get("_score") or 0.0),
+                )
+            )
+        return passages
+
+    def _search(self, text: str, k: int) -> list[dict[str, Any]]:
+        with self._errors(passthrough=(_QueryRejected,)):
+            try:
+                response = self._client.search(
+                    index=self.index,
+                    body=self.query_body(text, k),
+                    params={"filter_path": "hits.hits._id,hits.hits._score,hits.hits._source"},
+                )
+            except os_exc.TransportError as err:
+                if _query_rejected(err):
+                    raise _QueryRejected(_error_type(err)) from err
+                raise
+        # filter_path drops `hits` altogether when nothing matched
+        return response.get("hits", {}).get("hits", [])
+
+    # ---- plumbing -----------------------------------------------------------------------------
+
+    @contextmanager
+    def _errors(self, passthrough: tuple[type[Exception], ...] = ()) -> Iterator[None]:
+        """Translate opensearch-py exceptions into the library's precise errors."""
+        url = _redact(self.url)
+        try:
+            yield
+        except passthrough:
+            raise
+        except os_exc.ConnectionTimeout as err:
+            raise RetrieverUnavailableError(
+                f"OpenSearch at {url} did not answer within {self.timeout_s:g} s ({err.error})"
+            ) from err
+        except os_exc.ConnectionError as err:
+            raise RetrieverUnavailableError(
+                f"OpenSearch at {url} is unreachable ({err.error}); is it running? "
+                "A local node starts with `infra/opensearch/start.sh PORT DIR`"
+            ) from err
+        except os_exc.NotFoundError as err:
+            if _error_type(err) == "index_not_found_exception":
+                raise IndexNotFoundError(
+                    f"OpenSearch index '{self.index}' does not exist at {url}; {_BUILD_HINT}"
+                ) from err
+            raise RetrieverUnavailableError(
+                f"OpenSearch at {url} answered 404 ({_error_type(err)}): is it an OpenSearch REST endpoint?"
+            ) from err
+        except (os_exc.AuthenticationException, os_exc.AuthorizationException) as err:
+            raise RetrieverUnavailableError(
+                f"OpenSearch at {url} refused the request ({err.status_code} {_error_type(err)}): check the credentials in OPENSEARCH_URL"
+            ) from err
+        except os_exc.TransportError as err:
+            status = err.status_code if isinstance(err.status_code, int) else 0
+            if status == 429 or status >= 500:
+                raise RetrieverUnavailableError(
+                    f"OpenSearch at {url} failed ({status} {_error_type(err)}) on index '{self.index}'"
+                ) from err
+            raise
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self._client.close()
+
+    def __enter__(self) -> OpenSearchRetriever:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"OpenSearchRetriever(url={_redact(self.url)!r}, index={self.index!r})"

@@ -1,0 +1,35 @@
+"""Rule-based router: the fallback when the classifier cannot be reached.
+
+Greetings and very short chit-chat -> A; comparison or multi-part signals ("compare",
+"difference between", "versus", "both", "each of", "X-er ... or ...", "... and which ...", more
+than one question mark) -> C; else B.
+"""
+
+from __future__ import annotations
+
+import re
+
+from adaptive_rag.domain import Tier
+
+_GREETING = re.compile(
+    r"^\s*(hi|hello|hey|thanks|thank you|good (morning|afternoon|evening)|bye|goodbye)\b",
+    re.IGNORECASE,
+)
+_MULTI_PART = re.compile(
+    r"\b(compare|comparison|difference between|differences between|versus|vs\.?|both|each of|"
+    r"which (one )?(is|was|has|had|came|were) (more|less|older|younger|first|earlier|later|bigger|larger|smaller|higher|lower)|"
+    r"(first|older|younger|earlier|later|longer|shorter|more|fewer|larger|bigger|smaller|higher|lower)\b.*\bor\b|"
+    r"\band (of|what|which|who|whom|when|where|how|why)\b)",
+    re.IGNORECASE,
+)
+SHORT_WORDS = 3
+
+
+def rule_tier(query: str) -> Tier:
+    """The tier the rules assign to `query`."""
+    words = query.split()
+    if _GREETING.match(query) or len(words) <= SHORT_WORDS and "?" not in query:
+        return Tier.A
+    if query.count("?") > 1 or _MULTI_PART.search(query):
+        return Tier.C
+    return Tier.B

@@ -1,0 +1,81 @@
+"""All configuration in one settings object, read from the environment (prefix-free names such as
+`OPENSEARCH_URL`, `LLM_BASE_URL`, `ARAG_DATA_DIR`) or a `.env` file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+CACHE_DIR = Path.home() / ".cache" / "adaptive-rag"
+
+
+class Settings(BaseSettings):
+    """Every knob of the system. Defaults run everything embedded on one machine."""
+
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
+
+    # --- retrieval --------------------------------------------------------------------------
+    retriever: Literal["tantivy", "opensearch"] = Field(
+        "tantivy", validation_alias=AliasChoices("ARAG_RETRIEVER", "retriever")
+    )
+    index_dir: Path = Field(
+        Path("var/index"), validation_alias=AliasChoices("ARAG_INDEX_DIR", "index_dir")
+    )
+    opensearch_url: str | None = Field(
+        None, validation_alias=AliasChoices("OPENSEARCH_URL", "opensearch_url")
+    )
+    opensearch_index: str = Field(
+        "arag-default", validation_alias=AliasChoices("ARAG_OPENSEARCH_INDEX", "opensearch_index")
+    )
+    opensearch_timeout_s: float = Field(
+        10.0, validation_alias=AliasChoices("ARAG_OPENSEARCH_TIMEOUT", "opensearch_timeout_s")
+    )
+    title_boost: float = Field(2.0, validation_alias=AliasChoices("ARAG_TITLE_BOOST", "title_boost"))
+    top_k: int = Field(5, ge=1, le=100, validation_alias=AliasChoices("ARAG_TOP_K", "top_k"))
+
+    # --- generator LLM -------------------------------------------------------------------------
+    # With LLM_BASE_URL set, the OpenAI-compatible HTTP client is used; otherwise llama.cpp.
+    llm_base_url: str | None = Field(
+        None, validation_alias=AliasChoices("LLM_BASE_URL", "llm_base_url")
+    )
+    llm_model: str = Field("default", validation_alias=AliasChoices("LLM_MODEL", "llm_model"))
+    llm_api: Literal["chat", "completions"] = Field(
+        "chat", validation_alias=AliasChoices("LLM_API", "llm_api")
+    )
+    llm_api_key: str | None = Field(
+        None, validation_alias=AliasChoices("LLM_API_KEY", "llm_api_key")
+    )
+    llm_timeout_s: float = Field(
+        60.0, validation_alias=AliasChoices("LLM_TIMEOUT", "llm_timeout_s")
+    )
+    llm_max_retries: int = Field(
+        3, ge=0, validation_alias=AliasChoices("LLM_MAX_RETRIES", "llm_max_retries")
+    )
+    gguf_path: Path | None = Field(
+        None, validation_alias=AliasChoices("ARAG_GGUF_PATH", "gguf_path")
+    )
+    llm_context: int = Field(4096, validation_alias=AliasChoices("ARAG_LLM_CONTEXT", "llm_context"))
+    llm_threads: int | None = Field(
+        None, validation_alias=AliasChoices("ARAG_LLM_THREADS", "llm_threads")
+    )
+
+    # --- strategies ----------------------------------------------------------------------------
+    multi_step: Literal["ircot", "decompose"] = Field(
+        "decompose", validation_alias=AliasChoices("ARAG_MULTI_STEP", "multi_step")
+    )
+    max_steps: int = Field(4, ge=1, le=16, validation_alias=AliasChoices("ARAG_MAX_STEPS", "max_steps"))
+    max_passages: int = Field(
+        6, ge=1, le=50, validation_alias=AliasChoices("ARAG_MAX_PASSAGES", "max_passages")
+    )
+    max_query_chars: int = Field(
+        4000, ge=1, validation_alias=AliasChoices("ARAG_MAX_QUERY_CHARS", "max_query_chars")
+    )
+
+    # --- evaluation ----------------------------------------------------------------------------
+    data_dir: Path = Field(
+        Path("../shared/data"), validation_alias=AliasChoices("ARAG_DATA_DIR", "data_dir")
+    )
+    cache_dir: Path = Field(CACHE_DIR, validation_alias=AliasChoices("ARAG_CACHE", "cache_dir"))

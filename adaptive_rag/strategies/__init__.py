@@ -1,0 +1,43 @@
+"""The answering strategies and the mapping from tier to strategy."""
+
+from __future__ import annotations
+
+from adaptive_rag.domain import Tier
+from adaptive_rag.ports import LLM, Retriever
+from adaptive_rag.settings import Settings
+from adaptive_rag.strategies.base import Strategy
+from adaptive_rag.strategies.decompose import Decompose
+from adaptive_rag.strategies.ircot import IRCoT
+from adaptive_rag.strategies.no_retrieval import NoRetrieval
+from adaptive_rag.strategies.single_step import SingleStep
+
+STRATEGY_NAMES = ("no_retrieval", "single_step", "ircot", "decompose")
+# Cost order, cheapest first: used to pick the cheapest correct strategy (oracle, labels).
+COST_RANK = {name: rank for rank, name in enumerate(STRATEGY_NAMES)}
+
+
+def strategy_for_tier(tier: Tier, settings: Settings) -> str:
+    """Tier A -> no retrieval, B -> single step, C -> the configured multi-step variant."""
+    return {Tier.A: "no_retrieval", Tier.B: "single_step", Tier.C: settings.multi_step}[tier]
+
+
+def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings) -> Strategy:
+    """Instantiate a strategy by name (`STRATEGY_NAMES`) with the settings' bounds."""
+    if name == "no_retrieval":
+        return NoRetrieval(llm)
+    if name == "single_step":
+        return SingleStep(retriever, llm, top_k=settings.top_k)
+    if name == "ircot":
+        return IRCoT(
+            retriever, llm, top_k=settings.top_k, max_steps=settings.max_steps,
+            max_passages=settings.max_passages,
+        )
+    if name == "decompose":
+        return Decompose(retriever, llm, top_k=settings.top_k, max_passages=settings.max_passages)
+    raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGY_NAMES)}")
+
+
+__all__ = [
+    "COST_RANK", "STRATEGY_NAMES", "Decompose", "IRCoT", "NoRetrieval", "SingleStep", "Strategy",
+    "build_strategy", "strategy_for_tier",
+]

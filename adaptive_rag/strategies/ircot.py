@@ -1,0 +1,86 @@
+"""Tier C, faithful IRCoT (Trivedi et al. 2023).
+
+Round 1 retrieves with the question; every later round retrieves with the reasoning sentence
+just written. Each round (retrieve + generate one sentence) is one step. The loop stops when the
+model writes "So the answer is: ...", or at `max_steps`; at the cap the shared reader answers
+from the gathered passages (a generation without retrieval, not counted as a step).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from adaptive_rag.domain import Passage, StrategyResult
+from adaptive_rag.ports import LLM, Retriever
+from adaptive_rag.prompts import format_passages
+from adaptive_rag.prompts import ircot as prompt
+from adaptive_rag.strategies.base import PhaseTimer, clean_answer, merge_passages
+from adaptive_rag.strategies.single_step import read_answer
+
+# Leading "1." / "2)" / "-" the small model likes to start a line with; not a sentence.
+_ENUMERATION = re.compile(r"^(?:\d+[.)]|[-*])\s*")
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of `text`: up to the first '. ' (or ?, !) or the line end."""
+    line = _ENUMERATION.sub("", text.strip().split("\n", 1)[0]).strip()
+    if prompt.ANSWER_MARKER in line:  # keep the answer clause whole, whatever it holds
+        return line
+    for end in (". ", "? ", "! "):
+        cut = line.find(end)
+        if cut >= 0:
+            return line[: cut + 1]
+    return line
+
+
+@dataclass
+class IRCoT:
+    retriever: Retriever
+    llm: LLM
+    top_k: int = 5
+    max_steps: int = 4
+    max_passages: int = 8
+    # False is the paper's form; True adds the question to every follow-up query.
+    query_with_question: bool = False
+    name: str = "ircot"
+
+    def run(self, question: str) -> StrategyResult:
+        timer = PhaseTimer()
+        passages: list[Passage] = []
+        reasoning: list[str] = []
+        answer: str | None = None
+        query = question
+        steps = 0
+        while steps < self.max_steps:
+            steps += 1
+            with timer.phase("retrieve"):
+                passages = merge_passages(
+                    passages, self.retriever.search(query, self.top_k), self.max_passages
+                )
+            with timer.phase("generate"):
+                completion = self.llm.generate(
+                    prompt.PROMPT.format(
+                        passages=format_passages(passages),
+                        question=question,
+                        reasoning=" ".join(reasoning),
+                    ),
+                    prompt.MAX_TOKENS,
+                    prompt.STOP,
+                )
+            sentence = first_sentence(completion.text)
+            if prompt.ANSWER_MARKER in sentence:
+                answer = clean_answer(sentence.split(prompt.ANSWER_MARKER, 1)[1])
+                reasoning.append(sentence)
+                break
+            if not sentence or sentence in reasoning:  # no progress: more rounds cannot help
+                break
+            reasoning.append(sentence)
+            query = f"{question} {sentence}" if self.query_with_question else sentence
+        if not answer:
+            with timer.phase("generate"):
+                answer = read_answer(self.llm, question, passages)
+        return StrategyResult(
+            strategy=self.name, answer=answer, steps=steps, passages=passages,
+            timings=timer.finish(), trace=reasoning,
+        )

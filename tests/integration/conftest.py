@@ -1,0 +1,58 @@
+"""Fixtures that start real backing services for the integration tests.
+
+`opensearch_url`: a real single-node OpenSearch started with `infra/opensearch/start.sh` on a free
+loopback port with a temporary data directory, stopped at the end of the session. With
+`OPENSEARCH_URL` set, that cluster is used instead and nothing is started.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+OPENSEARCH_DIR = REPO / "infra" / "opensearch"
+# The first start builds the launcher and may download the jars into ~/.m2.
+START_TIMEOUT_S = 900
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def opensearch_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    external = os.environ.get("OPENSEARCH_URL")
+    if external:
+        yield external.rstrip("/")
+        return
+    base = tmp_path_factory.mktemp("opensearch")
+    port = free_port()
+    try:
+        proc = subprocess.run(
+            [str(OPENSEARCH_DIR / "start.sh"), str(port), str(base)],
+            capture_output=True, text=True, timeout=START_TIMEOUT_S, stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        subprocess.run([str(OPENSEARCH_DIR / "stop.sh"), str(base)], check=False)
+        pytest.fail(f"infra/opensearch/start.sh did not finish within {START_TIMEOUT_S} s")
+    if proc.returncode != 0:
+        pytest.fail(
+            f"infra/opensearch/start.sh {port} {base} failed ({proc.returncode}):\n"
+            f"{proc.stderr[-4000:]}"
+        )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        subprocess.run(
+            [str(OPENSEARCH_DIR / "stop.sh"), str(base)], check=False, timeout=60,
+            capture_output=True,
+        )
