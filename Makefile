@@ -28,8 +28,7 @@ setup: $(VENV)/.installed
 
 ## demo: index the demo knowledge base and answer example questions of every tier
 demo: setup
-	$(ARAG) index demo/knowledge_base.jsonl --index-dir var/demo-index
-	$(ARAG) demo --index-dir var/demo-index
+	$(ARAG) demo
 
 ## test: unit + integration tests (starts its own OpenSearch node on loopback)
 test: setup

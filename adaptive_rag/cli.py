@@ -256,3 +256,45 @@ def retrieval_bench(
     console.print(table)
     lat = result["latency_ms"]
     console.print(f"query latency over {lat['queries']} queries: p50 {lat['p50']:.2f} ms, p95 {lat['p95']:.2f} ms, p99 {lat['p99']:.2f} ms")
+
+
+DEMO_DIR = Path(__file__).resolve().parent.parent / "demo"
+
+
+@app.command()
+def demo(
+    knowledge_base: Annotated[Path, typer.Option(help="JSONL knowledge base")] = DEMO_DIR / "knowledge_base.jsonl",
+    questions: Annotated[Path, typer.Option(help="JSON list of example questions")] = DEMO_DIR / "questions.json",
+    index_dir: Annotated[Path, typer.Option(help="where the demo index is built")] = Path("var/demo-index"),
+) -> None:
+    """Index the demo help center (fictional Lumora lighting) and answer examples of every tier.
+
+    Routing uses the rule-based router; each answer shows its tier, strategy, sources and time.
+    """
+    from adaptive_rag.evaluation.corpus import read_jsonl_corpus
+    from adaptive_rag.llm import build_llm
+    from adaptive_rag.retrieval.tantivy_index import TantivyRetriever
+    from adaptive_rag.routing.rules import rule_tier
+    from adaptive_rag.strategies import build_strategy, strategy_for_tier
+
+    settings = _settings(index_dir=index_dir)
+    passages = list(read_jsonl_corpus(knowledge_base))
+    retr = TantivyRetriever.build(index_dir, passages, title_boost=settings.title_boost)
+    console.print(f"indexed {retr.count()} help-center passages from {knowledge_base} into {index_dir}")
+    with console.status("loading the embedded LLM"):
+        llm = build_llm(settings)
+    examples = json.loads(questions.read_text(encoding="utf-8"))
+    total_start = time.perf_counter()
+    for example in examples:
+        tier = rule_tier(example["question"])
+        name = strategy_for_tier(tier, settings)
+        result = build_strategy(name, retr, llm, settings).run(example["question"])
+        console.rule(f"[bold]{example['question']}")
+        console.print(
+            f"tier {tier.value} (expected {example.get('expected_tier', '?')}) -> {name}, "
+            f"{result.steps} step(s), {result.timings['total']:.2f} s"
+        )
+        console.print(f"[bold]answer:[/] {result.answer or '(empty)'}   [dim](reference: {example.get('answer', '-')})[/]")
+        for passage in result.passages[:3]:
+            console.print(f"  source {passage.id} [cyan]{passage.title}[/] ({passage.score:.2f})")
+    console.print(f"{len(examples)} questions in {time.perf_counter() - total_start:.1f} s")
