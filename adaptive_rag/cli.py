@@ -223,6 +223,7 @@ def retrieval_bench(
     data_dir: Annotated[Optional[Path], typer.Option()] = None,
     retriever: Retr = None,
     index_dir: IndexDir = None,
+    split: Annotated[str, typer.Option(help="test | train (tune on train, report test)")] = "test",
 ) -> None:
     """Recall@2/5/10 of gold supporting paragraphs (HotpotQA, 2Wiki, MuSiQue) and query latency."""
     from adaptive_rag.evaluation.datasets import load_questions
@@ -231,13 +232,15 @@ def retrieval_bench(
 
     settings = _settings(data_dir=data_dir, retriever=retriever, index_dir=index_dir)
     retr = open_retriever(settings)
-    questions = load_questions(settings.data_dir, ["hotpotqa", "2wiki", "musique"])
+    questions = load_questions(settings.data_dir, ["hotpotqa", "2wiki", "musique"], split=split)
     with progress_bar("recall@k", len(questions)) as advance:
         recall = recall_at_k(retr, questions, (2, 5, 10), advance)
     all_questions = [q.question for q in load_questions(settings.data_dir)]
     latencies = query_latencies(retr, all_questions[:2000], k=5)
     result = {
         "retriever": settings.retriever,
+        "split": split,
+        "title_boost": settings.title_boost,
         "recall": recall,
         "latency_ms": {
             "queries": len(latencies),

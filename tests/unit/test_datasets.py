@@ -1,0 +1,167 @@
+"""Benchmark loaders, the stable split and the shared corpus, on the real files in ../shared/data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from adaptive_rag.errors import ConfigurationError
+from adaptive_rag.evaluation.corpus import load_corpus, passage_id
+from adaptive_rag.evaluation.datasets import (
+    DATASETS,
+    FILES,
+    LOADERS,
+    MULTI_HOP,
+    SINGLE_HOP,
+    SQUAD_DEV_TITLES,
+    TRAIN_SHARE,
+    Question,
+    load_questions,
+    split_of,
+)
+
+DATA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+
+pytestmark = pytest.mark.skipif(
+    not all((DATA_DIR / name).is_file() for name in FILES.values()),
+    reason=f"benchmark data not found in {DATA_DIR}",
+)
+
+
+@pytest.fixture(scope="module")
+def questions() -> dict[str, list[Question]]:
+    return {name: list(LOADERS[name](DATA_DIR / FILES[name])) for name in DATASETS}
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return load_corpus(DATA_DIR)
+
+
+@pytest.mark.parametrize("name", DATASETS)
+def test_loader_yields_questions_with_answers(questions, name: str) -> None:
+    loaded = questions[name]
+    assert len(loaded) >= 100
+    for q in loaded:
+        assert q.dataset == name
+        assert q.id and q.question and q.question == q.question.strip()
+        assert q.answers, q.id
+        assert all(a and a == a.strip() for a in q.answers)
+        assert len(set(q.answers)) == len(q.answers)
+        assert q.multi_hop == (name in MULTI_HOP)
+    assert len({q.id for q in loaded}) == len(loaded)
+
+
+@pytest.mark.parametrize("name", MULTI_HOP)
+def test_multi_hop_questions_have_supporting_titles(questions, name: str) -> None:
+    assert all(q.supporting_titles for q in questions[name])
+
+
+def test_split_is_stable(questions) -> None:
+    for name in DATASETS:
+        again = {q.id: q.split for q in LOADERS[name](DATA_DIR / FILES[name])}
+        assert {q.id: q.split for q in questions[name]} == again
+    assert split_of("nq", "nq-0") == split_of("nq", "nq-0")
+    assert {split_of("nq", f"nq-{i}") for i in range(50)} == {"train", "test"}
+
+
+def test_split_depends_on_dataset_and_id() -> None:
+    ids = [f"x{i}" for i in range(200)]
+    assert [split_of("nq", i) for i in ids] != [split_of("trivia", i) for i in ids]
+
+
+def test_split_is_about_sixty_forty_on_nq(questions) -> None:
+    nq = questions["nq"]
+    train = sum(q.split == "train" for q in nq) / len(nq)
+    assert TRAIN_SHARE == 60
+    assert abs(100 * train - TRAIN_SHARE) <= 5
+
+
+def test_load_questions_split_filter_partitions(questions) -> None:
+    train = load_questions(DATA_DIR, ["musique"], split="train")
+    test = load_questions(DATA_DIR, ["musique"], split="test")
+    assert {q.split for q in train} == {"train"} and {q.split for q in test} == {"test"}
+    assert len(train) + len(test) == len(questions["musique"])
+    assert not {q.id for q in train} & {q.id for q in test}
+
+
+def test_load_questions_defaults_to_all_six(questions) -> None:
+    everything = load_questions(DATA_DIR)
+    assert {q.dataset for q in everything} == set(DATASETS) == set(SINGLE_HOP + MULTI_HOP)
+    assert len(everything) == sum(len(v) for v in questions.values())
+
+
+def test_squad_only_dev_titles(questions) -> None:
+    titles = {q.supporting_titles for q in questions["squad"]}
+    assert titles == {(t.replace("_", " "),) for t in SQUAD_DEV_TITLES}
+    raw = json.loads((DATA_DIR / FILES["squad"]).read_text(encoding="utf-8"))["data"]
+    dev_count = sum(
+        len(p["qas"]) for a in raw if a["title"] in SQUAD_DEV_TITLES for p in a["paragraphs"]
+    )
+    all_count = sum(len(p["qas"]) for a in raw for p in a["paragraphs"])
+    assert len(questions["squad"]) == dev_count < all_count
+
+
+def test_trivia_csv_quotes_unwrapped(questions) -> None:
+    raw = {
+        row["id"]: row["question"].strip()
+        for row in map(json.loads, (DATA_DIR / FILES["trivia"]).read_text().splitlines())
+    }
+    wrapped = {i for i, q in raw.items() if q.startswith('"') and q.endswith('"') and '""' in q}
+    assert wrapped, "the file is known to hold CSV-style quoted questions"
+    loaded = {q.id: q.question for q in questions["trivia"]}
+    for i in wrapped:
+        assert '""' not in loaded[i]
+        assert loaded[i] == raw[i][1:-1].replace('""', '"')
+    lookup = [q for q in loaded.values() if q.startswith("What philosopher said")]
+    assert lookup == ['What philosopher said "God is dead"?']
+
+
+def test_hotpotqa_records_without_context_are_skipped(questions) -> None:
+    rows = [json.loads(line) for line in (DATA_DIR / FILES["hotpotqa"]).read_text().splitlines()]
+    empty = {r["_id"] for r in rows if not r.get("context")}
+    assert len(empty) == 2
+    loaded = {q.id for q in questions["hotpotqa"]}
+    assert not empty & loaded
+    assert len(loaded) == len(rows) - 2
+
+
+def test_corpus_is_deduplicated(corpus) -> None:
+    assert len(corpus) > 10_000
+    pairs = [(p.title, p.text) for p in corpus]
+    assert len(set(pairs)) == len(pairs)
+    assert len({p.id for p in corpus}) == len(corpus)
+    for p in corpus[:200]:
+        assert p.id == passage_id(p.title, p.text)
+        assert p.text and p.text == " ".join(p.text.split()) and p.title == p.title.strip()
+
+
+def test_corpus_contains_supporting_titles(corpus, questions) -> None:
+    titles = {p.title for p in corpus}
+    for name in ("2wiki", "musique", "squad"):
+        missing = {t for q in questions[name] for t in q.supporting_titles} - titles
+        assert not missing, (name, sorted(missing)[:5])
+
+
+def test_unknown_dataset_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="unknown dataset.*'bogus'"):
+        load_questions(DATA_DIR, ["nq", "bogus"])
+
+
+def test_missing_data_dir_is_a_configuration_error(tmp_path) -> None:
+    with pytest.raises(ConfigurationError, match="benchmark file missing"):
+        load_questions(tmp_path / "nowhere", ["nq"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=FileNotFoundError,
+    reason="corpus.py:23 (_raw_paragraphs, called by load_corpus at :40) opens the files without checking them, so a wrong data "
+    "dir gives a bare FileNotFoundError (a traceback from `arag index --benchmark`) instead of "
+    "the ConfigurationError load_questions raises",
+)
+def test_load_corpus_missing_data_dir_is_a_configuration_error(tmp_path) -> None:
+    with pytest.raises(ConfigurationError):
+        load_corpus(tmp_path / "nowhere")
