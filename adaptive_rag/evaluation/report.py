@@ -63,7 +63,7 @@ def summarise(rows: Mapping[str, Sequence[Outcome]]) -> dict[str, dict[str, dict
     for cells in table.values():
         for dataset, cell in cells.items():
             base = baseline.get(dataset, {}).get("seconds")
-            cell["relative_time"] = cell["seconds"] / base if base else float("nan")
+            cell["relative_time"] = cell["seconds"] / base if base else None
     return table
 
 
@@ -82,7 +82,7 @@ def markdown(table: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
                 parts.append(
                     f"| {row} | {int(c['n'])} | {100 * c['em']:.1f} | {100 * c['f1']:.1f} | "
                     f"{100 * c['acc']:.1f} | {c['steps']:.2f} | {c['seconds']:.2f} | "
-                    f"{c['relative_time']:.2f} |"
+                    f"{'-' if c['relative_time'] is None else format(c['relative_time'], '.2f')} |"
                 )
         parts.append("")
     return "\n".join(parts)

@@ -53,6 +53,15 @@ def load_outcomes(path: Path) -> dict[tuple[str, str, str], Outcome]:
     return outcomes
 
 
+def _end_last_line(path: Path) -> None:
+    """Terminate a last line cut short by a crash, so appended records start on their own line."""
+    if path.exists() and path.stat().st_size:
+        with path.open("rb+") as handle:
+            handle.seek(-1, 2)
+            if handle.read(1) != b"\n":
+                handle.write(b"\n")
+
+
 def run_evaluation(
     questions: Iterable[Question],
     strategies: Mapping[str, Strategy],
@@ -62,6 +71,7 @@ def run_evaluation(
     """Run every strategy on every question not yet in `results_path`; return all outcomes."""
     results_path.parent.mkdir(parents=True, exist_ok=True)
     outcomes = load_outcomes(results_path)
+    _end_last_line(results_path)
     with results_path.open("a", encoding="utf-8") as sink:
         for question in questions:
             for name, strategy in strategies.items():

@@ -74,7 +74,7 @@ class OpenAICompatibleLLM:
         self._post = retry(
             retry=retry_if_exception(_is_transient),
             stop=stop_after_attempt(max_retries + 1),
-            wait=wait_exponential_jitter(initial=0.2, max=5.0),
+            wait=wait_exponential_jitter(multiplier=0.2, max=5.0),
             reraise=True,
         )(self._post_once)
 

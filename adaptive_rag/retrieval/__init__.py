@@ -17,14 +17,20 @@ def _opensearch_url(settings: Settings) -> str:
 
 
 def open_retriever(settings: Settings) -> Retriever:
-    """The configured retriever over an index that already exists."""
+    """The configured retriever over an index that already exists.
+
+    Fails fast (before any model is loaded) with `IndexNotFoundError` or
+    `RetrieverUnavailableError` when the index or the cluster is not there.
+    """
     if settings.retriever == "opensearch":
         from adaptive_rag.retrieval.opensearch import OpenSearchRetriever
 
-        return OpenSearchRetriever(
+        retriever = OpenSearchRetriever(
             _opensearch_url(settings), settings.opensearch_index,
             title_boost=settings.title_boost, timeout_s=settings.opensearch_timeout_s,
         )
+        retriever.count()  # raises when the cluster or the index is missing
+        return retriever
     from adaptive_rag.retrieval.tantivy_index import TantivyRetriever
 
     return TantivyRetriever(settings.index_dir, title_boost=settings.title_boost)

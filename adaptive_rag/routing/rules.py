@@ -16,20 +16,24 @@ _GREETING = re.compile(
     re.IGNORECASE,
 )
 _MULTI_PART = re.compile(
-    r"\b(compare|comparison|difference between|differences between|versus|vs\.?|both|each of|"
+    r"\b(compare|comparison|difference between|differences between|versus\b|vs\b\.?|both\b|each of|"
     r"which (one )?(is|was|has|had|came|were) (more|less|older|younger|first|earlier|later|bigger|larger|smaller|higher|lower)|"
     r"(first|older|younger|earlier|later|longer|shorter|more|fewer|larger|bigger|smaller|higher|lower)\b.*\bor\b|"
     r"\band (of|what|which|who|whom|when|where|how|why)\b)",
     re.IGNORECASE,
 )
+_QUESTION_WORD = re.compile(r"\b(what|which|who|whom|whose|when|where|why|how)\b", re.IGNORECASE)
 SHORT_WORDS = 3
 
 
 def rule_tier(query: str) -> Tier:
     """The tier the rules assign to `query`."""
-    words = query.split()
-    if _GREETING.match(query) or len(words) <= SHORT_WORDS and "?" not in query:
+    greeting = _GREETING.match(query)
+    rest = query[greeting.end():] if greeting else query
+    if greeting and not _QUESTION_WORD.search(rest):
+        return Tier.A  # chit-chat; "Hi, how long is ...?" is routed on the question after it
+    if len(rest.split()) <= SHORT_WORDS and "?" not in rest:
         return Tier.A
-    if query.count("?") > 1 or _MULTI_PART.search(query):
+    if query.count("?") > 1 or _MULTI_PART.search(rest):
         return Tier.C
     return Tier.B

@@ -19,15 +19,15 @@ class Strategy(Protocol):
     def run(self, question: str) -> StrategyResult: ...
 
 
-_ANSWER_PREFIX = re.compile(r"^\s*(answer|a|so the answer is)\s*[:\-]\s*", re.IGNORECASE)
+# "Answer:", "Answer -", "So the answer is:", "A:" (but not the "A-" of "A-ha").
+_ANSWER_PREFIX = re.compile(r"^\s*(answer|so the answer is)\s*[:\-]\s*|^\s*a\s*:\s*", re.IGNORECASE)
 
 
 def clean_answer(text: str) -> str:
     """First line of the model's output without an 'Answer:' prefix, quotes or final period."""
     line = next((ln for ln in text.strip().splitlines() if ln.strip()), "")
     line = _ANSWER_PREFIX.sub("", line).strip()
-    line = line.strip("*\"' ").rstrip(".").strip()
-    return line
+    return line.strip().rstrip(".").strip("*\"' ").strip()
 
 
 class PhaseTimer:

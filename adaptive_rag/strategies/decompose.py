@@ -68,7 +68,9 @@ class Decompose:
         subquestions = parse_subquestions(completion.text, question, prompt.MAX_SUBQUESTIONS)
         per_query = max(2, self.top_k // (len(subquestions) + 1) + 1)
         with timer.phase("retrieve"):
-            passages = self.retriever.search(question, per_query)
+            passages = merge_passages(
+                [], self.retriever.search(question, per_query), self.max_passages
+            )
             for sub in subquestions:
                 passages = merge_passages(
                     passages, self.retriever.search(sub, per_query), self.max_passages

@@ -113,13 +113,6 @@ def test_truncated_last_line_is_tolerated_and_redone(tmp_path) -> None:
     assert len(outcomes) == 6
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="runner.py:65 appends to a file whose last line was cut short without first ending "
-    "that line, so the redone record is glued to the fragment, is unreadable on the next load "
-    "and is run again on every resume",
-)
 def test_redone_record_survives_the_next_resume(tmp_path) -> None:
     path = tmp_path / "results.jsonl"
     run_evaluation(QUESTIONS, strategies(), path)
@@ -183,7 +176,7 @@ def test_summarise_means_per_dataset_and_over_datasets() -> None:
 
 def test_summarise_without_single_step_has_no_relative_time() -> None:
     table = summarise({"ircot": [outcome("1", "nq", "ircot", seconds=2.0)]})
-    assert math.isnan(table["ircot"]["nq"]["relative_time"])
+    assert table["ircot"]["nq"]["relative_time"] is None
 
 
 def test_summarise_empty_row() -> None:
@@ -247,12 +240,6 @@ def test_write_report_writes_json_markdown_and_png(tmp_path) -> None:
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="report.py:66 sets relative_time to float('nan') when a row has no single-step "
-    "baseline, and write_report (report.py:125) dumps it as the bare token NaN, which is not JSON",
-)
 def test_report_json_is_strict_json_without_single_step_row(tmp_path) -> None:
     table = summarise({"ircot": [outcome("1", "nq", "ircot", seconds=2.0)]})
     json_path = write_report(table, tmp_path, {"command": "x"})[0]

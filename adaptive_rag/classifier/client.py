@@ -1,0 +1,268 @@
+"""Classifier client: tokenize, call Triton over gRPC, softmax, routing policy -> `RoutingDecision`.
+
+Small on purpose: `tokenizers` (not transformers), `tritonclient[grpc]` and numpy; no torch.
+
+- Every call has a timeout (`client_timeout`). When Triton is unreachable, times out or errors,
+  the decision comes from the rules (`fallback_decision`) and is flagged `fallback=True`; after
+  a failure the client skips Triton for `retry_after_s` so a dead server costs no timeouts.
+- Batching: with `batching=True` a background thread takes every query waiting at that moment
+  (up to `max_batch`) into one Triton request; one caller alone is sent at once. Sequences are
+  padded to a multiple of `pad_to_multiple`, so requests from many clients share shapes and
+  Triton's dynamic batcher can merge them too.
+- An optional LRU cache (`cache_size`) answers repeated queries without a round trip.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import Future
+from pathlib import Path
+
+import numpy as np
+
+from adaptive_rag.errors import AdaptiveRagError
+from adaptive_rag.routing.policy import (
+    PolicyThresholds, RoutingDecision, RoutingPolicy, fallback_decision,
+)
+
+
+class ClassifierUnavailableError(AdaptiveRagError):
+    """Triton could not be reached, timed out or failed."""
+
+
+def softmax_rows(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    exps = np.exp(shifted)
+    return exps / exps.sum(axis=-1, keepdims=True)
+
+
+class QueryTokenizer:
+    """`tokenizer.json` through the `tokenizers` library: ids and mask as INT64, bucket-padded."""
+
+    def __init__(self, tokenizer_path: Path, max_length: int = 128, pad_to_multiple: int = 16) -> None:
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(max_length=max_length)
+        self.max_length = max_length
+        self.pad_to_multiple = max(1, pad_to_multiple)
+        pad_id = self.tokenizer.token_to_id("[PAD]")
+        if pad_id is None:
+            pad_id = self.tokenizer.token_to_id("<pad>")
+        self.pad_id = int(pad_id or 0)
+
+    def __call__(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        encodings = self.tokenizer.encode_batch(list(texts))
+        longest = max((len(e.ids) for e in encodings), default=1)
+        width = min(self.max_length, -(-longest // self.pad_to_multiple) * self.pad_to_multiple)
+        width = max(width, longest)
+        ids = np.full((len(encodings), width), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(encodings), width), dtype=np.int64)
+        for row, encoding in enumerate(encodings):
+            n = len(encoding.ids)
+            ids[row, :n] = encoding.ids
+            mask[row, :n] = 1
+        return ids, mask
+
+
+class TritonClassifier:
+    """Routes queries with the complexity model served by Triton; rules when it is unavailable."""
+
+    def __init__(
+        self,
+        tokenizer_path: Path,
+        url: str = "127.0.0.1:8001",
+        model_name: str = "complexity",
+        model_version: str = "",
+        policy: RoutingPolicy | None = None,
+        timeout_s: float = 0.5,
+        max_length: int = 128,
+        max_batch: int = 32,
+        batching: bool = True,
+        pad_to_multiple: int = 16,
+        retry_after_s: float = 1.0,
+        cache_size: int = 0,
+    ) -> None:
+        import tritonclient.grpc as grpcclient
+
+        self._grpc = grpcclient
+        self.url = url
+        self.model_name = model_name
+        self.model_version = model_version
+        self.policy = policy or RoutingPolicy()
+        self.timeout_s = timeout_s
+        self.max_batch = max_batch
+        self.retry_after_s = retry_after_s
+        self.tokenize = QueryTokenizer(tokenizer_path, max_length, pad_to_multiple)
+        self.client = grpcclient.InferenceServerClient(url)
+        self._down_until = 0.0
+        self._cache: OrderedDict[str, tuple[np.ndarray, str]] = OrderedDict()
+        self._cache_size = cache_size
+        self._cache_lock = threading.Lock()
+        self._queue: queue.Queue | None = None
+        self._worker: threading.Thread | None = None
+        self._closed = False
+        if batching:
+            self._queue = queue.Queue()
+            self._worker = threading.Thread(target=self._batch_loop, name="triton-batcher", daemon=True)
+            self._worker.start()
+
+    @classmethod
+    def from_version(cls, version, url: str, **kwargs) -> TritonClassifier:
+        """A client for an exported `ModelVersion`: its tokenizer, max length and thresholds."""
+        kwargs.setdefault("policy", RoutingPolicy(version.thresholds()))
+        kwargs.setdefault("max_length", version.max_length)
+        return cls(version.tokenizer_path, url=url, model_name=version.name, **kwargs)
+
+    @classmethod
+    def from_settings(cls, settings, version: int | None = None, **kwargs) -> TritonClassifier:
+        from adaptive_rag.classifier.repository import open_version
+
+        model = open_version(settings.model_repository, settings.classifier_model, version)
+        kwargs.setdefault("timeout_s", settings.classifier_timeout_s)
+        kwargs.setdefault("max_batch", settings.classifier_max_batch)
+        return cls.from_version(model, url=settings.triton_grpc_url, **kwargs)
+
+    # --- health ----------------------------------------------------------------------------------
+
+    def is_ready(self) -> bool:
+        try:
+            return bool(
+                self.client.is_server_ready(client_timeout=self.timeout_s)
+                and self.client.is_model_ready(self.model_name, self.model_version,
+                                               client_timeout=self.timeout_s)
+            )
+        except Exception:  # noqa: BLE001 - any failure means "not ready"
+            return False
+
+    # --- inference -------------------------------------------------------------------------------
+
+    def logits(self, queries: Sequence[str]) -> tuple[np.ndarray, str]:
+        """Raw logits [n, 3] and the served model version; raises `ClassifierUnavailableError`."""
+        if time.monotonic() < self._down_until:
+            raise ClassifierUnavailableError("classifier unavailable (recent failure, retry later)")
+        ids, mask = self.tokenize(queries)
+        inputs = [
+            self._grpc.InferInput("input_ids", list(ids.shape), "INT64"),
+            self._grpc.InferInput("attention_mask", list(mask.shape), "INT64"),
+        ]
+        inputs[0].set_data_from_numpy(ids)
+        inputs[1].set_data_from_numpy(mask)
+        try:
+            result = self.client.infer(
+                self.model_name, inputs, model_version=self.model_version,
+                outputs=[self._grpc.InferRequestedOutput("logits")],
+                client_timeout=self.timeout_s,
+            )
+            logits = result.as_numpy("logits")
+            version = result.get_response().model_version
+        except Exception as exc:  # noqa: BLE001 - unreachable, timeout, server error
+            self._down_until = time.monotonic() + self.retry_after_s
+            raise ClassifierUnavailableError(f"Triton at {self.url}: {_short(exc)}") from exc
+        if logits is None or logits.shape != (len(queries), 3):
+            raise ClassifierUnavailableError(f"unexpected logits shape {getattr(logits, 'shape', None)}")
+        return logits.astype(np.float32), version
+
+    def _decide(self, queries: Sequence[str]) -> list[RoutingDecision]:
+        cached: dict[int, tuple[np.ndarray, str]] = {}
+        if self._cache_size:
+            with self._cache_lock:
+                for i, q in enumerate(queries):
+                    if q in self._cache:
+                        self._cache.move_to_end(q)
+                        cached[i] = self._cache[q]
+        todo = [i for i in range(len(queries)) if i not in cached]
+        try:
+            if todo:
+                logits, version = self.logits([queries[i] for i in todo])
+                probs = softmax_rows(logits)
+                for row, i in enumerate(todo):
+                    cached[i] = (probs[row], version)
+                    if self._cache_size:
+                        with self._cache_lock:
+                            self._cache[queries[i]] = cached[i]
+                            while len(self._cache) > self._cache_size:
+                                self._cache.popitem(last=False)
+        except ClassifierUnavailableError as exc:
+            return [
+                self.policy.decide(cached[i][0].tolist(), cached[i][1]) if i in cached
+                else fallback_decision(q, str(exc))
+                for i, q in enumerate(queries)
+            ]
+        return [self.policy.decide(cached[i][0].tolist(), cached[i][1]) for i in range(len(queries))]
+
+    def classify_many(self, queries: Sequence[str]) -> list[RoutingDecision]:
+        """One Triton request for all `queries` (split at `max_batch`)."""
+        decisions: list[RoutingDecision] = []
+        for start in range(0, len(queries), self.max_batch):
+            decisions.extend(self._decide(queries[start:start + self.max_batch]))
+        return decisions
+
+    def classify(self, query: str) -> RoutingDecision:
+        """The routing decision for one query (batched with concurrent callers when enabled)."""
+        if self._queue is None:
+            return self._decide([query])[0]
+        future: Future = Future()
+        self._queue.put((query, future))
+        try:
+            return future.result(timeout=self.timeout_s * 4 + 1.0)
+        except Exception as exc:  # noqa: BLE001 - the batcher never answered
+            return fallback_decision(query, f"batcher: {_short(exc)}")
+
+    def _batch_loop(self) -> None:
+        assert self._queue is not None
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            batch = [item]
+            while len(batch) < self.max_batch:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._queue.put(None)
+                    break
+                batch.append(nxt)
+            try:
+                decisions = self._decide([q for q, _ in batch])
+            except Exception as exc:  # noqa: BLE001 - never let the batcher die
+                decisions = [fallback_decision(q, f"classifier error: {_short(exc)}") for q, _ in batch]
+            for (_, future), decision in zip(batch, decisions):
+                future.set_result(decision)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._queue is not None:
+            self._queue.put(None)
+            if self._worker is not None:
+                self._worker.join(timeout=2)
+        try:
+            self.client.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def __enter__(self) -> TritonClassifier:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:200]}"
+
+
+__all__ = [
+    "ClassifierUnavailableError", "PolicyThresholds", "QueryTokenizer", "TritonClassifier",
+    "softmax_rows",
+]

@@ -1,0 +1,132 @@
+"""ONNX export into a Triton model repository (needs the `train` extras for torch).
+
+Layout (loadable as-is by a standalone Triton with the onnxruntime backend):
+
+    <repo>/complexity/config.pbtxt
+    <repo>/complexity/<version>/model.onnx          inputs input_ids, attention_mask INT64 [-1, -1]
+                                                     output logits FP32 [-1, 3]
+    <repo>/complexity/<version>/tokenizer.json      + tokenizer_config.json (serving tokenizes
+                                                     with the `tokenizers` library)
+    <repo>/complexity/<version>/classifier.json     labels, max length, base, kind, run
+    <repo>/complexity/<version>/thresholds.json     routing policy thresholds (`arag calibrate`)
+    <repo>/complexity/<version>/MODEL_CARD.md, metrics.json, validation.jsonl
+
+Every export adds the next version number; the config's version policy serves the latest.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from adaptive_rag.classifier.repository import (
+    MODEL_FILE, config_pbtxt, next_version,
+)
+from adaptive_rag.routing.policy import PolicyThresholds
+
+SAMPLE_TEXTS = (
+    "hi",
+    "Who wrote the novel Dune?",
+    "Which film came out first, Blind Shaft or The Mask Of Fu Manchu, and who directed each?",
+    "What is the difference between the capital of France and the largest city of Germany?",
+)
+COPIED = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "classifier.json",
+          "MODEL_CARD.md", "metrics.json", "validation.jsonl")
+
+
+@dataclass
+class ExportResult:
+    version: int
+    version_dir: Path
+    onnx_path: Path
+    max_abs_diff: float
+
+
+def export_onnx(network, tokenizer, path: Path, opset: int = 17) -> None:
+    """Trace `network` to ONNX with dynamic batch and sequence axes, one self-contained file."""
+    import torch
+
+    network.eval()
+    enc = tokenizer(list(SAMPLE_TEXTS[:2]), padding=True, return_tensors="pt")
+    args = (enc["input_ids"].to(torch.int64), enc["attention_mask"].to(torch.int64))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        torch.onnx.export(
+            network, args, str(path),
+            input_names=["input_ids", "attention_mask"], output_names=["logits"],
+            dynamic_axes={
+                "input_ids": {0: "batch", 1: "sequence"},
+                "attention_mask": {0: "batch", 1: "sequence"},
+                "logits": {0: "batch"},
+            },
+            opset_version=opset, do_constant_folding=True, dynamo=False,
+        )
+
+
+def onnx_parity(network, tokenizer, onnx_path: Path, texts=SAMPLE_TEXTS, max_length: int = 128) -> float:
+    """Largest |logit difference| between PyTorch and ONNX Runtime on `texts` (one padded batch)."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+
+    enc = tokenizer(list(texts), padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+    with torch.no_grad():
+        expected = network(enc["input_ids"], enc["attention_mask"]).float().numpy()
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    got = session.run(["logits"], {
+        "input_ids": enc["input_ids"].numpy().astype(np.int64),
+        "attention_mask": enc["attention_mask"].numpy().astype(np.int64),
+    })[0]
+    if got.shape != expected.shape:
+        raise AssertionError(f"ONNX logits shape {got.shape} != PyTorch {expected.shape}")
+    return float(np.max(np.abs(got - expected)))
+
+
+def export_run(
+    run_dir: Path,
+    repository: Path,
+    model_name: str = "complexity",
+    version: int | None = None,
+    max_batch_size: int = 32,
+    tolerance: float = 1e-4,
+) -> ExportResult:
+    """Export a trained run as the next version of `<repository>/<model_name>`.
+
+    Raises when ONNX Runtime's logits differ from PyTorch's by more than `tolerance`.
+    """
+    from adaptive_rag.classifier.model import load_checkpoint
+
+    network, tokenizer, meta = load_checkpoint(run_dir)
+    model_dir = Path(repository) / model_name
+    version = version or next_version(model_dir)
+    version_dir = model_dir / str(version)
+    if version_dir.exists():
+        raise FileExistsError(f"model version already exists: {version_dir}")
+    staging = model_dir / f".staging-{version}"
+    shutil.rmtree(staging, ignore_errors=True)
+    onnx_path = staging / MODEL_FILE
+    export_onnx(network, tokenizer, onnx_path)
+    diff = onnx_parity(network, tokenizer, onnx_path, max_length=meta.get("max_length", 128))
+    if diff > tolerance:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise AssertionError(f"ONNX parity failed: max |diff| {diff:.2e} > {tolerance:g}")
+    for name in COPIED:
+        if (Path(run_dir) / name).is_file():
+            shutil.copy2(Path(run_dir) / name, staging / name)
+    info = json.loads((staging / "classifier.json").read_text(encoding="utf-8"))
+    info.update({
+        "version": version, "run_dir": str(Path(run_dir).resolve()),
+        "exported": time.strftime("%Y-%m-%dT%H:%M:%S"), "onnx_parity_max_abs_diff": diff,
+    })
+    (staging / "classifier.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
+    if not (staging / "thresholds.json").exists():
+        PolicyThresholds().save(staging / "thresholds.json")
+    staging.rename(version_dir)
+    (model_dir / "config.pbtxt").write_text(
+        config_pbtxt(model_name, max_batch_size=max_batch_size), encoding="utf-8"
+    )
+    return ExportResult(version=version, version_dir=version_dir, onnx_path=version_dir / MODEL_FILE,
+                        max_abs_diff=diff)

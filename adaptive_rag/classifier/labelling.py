@@ -1,0 +1,124 @@
+"""Automatic labels for the complexity classifier ("silver + binary", Adaptive-RAG section 3.3).
+
+Every training question is answered by the A, B and C strategies. Its label is the cheapest
+strategy whose answer is correct (ties go to the cheaper one, as strategies are tried cheapest
+first); when none is correct the dataset's inductive bias decides: single-hop datasets -> B,
+multi-hop datasets -> C. The first kind is a *silver* label, the second a *binary* one.
+
+Strategy outcomes go through the evaluation runner (`run_evaluation`), whose JSONL cache keeps
+every finished (question, strategy) run, so a crash never redoes finished work; the label rows go
+to the database, whose `(origin, dataset, question_id)` key makes a rerun skip labelled questions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from adaptive_rag.domain import Tier
+from adaptive_rag.evaluation.datasets import Question
+from adaptive_rag.evaluation.runner import Outcome, run_evaluation
+from adaptive_rag.storage.labels import LabelStore
+from adaptive_rag.storage.models import TrainingLabel
+from adaptive_rag.strategies.base import Strategy
+
+CorrectMetric = Literal["em", "acc", "em_or_acc"]
+TIER_ORDER = (Tier.A, Tier.B, Tier.C)
+
+
+def is_correct(outcome: Outcome, metric: CorrectMetric = "em_or_acc") -> bool:
+    if metric == "em":
+        return outcome.em > 0
+    if metric == "acc":
+        return outcome.acc > 0
+    if metric == "em_or_acc":
+        return outcome.em > 0 or outcome.acc > 0
+    raise ValueError(f"unknown correctness metric {metric!r}: em | acc | em_or_acc")
+
+
+def choose_label(
+    outcomes: Mapping[Tier, Outcome], multi_hop: bool, metric: CorrectMetric = "em_or_acc"
+) -> tuple[Tier, str]:
+    """`(label, source)`: the cheapest correct tier ("silver"), else the dataset's bias ("binary")."""
+    for tier in TIER_ORDER:
+        if is_correct(outcomes[tier], metric):
+            return tier, "silver"
+    return (Tier.C if multi_hop else Tier.B), "binary"
+
+
+def limit_per_dataset(questions: Iterable[Question], limit: int | None) -> list[Question]:
+    """The first `limit` questions of each dataset (all with no limit), order kept."""
+    if not limit:
+        return list(questions)
+    seen: dict[str, int] = {}
+    kept = []
+    for question in questions:
+        if seen.get(question.dataset, 0) < limit:
+            kept.append(question)
+            seen[question.dataset] = seen.get(question.dataset, 0) + 1
+    return kept
+
+
+@dataclass
+class LabelRunStats:
+    labelled: int = 0
+    skipped: int = 0  # already in the table
+    labels: dict[str, int] = field(default_factory=lambda: {"A": 0, "B": 0, "C": 0})
+    sources: dict[str, int] = field(default_factory=lambda: {"silver": 0, "binary": 0})
+
+
+def label_questions(
+    questions: Sequence[Question],
+    strategies: Mapping[Tier, Strategy],
+    store: LabelStore,
+    cache_path: Path,
+    metric: CorrectMetric = "em_or_acc",
+    labeller: Mapping[str, object] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> LabelRunStats:
+    """Label every question not yet stored (origin "benchmark"); one progress tick per question."""
+    missing = [t for t in TIER_ORDER if t not in strategies]
+    if missing:
+        raise ValueError(f"a strategy is needed for every tier; missing {[t.value for t in missing]}")
+    names = {tier: strategies[tier].name for tier in TIER_ORDER}
+    runners = {names[tier]: strategies[tier] for tier in TIER_ORDER}
+    done = store.existing_keys("benchmark")
+    stats = LabelRunStats()
+    meta = {"strategies": {t.value: n for t, n in names.items()}, **(labeller or {})}
+    for question in questions:
+        if (question.dataset, question.id) in done:
+            stats.skipped += 1
+        else:
+            outcomes = run_evaluation([question], runners, cache_path)
+            per_tier = {t: outcomes[(question.dataset, question.id, names[t])] for t in TIER_ORDER}
+            tier, source = choose_label(per_tier, question.multi_hop, metric)
+            store.add(
+                TrainingLabel(
+                    origin="benchmark", dataset=question.dataset, question_id=question.id,
+                    question=question.question, label=tier.value, label_source=source,
+                    split=question.split, correct_metric=metric, labeller=meta,
+                    outcomes={
+                        t.value: {
+                            "strategy": o.strategy, "answer": o.answer, "em": o.em, "f1": o.f1,
+                            "acc": o.acc, "correct": is_correct(o, metric), "steps": o.steps,
+                            "seconds": o.seconds,
+                        }
+                        for t, o in per_tier.items()
+                    },
+                )
+            )
+            done.add((question.dataset, question.id))
+            stats.labelled += 1
+            stats.labels[tier.value] += 1
+            stats.sources[source] += 1
+        if on_progress:
+            on_progress(1)
+    return stats
+
+
+__all__ = [
+    "CorrectMetric", "LabelRunStats", "choose_label", "is_correct", "label_questions",
+    "limit_per_dataset",
+]

@@ -1,0 +1,221 @@
+"""Routing policy: from the classifier's probabilities over A/B/C to a tier.
+
+Cost-aware and asymmetric. Sending a multi-step (C) question to single step (B) is the dangerous
+direction (the paper's classifier sends 31 % of C questions to B), so:
+
+- **escalate to C** whenever P(C) >= `c_threshold`, even when B (or A) is the argmax; C as the
+  argmax is never demoted;
+- **A only when confident**: with `a_threshold` set, A is chosen only if A wins and
+  P(A) >= `a_threshold`; an A that is not confident enough goes to B;
+- otherwise the argmax.
+
+Thresholds live in a small JSON file stored beside the model version they were calibrated for
+(`arag calibrate`); `calibrate_thresholds` picks them on a validation slice to maximise F1 under
+a step budget. When the classifier cannot be reached, `fallback_decision` routes with the rules
+(`adaptive_rag.routing.rules.rule_tier`) and flags the decision as a fallback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from adaptive_rag.domain import Tier
+from adaptive_rag.routing.rules import rule_tier
+
+TIERS: tuple[Tier, ...] = (Tier.A, Tier.B, Tier.C)  # the classifier's output order
+THRESHOLDS_FILE = "thresholds.json"
+
+
+@dataclass(frozen=True)
+class PolicyThresholds:
+    """The policy's two knobs; `None` switches a rule off."""
+
+    c_threshold: float | None = 0.35
+    a_threshold: float | None = None
+    # Where the numbers came from (e.g. "default", "calibrated on 412 validation questions").
+    note: str = "default"
+    # Validation figures of the calibration that chose them, if any.
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("c_threshold", "a_threshold"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1], got {value}")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> PolicyThresholds:
+        data = json.loads(text)
+        known = {k: data[k] for k in ("c_threshold", "a_threshold", "note", "metrics") if k in data}
+        return cls(**known)
+
+    def save(self, path: Path) -> Path:
+        """Write to `path`, or to `path/thresholds.json` when `path` is a directory."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / THRESHOLDS_FILE
+        path.write_text(self.to_json() + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> PolicyThresholds:
+        """Read from `path`, or from `path/thresholds.json` when `path` is a directory."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / THRESHOLDS_FILE
+        return cls.from_json(path.read_text(encoding="utf-8"))
+
+    @classmethod
+    def load_or_default(cls, version_dir: Path | None) -> PolicyThresholds:
+        """The thresholds stored beside a model version, or the defaults when there are none."""
+        if version_dir is not None and (Path(version_dir) / THRESHOLDS_FILE).is_file():
+            return cls.load(Path(version_dir) / THRESHOLDS_FILE)
+        return cls()
+
+
+@dataclass(frozen=True)
+class RoutingDecision:
+    """The tier chosen for one query and why; recorded with every request."""
+
+    tier: Tier
+    probabilities: dict[str, float] | None  # {"A": p, "B": p, "C": p}; None for a fallback
+    model_version: str | None
+    fallback: bool
+    reason: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "tier": self.tier.value, "probabilities": self.probabilities,
+            "model_version": self.model_version, "fallback": self.fallback, "reason": self.reason,
+        }
+
+
+def softmax(logits: Sequence[float]) -> list[float]:
+    """Numerically stable softmax of one row of logits."""
+    top = max(logits)
+    exps = [math.exp(x - top) for x in logits]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+def _as_probabilities(probabilities: Sequence[float] | Mapping[str, float]) -> dict[str, float]:
+    if isinstance(probabilities, Mapping):
+        probs = {t.value: float(probabilities[t.value]) for t in TIERS}
+    else:
+        if len(probabilities) != len(TIERS):
+            raise ValueError(f"expected {len(TIERS)} probabilities (A, B, C), got {len(probabilities)}")
+        probs = {t.value: float(p) for t, p in zip(TIERS, probabilities)}
+    if any(p < 0 or math.isnan(p) for p in probs.values()):
+        raise ValueError(f"probabilities must be non-negative numbers: {probs}")
+    return probs
+
+
+@dataclass(frozen=True)
+class RoutingPolicy:
+    """Turns probabilities (or logits) over A/B/C into a `RoutingDecision`."""
+
+    thresholds: PolicyThresholds = field(default_factory=PolicyThresholds)
+
+    def tier(self, probabilities: Sequence[float] | Mapping[str, float]) -> tuple[Tier, str]:
+        """The tier for these probabilities and a short reason."""
+        probs = _as_probabilities(probabilities)
+        argmax = max(TIERS, key=lambda t: probs[t.value])
+        p_a, p_c = probs["A"], probs["C"]
+        c_thr, a_thr = self.thresholds.c_threshold, self.thresholds.a_threshold
+        if argmax is Tier.C:
+            return Tier.C, "argmax C"
+        if c_thr is not None and p_c >= c_thr:
+            return Tier.C, f"escalated to C: P(C)={p_c:.3f} >= c_threshold {c_thr:.3f} (argmax {argmax.value})"
+        if argmax is Tier.A and a_thr is not None and p_a < a_thr:
+            return Tier.B, f"A not confident: P(A)={p_a:.3f} < a_threshold {a_thr:.3f}; B instead"
+        return argmax, f"argmax {argmax.value}"
+
+    def decide(
+        self, probabilities: Sequence[float] | Mapping[str, float], model_version: str | None = None
+    ) -> RoutingDecision:
+        probs = _as_probabilities(probabilities)
+        tier, reason = self.tier(probs)
+        return RoutingDecision(
+            tier=tier, probabilities=probs, model_version=model_version, fallback=False,
+            reason=reason,
+        )
+
+    def decide_logits(self, logits: Sequence[float], model_version: str | None = None) -> RoutingDecision:
+        return self.decide(softmax([float(x) for x in logits]), model_version)
+
+
+def fallback_decision(query: str, reason: str = "classifier unavailable") -> RoutingDecision:
+    """The rules' tier for `query`, flagged as a fallback."""
+    return RoutingDecision(
+        tier=rule_tier(query), probabilities=None, model_version=None, fallback=True,
+        reason=f"rules fallback: {reason}",
+    )
+
+
+# --- calibration --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CalibrationExample:
+    """One validation question: the classifier's probabilities and each tier's measured outcome."""
+
+    probabilities: tuple[float, float, float]  # A, B, C
+    f1: Mapping[str, float]  # tier value -> F1 of that tier's strategy on this question
+    steps: Mapping[str, float]  # tier value -> retrieval/generation steps it took
+
+
+def evaluate_thresholds(
+    thresholds: PolicyThresholds, examples: Sequence[CalibrationExample]
+) -> dict[str, float]:
+    """Mean F1 and mean steps when every example is routed with `thresholds`."""
+    policy = RoutingPolicy(thresholds)
+    if not examples:
+        return {"f1": 0.0, "steps": 0.0, "share_c": 0.0}
+    f1 = steps = share_c = 0.0
+    for example in examples:
+        tier, _ = policy.tier(example.probabilities)
+        f1 += example.f1[tier.value]
+        steps += example.steps[tier.value]
+        share_c += tier is Tier.C
+    n = len(examples)
+    return {"f1": f1 / n, "steps": steps / n, "share_c": share_c / n}
+
+
+def calibrate_thresholds(
+    examples: Sequence[CalibrationExample],
+    step_budget: float | None = None,
+    c_grid: Iterable[float | None] | None = None,
+    a_grid: Iterable[float | None] | None = None,
+) -> PolicyThresholds:
+    """The thresholds with the highest mean F1 whose mean steps stay within `step_budget`.
+
+    Ties go to fewer steps. With no budget, F1 alone decides. When no setting meets the budget,
+    the cheapest one is returned (and its note says so).
+    """
+    c_values = list(c_grid) if c_grid is not None else [None] + [i / 20 for i in range(1, 20)]
+    a_values = list(a_grid) if a_grid is not None else [None] + [i / 20 for i in range(7, 20)]
+    scored = []
+    for c in c_values:
+        for a in a_values:
+            thresholds = PolicyThresholds(c_threshold=c, a_threshold=a)
+            scored.append((thresholds, evaluate_thresholds(thresholds, examples)))
+    within = [s for s in scored if step_budget is None or s[1]["steps"] <= step_budget + 1e-9]
+    if within:
+        best, metrics = max(within, key=lambda s: (round(s[1]["f1"], 9), -s[1]["steps"]))
+        note = f"calibrated on {len(examples)} validation questions"
+    else:
+        best, metrics = min(scored, key=lambda s: s[1]["steps"])
+        note = f"calibrated on {len(examples)} validation questions; no setting met the budget"
+    if step_budget is not None:
+        note += f", step budget {step_budget:g}"
+    return PolicyThresholds(
+        c_threshold=best.c_threshold, a_threshold=best.a_threshold, note=note,
+        metrics={**metrics, "n": float(len(examples))},
+    )

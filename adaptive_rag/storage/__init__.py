@@ -1,0 +1,10 @@
+"""Records in a SQL database through SQLAlchemy 2 (SQLite by default, PostgreSQL by URL).
+
+Schema changes go through Alembic (`migrations/`); `upgrade_database(url)` applies them.
+"""
+
+from adaptive_rag.storage.db import make_engine, session_factory, upgrade_database
+from adaptive_rag.storage.labels import LabelStore
+from adaptive_rag.storage.models import Base, TrainingLabel
+
+__all__ = ["Base", "LabelStore", "TrainingLabel", "make_engine", "session_factory", "upgrade_database"]

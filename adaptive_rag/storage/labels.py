@@ -1,0 +1,73 @@
+"""Reading and writing classifier training labels."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import Engine, func, select
+from sqlalchemy.exc import IntegrityError
+
+from adaptive_rag.storage.db import session_factory
+from adaptive_rag.storage.models import TrainingLabel
+
+
+class LabelStore:
+    """The `training_labels` table behind a small API (the labelling job, the trainer)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sessions = session_factory(engine)
+
+    def existing_keys(self, origin: str = "benchmark") -> set[tuple[str, str]]:
+        """`(dataset, question_id)` of every label of `origin` already stored."""
+        with self._sessions() as session:
+            rows = session.execute(
+                select(TrainingLabel.dataset, TrainingLabel.question_id).where(
+                    TrainingLabel.origin == origin
+                )
+            )
+            return {(dataset, qid) for dataset, qid in rows}
+
+    def add(self, label: TrainingLabel) -> bool:
+        """Insert one label; False when `(origin, dataset, question_id)` is already there."""
+        with self._sessions() as session:
+            session.add(label)
+            try:
+                session.commit()
+            except IntegrityError:
+                session.rollback()
+                return False
+        return True
+
+    def labels(
+        self, split: str | None = "train", origin: str | None = None,
+        datasets: Sequence[str] | None = None,
+    ) -> list[TrainingLabel]:
+        """Labels in a stable order (dataset, question id), optionally filtered."""
+        query = select(TrainingLabel)
+        if split is not None:
+            query = query.where(TrainingLabel.split == split)
+        if origin is not None:
+            query = query.where(TrainingLabel.origin == origin)
+        if datasets:
+            query = query.where(TrainingLabel.dataset.in_(list(datasets)))
+        query = query.order_by(TrainingLabel.dataset, TrainingLabel.question_id)
+        with self._sessions() as session:
+            return list(session.scalars(query))
+
+    def counts(self) -> dict[tuple[str, str, str], int]:
+        """`{(dataset, label, label_source): n}`."""
+        with self._sessions() as session:
+            rows = session.execute(
+                select(
+                    TrainingLabel.dataset, TrainingLabel.label, TrainingLabel.label_source,
+                    func.count(),
+                ).group_by(TrainingLabel.dataset, TrainingLabel.label, TrainingLabel.label_source)
+            )
+            return {(d, l, s): n for d, l, s, n in rows}
+
+
+def label_counts(labels: Iterable[TrainingLabel]) -> dict[str, int]:
+    counter = Counter(label.label for label in labels)
+    return {tier: counter.get(tier, 0) for tier in ("A", "B", "C")}

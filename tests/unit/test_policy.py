@@ -1,0 +1,119 @@
+"""The routing policy: escalation to C, confident-A rule, thresholds file, fallback, calibration."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from adaptive_rag.domain import Tier
+from adaptive_rag.routing.policy import (
+    CalibrationExample, PolicyThresholds, RoutingPolicy, calibrate_thresholds,
+    evaluate_thresholds, fallback_decision, softmax,
+)
+
+
+def test_escalates_to_c_when_p_c_passes_threshold_although_b_is_argmax():
+    policy = RoutingPolicy(PolicyThresholds(c_threshold=0.3))
+    decision = policy.decide([0.1, 0.55, 0.35], model_version="3")
+    assert decision.tier is Tier.C
+    assert not decision.fallback
+    assert decision.model_version == "3"
+    assert "escalated" in decision.reason and "argmax B" in decision.reason
+    assert decision.probabilities == {"A": 0.1, "B": 0.55, "C": 0.35}
+
+
+def test_escalation_also_overrides_an_a_argmax():
+    assert RoutingPolicy(PolicyThresholds(c_threshold=0.3)).tier([0.4, 0.25, 0.35])[0] is Tier.C
+
+
+def test_below_threshold_keeps_the_argmax():
+    policy = RoutingPolicy(PolicyThresholds(c_threshold=0.4))
+    assert policy.tier([0.1, 0.6, 0.3])[0] is Tier.B
+    assert policy.tier([0.7, 0.2, 0.1])[0] is Tier.A
+
+
+def test_threshold_is_inclusive():
+    assert RoutingPolicy(PolicyThresholds(c_threshold=0.25)).tier([0.0, 0.75, 0.25])[0] is Tier.C
+
+
+def test_c_argmax_is_never_demoted_even_below_the_threshold():
+    tier, reason = RoutingPolicy(PolicyThresholds(c_threshold=0.9)).tier([0.3, 0.3, 0.4])
+    assert tier is Tier.C and reason == "argmax C"
+
+
+def test_no_c_threshold_means_plain_argmax():
+    assert RoutingPolicy(PolicyThresholds(c_threshold=None)).tier([0.05, 0.5, 0.45])[0] is Tier.B
+
+
+def test_a_needs_confidence_when_a_threshold_is_set():
+    policy = RoutingPolicy(PolicyThresholds(c_threshold=None, a_threshold=0.8))
+    tier, reason = policy.tier([0.6, 0.3, 0.1])
+    assert tier is Tier.B and "A not confident" in reason
+    assert policy.tier([0.85, 0.1, 0.05])[0] is Tier.A
+
+
+def test_probabilities_as_mapping_and_logits():
+    policy = RoutingPolicy(PolicyThresholds(c_threshold=0.5))
+    assert policy.decide({"A": 0.2, "B": 0.2, "C": 0.6}).tier is Tier.C
+    decision = policy.decide_logits([5.0, 0.0, 0.0])
+    assert decision.tier is Tier.A
+    assert math.isclose(sum(decision.probabilities.values()), 1.0)
+
+
+def test_softmax_is_stable_for_large_logits():
+    probs = softmax([1000.0, 1000.0, -1000.0])
+    assert probs[0] == pytest.approx(0.5) and probs[2] == pytest.approx(0.0)
+
+
+def test_rejects_wrong_shapes_and_values():
+    with pytest.raises(ValueError):
+        RoutingPolicy().decide([0.5, 0.5])
+    with pytest.raises(ValueError):
+        RoutingPolicy().decide([0.5, float("nan"), 0.5])
+    with pytest.raises(ValueError):
+        PolicyThresholds(c_threshold=1.5)
+
+
+def test_thresholds_round_trip_through_json_beside_a_model_version(tmp_path):
+    version_dir = tmp_path / "complexity" / "4"
+    version_dir.mkdir(parents=True)
+    assert PolicyThresholds.load_or_default(version_dir) == PolicyThresholds()
+    saved = PolicyThresholds(c_threshold=0.25, a_threshold=0.7, note="calibrated", metrics={"f1": 0.4})
+    path = saved.save(version_dir)
+    assert path.name == "thresholds.json"
+    assert PolicyThresholds.load(path) == saved
+    assert PolicyThresholds.load_or_default(version_dir) == saved
+
+
+def test_fallback_uses_the_rules_and_is_flagged():
+    decision = fallback_decision("What is the difference between a lamp and a bulb?", "timeout")
+    assert decision.fallback and decision.tier is Tier.C
+    assert decision.probabilities is None and decision.model_version is None
+    assert "timeout" in decision.reason
+    assert fallback_decision("hello there").tier is Tier.A
+    assert fallback_decision("Who wrote the novel Dune?").tier is Tier.B
+
+
+def _example(probs, f1, steps=(0, 1, 3)):
+    return CalibrationExample(
+        probabilities=probs, f1=dict(zip("ABC", f1)), steps=dict(zip("ABC", steps))
+    )
+
+
+def test_calibration_escalates_when_c_pays_off_and_respects_the_step_budget():
+    # B is the argmax everywhere, but C answers the first two questions and B does not.
+    examples = [
+        _example((0.1, 0.6, 0.3), (0, 0, 1)),
+        _example((0.1, 0.55, 0.35), (0, 0, 1)),
+        _example((0.1, 0.8, 0.1), (0, 1, 1)),
+        _example((0.1, 0.85, 0.05), (0, 1, 1)),
+    ]
+    free = calibrate_thresholds(examples, c_grid=[None, 0.2, 0.5], a_grid=[None])
+    assert free.c_threshold == 0.2
+    assert free.metrics["f1"] == pytest.approx(1.0)
+    # At most 1.5 steps per question: only one of the four may go to C -> no escalation fits.
+    tight = calibrate_thresholds(examples, step_budget=1.5, c_grid=[None, 0.2, 0.5], a_grid=[None])
+    assert evaluate_thresholds(tight, examples)["steps"] <= 1.5
+    assert tight.c_threshold in (None, 0.5)
+    assert "budget" in tight.note
