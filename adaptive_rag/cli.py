@@ -155,11 +155,12 @@ def evaluate(
     retriever: Retr = None,
     index_dir: IndexDir = None,
     multi_step: Annotated[Optional[str], typer.Option(help="C-tier variant for the oracle row")] = None,
+    report_only: Annotated[bool, typer.Option(help="write the report from results.jsonl; run nothing")] = False,
 ) -> None:
     """Evaluate strategies on the `test` split; writes report.json, report.md, f1_vs_time.png."""
     from adaptive_rag.evaluation.datasets import load_questions
     from adaptive_rag.evaluation.report import oracle_outcomes, summarise, write_report
-    from adaptive_rag.evaluation.runner import run_evaluation
+    from adaptive_rag.evaluation.runner import load_outcomes, run_evaluation
     from adaptive_rag.llm import build_llm
     from adaptive_rag.retrieval import open_retriever
     from adaptive_rag.strategies import build_strategy, strategy_for_tier
@@ -178,12 +179,15 @@ def evaluate(
                 per_dataset[q.dataset] = per_dataset.get(q.dataset, 0) + 1
         questions = kept
     names = [_resolve_strategy(s.strip(), settings) for s in strategies.split(",") if s.strip()]
-    retr, llm = open_retriever(settings), build_llm(settings)
-    runners = {name: build_strategy(name, retr, llm, settings) for name in names}
     # Interleave datasets so a partial run already covers every dataset.
     questions.sort(key=lambda q: (hash_rank(q.id), q.dataset))
-    with progress_bar("evaluating", len(questions) * len(runners)) as advance:
-        outcomes = run_evaluation(questions, runners, out / "results.jsonl", advance)
+    if report_only:
+        outcomes = load_outcomes(out / "results.jsonl")
+    else:
+        retr, llm = open_retriever(settings), build_llm(settings)
+        runners = {name: build_strategy(name, retr, llm, settings) for name in names}
+        with progress_bar("evaluating", len(questions) * len(runners)) as advance:
+            outcomes = run_evaluation(questions, runners, out / "results.jsonl", advance)
     rows = {
         name: [outcomes[(q.dataset, q.id, name)] for q in questions if (q.dataset, q.id, name) in outcomes]
         for name in names
@@ -191,9 +195,10 @@ def evaluate(
     tiers = [strategy_for_tier(t, settings) for t in Tier]
     if all(t in names for t in tiers):
         rows["oracle"] = oracle_outcomes(outcomes, questions, tiers)
+    rows = {row: found for row, found in rows.items() if found}
     table = summarise(rows)
     meta = {
-        "command": "arag eval " + shlex.join(sys.argv[2:]),
+        "command": "arag eval " + shlex.join(a for a in sys.argv[2:] if a != "--report-only"),
         "split": "test",
         "questions": len(questions),
         "retriever": settings.retriever,
