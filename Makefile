@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml infra/llama/build_wheel.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build_wheel.sh $(LLAMA_CPP_VERSION)
-	$(PY) -m pip install -q --find-links $(ARAG_CACHE)/wheels --only-binary llama-cpp-python -e ".[dev]"
+	$(PY) -m pip install -q --find-links $(ARAG_CACHE)/wheels --only-binary llama-cpp-python -e ".[dev,train]"
 	$(PY) -c "from adaptive_rag.llm.llama_cpp import default_gguf_path; from pathlib import Path; import os; print('model:', default_gguf_path(Path(os.environ['ARAG_CACHE'])))"
 	touch $@
 
@@ -61,3 +61,31 @@ opensearch-stop:
 
 clean:
 	rm -rf var .pytest_cache
+
+# --- classifier (issue 3) ------------------------------------------------------------------------
+MODEL_REPOSITORY ?= var/model_repository
+TRITON_GRPC_PORT ?= 8001
+TRITON_HTTP_PORT ?= 8000
+TRITON_METRICS_PORT ?= 8002
+.PHONY: triton triton-model db-upgrade test-classifier bench-routing
+
+## triton-model: export an untrained MiniLM-L6 as version 1 when the model repository is empty
+triton-model: setup
+	$(PY) workers/jobs/bootstrap_model.py --repository $(MODEL_REPOSITORY)
+
+## triton: the real Triton (nvidia-pytriton) serving the latest classifier version on 127.0.0.1
+triton: triton-model
+	$(PY) services/classifier/serve.py --repository $(MODEL_REPOSITORY) --grpc-port $(TRITON_GRPC_PORT) \
+	  --http-port $(TRITON_HTTP_PORT) --metrics-port $(TRITON_METRICS_PORT)
+
+## db-upgrade: apply the Alembic migrations to DATABASE_URL (default sqlite:///var/arag.db)
+db-upgrade: setup
+	$(VENV)/bin/alembic upgrade head
+
+test-classifier: setup
+	$(PY) -m pytest -q tests/unit/test_policy.py tests/unit/test_classifier_labels.py \
+	  tests/integration/test_training.py tests/integration/test_triton.py
+
+## bench-routing: tokenize + Triton round trip + policy, p50/p95/p99 over 1000 queries
+bench-routing: triton-model
+	$(PY) -m benchmarks.routing_overhead --repository $(MODEL_REPOSITORY) --out reports/routing_overhead

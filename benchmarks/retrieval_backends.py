@@ -40,6 +40,7 @@ from adaptive_rag.evaluation.corpus import load_corpus
 from adaptive_rag.evaluation.datasets import Question, load_questions
 from adaptive_rag.evaluation.retrieval_eval import percentile, recall_at_k
 from adaptive_rag.ports import Retriever
+from adaptive_rag.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 OPENSEARCH_DIR = REPO / "infra" / "opensearch"
@@ -220,7 +221,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--index", default="arag-bench-retrieval", help="OpenSearch index to (re)create")
     parser.add_argument("--keep-index", action="store_true", help="leave the OpenSearch index in place")
     parser.add_argument("--work-dir", type=Path, default=None, help="for the tantivy index and a local node")
-    parser.add_argument("--title-boost", type=float, default=2.0)
+    parser.add_argument("--title-boost", type=float, default=Settings().title_boost)
     parser.add_argument("--k", type=int, default=10, help="k of the latency queries")
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--latency-questions", type=int, default=500)
@@ -243,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     passages = load_corpus(args.data_dir)
     if args.limit_corpus:
         passages = passages[: args.limit_corpus]
-    questions = load_questions(args.data_dir, RECALL_DATASETS)
+    questions = load_questions(args.data_dir, RECALL_DATASETS, split="test")  # report on test only
     if args.limit_questions:
         per: dict[str, int] = {}
         kept = []

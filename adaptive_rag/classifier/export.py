@@ -43,6 +43,7 @@ class ExportResult:
     version_dir: Path
     onnx_path: Path
     max_abs_diff: float
+    quantization: dict | None = None
 
 
 def export_onnx(network, tokenizer, path: Path, opset: int = 17) -> None:
@@ -92,10 +93,14 @@ def export_run(
     version: int | None = None,
     max_batch_size: int = 32,
     tolerance: float = 1e-4,
+    int8: bool = False,
 ) -> ExportResult:
     """Export a trained run as the next version of `<repository>/<model_name>`.
 
-    Raises when ONNX Runtime's logits differ from PyTorch's by more than `tolerance`.
+    Raises when ONNX Runtime's logits differ from PyTorch's by more than `tolerance` (checked
+    on the FP32 graph). With `int8`, the served `model.onnx` is the dynamically quantized graph
+    (`model.fp32.onnx` is kept beside it) and its cost against FP32 is measured and recorded in
+    `classifier.json` under `quantization`.
     """
     from adaptive_rag.classifier.model import load_checkpoint
 
@@ -121,6 +126,8 @@ def export_run(
         "version": version, "run_dir": str(Path(run_dir).resolve()),
         "exported": time.strftime("%Y-%m-%dT%H:%M:%S"), "onnx_parity_max_abs_diff": diff,
     })
+    if int8:
+        info["quantization"] = quantize_int8(staging, run_dir, meta.get("max_length", 128))
     (staging / "classifier.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
     if not (staging / "thresholds.json").exists():
         PolicyThresholds().save(staging / "thresholds.json")
@@ -129,4 +136,48 @@ def export_run(
         config_pbtxt(model_name, max_batch_size=max_batch_size), encoding="utf-8"
     )
     return ExportResult(version=version, version_dir=version_dir, onnx_path=version_dir / MODEL_FILE,
-                        max_abs_diff=diff)
+                        max_abs_diff=diff, quantization=info.get("quantization"))
+
+
+def quantize_int8(version_dir: Path, run_dir: Path, max_length: int = 128) -> dict:
+    """Dynamic INT8 quantization of `version_dir/model.onnx` (weights int8, activations quantized
+    on the fly); the FP32 graph is kept as `model.fp32.onnx`. Returns the measured cost: logit
+    differences and argmax agreement against FP32, and validation accuracy of both when the run
+    has a validation slice with texts."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from adaptive_rag.classifier.client import QueryTokenizer
+
+    fp32, int8 = version_dir / "model.fp32.onnx", version_dir / "model.int8.onnx"
+    (version_dir / MODEL_FILE).rename(fp32)
+    quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
+    rows = []
+    val_path = Path(run_dir) / "validation.jsonl"
+    if val_path.is_file():
+        rows = [json.loads(line) for line in val_path.read_text(encoding="utf-8").splitlines() if line]
+        rows = [r for r in rows if r.get("text")]
+    texts = [r["text"] for r in rows] or list(SAMPLE_TEXTS)
+    tokenize = QueryTokenizer(version_dir / "tokenizer.json", max_length, pad_to_multiple=1)
+    sessions = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (fp32, int8)]
+    outputs = [[], []]
+    for text in texts:
+        ids, mask = tokenize([text])
+        for out, session in zip(outputs, sessions):
+            out.append(session.run(["logits"], {"input_ids": ids, "attention_mask": mask})[0][0])
+    a, b = np.array(outputs[0]), np.array(outputs[1])
+    report = {
+        "kind": "int8 dynamic (onnxruntime quantize_dynamic, QInt8 weights)",
+        "n": len(texts), "on": "validation slice" if rows else "sample texts",
+        "max_abs_logit_diff": float(np.abs(a - b).max()),
+        "mean_abs_logit_diff": float(np.abs(a - b).mean()),
+        "argmax_agreement": float((a.argmax(1) == b.argmax(1)).mean()),
+        "bytes_fp32": fp32.stat().st_size, "bytes_int8": int8.stat().st_size,
+    }
+    if rows:
+        truth = np.array(["ABC".index(r["label"]) for r in rows])
+        report["val_accuracy_fp32"] = float((a.argmax(1) == truth).mean())
+        report["val_accuracy_int8"] = float((b.argmax(1) == truth).mean())
+    int8.rename(version_dir / MODEL_FILE)
+    return report

@@ -235,7 +235,7 @@ def train_classifier(
             for example, probs in zip(val, val_probs):
                 sink.write(json.dumps({
                     "question_id": example.question_id, "dataset": example.dataset,
-                    "label": example.label, "probabilities": [float(p) for p in probs],
+                    "text": example.text, "label": example.label, "probabilities": [float(p) for p in probs],
                 }) + "\n")
     metrics = {
         "kind": kind, "best_epoch": best_epoch, "epochs_run": len(history),

@@ -125,3 +125,23 @@ def test_label_questions_runs_all_tiers_stores_outcomes_and_resumes(store, tmp_p
     # A rerun skips everything already labelled: no strategy runs again.
     again = label_questions(questions, strategies, store, tmp_path / "cache.jsonl")
     assert again.labelled == 0 and again.skipped == 3 and len(llm.calls) == calls
+
+
+def test_migrations_match_the_models(store):
+    """`alembic revision --autogenerate` would find nothing to add: models and migration agree."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from adaptive_rag.storage import Base
+
+    with store.engine.connect() as connection:
+        diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    assert diff == []
+
+
+def test_postgres_urls_use_psycopg_3():
+    from adaptive_rag.storage.db import normalise_url
+
+    assert normalise_url("postgresql://u:p@h/db") == "postgresql+psycopg://u:p@h/db"
+    assert normalise_url("postgres://u@h/db") == "postgresql+psycopg://u@h/db"
+    assert normalise_url("sqlite:///var/arag.db") == "sqlite:///var/arag.db"

