@@ -23,7 +23,9 @@ from adaptive_rag.domain import StrategyResult, Tier
 from adaptive_rag.errors import AdaptiveRagError
 from adaptive_rag.settings import Settings
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False
+)
 console = Console()
 err_console = Console(stderr=True)
 
@@ -47,20 +49,26 @@ def _settings(**overrides: object) -> Settings:
 
 def main() -> None:
     """Entry point: library errors become one clear line and exit code 2, never a traceback."""
+    from pydantic import ValidationError
+
     try:
         app(standalone_mode=False)
     except AdaptiveRagError as exc:
         err_console.print(f"[bold red]error:[/] {exc}")
         sys.exit(2)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()
+        )
+        err_console.print(f"[bold red]error:[/] invalid configuration: {problems}")
+        sys.exit(2)
+    except typer.TyperException as exc:  # usage errors (BadParameter ...) carry their exit code
+        show = getattr(exc, "show", None)
+        if show:
+            show()
+        sys.exit(getattr(exc, "exit_code", 2))
     except (typer.Exit, typer.Abort) as exc:
         sys.exit(getattr(exc, "exit_code", 1))
-    except Exception as exc:  # click usage errors carry their own exit codes
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
 
 
 Retr = Annotated[Optional[str], typer.Option("--retriever", help="tantivy | opensearch")]
@@ -115,8 +123,15 @@ def _print_result(result: StrategyResult, show_passages: bool = True) -> None:
 
 
 def _resolve_strategy(name: str, settings: Settings) -> str:
+    from adaptive_rag.strategies import STRATEGY_NAMES
+
     name = STRATEGY_ALIASES.get(name.lower(), name)
-    return settings.multi_step if name == "multi_step" else name
+    name = settings.multi_step if name == "multi_step" else name
+    if name not in STRATEGY_NAMES:
+        raise typer.BadParameter(
+            f"unknown strategy {name!r}; choose a, b, c, auto or one of {', '.join(STRATEGY_NAMES)}"
+        )
+    return name
 
 
 @app.command()

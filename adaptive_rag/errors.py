@@ -5,7 +5,7 @@ class AdaptiveRagError(Exception):
     """Base class of every error the library raises on purpose."""
 
 
-class ConfigurationError(AdaptiveRagError):
+class ConfigurationError(AdaptiveRagError, ValueError):
     """Settings are missing or inconsistent."""
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from adaptive_rag.domain import Tier
+from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.settings import Settings
 from adaptive_rag.strategies.base import Strategy
@@ -34,7 +35,7 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
         )
     if name == "decompose":
         return Decompose(retriever, llm, top_k=settings.top_k, max_passages=settings.max_passages)
-    raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGY_NAMES)}")
+    raise ConfigurationError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGY_NAMES)}")
 
 
 __all__ = [

@@ -1,0 +1,39 @@
+"""Bad input to the `arag` CLI ends in one clear line and exit code 2, before any model loads."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def run_arag(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from adaptive_rag.cli import main; main()", *args],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["ask", ""], None, "query is empty"),
+        (["ask", "abc\x07def"], None, "control character U+0007 at position 3"),
+        (["ask", "x" * 5000], None, "query is 5000 characters; the limit is 4000"),
+        (["ask", "hello?", "--strategy", "zzz"], None, "unknown strategy 'zzz'"),
+        (["ask", "hello?", "--index-dir", "/nonexistent/index"], None, "no tantivy index in /nonexistent/index"),
+        (["ask", "hello?"], {"ARAG_RETRIEVER": "elastic"}, "invalid configuration: ARAG_RETRIEVER"),
+        (["ask", "hello?", "--retriever", "opensearch"], {"OPENSEARCH_URL": ""}, "needs OPENSEARCH_URL"),
+        (["index", "/nonexistent.jsonl"], None, "corpus file not found"),
+        (["eval", "--datasets", "foo", "--report-only"], None, "unknown dataset(s) ['foo']"),
+        (["eval", "--data-dir", "/nonexistent", "--report-only"], None, "benchmark file missing"),
+    ],
+)
+def test_bad_input_is_one_clear_error(args: list[str], env: dict[str, str] | None, message: str) -> None:
+    result = run_arag(*args, env=env)
+    assert result.returncode == 2, result.stderr
+    assert message in " ".join(result.stderr.split()), result.stderr
+    assert "Traceback" not in result.stderr
