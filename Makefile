@@ -84,7 +84,9 @@ db-upgrade: setup
 
 test-classifier: setup
 	$(PY) -m pytest -q tests/unit/test_policy.py tests/unit/test_classifier_labels.py \
-	  tests/integration/test_training.py tests/integration/test_triton.py
+	  tests/unit/test_classifier_client.py tests/integration/test_training.py \
+	  tests/integration/test_training_cli.py tests/integration/test_training_promote.py \
+	  tests/integration/test_triton.py
 
 ## bench-routing: tokenize + Triton round trip + policy, p50/p95/p99 over 1000 queries
 bench-routing: triton-model

@@ -26,6 +26,10 @@ from adaptive_rag.settings import Settings
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False
 )
+
+from adaptive_rag.classifier.cli import classifier_app  # noqa: E402  (light: no torch at import)
+
+app.add_typer(classifier_app, name="classifier", help="label, train, export, calibrate, route")
 console = Console()
 err_console = Console(stderr=True)
 
@@ -209,7 +213,12 @@ def evaluate(
     }
     tiers = [strategy_for_tier(t, settings) for t in Tier]
     if all(t in names for t in tiers):
+        from adaptive_rag.classifier.adaptive import routed_outcomes, rules_router
+
         rows["oracle"] = oracle_outcomes(outcomes, questions, tiers)
+        rows["adaptive, rules only"], _ = routed_outcomes(
+            outcomes, questions, tiers, rules_router, "adaptive, rules only"
+        )
     rows = {row: found for row, found in rows.items() if found}
     table = summarise(rows)
     meta = {

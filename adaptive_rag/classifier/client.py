@@ -205,12 +205,25 @@ class TritonClassifier:
 
     def classify(self, query: str) -> RoutingDecision:
         """The routing decision for one query (batched with concurrent callers when enabled)."""
-        if self._queue is None:
+        if self._queue is None or self._closed:
             return self._decide([query])[0]
         future: Future = Future()
         self._queue.put((query, future))
         try:
             return future.result(timeout=self.timeout_s * 4 + 1.0)
+        except Exception as exc:  # noqa: BLE001 - the batcher never answered
+            return fallback_decision(query, f"batcher: {_short(exc)}")
+
+    async def aclassify(self, query: str) -> RoutingDecision:
+        """`classify` for asyncio callers (the grpc.aio front door): never blocks the event loop."""
+        import asyncio
+
+        if self._queue is None or self._closed:
+            return await asyncio.to_thread(self.classify, query)
+        future: Future = Future()
+        self._queue.put((query, future))
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_s * 4 + 1.0)
         except Exception as exc:  # noqa: BLE001 - the batcher never answered
             return fallback_decision(query, f"batcher: {_short(exc)}")
 

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from adaptive_rag.classifier.model import LABELS, Kind, load_base, save_checkpoint
+from adaptive_rag.errors import ConfigurationError
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ def train_classifier(
     """Fine-tune, keep the best epoch by validation macro-F1, write the run directory."""
     config = config or TrainConfig()
     if len({e.label for e in examples}) < 2:
-        raise ValueError("training needs examples of at least two labels")
+        raise ConfigurationError("training needs labelled examples of at least two tiers")
     if config.threads:
         torch.set_num_threads(config.threads)
     seed_everything(config.seed)
@@ -268,9 +269,16 @@ def _metrics_md(title: str, m: dict) -> list[str]:
     lines = [f"### {title}", "",
              f"accuracy {100 * m['accuracy']:.2f} %, macro-F1 {100 * m['macro_f1']:.2f} % (n = {m['n']})", "",
              "| class | recall | precision | F1 | support |", "| --- | ---: | ---: | ---: | ---: |"]
+    def pct(value: float) -> str:
+        return "-" if math.isnan(value) else f"{100 * value:.1f}"
+
     for label, c in m["per_class"].items():
-        lines.append(f"| {label} | {100 * c['recall']:.1f} | {100 * c['precision']:.1f} | "
-                     f"{100 * c['f1']:.1f} | {c['support']} |")
+        never_seen = not any(row[LABELS.index(label)] for row in m["confusion_matrix"])
+        if not c["support"] and never_seen:  # neither true nor predicted anywhere
+            lines.append(f"| {label} | - | - | - | 0 |")
+            continue
+        lines.append(f"| {label} | {pct(c['recall'])} | {pct(c['precision'])} | "
+                     f"{pct(c['f1'])} | {c['support']} |")
     return lines + ["", "Confusion matrix:", "", *_matrix_md(m["confusion_matrix"]), ""]
 
 

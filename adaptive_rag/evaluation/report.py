@@ -96,6 +96,8 @@ def plot(table: Mapping[str, Mapping[str, Mapping[str, float]]], path: Path) -> 
     import matplotlib.pyplot as plt
 
     datasets = [d for d in dict.fromkeys(d for c in table.values() for d in c)]
+    if not datasets:
+        return  # nothing evaluated yet: no plot
     fig, axes = plt.subplots(1, len(datasets), figsize=(3.2 * len(datasets), 3.4), squeeze=False)
     for axis, dataset in zip(axes[0], datasets):
         for row, cells in table.items():

@@ -113,6 +113,13 @@ def test_triton_serves_the_onnx_model_with_the_same_logits(triton, model_reposit
         np.testing.assert_allclose(logits, local, atol=1e-4)
         decision = client.classify(QUERIES[1])
         assert not decision.fallback and decision.model_version == "1"
+        # The in-process router (evaluation rows) gives the served model's probabilities.
+        from adaptive_rag.classifier.adaptive import LocalOnnxClassifier
+
+        offline = LocalOnnxClassifier(version).classify(QUERIES[1])
+        assert offline.tier is decision.tier
+        for tier, p in decision.probabilities.items():
+            assert offline.probabilities[tier] == pytest.approx(p, abs=1e-5)
         assert set(decision.probabilities) == {"A", "B", "C"}
         assert sum(decision.probabilities.values()) == pytest.approx(1.0, abs=1e-5)
 

@@ -148,3 +148,40 @@ def test_serve_puts_this_interpreters_libdir_first_on_the_loader_path():
     value = serve.python_libdir_first({"LD_LIBRARY_PATH": f"/usr/lib:{libdir}:/opt/x"})
     assert value.split(":") == [libdir, "/usr/lib", "/opt/x"]
     assert serve.python_libdir_first({}) == libdir
+
+
+def test_routed_outcomes_pick_the_routed_tier_and_add_routing_time():
+    from adaptive_rag.classifier.adaptive import routed_outcomes, rules_router
+    from adaptive_rag.evaluation.datasets import Question
+    from adaptive_rag.evaluation.runner import Outcome
+
+    questions = [
+        Question("1", "nq", "hello", ("x",)),
+        Question("2", "hotpotqa", "What is the difference between X and Y?", ("y",)),
+        Question("3", "nq", "Who wrote Dune?", ("z",)),
+        Question("4", "nq", "missing outcomes?", ("z",)),
+    ]
+    tiers = ("no_retrieval", "single_step", "decompose")
+    outcomes = {}
+    for q in questions[:3]:
+        for steps, name in enumerate(tiers):
+            outcomes[(q.dataset, q.id, name)] = Outcome(q.id, q.dataset, name, name, steps, 1.0 + steps,
+                                                        em=float(name == "single_step"), f1=0.0, acc=0.0)
+    rows, counts = routed_outcomes(outcomes, questions, tiers, rules_router, "adaptive, rules only")
+    assert [r.answer for r in rows] == ["no_retrieval", "decompose", "single_step"]
+    assert counts == {"A": 1, "B": 1, "C": 1, "fallback": 0}
+    assert all(r.strategy == "adaptive, rules only" for r in rows)
+    assert rows[0].seconds >= 1.0 and rows[1].steps == 2
+    assert rules_router("hi").reason == "rules" and not rules_router("hi").fallback
+
+
+def test_async_callers_share_batches(tokenizer_json):
+    import asyncio
+
+    async def main(client):
+        return await asyncio.gather(*(client.aclassify(f"q{i}?") for i in range(20)))
+
+    with _StubClassifier(tokenizer_json, batching=True, max_batch=32) as client:
+        decisions = asyncio.run(main(client))
+        assert all(d.tier is Tier.C and not d.fallback for d in decisions)
+        assert sum(client.requests) == 20 and len(client.requests) < 20
