@@ -177,7 +177,7 @@ def evaluate(
     report_only: Annotated[bool, typer.Option(help="write the report from results.jsonl; run nothing")] = False,
 ) -> None:
     """Evaluate strategies on the `test` split; writes report.json, report.md, f1_vs_time.png."""
-    from adaptive_rag.evaluation.datasets import load_questions
+    from adaptive_rag.evaluation.datasets import limit_per_dataset, load_questions
     from adaptive_rag.evaluation.report import oracle_outcomes, summarise, write_report
     from adaptive_rag.evaluation.runner import load_outcomes, run_evaluation
     from adaptive_rag.llm import build_llm
@@ -188,15 +188,7 @@ def evaluate(
         data_dir=data_dir, retriever=retriever, index_dir=index_dir, multi_step=multi_step
     )
     chosen = datasets.split(",") if datasets else None
-    questions = load_questions(settings.data_dir, chosen, split="test")
-    if limit:
-        per_dataset: dict[str, int] = {}
-        kept = []
-        for q in questions:
-            if per_dataset.get(q.dataset, 0) < limit:
-                kept.append(q)
-                per_dataset[q.dataset] = per_dataset.get(q.dataset, 0) + 1
-        questions = kept
+    questions = limit_per_dataset(load_questions(settings.data_dir, chosen, split="test"), limit)
     names = [_resolve_strategy(s.strip(), settings) for s in strategies.split(",") if s.strip()]
     # Interleave datasets so a partial run already covers every dataset.
     questions.sort(key=lambda q: (hash_rank(q.id), q.dataset))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from adaptive_rag.domain import Tier
-from adaptive_rag.evaluation.datasets import Question
+from adaptive_rag.evaluation.datasets import Question, limit_per_dataset
 from adaptive_rag.evaluation.runner import Outcome, run_evaluation
 from adaptive_rag.storage.labels import LabelStore
 from adaptive_rag.storage.models import TrainingLabel
@@ -46,19 +46,6 @@ def choose_label(
         if is_correct(outcomes[tier], metric):
             return tier, "silver"
     return (Tier.C if multi_hop else Tier.B), "binary"
-
-
-def limit_per_dataset(questions: Iterable[Question], limit: int | None) -> list[Question]:
-    """The first `limit` questions of each dataset (all with no limit), order kept."""
-    if not limit:
-        return list(questions)
-    seen: dict[str, int] = {}
-    kept = []
-    for question in questions:
-        if seen.get(question.dataset, 0) < limit:
-            kept.append(question)
-            seen[question.dataset] = seen.get(question.dataset, 0) + 1
-    return kept
 
 
 @dataclass

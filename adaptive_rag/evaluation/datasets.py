@@ -151,3 +151,16 @@ def load_questions(
             raise ConfigurationError(f"benchmark file missing: {path} (set ARAG_DATA_DIR)")
         questions.extend(q for q in LOADERS[name](path) if split is None or q.split == split)
     return questions
+
+
+def limit_per_dataset(questions: Iterable[Question], limit: int | None) -> list[Question]:
+    """The first `limit` questions of each dataset (all with no limit), order kept."""
+    if not limit:
+        return list(questions)
+    seen: dict[str, int] = {}
+    kept = []
+    for question in questions:
+        if seen.get(question.dataset, 0) < limit:
+            kept.append(question)
+            seen[question.dataset] = seen.get(question.dataset, 0) + 1
+    return kept
