@@ -14,8 +14,8 @@ export ARAG_CACHE
 
 $(VENV)/.installed: pyproject.toml infra/llama/build_wheel.sh
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
-	@command -v java >/dev/null && command -v mvn >/dev/null && command -v curl >/dev/null || \
-	  { echo "installing Java 17, Maven and curl (apt)"; apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven curl; }
+	@command -v java >/dev/null && command -v mvn >/dev/null && command -v curl >/dev/null && command -v redis-server >/dev/null || \
+	  { echo "installing Java 17, Maven, curl and Redis (apt)"; apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven curl redis-server; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build_wheel.sh $(LLAMA_CPP_VERSION)
