@@ -175,8 +175,14 @@ def evaluate(
     index_dir: IndexDir = None,
     multi_step: Annotated[Optional[str], typer.Option(help="C-tier variant for the oracle row")] = None,
     report_only: Annotated[bool, typer.Option(help="write the report from results.jsonl; run nothing")] = False,
+    classifier_version: Annotated[Optional[int], typer.Option(help="model version for the \"adaptive\" row (default: the latest trained one in ARAG_MODEL_REPOSITORY)")] = None,
 ) -> None:
-    """Evaluate strategies on the `test` split; writes report.json, report.md, f1_vs_time.png."""
+    """Evaluate strategies on the `test` split; writes report.json, report.md, f1_vs_time.png.
+
+    When every tier's strategy ran, the report adds "oracle", "adaptive, rules only" and, if a
+    trained classifier version is exported, "adaptive" (that classifier + its calibrated policy,
+    run in-process through ONNX Runtime: the same graph Triton serves).
+    """
     from adaptive_rag.evaluation.datasets import limit_per_dataset, load_questions
     from adaptive_rag.evaluation.report import oracle_outcomes, summarise, write_report
     from adaptive_rag.evaluation.runner import load_outcomes, run_evaluation
@@ -211,6 +217,10 @@ def evaluate(
         rows["adaptive, rules only"], _ = routed_outcomes(
             outcomes, questions, tiers, rules_router, "adaptive, rules only"
         )
+        classifier = _trained_classifier(settings, classifier_version)
+        if classifier is not None:
+            rows["adaptive"], routed = routed_outcomes(outcomes, questions, tiers, classifier)
+            console.print(f"adaptive row: classifier version {classifier.version}, routed {routed}")
     rows = {row: found for row, found in rows.items() if found}
     table = summarise(rows)
     meta = {
@@ -222,6 +232,7 @@ def evaluate(
         "top_k": settings.top_k, "max_steps": settings.max_steps,
         "max_passages": settings.max_passages,
         "oracle_tiers": tiers,
+        "multi_step_row": tiers[2],
         "machine": f"{platform.machine()}, {platform.python_version()}",
         "date": time.strftime("%Y-%m-%d"),
     }
@@ -230,6 +241,25 @@ def evaluate(
     from adaptive_rag.evaluation.report import markdown
 
     console.print(markdown({row: {"average": c["average"]} for row, c in table.items() if "average" in c}))
+
+
+def _trained_classifier(settings: Settings, version: int | None):
+    """The exported classifier for the "adaptive" row, or None when only untrained ones exist."""
+    import json as _json
+
+    from adaptive_rag.classifier.adaptive import LocalOnnxClassifier
+    from adaptive_rag.classifier.repository import open_version, versions
+
+    model_dir = settings.model_repository / settings.classifier_model
+    candidates = [version] if version is not None else sorted(versions(model_dir), reverse=True)
+    for number in candidates:
+        chosen = open_version(settings.model_repository, settings.classifier_model, number)
+        info_path = chosen.path / "classifier.json"
+        info = _json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
+        if version is not None or not info.get("untrained"):
+            return LocalOnnxClassifier(chosen)
+    console.print(f"no trained classifier under {model_dir}: no \"adaptive\" row")
+    return None
 
 
 def hash_rank(question_id: str) -> int:

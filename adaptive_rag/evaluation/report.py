@@ -88,6 +88,45 @@ def markdown(table: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
     return "\n".join(parts)
 
 
+def versus_reference(
+    table: Mapping[str, Mapping[str, Mapping[str, float]]], reference: str
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Each row's F1 and time as shares of the `reference` row's (the paper's adaptive claim:
+    96-100 % of multi-step F1 at 41-44 % of its time), per dataset and averaged."""
+    base = table.get(reference, {})
+    shares: dict[str, dict[str, dict[str, float]]] = {}
+    for row, cells in table.items():
+        if row == reference:
+            continue
+        shares[row] = {
+            dataset: {
+                "f1_share": c["f1"] / base[dataset]["f1"] if base[dataset]["f1"] else None,
+                "time_share": c["seconds"] / base[dataset]["seconds"] if base[dataset]["seconds"] else None,
+            }
+            for dataset, c in cells.items() if dataset in base
+        }
+    return shares
+
+
+def _percent(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.0f} %"
+
+
+def versus_markdown(shares: Mapping[str, Mapping[str, Mapping[str, float]]], reference: str) -> str:
+    datasets = list(dict.fromkeys(d for cells in shares.values() for d in cells))
+    lines = [
+        f"### F1 and time as a share of `{reference}` (F1 share / time share)",
+        "| row | " + " | ".join(datasets) + " |",
+        "| --- |" + " ---: |" * len(datasets),
+    ]
+    for row, cells in shares.items():
+        lines.append(f"| {row} | " + " | ".join(
+            f"{_percent(cells[d]['f1_share'])} / {_percent(cells[d]['time_share'])}" if d in cells else "-"
+            for d in datasets
+        ) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def plot(table: Mapping[str, Mapping[str, Mapping[str, float]]], path: Path) -> None:
     """F1 against seconds per query, one point per row, for the average and each dataset."""
     import matplotlib
@@ -124,9 +163,12 @@ def write_report(
     json_path, md_path, png_path = (
         out_dir / "report.json", out_dir / "report.md", out_dir / "f1_vs_time.png"
     )
-    json_path.write_text(json.dumps({"meta": meta, "table": table}, indent=2))
+    reference = meta.get("multi_step_row")
+    shares = versus_reference(table, str(reference)) if reference in table else {}
+    json_path.write_text(json.dumps({"meta": meta, "table": table, "versus_multi_step": shares}, indent=2))
     header = [f"# Evaluation report", "", f"Command: `{meta.get('command', '')}`", ""]
     header += [f"- {k}: {v}" for k, v in meta.items() if k != "command"]
-    md_path.write_text("\n".join(header) + "\n\n" + markdown(table))
+    body = markdown(table) + ("\n" + versus_markdown(shares, str(reference)) if shares else "")
+    md_path.write_text("\n".join(header) + "\n\n" + body)
     plot(table, png_path)
     return [json_path, md_path, png_path]

@@ -248,3 +248,18 @@ def test_report_json_is_strict_json_without_single_step_row(tmp_path) -> None:
         raise ValueError(f"non-standard JSON token {token}")
 
     json.loads(json_path.read_text(), parse_constant=reject)
+
+
+def test_report_gives_f1_and_time_shares_of_the_multi_step_row(tmp_path) -> None:
+    table = summarise({
+        "decompose": [outcome("1", "nq", "decompose", f1=0.8, seconds=10.0),
+                      outcome("2", "musique", "decompose", f1=0.0, seconds=10.0)],
+        "adaptive": [outcome("1", "nq", "adaptive", f1=0.6, seconds=4.0),
+                     outcome("2", "musique", "adaptive", f1=0.5, seconds=5.0)],
+    })
+    paths = write_report(table, tmp_path, {"command": "x", "multi_step_row": "decompose"})
+    shares = json.loads(paths[0].read_text())["versus_multi_step"]["adaptive"]
+    assert shares["nq"] == {"f1_share": pytest.approx(0.75), "time_share": pytest.approx(0.4)}
+    assert shares["musique"]["f1_share"] is None  # reference F1 is zero: no share, not a crash
+    md = paths[1].read_text()
+    assert "share of `decompose`" in md and "| adaptive | 75 % / 40 % | - / 50 % |" in md
