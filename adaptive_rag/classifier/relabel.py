@@ -1,0 +1,103 @@
+"""Training labels from live traffic: results, shadow runs and feedback -> "cheapest tier that worked".
+
+A served request has the answer of the tier the router chose (the primary run) and, for a sampled
+share of traffic, the answer of a neighbouring tier (the shadow run). Feedback tells which answers
+were right:
+
+- a correction (`correct_answer`) scores every run's answer against it (EM or Acc, as the
+  benchmark labels do);
+- a thumbs up (rating 1) marks the primary answer right, and a shadow answer that says the same
+  thing (same normalised text) right too; a different shadow answer counts as wrong;
+- a thumbs down (rating -1) marks the primary answer wrong, and a shadow answer that says the same
+  thing wrong too; a different shadow answer stays unknown;
+- no verdict (rating 0 or no feedback): nothing is known, no label.
+
+The label is the cheapest tier known to be right. When no tier is known to be right but some are
+known to be wrong, the label is the tier above the most capable one that failed (C at most): the
+router should have escalated. Without the shadow run every label would only confirm or move away
+from the router's own choice; with it, a cheaper tier that also worked becomes visible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from adaptive_rag.evaluation.metrics import accuracy, exact_match, normalize_answer
+
+TIERS = ("A", "B", "C")
+
+
+@dataclass(frozen=True)
+class TierRun:
+    """What one tier answered for a request (None: the run failed)."""
+
+    tier: str
+    answer: str | None
+    kind: str = "primary"  # primary | shadow
+
+
+@dataclass(frozen=True)
+class FeedbackVerdict:
+    rating: int  # -1 wrong, 0 no verdict, 1 right (about the primary answer)
+    correct_answer: str | None = None
+
+
+@dataclass(frozen=True)
+class LiveLabel:
+    tier: str
+    source: str  # "feedback": from verdicts on the primary run only; "shadow": a shadow run decided
+    correctness: dict[str, bool]  # what was known per tier
+
+
+def _same(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and normalize_answer(a) == normalize_answer(b)
+
+
+def known_correctness(runs: Sequence[TierRun], feedback: Sequence[FeedbackVerdict]) -> dict[str, bool]:
+    """Per tier that ran, whether its answer is known to be right (absent: unknown)."""
+    primary = next((r for r in runs if r.kind == "primary"), None)
+    corrections = [f.correct_answer for f in feedback if f.correct_answer and f.correct_answer.strip()]
+    known: dict[str, bool] = {}
+    if corrections:
+        gold = corrections[-1]
+        for run in runs:
+            if run.answer is None:
+                known[run.tier] = False
+            else:
+                known[run.tier] = bool(exact_match(run.answer, [gold]) or accuracy(run.answer, [gold]))
+        return known
+    ratings = [f.rating for f in feedback if f.rating != 0]
+    if primary is None or not ratings:
+        return known
+    primary_right = ratings[-1] > 0  # the latest verdict wins
+    known[primary.tier] = primary_right and primary.answer is not None
+    for run in runs:
+        if run is primary:
+            continue
+        if primary_right:
+            known[run.tier] = _same(run.answer, primary.answer)
+        elif _same(run.answer, primary.answer) or run.answer is None:
+            known[run.tier] = False
+    return known
+
+
+def live_label(runs: Sequence[TierRun], feedback: Sequence[FeedbackVerdict]) -> LiveLabel | None:
+    """The training label a served request gives, or None when nothing is known."""
+    known = known_correctness(runs, feedback)
+    if not known:
+        return None
+    kinds: Mapping[str, str] = {r.tier: r.kind for r in runs}
+    right = [t for t in TIERS if known.get(t) is True]
+    if right:
+        tier = right[0]
+        return LiveLabel(tier, "shadow" if kinds.get(tier) == "shadow" else "feedback", known)
+    failed = [t for t in TIERS if known.get(t) is False]
+    tier = TIERS[min(TIERS.index(failed[-1]) + 1, len(TIERS) - 1)]
+    shadow_known = any(kinds.get(t) == "shadow" for t in known)
+    return LiveLabel(tier, "shadow" if shadow_known else "feedback", known)
+
+
+def neighbour_tier(tier: str) -> str:
+    """The tier a shadow run uses: the next one up (A->B, B->C) and, for C, the one below (B)."""
+    return {"A": "B", "B": "C", "C": "B"}[tier]
