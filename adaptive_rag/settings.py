@@ -115,3 +115,46 @@ class Settings(BaseSettings):
     label_correct: Literal["em", "acc", "em_or_acc"] = Field(
         "em_or_acc", validation_alias=AliasChoices("ARAG_LABEL_CORRECT", "label_correct")
     )
+
+    # --- gRPC front door (issue 4) ---------------------------------------------------------------
+    grpc_listen: str = Field(
+        "127.0.0.1:50051", validation_alias=AliasChoices("ARAG_GRPC_LISTEN", "grpc_listen")
+    )
+    # Prometheus exporter (HTTP /metrics) of the front door; 0 switches it off.
+    metrics_port: int = Field(
+        9108, ge=0, validation_alias=AliasChoices("ARAG_METRICS_PORT", "metrics_port")
+    )
+    # Queued tasks a tier may hold before new queries routed to it get RESOURCE_EXHAUSTED.
+    max_queue_depth_a: int = Field(
+        500, ge=0, validation_alias=AliasChoices("ARAG_MAX_QUEUE_DEPTH_A", "max_queue_depth_a")
+    )
+    max_queue_depth_b: int = Field(
+        200, ge=0, validation_alias=AliasChoices("ARAG_MAX_QUEUE_DEPTH_B", "max_queue_depth_b")
+    )
+    max_queue_depth_c: int = Field(
+        100, ge=0, validation_alias=AliasChoices("ARAG_MAX_QUEUE_DEPTH_C", "max_queue_depth_c")
+    )
+    # How long Answer waits when the client sent no deadline.
+    default_wait_s: float = Field(
+        60.0, gt=0, validation_alias=AliasChoices("ARAG_DEFAULT_WAIT", "default_wait_s")
+    )
+    # Kept free of the client's deadline so DEADLINE_EXCEEDED is ours, sent before the client's.
+    deadline_margin_s: float = Field(
+        0.2, ge=0, validation_alias=AliasChoices("ARAG_DEADLINE_MARGIN", "deadline_margin_s")
+    )
+    # Share of live queries also run on the neighbouring tier in the `shadow` queue (unbiased labels).
+    shadow_share: float = Field(
+        0.0, ge=0.0, le=1.0, validation_alias=AliasChoices("ARAG_SHADOW_SHARE", "shadow_share")
+    )
+    # How often the front door looks for a newly published classifier version.
+    model_poll_s: float = Field(
+        10.0, gt=0, validation_alias=AliasChoices("ARAG_MODEL_POLL", "model_poll_s")
+    )
+    # Threads that wait on results (each waiting Answer holds one).
+    frontdoor_wait_threads: int = Field(
+        64, ge=1, validation_alias=AliasChoices("ARAG_FRONTDOOR_WAIT_THREADS", "frontdoor_wait_threads")
+    )
+
+    def max_queue_depth(self, tier: str) -> int:
+        """The configured queue limit of tier "A", "B" or "C"."""
+        return {"A": self.max_queue_depth_a, "B": self.max_queue_depth_b, "C": self.max_queue_depth_c}[tier]

@@ -1,0 +1,22 @@
+"""The generated protobuf/gRPC modules, generated on first import when missing or stale.
+
+Everything else imports `pb2` and `pb2_grpc` from here, so a fresh clone (or a changed .proto)
+works without remembering `make proto`.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from services.frontdoor import codegen
+
+if codegen.is_stale():
+    codegen.generate()
+    importlib.invalidate_caches()
+
+from services.frontdoor.generated import adaptive_rag_pb2 as pb2  # noqa: E402
+from services.frontdoor.generated import adaptive_rag_pb2_grpc as pb2_grpc  # noqa: E402
+
+SERVICE_NAME = pb2.DESCRIPTOR.services_by_name["AdaptiveRag"].full_name
+
+__all__ = ["SERVICE_NAME", "pb2", "pb2_grpc"]
