@@ -30,6 +30,11 @@ app = typer.Typer(
 from adaptive_rag.classifier.cli import classifier_app  # noqa: E402  (light: no torch at import)
 
 app.add_typer(classifier_app, name="classifier", help="label, train, export, calibrate, route")
+# The classifier's everyday jobs also answer at the top level (`arag label`, as the docs name them).
+from adaptive_rag.classifier import cli as _classifier_cli  # noqa: E402
+
+for _name in ("label", "train", "calibrate"):
+    app.command(name=_name, help=getattr(_classifier_cli, _name).__doc__)(getattr(_classifier_cli, _name))
 console = Console()
 err_console = Console(stderr=True)
 

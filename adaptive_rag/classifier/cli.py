@@ -86,7 +86,7 @@ def label(
     labeller = {
         "llm": settings.llm_base_url or str(settings.gguf_path or "gemma-3-270m-q4_k_m.gguf (embedded)"),
         "retriever": settings.retriever, "top_k": settings.top_k, "max_steps": settings.max_steps,
-        "max_passages": settings.max_passages, "command": "arag classifier label " + shlex.join(sys.argv[3:]),
+        "max_passages": settings.max_passages, "command": "arag " + shlex.join(sys.argv[1:]),
     }
     start = time.perf_counter()
     with _progress(f"labelling ({split})", len(questions)) as advance:
