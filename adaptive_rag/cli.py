@@ -30,6 +30,9 @@ app = typer.Typer(
 from adaptive_rag.classifier.cli import classifier_app  # noqa: E402  (light: no torch at import)
 
 app.add_typer(classifier_app, name="classifier", help="label, train, export, calibrate, route")
+from adaptive_rag.storage.keys_cli import keys_app  # noqa: E402
+
+app.add_typer(keys_app, name="keys", help="API keys of tenants: create, list, revoke")
 # The classifier's everyday jobs also answer at the top level (`arag label`, as the docs name them).
 from adaptive_rag.classifier import cli as _classifier_cli  # noqa: E402
 

@@ -23,3 +23,11 @@ class LLMUnavailableError(AdaptiveRagError):
 
 class InvalidQueryError(AdaptiveRagError):
     """A query is empty, too long or otherwise unusable."""
+
+
+class DuplicateRequestError(AdaptiveRagError):
+    """A request with this (tenant, client request id) or request id is already recorded."""
+
+
+class RequestNotFoundError(AdaptiveRagError):
+    """No such request, or it belongs to another tenant (both look the same to a caller)."""

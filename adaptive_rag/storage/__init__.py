@@ -5,6 +5,15 @@ Schema changes go through Alembic (`migrations/`); `upgrade_database(url)` appli
 
 from adaptive_rag.storage.db import make_engine, session_factory, upgrade_database
 from adaptive_rag.storage.labels import LabelStore
-from adaptive_rag.storage.models import Base, TrainingLabel
+from adaptive_rag.storage.models import (
+    ApiKey, Base, Feedback, QueryRequest, QueryResult, RoutingDecision, TrainingLabel,
+)
+from adaptive_rag.storage.records import (
+    ApiKeyView, DecisionView, RecordStore, RequestView, ResultView,
+)
 
-__all__ = ["Base", "LabelStore", "TrainingLabel", "make_engine", "session_factory", "upgrade_database"]
+__all__ = [
+    "ApiKey", "ApiKeyView", "Base", "DecisionView", "Feedback", "LabelStore", "QueryRequest",
+    "QueryResult", "RecordStore", "RequestView", "ResultView", "RoutingDecision", "TrainingLabel",
+    "make_engine", "session_factory", "upgrade_database",
+]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
-    JSON, BigInteger, CheckConstraint, DateTime, Index, Integer, String, Text, UniqueConstraint,
-    func,
+    JSON, BigInteger, Boolean, CheckConstraint, DateTime, Float, ForeignKey, Index, Integer, String,
+    Text, UniqueConstraint, func,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -64,3 +64,133 @@ class TrainingLabel(Base):
 
     def __repr__(self) -> str:
         return f"TrainingLabel({self.dataset}/{self.question_id}={self.label} {self.label_source})"
+
+
+# --- serving records (issue 4) ---------------------------------------------------------------------
+
+REQUEST_STATUSES = ("queued", "running", "done", "error", "rejected", "expired")
+RESULT_KINDS = ("primary", "shadow")
+FEEDBACK_RATINGS = (-1, 0, 1)  # answer wrong / no verdict / answer right
+
+
+def utcnow() -> datetime:
+    """Timestamps are written by Python (microseconds, UTC) so SQLite and PostgreSQL agree."""
+    return datetime.now(UTC)
+
+
+def _created_at() -> Mapped[datetime]:
+    return mapped_column(DateTime(timezone=True), default=utcnow, server_default=func.now())
+
+
+class ApiKey(Base):
+    """An API key of one tenant. Only the sha256 of the key is stored; the prefix is for display."""
+
+    __tablename__ = "api_keys"
+    __table_args__ = (UniqueConstraint("key_hash", name="uq_api_keys_key_hash"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(64), index=True)
+    key_prefix: Mapped[str] = mapped_column(String(16))
+    key_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = _created_at()
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class QueryRequest(Base):
+    """One query as the front door accepted it; `status` follows it through queue and worker.
+
+    `(tenant, client_request_id)` is unique so a client's retry finds the first request instead of
+    running again (NULL client ids never collide).
+    """
+
+    __tablename__ = "requests"
+    __table_args__ = (
+        UniqueConstraint("tenant", "client_request_id", name="uq_requests_tenant_client_id"),
+        CheckConstraint(
+            "status IN (" + ", ".join(f"'{s}'" for s in REQUEST_STATUSES) + ")",
+            name="ck_requests_status",
+        ),
+    )
+
+    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(64))
+    client_request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    query: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    created_at: Mapped[datetime] = _created_at()
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, onupdate=utcnow, server_default=func.now()
+    )
+
+
+class RoutingDecision(Base):
+    """How the router chose the tier of one request (classifier probabilities or rules fallback)."""
+
+    __tablename__ = "routing_decisions"
+    __table_args__ = (UniqueConstraint("request_id", name="uq_routing_decisions_request_id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    request_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("requests.request_id", ondelete="CASCADE")
+    )
+    tier: Mapped[str] = mapped_column(String(1))
+    strategy: Mapped[str] = mapped_column(String(32))
+    # {"A": p, "B": p, "C": p}; NULL when the rules fallback decided.
+    probabilities: Mapped[dict[str, float] | None] = mapped_column(JSONType, nullable=True)
+    model_name: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    model_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    fallback: Mapped[bool] = mapped_column(Boolean, default=False)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    classify_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[datetime] = _created_at()
+
+
+class QueryResult(Base):
+    """What a worker produced for one request on one tier.
+
+    `kind` is `primary` (the answer the client gets) or `shadow` (a neighbouring tier run for
+    unbiased labels). `(request_id, kind, tier)` is unique: a task delivered twice writes one row,
+    the first write wins.
+    """
+
+    __tablename__ = "results"
+    __table_args__ = (
+        UniqueConstraint("request_id", "kind", "tier", name="uq_results_request_kind_tier"),
+        CheckConstraint("kind IN ('primary', 'shadow')", name="ck_results_kind"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    request_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("requests.request_id", ondelete="CASCADE")
+    )
+    kind: Mapped[str] = mapped_column(String(16))
+    tier: Mapped[str] = mapped_column(String(1))
+    strategy: Mapped[str] = mapped_column(String(32))
+    answer: Mapped[str | None] = mapped_column(Text, nullable=True)
+    steps: Mapped[int] = mapped_column(Integer, default=0)
+    # [{"id", "title", "score"}]
+    sources: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list)
+    # {"queue_wait_ms", "strategy_ms", "retrieve_ms", "generate_ms"}
+    timings: Mapped[dict[str, float]] = mapped_column(JSONType, default=dict)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    error_code: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=1)
+    worker: Mapped[str] = mapped_column(String(255), default="")
+    created_at: Mapped[datetime] = _created_at()
+
+
+class Feedback(Base):
+    """A client's verdict on an answer: -1 wrong, 0 no verdict, 1 right; optionally the right one."""
+
+    __tablename__ = "feedback"
+    __table_args__ = (CheckConstraint("rating IN (-1, 0, 1)", name="ck_feedback_rating"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    request_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("requests.request_id", ondelete="CASCADE"), index=True
+    )
+    tenant: Mapped[str] = mapped_column(String(64))
+    rating: Mapped[int] = mapped_column(Integer)
+    correct_answer: Mapped[str | None] = mapped_column(Text, nullable=True)
+    comment: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = _created_at()

@@ -1,0 +1,51 @@
+"""`arag keys`: create, list and revoke API keys of tenants (only their hashes are stored)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+keys_app = typer.Typer(no_args_is_help=True, help=__doc__)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _store():
+    """The record store of `DATABASE_URL`, migrated to the latest schema first."""
+    from adaptive_rag.settings import Settings
+    from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
+
+    url = Settings().database_url
+    upgrade_database(url)
+    return RecordStore(make_engine(url))
+
+
+@keys_app.command("create")
+def create(tenant: Annotated[str, typer.Option("--tenant", help="tenant the key belongs to")]) -> None:
+    """Create a key for TENANT and print it once (it cannot be shown again)."""
+    key = _store().create_api_key(tenant)
+    print(key)
+    err_console.print(f"key for tenant {tenant!r}: store it now, only its hash is kept", highlight=False)
+
+
+@keys_app.command("list")
+def list_keys() -> None:
+    """Every key: id, tenant, prefix, created, revoked."""
+    table = Table("id", "tenant", "prefix", "created", "revoked")
+    for key in _store().list_api_keys():
+        table.add_row(
+            str(key.id), key.tenant, key.key_prefix + "...", key.created_at.isoformat(timespec="seconds"),
+            key.revoked_at.isoformat(timespec="seconds") if key.revoked_at else "-",
+        )
+    console.print(table)
+
+
+@keys_app.command("revoke")
+def revoke(key_id: Annotated[int, typer.Argument(help="id shown by `arag keys list`")]) -> None:
+    """Revoke one key; requests carrying it are then refused."""
+    if not _store().revoke_api_key(key_id):
+        raise typer.BadParameter(f"no active key with id {key_id}", param_hint="KEY_ID")
+    console.print(f"revoked key {key_id}")

@@ -1,0 +1,373 @@
+"""The serving records (API keys, requests, routing decisions, results, feedback) behind one API.
+
+The front door and the workers share this store; it returns plain frozen dataclasses so no ORM
+object (and no session) leaks across process or thread boundaries. Writes that can race between
+replicas are decided by the database: unique constraints for requests, and
+`INSERT ... ON CONFLICT DO NOTHING` for results, so a task delivered twice writes one row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, exists, func, select, update
+from sqlalchemy.exc import IntegrityError
+
+from adaptive_rag.errors import ConfigurationError, DuplicateRequestError, RequestNotFoundError
+from adaptive_rag.storage.models import (
+    FEEDBACK_RATINGS, REQUEST_STATUSES, RESULT_KINDS, ApiKey, Feedback, QueryRequest, QueryResult,
+    RoutingDecision, utcnow,
+)
+
+KEY_PREFIX = "arag_"
+# Statuses a worker or the front door may move a request into while it is still in flight; they
+# never overwrite a final status (a late "running" from a redelivered task must not undo "done").
+IN_FLIGHT = ("queued", "running")
+
+
+def hash_key(key: str) -> str:
+    """The stored form of an API key (sha256 hex): a database leak does not leak usable keys."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    """SQLite returns naive datetimes; every timestamp this store writes is UTC."""
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyView:
+    id: int
+    tenant: str
+    key_prefix: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    request_id: str
+    tenant: str
+    client_request_id: str | None
+    query: str
+    status: str
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionView:
+    request_id: str
+    tier: str
+    strategy: str
+    probabilities: dict[str, float] | None
+    model_name: str | None
+    model_version: int | None
+    fallback: bool
+    reason: str
+    classify_ms: float
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ResultView:
+    request_id: str
+    kind: str
+    tier: str
+    strategy: str
+    answer: str | None
+    steps: int
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    error_code: str | None = None
+    attempts: int = 1
+    worker: str = ""
+    created_at: datetime | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code is None and self.error is None
+
+    def as_payload(self) -> dict[str, Any]:
+        """The worker task's return value (`workers.tasks.answer`) for this stored row."""
+        return {
+            "request_id": self.request_id, "kind": self.kind, "tier": self.tier,
+            "strategy": self.strategy, "answer": self.answer, "steps": self.steps,
+            "sources": list(self.sources), "timings": dict(self.timings),
+            "error": self.error, "error_code": self.error_code,
+        }
+
+
+class RecordStore:
+    """Reads and writes the serving records through one SQLAlchemy engine (SQLite or PostgreSQL)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        if engine.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        elif engine.dialect.name == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert
+        else:  # pragma: no cover - the project supports these two
+            raise ConfigurationError(
+                f"records need SQLite or PostgreSQL, not {engine.dialect.name!r}"
+            )
+        self._insert = insert
+
+    # --- API keys -------------------------------------------------------------------------------
+    def create_api_key(self, tenant: str) -> str:
+        """A new key for `tenant`; the plaintext is returned once and never stored."""
+        if not tenant.strip():
+            raise ValueError("tenant must not be empty")
+        key = KEY_PREFIX + secrets.token_urlsafe(24)
+        with self.engine.begin() as conn:
+            conn.execute(
+                self._insert(ApiKey).values(
+                    tenant=tenant, key_prefix=key[:8], key_hash=hash_key(key), created_at=utcnow()
+                )
+            )
+        return key
+
+    def tenant_for_key(self, key: str) -> str | None:
+        """The tenant owning `key`, or None for an unknown or revoked key."""
+        with self.engine.connect() as conn:
+            return conn.scalar(
+                select(ApiKey.tenant).where(
+                    ApiKey.key_hash == hash_key(key), ApiKey.revoked_at.is_(None)
+                )
+            )
+
+    def list_api_keys(self) -> list[ApiKeyView]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(
+                    ApiKey.id, ApiKey.tenant, ApiKey.key_prefix, ApiKey.created_at,
+                    ApiKey.revoked_at,
+                ).order_by(ApiKey.id)
+            )
+            return [
+                ApiKeyView(r.id, r.tenant, r.key_prefix, _utc(r.created_at), _utc(r.revoked_at))
+                for r in rows
+            ]
+
+    def revoke_api_key(self, key_id: int) -> bool:
+        """Revoke one key by id; False when there is no such active key."""
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                update(ApiKey)
+                .where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
+                .values(revoked_at=utcnow())
+            )
+            return result.rowcount == 1
+
+    # --- requests -------------------------------------------------------------------------------
+    def create_request(
+        self, request_id: str, tenant: str, client_request_id: str | None, query: str
+    ) -> RequestView:
+        """Record a new request as `queued`.
+
+        Raises `DuplicateRequestError` when the request id or `(tenant, client_request_id)` is
+        already recorded: the caller (a second front-door replica racing the first) then reads
+        the existing request with `find_request`.
+        """
+        now = utcnow()
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    self._insert(QueryRequest).values(
+                        request_id=request_id, tenant=tenant, client_request_id=client_request_id,
+                        query=query, status="queued", created_at=now, updated_at=now,
+                    )
+                )
+        except IntegrityError as exc:
+            raise DuplicateRequestError(
+                f"request {request_id!r} / client request id {client_request_id!r} of tenant "
+                f"{tenant!r} is already recorded"
+            ) from exc
+        return RequestView(request_id, tenant, client_request_id, query, "queued", now, now)
+
+    def find_request(self, tenant: str, client_request_id: str) -> RequestView | None:
+        """The request a client already sent with this idempotency id, if any."""
+        return self._one_request(
+            (QueryRequest.tenant == tenant) & (QueryRequest.client_request_id == client_request_id)
+        )
+
+    def get_request(self, request_id: str) -> RequestView | None:
+        return self._one_request(QueryRequest.request_id == request_id)
+
+    def _one_request(self, condition: Any) -> RequestView | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(
+                    QueryRequest.request_id, QueryRequest.tenant, QueryRequest.client_request_id,
+                    QueryRequest.query, QueryRequest.status, QueryRequest.created_at,
+                    QueryRequest.updated_at,
+                ).where(condition)
+            ).first()
+        if row is None:
+            return None
+        return RequestView(
+            row.request_id, row.tenant, row.client_request_id, row.query, row.status,
+            _utc(row.created_at), _utc(row.updated_at),
+        )
+
+    def set_status(self, request_id: str, status: str) -> None:
+        """Move a request to `status`.
+
+        `queued`/`running` only apply while the request is still in flight, so a redelivered task
+        or a late front-door update never turns a finished request back into a running one.
+        """
+        if status not in REQUEST_STATUSES:
+            raise ValueError(f"unknown status {status!r}; one of {', '.join(REQUEST_STATUSES)}")
+        statement = update(QueryRequest).where(QueryRequest.request_id == request_id)
+        if status in IN_FLIGHT:
+            statement = statement.where(QueryRequest.status.in_(IN_FLIGHT))
+        with self.engine.begin() as conn:
+            changed = conn.execute(statement.values(status=status, updated_at=utcnow())).rowcount
+            if not changed and not conn.scalar(
+                select(exists().where(QueryRequest.request_id == request_id))
+            ):
+                raise RequestNotFoundError(f"no request {request_id!r}")
+
+    # --- routing decisions ----------------------------------------------------------------------
+    def record_decision(
+        self, request_id: str, tier: str, strategy: str,
+        probabilities: dict[str, float] | None, model_name: str | None,
+        model_version: int | None, fallback: bool, reason: str, classify_ms: float,
+    ) -> None:
+        """Store how the request was routed (one decision per request)."""
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    self._insert(RoutingDecision).values(
+                        request_id=request_id, tier=tier, strategy=strategy,
+                        probabilities=probabilities, model_name=model_name,
+                        model_version=model_version, fallback=fallback, reason=reason,
+                        classify_ms=classify_ms, created_at=utcnow(),
+                    )
+                )
+        except IntegrityError as exc:
+            raise self._missing_or_duplicate(request_id, "routing decision") from exc
+
+    def decision_for(self, request_id: str) -> DecisionView | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(RoutingDecision).where(RoutingDecision.request_id == request_id)
+            ).first()
+        if row is None:
+            return None
+        return DecisionView(
+            row.request_id, row.tier, row.strategy, row.probabilities, row.model_name,
+            row.model_version, bool(row.fallback), row.reason, row.classify_ms,
+            _utc(row.created_at),
+        )
+
+    # --- results --------------------------------------------------------------------------------
+    def save_result(
+        self, request_id: str, kind: str, tier: str, strategy: str, answer: str | None,
+        steps: int, sources: list[dict[str, Any]], timings: dict[str, float], worker: str,
+        attempts: int, error: str | None = None, error_code: str | None = None,
+    ) -> bool:
+        """Write a result once; True when this call wrote it, False when a row was already there.
+
+        `INSERT ... ON CONFLICT (request_id, kind, tier) DO NOTHING`: whichever delivery of a task
+        writes first wins, on SQLite and PostgreSQL alike. A primary result also finishes the
+        request (`done`, or `error` when `error`/`error_code` is set) in the same transaction.
+        """
+        if kind not in RESULT_KINDS:
+            raise ValueError(f"unknown result kind {kind!r}; one of {', '.join(RESULT_KINDS)}")
+        statement = self._insert(QueryResult).values(
+            request_id=request_id, kind=kind, tier=tier, strategy=strategy, answer=answer,
+            steps=steps, sources=sources, timings=timings, error=error, error_code=error_code,
+            attempts=attempts, worker=worker, created_at=utcnow(),
+        ).on_conflict_do_nothing(index_elements=["request_id", "kind", "tier"])
+        try:
+            with self.engine.begin() as conn:
+                written = conn.execute(statement).rowcount == 1
+                if written and kind == "primary":
+                    failed = error is not None or error_code is not None
+                    conn.execute(
+                        update(QueryRequest)
+                        .where(QueryRequest.request_id == request_id)
+                        .values(status="error" if failed else "done", updated_at=utcnow())
+                    )
+        except IntegrityError as exc:  # the foreign key: no such request
+            raise RequestNotFoundError(f"no request {request_id!r}") from exc
+        return written
+
+    def get_result(self, request_id: str, kind: str = "primary") -> ResultView | None:
+        """The result of `kind`; for `shadow`, the first shadow run (see `shadow_results`)."""
+        results = self._results(request_id, kind)
+        return results[0] if results else None
+
+    def shadow_results(self, request_id: str) -> list[ResultView]:
+        return self._results(request_id, "shadow")
+
+    def _results(self, request_id: str, kind: str) -> list[ResultView]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(QueryResult)
+                .where(QueryResult.request_id == request_id, QueryResult.kind == kind)
+                .order_by(QueryResult.id)
+            ).all()
+        return [
+            ResultView(
+                r.request_id, r.kind, r.tier, r.strategy, r.answer, r.steps, list(r.sources or []),
+                dict(r.timings or {}), r.error, r.error_code, r.attempts, r.worker,
+                _utc(r.created_at),
+            )
+            for r in rows
+        ]
+
+    def count_results(self, request_id: str) -> int:
+        """Rows of every kind for one request (what the exactly-once checks look at)."""
+        with self.engine.connect() as conn:
+            return conn.scalar(
+                select(func.count()).select_from(QueryResult).where(
+                    QueryResult.request_id == request_id
+                )
+            ) or 0
+
+    # --- feedback -------------------------------------------------------------------------------
+    def add_feedback(
+        self, request_id: str, tenant: str, rating: int, correct_answer: str | None,
+        comment: str | None,
+    ) -> int:
+        """Store a verdict on a request of `tenant`; returns the feedback id.
+
+        Another tenant's request is reported exactly like an unknown one (`RequestNotFoundError`),
+        so request ids cannot be probed across tenants.
+        """
+        if rating not in FEEDBACK_RATINGS:
+            raise ValueError(f"rating must be one of -1, 0, 1 (wrong, no verdict, right), not {rating}")
+        with self.engine.begin() as conn:
+            owner = conn.scalar(
+                select(QueryRequest.tenant).where(QueryRequest.request_id == request_id)
+            )
+            if owner is None or owner != tenant:
+                raise RequestNotFoundError(f"no request {request_id!r} for tenant {tenant!r}")
+            return conn.execute(
+                self._insert(Feedback)
+                .values(
+                    request_id=request_id, tenant=tenant, rating=rating,
+                    correct_answer=correct_answer, comment=comment, created_at=utcnow(),
+                )
+                .returning(Feedback.id)
+            ).scalar_one()
+
+    # --- helpers --------------------------------------------------------------------------------
+    def _missing_or_duplicate(self, request_id: str, what: str) -> Exception:
+        if self.get_request(request_id) is None:
+            return RequestNotFoundError(f"no request {request_id!r}")
+        return DuplicateRequestError(f"{what} of request {request_id!r} is already recorded")
+
+
+__all__ = [
+    "ApiKeyView", "DecisionView", "RecordStore", "RequestView", "ResultView", "hash_key",
+]

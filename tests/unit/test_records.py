@@ -1,0 +1,254 @@
+"""RecordStore on SQLite through the real Alembic migrations.
+
+The same tests run on a real PostgreSQL in `tests/integration/test_records_postgres.py` (they
+only use the `store` fixture), so both dialects keep one behaviour.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from sqlalchemy import inspect
+
+from adaptive_rag.errors import DuplicateRequestError, RequestNotFoundError
+from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
+from adaptive_rag.storage.records import hash_key
+
+SOURCES = [{"id": "kb-1", "title": "Pairing a bulb", "score": 3.5}]
+TIMINGS = {"queue_wait_ms": 4.0, "strategy_ms": 900.0, "retrieve_ms": 3.0, "generate_ms": 890.0}
+
+
+@pytest.fixture
+def store(tmp_path) -> RecordStore:
+    url = f"sqlite:///{tmp_path}/db/arag.db"
+    upgrade_database(url)
+    return RecordStore(make_engine(url))
+
+
+def new_request(store: RecordStore, tenant: str = "acme", client_id: str | None = None) -> str:
+    request_id = uuid.uuid4().hex
+    store.create_request(request_id, tenant, client_id, "How do I pair a Lumora bulb?")
+    return request_id
+
+
+def save(store: RecordStore, request_id: str, answer: str = "Hold the button.", **kw) -> bool:
+    args = dict(
+        kind="primary", tier="B", strategy="single_step", answer=answer, steps=1,
+        sources=SOURCES, timings=TIMINGS, worker="tier-b@host", attempts=1,
+    )
+    args.update(kw)
+    return store.save_result(request_id, **args)
+
+
+def test_migrations_create_every_serving_table(store):
+    tables = set(inspect(store.engine).get_table_names())
+    assert {"api_keys", "requests", "routing_decisions", "results", "feedback",
+            "training_labels"} <= tables
+
+
+def test_api_key_is_returned_once_and_stored_hashed(store):
+    key = store.create_api_key("acme")
+    assert key.startswith("arag_") and len(key) > 30
+    assert store.tenant_for_key(key) == "acme"
+    assert store.tenant_for_key(key + "x") is None
+    assert store.tenant_for_key("") is None
+    [listed] = store.list_api_keys()
+    assert (listed.tenant, listed.key_prefix, listed.revoked_at) == ("acme", key[:8], None)
+    with store.engine.connect() as conn:
+        stored = conn.exec_driver_sql("SELECT key_hash FROM api_keys").scalar_one()
+    assert stored == hash_key(key) and key not in stored
+
+
+def test_revoked_key_no_longer_authenticates(store):
+    key = store.create_api_key("acme")
+    other = store.create_api_key("globex")
+    [first, _] = store.list_api_keys()
+    assert store.revoke_api_key(first.id)
+    assert not store.revoke_api_key(first.id)
+    assert store.tenant_for_key(key) is None
+    assert store.tenant_for_key(other) == "globex"
+
+
+def test_create_find_and_get_request(store):
+    request_id = uuid.uuid4().hex
+    created = store.create_request(request_id, "acme", "client-1", "What is Lumora?")
+    assert created.status == "queued"
+    found = store.find_request("acme", "client-1")
+    assert found is not None and found.request_id == request_id and found.query == "What is Lumora?"
+    assert store.get_request(request_id) == found
+    assert store.find_request("globex", "client-1") is None
+    assert store.get_request("nope") is None
+
+
+def test_repeated_client_request_id_is_a_duplicate_per_tenant(store):
+    new_request(store, "acme", "client-1")
+    with pytest.raises(DuplicateRequestError):
+        new_request(store, "acme", "client-1")
+    new_request(store, "globex", "client-1")  # another tenant may use the same id
+    new_request(store, "acme", None)  # requests without a client id never collide
+    new_request(store, "acme", None)
+
+
+def test_concurrent_creates_with_one_client_id_record_one_request(store):
+    """Two front-door replicas racing on one idempotency key: one wins, the other is told."""
+    barrier = threading.Barrier(4)
+
+    def create(_: int) -> str:
+        barrier.wait()
+        try:
+            new_request(store, "acme", "race")
+            return "created"
+        except DuplicateRequestError:
+            return "duplicate"
+
+    with ThreadPoolExecutor(4) as pool:
+        outcomes = sorted(pool.map(create, range(4)))
+    assert outcomes == ["created", "duplicate", "duplicate", "duplicate"]
+
+
+def test_routing_decision_round_trip(store):
+    request_id = new_request(store)
+    store.record_decision(
+        request_id, "C", "decompose", {"A": 0.1, "B": 0.2, "C": 0.7}, "complexity", 2, False,
+        "classifier", 3.5,
+    )
+    decision = store.decision_for(request_id)
+    assert decision is not None
+    assert (decision.tier, decision.strategy, decision.model_version, decision.fallback) == (
+        "C", "decompose", 2, False)
+    assert decision.probabilities == {"A": 0.1, "B": 0.2, "C": 0.7}
+    assert decision.classify_ms == 3.5
+    with pytest.raises(DuplicateRequestError):
+        store.record_decision(request_id, "C", "decompose", None, None, None, True, "rules", 0.1)
+    with pytest.raises(RequestNotFoundError):
+        store.record_decision("missing", "A", "no_retrieval", None, None, None, True, "rules", 0.1)
+
+
+def test_fallback_decision_has_no_probabilities(store):
+    request_id = new_request(store)
+    store.record_decision(request_id, "B", "single_step", None, None, None, True, "triton down", 0.2)
+    decision = store.decision_for(request_id)
+    assert decision.probabilities is None and decision.fallback and decision.model_version is None
+    assert store.decision_for("missing") is None
+
+
+def test_save_result_writes_once_first_write_wins(store):
+    request_id = new_request(store)
+    assert save(store, request_id, "first")
+    assert not save(store, request_id, "second")
+    result = store.get_result(request_id)
+    assert result is not None and result.answer == "first" and result.ok
+    assert result.sources == SOURCES and result.timings == TIMINGS
+    assert store.get_request(request_id).status == "done"
+    assert store.count_results(request_id) == 1
+    payload = result.as_payload()
+    assert payload["answer"] == "first" and payload["error"] is None
+    assert set(payload) == {"request_id", "kind", "tier", "strategy", "answer", "steps",
+                            "sources", "timings", "error", "error_code"}
+
+
+def test_concurrent_saves_of_one_task_write_one_row(store):
+    request_id = new_request(store)
+    barrier = threading.Barrier(4)
+
+    def write(i: int) -> bool:
+        barrier.wait()
+        return save(store, request_id, f"answer {i}")
+
+    with ThreadPoolExecutor(4) as pool:
+        written = list(pool.map(write, range(4)))
+    assert written.count(True) == 1
+    assert store.count_results(request_id) == 1
+
+
+def test_error_result_marks_the_request_failed(store):
+    request_id = new_request(store)
+    assert save(store, request_id, None, error="index missing", error_code="UNAVAILABLE",
+                attempts=3)
+    result = store.get_result(request_id)
+    assert not result.ok and result.error_code == "UNAVAILABLE" and result.attempts == 3
+    assert store.get_request(request_id).status == "error"
+
+
+def test_shadow_results_do_not_finish_the_request(store):
+    request_id = new_request(store)
+    store.set_status(request_id, "running")
+    assert save(store, request_id, "shadow C", kind="shadow", tier="C", strategy="decompose")
+    assert save(store, request_id, "shadow A", kind="shadow", tier="A", strategy="no_retrieval")
+    assert not save(store, request_id, "again", kind="shadow", tier="A", strategy="no_retrieval")
+    assert store.get_request(request_id).status == "running"
+    assert store.get_result(request_id) is None
+    assert [r.tier for r in store.shadow_results(request_id)] == ["C", "A"]
+    assert save(store, request_id, "primary")
+    assert store.get_result(request_id).answer == "primary"
+    assert store.count_results(request_id) == 3
+
+
+def test_result_for_unknown_request_is_refused(store):
+    with pytest.raises(RequestNotFoundError):
+        save(store, "missing")
+    with pytest.raises(ValueError):
+        save(store, new_request(store), kind="other")
+
+
+def test_status_never_goes_back_from_a_final_state(store):
+    request_id = new_request(store)
+    store.set_status(request_id, "running")
+    assert store.get_request(request_id).status == "running"
+    save(store, request_id)
+    store.set_status(request_id, "running")  # a redelivered task starting late
+    store.set_status(request_id, "queued")
+    assert store.get_request(request_id).status == "done"
+    other = new_request(store)
+    store.set_status(other, "rejected")
+    assert store.get_request(other).status == "rejected"
+    with pytest.raises(ValueError):
+        store.set_status(other, "lost")
+    with pytest.raises(RequestNotFoundError):
+        store.set_status("missing", "running")
+
+
+def test_feedback_only_for_the_tenants_own_request(store):
+    request_id = new_request(store, "acme")
+    first = store.add_feedback(request_id, "acme", -1, "Hold for 5 s", "too vague")
+    second = store.add_feedback(request_id, "acme", 1, None, None)
+    assert second > first
+    with pytest.raises(RequestNotFoundError):
+        store.add_feedback(request_id, "globex", 1, None, None)
+    with pytest.raises(RequestNotFoundError):
+        store.add_feedback("missing", "acme", 1, None, None)
+    with pytest.raises(ValueError):
+        store.add_feedback(request_id, "acme", 2, None, None)
+    with store.engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            "SELECT rating, correct_answer, comment FROM feedback ORDER BY id"
+        ).all()
+    assert [tuple(r) for r in rows] == [(-1, "Hold for 5 s", "too vague"), (1, None, None)]
+
+
+def test_timestamps_are_utc_aware(store):
+    request_id = new_request(store)
+    view = store.get_request(request_id)
+    assert view.created_at.tzinfo is not None and view.updated_at >= view.created_at
+
+
+def test_keys_cli_creates_lists_and_revokes(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from adaptive_rag.cli import app
+
+    url = f"sqlite:///{tmp_path}/keys.db"
+    monkeypatch.setenv("DATABASE_URL", url)
+    runner = CliRunner()
+    created = runner.invoke(app, ["keys", "create", "--tenant", "acme"])
+    assert created.exit_code == 0, created.output
+    key = created.stdout.strip().splitlines()[0]
+    assert RecordStore(make_engine(url)).tenant_for_key(key) == "acme"
+    listed = runner.invoke(app, ["keys", "list"])
+    assert "acme" in listed.stdout and key[:8] in listed.stdout and key not in listed.stdout
+    assert runner.invoke(app, ["keys", "revoke", "1"]).exit_code == 0
+    assert RecordStore(make_engine(url)).tenant_for_key(key) is None
+    assert runner.invoke(app, ["keys", "revoke", "1"]).exit_code == 2
