@@ -1,0 +1,32 @@
+"""Structured JSON logs (structlog): one JSON object per line on stderr; the request id and tenant
+are bound per RPC through context variables, so every line of one request carries them."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TextIO
+
+import structlog
+
+
+def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None:
+    """JSON lines with timestamp, level, event and the bound context (request_id, tenant)."""
+    stream = stream or sys.stderr
+    logging.basicConfig(format="%(message)s", stream=stream, level=level.upper())
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(stream),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get_logger(name: str = "frontdoor") -> structlog.typing.FilteringBoundLogger:
+    return structlog.get_logger(name)

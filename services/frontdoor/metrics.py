@@ -1,0 +1,53 @@
+"""Prometheus metrics of the front door, in their own registry (one per server, so tests and
+several servers in one process do not collide), exported over HTTP by `start_exporter`."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+# Seconds; tier A answers in well under a second, C can take a minute.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class FrontDoorMetrics:
+    """Requests and latency per method/tier/status, queue depth per queue, fallbacks, model version."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.requests = Counter(
+            "arag_frontdoor_requests_total", "RPCs answered, by method, tier and gRPC status",
+            ["method", "tier", "code"], registry=self.registry,
+        )
+        self.latency = Histogram(
+            "arag_frontdoor_request_seconds", "RPC latency at the front door, by method, tier and status",
+            ["method", "tier", "code"], buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.queue_depth = Gauge(
+            "arag_queue_depth", "Tasks waiting in a Celery queue (last observed)", ["queue"],
+            registry=self.registry,
+        )
+        self.routed = Counter(
+            "arag_routing_decisions_total", "Routing decisions by tier and whether the rules decided",
+            ["tier", "fallback"], registry=self.registry,
+        )
+        self.fallbacks = Counter(
+            "arag_classifier_fallback_total", "Decisions made by the rules because Triton was unavailable",
+            registry=self.registry,
+        )
+        self.model_version = Gauge(
+            "arag_classifier_model_version", "Classifier model version the front door routes with",
+            ["model"], registry=self.registry,
+        )
+        self.rejected = Counter(
+            "arag_frontdoor_rejected_total", "Queries rejected because the tier's queue was full",
+            ["tier"], registry=self.registry,
+        )
+
+    def observe(self, method: str, tier: str, code: str, seconds: float) -> None:
+        self.requests.labels(method, tier, code).inc()
+        self.latency.labels(method, tier, code).observe(seconds)
+
+
+def start_exporter(metrics: FrontDoorMetrics, port: int, address: str = "127.0.0.1"):
+    """Serve `/metrics` on `address:port` in a daemon thread; returns (server, thread)."""
+    return start_http_server(port, addr=address, registry=metrics.registry)

@@ -1,0 +1,123 @@
+"""The classifier the front door routes with, swapped to a newly published model version
+without a restart.
+
+`TritonClassifier` is built for one model version (its tokenizer, max length and thresholds come
+from that version's directory), and it pins requests to that version so tokenizer, thresholds and
+weights always match. Every `poll_s` seconds `refresh` looks at the model repository; when a
+higher version is there and Triton reports it ready, a client for it replaces the current one (the
+old one is closed a little later so calls in flight finish). When Triton is down nothing is
+swapped and the rules fallback decides, flagged. Every decision carries the version that made it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from adaptive_rag.classifier.repository import versions
+from adaptive_rag.routing.policy import RoutingDecision, fallback_decision
+from adaptive_rag.settings import Settings
+
+from services.frontdoor.logs import get_logger
+
+LOG = get_logger("frontdoor.classifier")
+RULES_MODEL = "rules"
+# Calls in flight on a replaced client get this long to finish before it is closed.
+CLOSE_GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class Routed:
+    """A routing decision and the model that made it (name, integer version; rules: None)."""
+
+    decision: RoutingDecision
+    model_name: str
+    model_version: int | None
+
+
+def build_triton_classifier(settings: Settings, version: int):
+    """A batching Triton client pinned to `version` of the configured model."""
+    from adaptive_rag.classifier.client import TritonClassifier
+
+    return TritonClassifier.from_settings(settings, version=version, model_version=str(version))
+
+
+class ClassifierRouter:
+    """Holds the current classifier client and replaces it when a newer version is served."""
+
+    def __init__(
+        self, settings: Settings,
+        build: Callable[[Settings, int], object] = build_triton_classifier,
+        on_version: Callable[[str, int], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self._build = build
+        self._on_version = on_version
+        self._client = None
+        self.version: int | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def model_name(self) -> str:
+        return self.settings.classifier_model
+
+    def published_versions(self) -> list[int]:
+        return versions(self.settings.model_repository / self.settings.classifier_model)
+
+    def refresh(self) -> bool:
+        """Switch to the newest published version if Triton serves it (or if none is held yet).
+
+        Blocking (file system + one Triton readiness call); returns True when it switched.
+        """
+        with self._lock:
+            available = self.published_versions()
+            if not available or available[-1] == self.version:
+                return False
+            newest = available[-1]
+            try:
+                candidate = self._build(self.settings, newest)
+            except Exception as exc:  # noqa: BLE001 - a broken export must not stop serving
+                LOG.warning("classifier_version_unusable", version=newest, error=str(exc))
+                return False
+            if self._client is not None and not candidate.is_ready():
+                # Published but not (yet) loaded by Triton: keep routing with the current one.
+                candidate.close()
+                return False
+            old, self._client, previous = self._client, candidate, self.version
+            self.version = newest
+        LOG.info("classifier_version_in_use", model=self.model_name, version=newest, previous=previous)
+        if self._on_version is not None:
+            self._on_version(self.model_name, newest)
+        if old is not None:
+            timer = threading.Timer(CLOSE_GRACE_S, old.close)
+            timer.daemon = True
+            timer.start()
+        return True
+
+    async def poll_forever(self) -> None:
+        """`refresh` every `model_poll_s` seconds until cancelled."""
+        while True:
+            await asyncio.sleep(self.settings.model_poll_s)
+            try:
+                await asyncio.to_thread(self.refresh)
+            except Exception as exc:  # noqa: BLE001 - keep polling
+                LOG.warning("classifier_refresh_failed", error=str(exc))
+
+    async def route(self, query: str) -> Routed:
+        """The decision for `query`: Triton + policy, or the flagged rules fallback."""
+        client, version = self._client, self.version
+        if client is None:
+            return Routed(fallback_decision(query, "no classifier model published"), RULES_MODEL, None)
+        decision = await client.aclassify(query)
+        if decision.fallback:
+            return Routed(decision, RULES_MODEL, None)
+        served = decision.model_version
+        return Routed(decision, self.model_name, int(served) if served and served.isdigit() else version)
+
+    def close(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()

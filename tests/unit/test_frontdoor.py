@@ -1,0 +1,336 @@
+"""The gRPC front door in process on loopback, with an in-memory store, a thread "worker" and a
+scripted router: every status code, idempotent replay, deadline then GetResult, shadow runs,
+feedback, health, reflection, metrics and JSON logs."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import threading
+import time
+
+import grpc
+import pytest
+from frontdoor_fakes import FakeDispatcher, FakeRouter, FakeStore
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from adaptive_rag.settings import Settings
+from services.frontdoor.logs import configure_logging
+from services.frontdoor.metrics import FrontDoorMetrics
+from services.frontdoor.server import start_server, status_for_error_code
+from services.frontdoor.stubs import SERVICE_NAME, pb2, pb2_grpc
+
+KEY, OTHER_KEY = "arag_key-of-acme", "arag_key-of-globex"
+AUTH = (("authorization", f"Bearer {KEY}"),)
+OTHER_AUTH = (("authorization", f"Bearer {OTHER_KEY}"),)
+TIERS = {"hi": "A", "Who makes Lumora lamps?": "B", "Which is older, X or Y?": "C"}
+
+
+class Harness:
+    """The aio server on its own event loop thread; tests talk to it with the sync client."""
+
+    def __init__(self, settings: Settings, delay_s: float = 0.0, work=None) -> None:
+        self.store = FakeStore()
+        self.store.add_key(KEY, "acme")
+        self.store.add_key(OTHER_KEY, "globex")
+        self.dispatcher = FakeDispatcher(self.store, work=work, delay_s=delay_s)
+        self.router = FakeRouter(TIERS)
+        self.metrics = FrontDoorMetrics()
+        self.samples = [0.0]
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.running = asyncio.run_coroutine_threadsafe(
+            start_server(settings, self.store, self.dispatcher, self.router, self.metrics,
+                         listen="127.0.0.1:0", poll_models=False, queue_watch_s=None,
+                         sample=lambda: self.samples[0]),
+            self.loop,
+        ).result(10)
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.running.port}")
+        self.stub = pb2_grpc.AdaptiveRagStub(self.channel)
+
+    def answer(self, query: str | bytes, metadata=AUTH, timeout: float = 5.0, **fields):
+        raw = query.encode() if isinstance(query, str) else query
+        return self.stub.Answer.with_call(pb2.AnswerRequest(query=raw, **fields), metadata=metadata,
+                                          timeout=timeout)
+
+    def close(self) -> None:
+        self.channel.close()
+        asyncio.run_coroutine_threadsafe(self.running.stop(0), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+def make_settings(**overrides) -> Settings:
+    values = {"max_query_chars": 200, "max_queue_depth_c": 3, **overrides}
+    return Settings(_env_file=None, **values)
+
+
+@pytest.fixture
+def harness():
+    h = Harness(make_settings())
+    yield h
+    h.close()
+
+
+def status_of(call, *args, **kwargs) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as info:
+        call(*args, **kwargs)
+    return info.value
+
+
+def trailing(metadata) -> dict[str, str]:
+    return {k: v for k, v in metadata}
+
+
+def test_answer_carries_tier_strategy_sources_classifier_and_timings(harness):
+    for query, tier in TIERS.items():
+        reply, call = harness.answer(query)
+        assert reply.tier == {"A": pb2.TIER_A, "B": pb2.TIER_B, "C": pb2.TIER_C}[tier]
+        assert reply.strategy == {"A": "no_retrieval", "B": "single_step", "C": "decompose"}[tier]
+        assert reply.answer == f"answer to {query}" and reply.steps == 1 and not reply.replayed
+        assert [(s.id, s.title, s.score) for s in reply.sources] == [("p1", "Lumora", 2.5)]
+        assert reply.classifier.probabilities[tier] == pytest.approx(0.8)
+        assert reply.classifier.model_name == "complexity" and reply.classifier.model_version == 1
+        assert not reply.classifier.fallback
+        assert reply.timings.queue_wait_ms == 3.0 and reply.timings.strategy_ms == 40.0
+        assert reply.timings.total_ms >= reply.timings.classify_ms > 0
+        assert trailing(call.trailing_metadata())["x-request-id"] == reply.request_id
+        stored = harness.store.requests[reply.request_id]
+        assert stored.tenant == "acme" and stored.query == query and stored.status == "done"
+        assert harness.store.decisions[reply.request_id]["tier"] == tier
+    requests = harness.metrics.registry.get_sample_value(
+        "arag_frontdoor_requests_total", {"method": "Answer", "tier": "C", "code": "OK"})
+    assert requests == 1.0
+
+
+@pytest.mark.parametrize(("query", "message"), [
+    ("", "query is empty"),
+    ("   \n ", "query is empty"),
+    ("x" * 201, "query is 201 characters; the limit is 200"),
+    (b"caf\xc3 lamp", "query is not valid UTF-8: byte 0xC3 at offset 3"),
+    ("lamp\x00 colour", "query contains control character U+0000 at position 4"),
+    ("lamp\x1b[31m", "query contains control character U+001B at position 4"),
+])
+def test_invalid_queries_get_invalid_argument_with_a_precise_message(harness, query, message):
+    error = status_of(harness.answer, query)
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert message in error.details()
+    assert harness.store.requests == {} and harness.dispatcher.tasks == []
+
+
+def test_bad_client_request_ids_are_invalid_arguments(harness):
+    for value, message in [("", "client_request_id is empty"), ("a b", "U+0020 at position 1"),
+                           ("k" * 129, "129 characters; the limit is 128")]:
+        error = status_of(harness.answer, "hi", client_request_id=value)
+        assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and message in error.details()
+
+
+@pytest.mark.parametrize(("metadata", "message"), [
+    ((), "missing `authorization: Bearer <api key>` metadata"),
+    ((("authorization", KEY),), "must be `Bearer <api key>`"),
+    ((("authorization", "Bearer arag_not-a-key"),), "unknown or revoked API key"),
+])
+def test_missing_or_wrong_keys_are_unauthenticated(harness, metadata, message):
+    error = status_of(harness.answer, "hi", metadata=metadata)
+    assert error.code() is grpc.StatusCode.UNAUTHENTICATED and message in error.details()
+    assert KEY not in error.details()
+
+
+def test_repeated_client_request_id_replays_the_stored_reply(harness):
+    first, _ = harness.answer("Who makes Lumora lamps?", client_request_id="order-1")
+    again, call = harness.answer("Who makes Lumora lamps?", client_request_id="order-1")
+    assert again.replayed and again.request_id == first.request_id
+    assert again.answer == first.answer and again.tier == first.tier
+    assert trailing(call.trailing_metadata())["x-request-id"] == first.request_id
+    assert len(harness.dispatcher.tasks) == 1
+    # The key belongs to the tenant: another tenant's same key is a new request.
+    other, _ = harness.stub.Answer.with_call(
+        pb2.AnswerRequest(query=b"Who makes Lumora lamps?", client_request_id="order-1"),
+        metadata=OTHER_AUTH)
+    assert other.request_id != first.request_id and not other.replayed
+    error = status_of(harness.answer, "hi", client_request_id="order-1")
+    assert error.code() is grpc.StatusCode.ALREADY_EXISTS and "different query" in error.details()
+
+
+def test_replay_of_a_request_still_running_waits_for_it():
+    h = Harness(make_settings(), delay_s=0.8)
+    try:
+        replies = {}
+
+        def send(name: str) -> None:
+            replies[name] = h.answer("hi", client_request_id="same", timeout=5)[0]
+
+        first = threading.Thread(target=send, args=("first",))
+        first.start()
+        time.sleep(0.3)
+        send("second")
+        first.join()
+        assert replies["second"].replayed and not replies["first"].replayed
+        assert replies["second"].request_id == replies["first"].request_id
+        assert replies["second"].answer == "answer to hi"
+        assert len(h.dispatcher.tasks) == 1
+    finally:
+        h.close()
+
+
+def test_deadline_exceeded_then_get_result_returns_the_answer():
+    h = Harness(make_settings(deadline_margin_s=0.1), delay_s=1.2)
+    try:
+        started = time.monotonic()
+        error = status_of(h.answer, "Which is older, X or Y?", timeout=0.6)
+        assert time.monotonic() - started < 1.0
+        assert error.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        request_id = trailing(error.trailing_metadata())["x-request-id"]
+        assert f'GetResult(request_id="{request_id}")' in error.details()
+        running = status_of(h.stub.GetResult, pb2.GetResultRequest(request_id=request_id), metadata=AUTH)
+        assert running.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert "still queued" in running.details()
+        time.sleep(1.0)
+        reply = h.stub.GetResult(pb2.GetResultRequest(request_id=request_id), metadata=AUTH)
+        assert reply.request_id == request_id and reply.replayed and reply.tier == pb2.TIER_C
+        assert reply.answer == "answer to Which is older, X or Y?"
+        assert reply.timings.total_ms == pytest.approx(
+            reply.timings.classify_ms + reply.timings.queue_wait_ms + reply.timings.strategy_ms)
+    finally:
+        h.close()
+
+
+def test_get_result_is_not_found_for_unknown_ids_and_other_tenants(harness):
+    reply, _ = harness.answer("hi")
+    for request_id, metadata in [("0" * 32, AUTH), (reply.request_id, OTHER_AUTH)]:
+        error = status_of(harness.stub.GetResult, pb2.GetResultRequest(request_id=request_id), metadata=metadata)
+        assert error.code() is grpc.StatusCode.NOT_FOUND and request_id in error.details()
+    error = status_of(harness.stub.GetResult, pb2.GetResultRequest(request_id=" "), metadata=AUTH)
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_full_queue_is_resource_exhausted_and_the_same_key_retries_later(harness):
+    harness.dispatcher.depths["tier-c"] = 3
+    error = status_of(harness.answer, "Which is older, X or Y?", client_request_id="c-1")
+    assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "tier C queue 'tier-c' holds 3 tasks (limit 3)" in error.details()
+    request_id = trailing(error.trailing_metadata())["x-request-id"]
+    assert harness.store.requests[request_id].status == "rejected"
+    assert harness.dispatcher.tasks == []
+    rejected = status_of(harness.stub.GetResult, pb2.GetResultRequest(request_id=request_id), metadata=AUTH)
+    assert rejected.code() is grpc.StatusCode.FAILED_PRECONDITION and "rejected" in rejected.details()
+    # Tier A is not held back by C's backlog.
+    assert harness.answer("hi")[0].tier == pb2.TIER_A
+    harness.dispatcher.depths["tier-c"] = 0
+    reply, _ = harness.answer("Which is older, X or Y?", client_request_id="c-1")
+    assert reply.request_id == request_id and reply.answer
+    assert harness.metrics.registry.get_sample_value("arag_frontdoor_rejected_total", {"tier": "C"}) == 1.0
+    assert harness.metrics.registry.get_sample_value("arag_queue_depth", {"queue": "tier-c"}) == 0.0
+
+
+def test_recorded_worker_errors_map_to_their_status():
+    def fail(task):
+        code = "UNAVAILABLE" if "llm" in task.query else None
+        return {"request_id": task.request_id, "tier": task.tier, "strategy": task.strategy,
+                "answer": None, "steps": 0, "sources": [], "timings": {},
+                "error": "LLMUnavailableError: endpoint refused", "error_code": code}
+
+    h = Harness(make_settings(), work=fail)
+    try:
+        error = status_of(h.answer, "llm down")
+        assert error.code() is grpc.StatusCode.UNAVAILABLE and "endpoint refused" in error.details()
+        request_id = trailing(error.trailing_metadata())["x-request-id"]
+        stored = status_of(h.stub.GetResult, pb2.GetResultRequest(request_id=request_id), metadata=AUTH)
+        assert stored.code() is grpc.StatusCode.UNAVAILABLE
+        assert status_of(h.answer, "other failure").code() is grpc.StatusCode.INTERNAL
+    finally:
+        h.close()
+    assert status_for_error_code("not-a-code") is grpc.StatusCode.INTERNAL
+    assert status_for_error_code("OK") is grpc.StatusCode.INTERNAL
+
+
+def test_shadow_runs_go_to_the_neighbouring_tier_for_the_sampled_share():
+    h = Harness(make_settings(shadow_share=0.5))
+    try:
+        h.samples[0] = 0.2  # inside the share
+        for query in TIERS:
+            h.answer(query)
+        shadows = [(t.tier, t.strategy) for t in h.dispatcher.tasks if t.kind == "shadow"]
+        assert shadows == [("B", "single_step"), ("C", "decompose"), ("B", "single_step")]
+        h.samples[0] = 0.7  # outside
+        h.answer("hi")
+        assert sum(t.kind == "shadow" for t in h.dispatcher.tasks) == 3
+    finally:
+        h.close()
+
+
+def test_rules_fallback_is_flagged_in_the_reply_and_counted(harness):
+    harness.router.fallback = True
+    reply, _ = harness.answer("What is the difference between a lamp and a bulb?")
+    assert reply.classifier.fallback and reply.tier == pb2.TIER_C
+    assert reply.classifier.model_name == "rules" and reply.classifier.model_version == 0
+    assert dict(reply.classifier.probabilities) == {}
+    assert "rules fallback" in reply.classifier.reason
+    decision = harness.store.decisions[reply.request_id]
+    assert decision["fallback"] and decision["model_version"] is None
+    assert harness.metrics.registry.get_sample_value("arag_classifier_fallback_total") == 1.0
+
+
+def test_feedback_is_stored_for_the_tenants_own_requests(harness):
+    reply, _ = harness.answer("hi")
+    ack = harness.stub.SubmitFeedback(
+        pb2.FeedbackRequest(request_id=reply.request_id, rating=-1, correct_answer="Hello!", comment="terse"),
+        metadata=AUTH)
+    assert ack.feedback_id == 1
+    assert harness.store.feedback == [{"request_id": reply.request_id, "rating": -1,
+                                       "correct_answer": "Hello!", "comment": "terse"}]
+    harness.stub.SubmitFeedback(pb2.FeedbackRequest(request_id=reply.request_id, rating=0), metadata=AUTH)
+    assert harness.store.feedback[-1]["correct_answer"] is None
+    bad = status_of(harness.stub.SubmitFeedback, pb2.FeedbackRequest(request_id=reply.request_id, rating=5),
+                    metadata=AUTH)
+    assert bad.code() is grpc.StatusCode.INVALID_ARGUMENT and "got 5" in bad.details()
+    for request_id, metadata in [("f" * 32, AUTH), (reply.request_id, OTHER_AUTH)]:
+        missing = status_of(harness.stub.SubmitFeedback,
+                            pb2.FeedbackRequest(request_id=request_id, rating=1), metadata=metadata)
+        assert missing.code() is grpc.StatusCode.NOT_FOUND
+    unauth = status_of(harness.stub.SubmitFeedback, pb2.FeedbackRequest(request_id=reply.request_id, rating=1))
+    assert unauth.code() is grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_health_checking_reports_serving(harness):
+    health = health_pb2_grpc.HealthStub(harness.channel)
+    for service in ("", SERVICE_NAME):
+        response = health.Check(health_pb2.HealthCheckRequest(service=service))
+        assert response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_reflection_lists_and_describes_the_service(harness):
+    stub = reflection_pb2_grpc.ServerReflectionStub(harness.channel)
+    requests = [
+        reflection_pb2.ServerReflectionRequest(list_services=""),
+        reflection_pb2.ServerReflectionRequest(file_containing_symbol=SERVICE_NAME),
+    ]
+    listed, described = list(stub.ServerReflectionInfo(iter(requests)))
+    names = {s.name for s in listed.list_services_response.service}
+    assert {SERVICE_NAME, "grpc.health.v1.Health"} <= names
+    from google.protobuf import descriptor_pb2
+
+    proto = descriptor_pb2.FileDescriptorProto.FromString(
+        described.file_descriptor_response.file_descriptor_proto[0])
+    assert proto.name == "adaptive_rag/v1/adaptive_rag.proto"
+    assert [m.name for m in proto.service[0].method] == ["Answer", "GetResult", "SubmitFeedback"]
+
+
+def test_logs_are_json_lines_carrying_request_id_and_tenant(harness):
+    stream = io.StringIO()
+    configure_logging("INFO", stream)
+    try:
+        reply, _ = harness.answer("hi")
+        status_of(harness.answer, "")
+    finally:
+        configure_logging("WARNING")
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    rpc = [line for line in lines if line["event"] == "rpc"]
+    assert rpc[0]["request_id"] == reply.request_id and rpc[0]["tenant"] == "acme"
+    assert rpc[0]["code"] == "OK" and rpc[0]["tier"] == "A" and rpc[0]["method"] == "Answer"
+    assert rpc[1]["code"] == "INVALID_ARGUMENT" and "request_id" not in rpc[1]
+    assert any(line["event"] == "routed" and line["request_id"] == reply.request_id for line in lines)
