@@ -27,6 +27,9 @@ KEY_PREFIX = "arag_"
 # Statuses a worker or the front door may move a request into while it is still in flight; they
 # never overwrite a final status (a late "running" from a redelivered task must not undo "done").
 IN_FLIGHT = ("queued", "running")
+# A request that never ran (its queue was full, or it expired) may be queued again when the client
+# resends it with the same client_request_id (the front door re-admits it under the same id).
+NEVER_RAN = ("rejected", "expired")
 
 
 def hash_key(key: str) -> str:
@@ -227,7 +230,8 @@ class RecordStore:
             raise ValueError(f"unknown status {status!r}; one of {', '.join(REQUEST_STATUSES)}")
         statement = update(QueryRequest).where(QueryRequest.request_id == request_id)
         if status in IN_FLIGHT:
-            statement = statement.where(QueryRequest.status.in_(IN_FLIGHT))
+            allowed = (*IN_FLIGHT, *NEVER_RAN) if status == "queued" else IN_FLIGHT
+            statement = statement.where(QueryRequest.status.in_(allowed))
         with self.engine.begin() as conn:
             changed = conn.execute(statement.values(status=status, updated_at=utcnow())).rowcount
             if not changed and not conn.scalar(

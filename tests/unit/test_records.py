@@ -205,6 +205,10 @@ def test_status_never_goes_back_from_a_final_state(store):
     other = new_request(store)
     store.set_status(other, "rejected")
     assert store.get_request(other).status == "rejected"
+    store.set_status(other, "running")  # nothing runs a rejected request ...
+    assert store.get_request(other).status == "rejected"
+    store.set_status(other, "queued")  # ... until the front door re-admits it
+    assert store.get_request(other).status == "queued"
     with pytest.raises(ValueError):
         store.set_status(other, "lost")
     with pytest.raises(RequestNotFoundError):
