@@ -155,6 +155,63 @@ class Settings(BaseSettings):
         64, ge=1, validation_alias=AliasChoices("ARAG_FRONTDOOR_WAIT_THREADS", "frontdoor_wait_threads")
     )
 
+    # --- queues and worker pools (issue 4) --------------------------------------------------------
+    # Celery broker and result backend; unset: a filesystem broker under `broker_dir` (no server).
+    redis_url: str | None = Field(None, validation_alias=AliasChoices("REDIS_URL", "redis_url"))
+    broker_dir: Path = Field(
+        Path("var/broker"), validation_alias=AliasChoices("ARAG_BROKER_DIR", "broker_dir")
+    )
+    # Worker processes per pool and messages each reserves ahead (C: 1, a long task must not
+    # hold back queued ones that another worker could start).
+    concurrency_a: int = Field(2, ge=1, validation_alias=AliasChoices("ARAG_CONCURRENCY_A", "concurrency_a"))
+    concurrency_b: int = Field(2, ge=1, validation_alias=AliasChoices("ARAG_CONCURRENCY_B", "concurrency_b"))
+    concurrency_c: int = Field(1, ge=1, validation_alias=AliasChoices("ARAG_CONCURRENCY_C", "concurrency_c"))
+    concurrency_shadow: int = Field(
+        1, ge=1, validation_alias=AliasChoices("ARAG_CONCURRENCY_SHADOW", "concurrency_shadow")
+    )
+    prefetch_a: int = Field(4, ge=1, validation_alias=AliasChoices("ARAG_PREFETCH_A", "prefetch_a"))
+    prefetch_b: int = Field(2, ge=1, validation_alias=AliasChoices("ARAG_PREFETCH_B", "prefetch_b"))
+    prefetch_c: int = Field(1, ge=1, validation_alias=AliasChoices("ARAG_PREFETCH_C", "prefetch_c"))
+    prefetch_shadow: int = Field(
+        1, ge=1, validation_alias=AliasChoices("ARAG_PREFETCH_SHADOW", "prefetch_shadow")
+    )
+    # Soft time limit per tier (the task records a DEADLINE_EXCEEDED error); the hard limit, which
+    # kills the worker process, comes `time_limit_grace_s` later.
+    time_limit_a_s: float = Field(60.0, gt=0, validation_alias=AliasChoices("ARAG_TIME_LIMIT_A", "time_limit_a_s"))
+    time_limit_b_s: float = Field(120.0, gt=0, validation_alias=AliasChoices("ARAG_TIME_LIMIT_B", "time_limit_b_s"))
+    time_limit_c_s: float = Field(300.0, gt=0, validation_alias=AliasChoices("ARAG_TIME_LIMIT_C", "time_limit_c_s"))
+    time_limit_grace_s: float = Field(
+        15.0, gt=0, validation_alias=AliasChoices("ARAG_TIME_LIMIT_GRACE", "time_limit_grace_s")
+    )
+    # Redis broker: a message reserved by a worker that died is delivered again after this long.
+    # Keep it above the longest C run (hard limit), or a slow task also runs a second time.
+    visibility_timeout_s: float = Field(
+        900.0, gt=0, validation_alias=AliasChoices("ARAG_VISIBILITY_TIMEOUT", "visibility_timeout_s")
+    )
+    # Transient failures (retriever or LLM unreachable, index missing) retried with exponential
+    # backoff from `task_retry_backoff_s`; after the last retry the error is recorded as the result.
+    task_max_retries: int = Field(
+        3, ge=0, validation_alias=AliasChoices("ARAG_TASK_MAX_RETRIES", "task_max_retries")
+    )
+    task_retry_backoff_s: float = Field(
+        1.0, ge=0, validation_alias=AliasChoices("ARAG_TASK_RETRY_BACKOFF", "task_retry_backoff_s")
+    )
+
+    def pool_concurrency(self, pool: str) -> int:
+        """Worker processes of pool "A", "B", "C" or "shadow"."""
+        return {"A": self.concurrency_a, "B": self.concurrency_b, "C": self.concurrency_c,
+                "shadow": self.concurrency_shadow}[pool]
+
+    def pool_prefetch(self, pool: str) -> int:
+        """Prefetch multiplier of pool "A", "B", "C" or "shadow"."""
+        return {"A": self.prefetch_a, "B": self.prefetch_b, "C": self.prefetch_c,
+                "shadow": self.prefetch_shadow}[pool]
+
+    def time_limits(self, tier: str) -> tuple[float, float]:
+        """(soft, hard) seconds for a task of tier "A", "B" or "C"."""
+        soft = {"A": self.time_limit_a_s, "B": self.time_limit_b_s, "C": self.time_limit_c_s}[tier]
+        return soft, soft + self.time_limit_grace_s
+
     def max_queue_depth(self, tier: str) -> int:
         """The configured queue limit of tier "A", "B" or "C"."""
         return {"A": self.max_queue_depth_a, "B": self.max_queue_depth_b, "C": self.max_queue_depth_c}[tier]

@@ -290,10 +290,12 @@ class RecordStore:
             request_id=request_id, kind=kind, tier=tier, strategy=strategy, answer=answer,
             steps=steps, sources=sources, timings=timings, error=error, error_code=error_code,
             attempts=attempts, worker=worker, created_at=utcnow(),
-        ).on_conflict_do_nothing(index_elements=["request_id", "kind", "tier"])
+        ).on_conflict_do_nothing(
+            index_elements=["request_id", "kind", "tier"]
+        ).returning(QueryResult.id)  # a row comes back only when this insert happened
         try:
             with self.engine.begin() as conn:
-                written = conn.execute(statement).rowcount == 1
+                written = conn.execute(statement).first() is not None
                 if written and kind == "primary":
                     failed = error is not None or error_code is not None
                     conn.execute(

@@ -56,3 +56,40 @@ def opensearch_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             [str(OPENSEARCH_DIR / "stop.sh"), str(base)], check=False, timeout=60,
             capture_output=True,
         )
+
+
+# --- Redis and PostgreSQL (issue 4) ----------------------------------------------------------------
+# `workers`, `services` and `infra` live at the repository root, outside the installed package.
+import sys  # noqa: E402
+
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A real redis-server on a free loopback port (`ARAG_TEST_REDIS_URL` set: that one instead)."""
+    external = os.environ.get("ARAG_TEST_REDIS_URL")
+    if external:
+        yield external
+        return
+    from infra.local.servers import local_redis
+
+    with local_redis() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A real PostgreSQL (initdb + pg_ctl) on a free loopback port, database `arag`, no schema yet.
+
+    With `ARAG_TEST_POSTGRES_URL` set, that database is used instead and nothing is started.
+    """
+    external = os.environ.get("ARAG_TEST_POSTGRES_URL")
+    if external:
+        yield external
+        return
+    from infra.local.servers import local_postgres
+
+    with local_postgres() as url:
+        yield url

@@ -1,0 +1,173 @@
+"""Throw-away Redis and PostgreSQL servers on loopback, for tests and the demo.
+
+Each context manager starts a real server in a fresh temporary directory on a free 127.0.0.1
+port, yields its URL once it accepts connections, and stops it and deletes the directory on exit.
+Durability is switched off (no RDB/AOF, `fsync=off`): these servers hold test data only.
+
+    python -m infra.local.servers redis|postgres   # run one in the foreground, print its URL
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
+START_TIMEOUT_S = 30.0
+# PostgreSQL refuses to run as root; under root the server runs as one of these users.
+PG_USERS = ("postgres", "nobody")
+
+
+class ServerStartError(RuntimeError):
+    """A local server did not come up; the message carries the end of its log."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _tail(path: Path, chars: int = 3000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return "(no log)"
+
+
+def _wait_until(ready, what: str, log: Path, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise ServerStartError(f"{what} exited with {proc.returncode}:\n{_tail(log)}")
+        try:
+            if ready():
+                return
+        except Exception:  # noqa: BLE001 - not accepting connections yet
+            pass
+        time.sleep(0.1)
+    raise ServerStartError(f"{what} not ready after {START_TIMEOUT_S:.0f} s:\n{_tail(log)}")
+
+
+@contextmanager
+def local_redis() -> Iterator[str]:
+    """A redis-server on a free loopback port; yields `redis://127.0.0.1:PORT/0`."""
+    import redis
+
+    workdir = Path(tempfile.mkdtemp(prefix="arag-redis-"))
+    port = free_port()
+    log = workdir / "redis.log"
+    proc = subprocess.Popen(
+        [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
+         "--save", "", "--appendonly", "no", "--logfile", str(log), "--daemonize", "no"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        _wait_until(lambda: redis.Redis.from_url(url, socket_timeout=1).ping(), "redis-server",
+                    log, proc)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _pg_user() -> pwd.struct_passwd | None:
+    """The unprivileged account the server runs as when we are root (None: run as ourselves)."""
+    if os.geteuid() != 0:
+        return None
+    for name in PG_USERS:
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            continue
+    raise ServerStartError(f"running as root and none of the users {PG_USERS} exists")
+
+
+def _run_as(user: pwd.struct_passwd | None, args: list[str], log: Path) -> None:
+    with log.open("ab") as out:
+        proc = subprocess.run(
+            args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            user=user.pw_uid if user else None, group=user.pw_gid if user else None,
+            extra_groups=[] if user else None, env={**os.environ, "LC_ALL": "C.UTF-8"},
+            cwd="/", timeout=120,
+        )
+    if proc.returncode != 0:
+        raise ServerStartError(f"{' '.join(args[:2])} failed ({proc.returncode}):\n{_tail(log)}")
+
+
+@contextmanager
+def local_postgres(database: str = "arag") -> Iterator[str]:
+    """A PostgreSQL cluster (initdb + pg_ctl) on a free loopback port.
+
+    Yields `postgresql+psycopg://arag@127.0.0.1:PORT/<database>` (trust authentication on
+    loopback only). Under root the cluster belongs to the `postgres` (or `nobody`) account,
+    because PostgreSQL refuses to run as root.
+    """
+    import psycopg
+
+    user = _pg_user()
+    workdir = Path(tempfile.mkdtemp(prefix="arag-pg-"))
+    data, sockets, log = workdir / "data", workdir / "sock", workdir / "postgres.log"
+    sockets.mkdir()
+    log.touch()
+    if user is not None:
+        for path in (workdir, sockets, log):
+            os.chown(path, user.pw_uid, user.pw_gid)
+    port = free_port()
+    pg_ctl = str(PG_BIN / "pg_ctl")
+    try:
+        _run_as(user, [str(PG_BIN / "initdb"), "-D", str(data), "-U", "arag", "--auth=trust",
+                       "--no-sync", "-E", "UTF8"], log)
+        options = (f"-p {port} -c listen_addresses=127.0.0.1 -k {sockets} -c fsync=off "
+                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
+        _run_as(user, [pg_ctl, "-D", str(data), "-l", str(log), "-o", options, "-w", "-t", "60",
+                       "start"], log)
+        admin = f"postgresql://arag@127.0.0.1:{port}/postgres"
+        _wait_until(lambda: psycopg.connect(admin, connect_timeout=1).close() is None,
+                    "postgres", log)
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{database}"')
+        yield f"postgresql+psycopg://arag@127.0.0.1:{port}/{database}"
+    finally:
+        if (data / "postmaster.pid").exists():
+            try:
+                _run_as(user, [pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"], log)
+            except ServerStartError:
+                pass
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv: list[str]) -> int:
+    servers = {"redis": local_redis, "postgres": local_postgres}
+    if len(argv) != 1 or argv[0] not in servers:
+        print("usage: python -m infra.local.servers redis|postgres", file=sys.stderr)
+        return 2
+    with servers[argv[0]]() as url:
+        print(url, flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

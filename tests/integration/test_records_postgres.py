@@ -1,0 +1,80 @@
+"""The RecordStore suite of `tests/unit/test_records.py` on a real PostgreSQL, through the same
+Alembic migrations; plus the migration chain down and up again on PostgreSQL."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import inspect, text
+
+from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
+from adaptive_rag.storage.db import alembic_config
+
+pytestmark = pytest.mark.integration
+
+_spec = importlib.util.spec_from_file_location(
+    "records_suite", Path(__file__).resolve().parents[1] / "unit" / "test_records.py"
+)
+records_suite = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(records_suite)
+# Every `test_*` of the SQLite suite, collected here against the `store` fixture below.
+globals().update(
+    {name: getattr(records_suite, name) for name in dir(records_suite) if name.startswith("test_")}
+)
+
+SERVING_TABLES = ("feedback", "results", "routing_decisions", "requests", "api_keys")
+
+
+@pytest.fixture(scope="module")
+def migrated_engine(postgres_url: str):
+    upgrade_database(postgres_url)
+    engine = make_engine(postgres_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def store(migrated_engine) -> Iterator[RecordStore]:
+    """An empty set of serving tables for every test (the suite counts rows)."""
+    with migrated_engine.begin() as conn:
+        conn.execute(text(f"TRUNCATE {', '.join(SERVING_TABLES)} RESTART IDENTITY CASCADE"))
+    yield RecordStore(migrated_engine)
+
+
+def test_keys_cli_creates_lists_and_revokes(postgres_url, monkeypatch, migrated_engine):
+    with migrated_engine.begin() as conn:
+        conn.execute(text("TRUNCATE api_keys RESTART IDENTITY CASCADE"))
+    from typer.testing import CliRunner
+
+    from adaptive_rag.cli import app
+
+    monkeypatch.setenv("DATABASE_URL", postgres_url)
+    runner = CliRunner()
+    created = runner.invoke(app, ["keys", "create", "--tenant", "acme"])
+    assert created.exit_code == 0, created.output
+    key = created.stdout.strip().splitlines()[0]
+    assert RecordStore(migrated_engine).tenant_for_key(key) == "acme"
+
+
+def test_postgres_uses_jsonb_and_the_named_constraints(migrated_engine):
+    inspector = inspect(migrated_engine)
+    results = {c["name"]: c for c in inspector.get_columns("results")}
+    assert type(results["sources"]["type"]).__name__ == "JSONB"
+    uniques = {u["name"] for u in inspector.get_unique_constraints("results")}
+    assert "uq_results_request_kind_tier" in uniques
+    requests_uniques = {u["name"] for u in inspector.get_unique_constraints("requests")}
+    assert "uq_requests_tenant_client_id" in requests_uniques
+
+
+def test_migrations_downgrade_and_upgrade_again(postgres_url, migrated_engine):
+    from alembic import command
+
+    config = alembic_config(postgres_url)
+    command.downgrade(config, "0001_training_labels")
+    assert "results" not in inspect(migrated_engine).get_table_names()
+    assert "training_labels" in inspect(migrated_engine).get_table_names()
+    command.upgrade(config, "head")
+    assert set(SERVING_TABLES) <= set(inspect(migrated_engine).get_table_names())
