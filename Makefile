@@ -23,8 +23,8 @@ $(VENV)/.installed: pyproject.toml infra/llama/build_wheel.sh
 	$(PY) -c "from adaptive_rag.llm.llama_cpp import default_gguf_path; from pathlib import Path; import os; print('model:', default_gguf_path(Path(os.environ['ARAG_CACHE'])))"
 	touch $@
 
-## setup: virtualenv, portable llama.cpp wheel (cached), project + dev deps, embedded model
-setup: $(VENV)/.installed
+## setup: virtualenv, portable llama.cpp wheel (cached), project + dev deps, embedded model, gRPC stubs
+setup: $(VENV)/.installed $(PROTO_STUBS)
 
 ## demo: index the demo knowledge base and answer example questions of every tier
 demo: setup
@@ -91,3 +91,20 @@ test-classifier: setup
 ## bench-routing: tokenize + Triton round trip + policy, p50/p95/p99 over 1000 queries
 bench-routing: triton-model
 	$(PY) -m benchmarks.routing_overhead --repository $(MODEL_REPOSITORY) --out reports/routing_overhead
+
+# --- gRPC front door (issue 4) -------------------------------------------------------------------
+PROTO_SOURCES := $(wildcard proto/adaptive_rag/v1/*.proto)
+PROTO_STUBS := services/frontdoor/generated/adaptive_rag_pb2.py
+.PHONY: proto frontdoor
+
+$(PROTO_STUBS): $(PROTO_SOURCES) services/frontdoor/codegen.py $(VENV)/.installed
+	$(PY) -m services.frontdoor.codegen
+	touch $@
+
+## proto: generate the Python gRPC stubs (git-ignored) from proto/adaptive_rag/v1/
+proto: $(VENV)/.installed
+	$(PY) -m services.frontdoor.codegen
+
+## frontdoor: the gRPC front door on ARAG_GRPC_LISTEN (default 127.0.0.1:50051), metrics on ARAG_METRICS_PORT
+frontdoor: setup
+	$(PY) -m services.frontdoor

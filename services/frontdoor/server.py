@@ -418,10 +418,10 @@ def _deadline_failure(request_id: str, budget: float | None) -> Failure:
 
 
 def _raise_recorded_error(request_id: str, result: Mapping[str, Any]) -> Mapping[str, Any]:
-    if result.get("error"):
+    if result.get("error") or result.get("error_code"):
         raise Failure(
             status_for_error_code(result.get("error_code")),
-            f"request {request_id} failed in the worker: {result['error']}",
+            f"request {request_id} failed in the worker: {result.get('error') or result.get('error_code')}",
         )
     return result
 
