@@ -7,10 +7,6 @@ exporting needs torch (`train` extras, installed by `make setup`).
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,63 +21,12 @@ from adaptive_rag.classifier.client import QueryTokenizer, TritonClassifier  # n
 from adaptive_rag.classifier.repository import open_version  # noqa: E402
 from adaptive_rag.domain import Tier  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SERVE = REPO_ROOT / "services" / "classifier" / "serve.py"
-START_TIMEOUT_S = 180
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from services.classifier.local import TritonProcess, export_untrained_version  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def model_repository(tmp_path_factory) -> Path:
-    from adaptive_rag.classifier.export import export_run
-    from adaptive_rag.classifier.model import load_base, save_checkpoint
-
-    run = tmp_path_factory.mktemp("untrained-run")
-    network, tokenizer, kind = load_base(None)
-    network.eval()
-    save_checkpoint(network, tokenizer, kind, run, {"max_length": 64})
-    repo = tmp_path_factory.mktemp("model-repository")
-    export_run(run, repo)
-    return repo
-
-
-class TritonProcess:
-    def __init__(self, repo: Path, log_path: Path) -> None:
-        self.grpc_port = _free_port()
-        ports = [str(self.grpc_port), str(_free_port()), str(_free_port())]
-        self.log_path = log_path
-        self.log = log_path.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, str(SERVE), "--repository", str(repo), "--grpc-port", ports[0],
-             "--http-port", ports[1], "--metrics-port", ports[2]],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while "READY" not in log_path.read_text():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                pytest.fail(f"serve.py did not become ready:\n{log_path.read_text()[-4000:]}")
-            time.sleep(0.2)
-
-    @property
-    def url(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.log.close()
+    return export_untrained_version(tmp_path_factory.mktemp("model-repository"), max_length=64)
 
 
 @pytest.fixture(scope="module")

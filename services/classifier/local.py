@@ -1,0 +1,81 @@
+"""Start and stop the local Triton (`serve.py`, the real `tritonserver` from `nvidia-pytriton`) as a
+subprocess on free loopback ports, for tests and the demo; and export an untrained model version
+so it has something to serve before any labels exist (needs the `train` extras: torch)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SERVE = REPO_ROOT / "services" / "classifier" / "serve.py"
+START_TIMEOUT_S = 180
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def export_untrained_version(repository: Path, max_length: int = 64) -> Path:
+    """Export an untrained MiniLM-L6 (fresh head) as the next version of `complexity`."""
+    from adaptive_rag.classifier.export import export_run
+    from adaptive_rag.classifier.model import load_base, save_checkpoint
+
+    import tempfile
+
+    network, tokenizer, kind = load_base(None)
+    network.eval()
+    with tempfile.TemporaryDirectory() as run:
+        save_checkpoint(network, tokenizer, kind, Path(run), {"max_length": max_length})
+        export_run(Path(run), repository)
+    return repository
+
+
+class TritonProcess:
+    """`serve.py` serving the latest version of `repository`; ready when it prints READY."""
+
+    def __init__(self, repository: Path, log_path: Path, timeout_s: float = START_TIMEOUT_S) -> None:
+        self.grpc_port = free_port()
+        ports = [str(self.grpc_port), str(free_port()), str(free_port())]
+        self.log_path = log_path
+        self.log = log_path.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SERVE), "--repository", str(repository), "--grpc-port", ports[0],
+             "--http-port", ports[1], "--metrics-port", ports[2]],
+            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        deadline = time.monotonic() + timeout_s
+        while "READY" not in log_path.read_text():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"serve.py did not become ready:\n{log_path.read_text()[-4000:]}")
+            time.sleep(0.2)
+
+    @property
+    def url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        if not self.log.closed:
+            self.log.close()
+
+    def __enter__(self) -> TritonProcess:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
