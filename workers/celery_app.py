@@ -1,0 +1,106 @@
+"""The one Celery app: tier queues, delivery guarantees and time limits, all from `Settings`.
+
+Broker and result backend are Redis when `REDIS_URL` is set, so a waiting front door gets its
+result through Redis pub/sub (no database polling). Without it, everything runs with no server:
+a kombu filesystem transport and a file result backend under `ARAG_BROKER_DIR` (`var/broker`).
+
+Delivery: `acks_late` + `reject_on_worker_lost` means a message is acknowledged only after its
+task finished; a worker process that dies mid-task gets its message requeued (prefork child lost)
+or redelivered after the broker's visibility timeout (whole worker lost). The task itself makes
+the second run harmless (one result row per request, see `workers.tasks`).
+
+Worker CLI: `celery -A workers.celery_app worker -Q tier-c ...` (see `workers.pools`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+from kombu import Queue
+
+from adaptive_rag.settings import Settings
+
+QUEUES = ("tier-a", "tier-b", "tier-c", "shadow")
+
+
+def broker_folders(settings: Settings) -> dict[str, Path]:
+    """Where the server-less broker keeps messages and results (absolute, shared by processes)."""
+    root = settings.broker_dir.resolve()
+    return {"queue": root / "queue", "processed": root / "processed", "results": root / "results"}
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """Celery settings for `settings` (a plain dict: easy to inspect in tests)."""
+    config: dict[str, Any] = {
+        "task_queues": [Queue(name, routing_key=name) for name in QUEUES],
+        "task_default_queue": "tier-b",
+        "task_create_missing_queues": False,
+        # Acknowledge after the task ran; a lost worker's message goes back to the queue.
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        # One message reserved per process unless a pool says otherwise (`--prefetch-multiplier`).
+        "worker_prefetch_multiplier": 1,
+        # Loading the LLM in a fresh pool process takes seconds on a busy machine.
+        "worker_proc_alive_timeout": 120.0,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "result_expires": 24 * 3600,
+        "broker_connection_retry_on_startup": True,
+        "worker_hijack_root_logger": False,
+        "worker_redirect_stdouts": False,
+        "worker_send_task_events": False,
+        "task_send_sent_event": False,
+    }
+    if settings.redis_url:
+        visibility = settings.visibility_timeout_s
+        config.update(
+            broker_url=settings.redis_url,
+            result_backend=settings.redis_url,
+            broker_transport_options={
+                "visibility_timeout": visibility,
+                # Sweep for messages of dead workers often enough to notice them about one
+                # visibility timeout after the loss (kombu's default sweep is ~100 s).
+                "unacked_restore_interval": max(1, min(10, int(visibility // 5))),
+                "unacked_restore_throttle": 1,
+            },
+            result_backend_transport_options={"visibility_timeout": visibility},
+        )
+    else:
+        folders = broker_folders(settings)
+        for folder in folders.values():
+            folder.mkdir(parents=True, exist_ok=True)
+        config.update(
+            broker_url="filesystem://",
+            broker_transport_options={
+                "data_folder_in": str(folders["queue"]),
+                "data_folder_out": str(folders["queue"]),
+                "processed_folder": str(folders["processed"]),
+                "store_processed": False,
+            },
+            result_backend=f"file://{folders['results']}",
+        )
+    return config
+
+
+def create_app(settings: Settings | None = None) -> Celery:
+    """A Celery app configured from `settings` (default: the environment).
+
+    The settings stay reachable as `app_settings(app)` so dispatch uses the same time limits and
+    broker the app was built with.
+    """
+    settings = settings or Settings()
+    app = Celery("adaptive_rag", include=["workers.tasks"])
+    app.conf.update(celery_config(settings))
+    app.arag_settings = settings  # type: ignore[attr-defined]
+    return app
+
+
+def app_settings(app: Celery) -> Settings:
+    return getattr(app, "arag_settings", None) or Settings()
+
+
+# The app of this process: workers (`celery -A workers.celery_app`) and the front door.
+app = create_app()
