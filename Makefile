@@ -108,3 +108,22 @@ proto: $(VENV)/.installed
 ## frontdoor: the gRPC front door on ARAG_GRPC_LISTEN (default 127.0.0.1:50051), metrics on ARAG_METRICS_PORT
 frontdoor: setup
 	$(PY) -m services.frontdoor
+
+# --- tier queues and workers (issue 4) -----------------------------------------------------------
+.PHONY: workers test-workers local-redis local-postgres
+
+## workers: the tier worker pools (tier-a, tier-b, tier-c, shadow) in the foreground; REDIS_URL
+## selects Redis, otherwise a broker without a server under var/broker
+workers: setup
+	$(PY) -m workers.pools
+
+## local-redis / local-postgres: a throw-away server on a free loopback port (prints its URL)
+local-redis: setup
+	$(PY) -m infra.local.servers redis
+
+local-postgres: setup
+	$(PY) -m infra.local.servers postgres
+
+test-workers: setup
+	$(PY) -m pytest -q tests/unit/test_records.py tests/integration/test_records_postgres.py \
+	  tests/integration/test_workers.py
