@@ -209,3 +209,31 @@ def test_a_strategy_that_keeps_failing_ends_as_a_recorded_error(make_settings, s
     assert row.attempts == settings.task_max_retries + 1
     assert store.get_request(request_id).status == "error"
     assert store.count_results(request_id) == 1
+
+
+def test_queue_depth_counts_waiting_messages_on_redis(make_settings, store):
+    app = create_app(make_settings(3))  # a database no worker consumes from
+    for _ in range(2):
+        submit(store, app, "C")
+    submit(store, app, "A")
+    assert [queue_depth(q, app=app) for q in ("tier-a", "tier-b", "tier-c", "shadow")] == [1, 0, 2, 0]
+
+
+def test_embedded_defaults_need_no_server(make_settings, tmp_path):
+    """No REDIS_URL: filesystem broker and file result backend under ARAG_BROKER_DIR, SQLite."""
+    database_url = f"sqlite:///{tmp_path}/arag.db"
+    settings = make_settings(0, redis_url=None, broker_dir=tmp_path / "broker",
+                             database_url=database_url)
+    app = create_app(settings)
+    assert app.conf.broker_url == "filesystem://"
+    upgrade_database(database_url)
+    store = RecordStore(make_engine(database_url))
+    waiting, _ = submit(store, app, "C")  # no C pool here: it stays queued
+    assert queue_depth("tier-c", app=app) == 1 and queue_depth("tier-a", app=app) == 0
+    with WorkerPools(settings, pools=("A",), log_dir=tmp_path):
+        request_id, handle = submit(store, app, "A")
+        payload = wait_result(handle, WAIT_S)
+    assert payload["error"] is None and payload["tier"] == "A"
+    assert store.get_result(request_id).answer == payload["answer"]
+    assert store.get_request(waiting).status == "queued"
+    assert queue_depth("tier-c", app=app) == 1
