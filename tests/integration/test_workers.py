@@ -63,7 +63,7 @@ def make_settings(redis_url, postgres_url, demo_index):
         values = dict(
             redis_url=redis_db(redis_url, db), database_url=postgres_url, index_dir=demo_index,
             llm_threads=1, top_k=2, max_passages=3, max_steps=2, multi_step="decompose",
-            concurrency_a=1, concurrency_b=1, concurrency_c=1,
+            concurrency_a=1, concurrency_b=1, concurrency_c=1, concurrency_shadow=1,
             task_max_retries=2, task_retry_backoff_s=0.2,
         )
         values.update(overrides)
@@ -79,7 +79,7 @@ def settings(make_settings) -> Settings:
 
 @pytest.fixture(scope="module")
 def pools(settings, tmp_path_factory) -> Iterator[WorkerPools]:
-    with WorkerPools(settings, pools=("A", "B", "C"),
+    with WorkerPools(settings, pools=("A", "B", "C", "shadow"),
                      log_dir=tmp_path_factory.mktemp("worker-logs")) as running:
         yield running
 
@@ -237,3 +237,28 @@ def test_embedded_defaults_need_no_server(make_settings, tmp_path):
     assert store.get_result(request_id).answer == payload["answer"]
     assert store.get_request(waiting).status == "queued"
     assert queue_depth("tier-c", app=app) == 1
+
+
+def test_shadow_run_goes_to_the_shadow_pool_and_leaves_the_primary_alone(pools, store, app):
+    request_id, primary = submit(store, app, "A")
+    shadow = enqueue(request_id, QUESTIONS["A"][0], "B", "single_step", kind="shadow", app=app)
+    assert shadow.id != primary.id
+    shadow_payload = wait_result(shadow, WAIT_S)
+    primary_payload = wait_result(primary, WAIT_S)
+    assert (shadow_payload["kind"], shadow_payload["tier"]) == ("shadow", "B")
+    assert primary_payload["kind"] == "primary" and primary_payload["tier"] == "A"
+    [row] = store.shadow_results(request_id)
+    assert row.worker.startswith("shadow@") and row.strategy == "single_step"
+    assert store.get_result(request_id).tier == "A"
+    assert store.count_results(request_id) == 2
+
+
+def test_soft_time_limit_ends_as_a_recorded_deadline_error(pools, store, make_settings):
+    """Time limits travel with the message (per tier, from the sender's settings)."""
+    hurried = create_app(make_settings(0, time_limit_c_s=1.0))
+    request_id, handle = submit(store, hurried, "C")
+    payload = wait_result(handle, WAIT_S)
+    assert payload["error_code"] == "DEADLINE_EXCEEDED", payload
+    row = store.get_result(request_id)
+    assert row.error_code == "DEADLINE_EXCEEDED" and row.answer is None
+    assert store.get_request(request_id).status == "error"
