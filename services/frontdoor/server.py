@@ -286,7 +286,11 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
         if budget <= 0:
             raise _deadline_failure(request_id, 0.0)
         try:
-            result = await self._blocking(self.dispatcher.wait_result, handle, budget)
+            # The dispatcher's own timeout can overshoot (Celery drains its result consumer in
+            # 1 s steps), so the budget is also enforced here; a late thread just finishes idle.
+            result = await asyncio.wait_for(
+                self._blocking(self.dispatcher.wait_result, handle, budget), budget
+            )
         except TimeoutError:
             raise _deadline_failure(request_id, budget) from None
         return _raise_recorded_error(request_id, as_mapping(result))
