@@ -7,8 +7,9 @@ tier's Celery queue (and, for a sampled share, a shadow run on the neighbouring 
 the result within the client's deadline (DEADLINE_EXCEEDED while the work continues; GetResult
 returns it later).
 
-Blocking calls (SQLAlchemy, Redis, Celery result waits) run on a dedicated thread pool so the event
-loop never blocks; the pool is sized for the number of Answers allowed to wait at once.
+Blocking calls run off the event loop on two thread pools: result waits on one sized for the
+Answers allowed to wait at once (`frontdoor_wait_threads`), short calls (SQL, enqueue, queue
+depth) on another, so a crowd of waiting Answers never delays authentication or GetResult.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ NEVER_RAN = ("rejected", "expired")
 REQUEST_ID_METADATA = "x-request-id"
 # While replaying a request another front door is still waiting for and no result handle exists.
 POLL_INTERVAL_S = (0.05, 1.0)
+# Threads for short blocking calls (SQL, enqueue, queue depth).
+IO_THREADS = 16
 
 
 class Failure(Exception):
@@ -129,7 +132,7 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
 
     def __init__(
         self, settings: Settings, store: Store, dispatcher: Dispatcher, router: ClassifierRouter,
-        metrics: FrontDoorMetrics | None = None, executor: ThreadPoolExecutor | None = None,
+        metrics: FrontDoorMetrics | None = None,
         sample: Callable[[], float] = random.random,
     ) -> None:
         self.settings = settings
@@ -137,16 +140,25 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
         self.dispatcher = dispatcher
         self.router = router
         self.metrics = metrics or FrontDoorMetrics()
-        self.executor = executor or ThreadPoolExecutor(
-            settings.frontdoor_wait_threads, thread_name_prefix="frontdoor"
+        # Two pools: Answers waiting for results (long) never hold up the short calls (database,
+        # enqueue, queue depth) that every other request needs.
+        self.wait_executor = ThreadPoolExecutor(
+            settings.frontdoor_wait_threads, thread_name_prefix="frontdoor-wait"
         )
+        self.io_executor = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="frontdoor-io")
         self._sample = sample
 
     # --- plumbing --------------------------------------------------------------------------------
 
     async def _blocking(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A short blocking call (database, broker) off the event loop."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+        return await loop.run_in_executor(self.io_executor, functools.partial(fn, *args, **kwargs))
+
+    async def _waiting(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A long blocking wait (a result) on the wait pool."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.wait_executor, functools.partial(fn, *args))
 
     async def _run(
         self, method: str, context: grpc.aio.ServicerContext, body: Callable[[Call], Awaitable[Any]],
@@ -289,7 +301,7 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
             # The dispatcher's own timeout can overshoot (Celery drains its result consumer in
             # 1 s steps), so the budget is also enforced here; a late thread just finishes idle.
             result = await asyncio.wait_for(
-                self._blocking(self.dispatcher.wait_result, handle, budget), budget
+                self._waiting(self.dispatcher.wait_result, handle, budget), budget
             )
         except TimeoutError:
             raise _deadline_failure(request_id, budget) from None
@@ -446,7 +458,8 @@ class RunningServer:
             task.cancel()
         await self.server.stop(grace)
         self.servicer.router.close()
-        self.servicer.executor.shutdown(wait=False, cancel_futures=True)
+        self.servicer.wait_executor.shutdown(wait=False, cancel_futures=True)
+        self.servicer.io_executor.shutdown(wait=False, cancel_futures=True)
 
 
 async def start_server(

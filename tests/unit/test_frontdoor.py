@@ -334,3 +334,18 @@ def test_logs_are_json_lines_carrying_request_id_and_tenant(harness):
     assert rpc[0]["code"] == "OK" and rpc[0]["tier"] == "A" and rpc[0]["method"] == "Answer"
     assert rpc[1]["code"] == "INVALID_ARGUMENT" and "request_id" not in rpc[1]
     assert any(line["event"] == "routed" and line["request_id"] == reply.request_id for line in lines)
+
+
+def test_waiting_answers_do_not_hold_up_other_calls():
+    h = Harness(make_settings(frontdoor_wait_threads=1), delay_s=1.5)
+    try:
+        slow = threading.Thread(target=lambda: h.answer("Which is older, X or Y?", timeout=5))
+        slow.start()
+        time.sleep(0.3)  # the only wait thread is now taken
+        started = time.monotonic()
+        error = status_of(h.stub.GetResult, pb2.GetResultRequest(request_id="0" * 32), metadata=AUTH)
+        assert error.code() is grpc.StatusCode.NOT_FOUND
+        assert time.monotonic() - started < 0.5
+        slow.join()
+    finally:
+        h.close()
