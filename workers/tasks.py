@@ -17,8 +17,8 @@ from typing import Any
 
 import structlog
 from celery import Task
-from celery.exceptions import SoftTimeLimitExceeded
-from celery.signals import worker_process_init
+from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
+from celery.signals import task_failure, worker_process_init
 from celery.utils.time import get_exponential_backoff_interval
 from sqlalchemy.exc import InterfaceError, OperationalError
 
@@ -29,7 +29,7 @@ from adaptive_rag.settings import Settings
 from adaptive_rag.storage import RecordStore, make_engine
 from adaptive_rag.storage.records import ResultView
 from adaptive_rag.strategies import build_strategy
-from workers.celery_app import app
+from workers.celery_app import app, app_settings
 
 log = structlog.get_logger("workers.tasks")
 
@@ -52,6 +52,7 @@ class WorkerResources:
 
     settings: Settings
     store: RecordStore
+    pid: int = field(default_factory=os.getpid)
     _retriever: Retriever | None = field(default=None, repr=False)
     _llm: LLM | None = field(default=None, repr=False)
 
@@ -74,8 +75,15 @@ _resources: WorkerResources | None = None
 
 
 def resources() -> WorkerResources:
-    """This process's resources (created after fork: engines and models are per process)."""
+    """This process's resources, made in this process.
+
+    A pool child forked from a parent that already had resources (the parent records failures
+    too) drops the inherited database pool without closing it: its sockets belong to the parent.
+    """
     global _resources
+    if _resources is not None and _resources.pid != os.getpid():
+        _resources.store.engine.dispose(close=False)
+        _resources = None
     if _resources is None:
         settings = Settings()
         _resources = WorkerResources(settings, RecordStore(make_engine(settings.database_url)))
@@ -113,8 +121,16 @@ def _stored(store: RecordStore, request_id: str, kind: str, tier: str) -> Result
     return next((r for r in store.shadow_results(request_id) if r.tier == tier), None)
 
 
+_settings = app_settings(app)
+
+
 @app.task(
-    bind=True, name=TASK_NAME, acks_late=True, reject_on_worker_lost=True, max_retries=None,
+    bind=True, name=TASK_NAME, acks_late=True, reject_on_worker_lost=True,
+    # A pool process lost mid-task (killed, out of memory, crashed in native code): send the task
+    # again, at most `task_max_retries` times, so a message that kills every worker ends as a
+    # recorded error (see `_record_failure`) instead of crashing pools forever.
+    retry_on_worker_lost=True, max_retries=_settings.task_max_retries,
+    default_retry_delay=_settings.task_retry_backoff_s,
 )
 def answer(
     self: Task, request_id: str, query: str, tier: str, strategy: str, kind: str = "primary",
@@ -174,3 +190,34 @@ def answer(
         return failed("UNAVAILABLE", exc)
     except Exception as exc:  # noqa: BLE001 - a bug or bad input: recorded, not retried
         return failed("INTERNAL", exc)
+
+
+@task_failure.connect(sender=answer)
+def _record_failure(
+    sender: Task | None = None, task_id: str | None = None, exception: BaseException | None = None,
+    kwargs: dict[str, Any] | None = None, **_: Any,
+) -> None:
+    """Failures the task body could not record itself become error results.
+
+    Celery sends this from the worker's main process when a pool process hit the hard time limit
+    or was lost more often than `task_max_retries` allows: the client then reads an error result
+    instead of waiting on a request that stays `running` forever.
+    """
+    kwargs = kwargs or {}
+    request_id = kwargs.get("request_id")
+    if not request_id:
+        return
+    code = "DEADLINE_EXCEEDED" if isinstance(exception, TimeLimitExceeded) else "INTERNAL"
+    try:
+        resources().store.save_result(
+            request_id, kwargs.get("kind", "primary"), kwargs.get("tier", "?"),
+            kwargs.get("strategy", "?"), answer=None, steps=0, sources=[], timings={},
+            worker=f"{getattr(sender.request, 'hostname', None) or 'worker'}/{os.getpid()}"
+            if sender else "worker",
+            attempts=(getattr(sender.request, "retries", 0) or 0) + 1 if sender else 1,
+            error=f"{type(exception).__name__}: {exception}", error_code=code,
+        )
+        log.error("task.failure_recorded", request_id=request_id, task_id=task_id, error_code=code,
+                  error=f"{type(exception).__name__}: {exception}")
+    except Exception as exc:  # noqa: BLE001 - the database itself is down: nothing more to do
+        log.error("task.failure_not_recorded", request_id=request_id, error=str(exc))

@@ -155,8 +155,9 @@ def _already_done_lines(log: Path) -> str:
 
 
 def test_worker_process_killed_mid_c_task_is_requeued_and_answered_once(pools, store, app):
-    """SIGKILL the prefork child running a C task: the pool reports the lost worker, the message
-    is rejected back onto `tier-c` (acks_late + reject_on_worker_lost), a fresh child runs it."""
+    """SIGKILL the prefork child running a C task: the pool notices the lost process and sends the
+    task again to `tier-c` (retry_on_worker_lost; reject_on_worker_lost requeues it should that
+    send fail); a fresh child runs it and the first message is acknowledged only then."""
     request_id, handle = submit(store, app, "C")
     wait_for_status(store, request_id, "running")
     [child] = pools.pools["C"].child_pids()
@@ -167,8 +168,9 @@ def test_worker_process_killed_mid_c_task_is_requeued_and_answered_once(pools, s
     assert store.count_results(request_id) == 1
     row = store.get_result(request_id)
     assert row.answer == payload["answer"]
-    assert not row.worker.endswith(f"/{child}")  # answered by another process
-    assert row.attempts == 2  # the redelivered message carries kombu's `redelivered` flag
+    assert not row.worker.endswith(f"/{child}")  # answered by another process...
+    assert row.worker.startswith("tier-c@")  # ...of the same pool: sent again to tier-c
+    assert row.attempts == 2
     assert f"pid:{child} exited with 'signal 9 (SIGKILL)'" in pools.pools["C"].log_path.read_text()
 
 
@@ -262,3 +264,25 @@ def test_soft_time_limit_ends_as_a_recorded_deadline_error(pools, store, make_se
     row = store.get_result(request_id)
     assert row.error_code == "DEADLINE_EXCEEDED" and row.answer is None
     assert store.get_request(request_id).status == "error"
+
+
+def test_a_task_that_keeps_killing_its_worker_ends_as_a_recorded_error(make_settings, store, tmp_path):
+    """With no retries left, a lost pool process is not retried again: the worker's main process
+    records the error result (a poison message must not crash pools forever)."""
+    settings = make_settings(4, task_max_retries=0)
+    app = create_app(settings)
+    with WorkerPools(settings, pools=("C",), log_dir=tmp_path) as pools:
+        request_id, handle = submit(store, app, "C")
+        wait_for_status(store, request_id, "running")
+        [child] = pools.pools["C"].child_pids()
+        os.kill(child, signal.SIGKILL)
+        payload = wait_result(handle, WAIT_S)
+        assert payload["error_code"] == "INTERNAL" and "WorkerLostError" in payload["error"]
+        deadline = time.monotonic() + 30
+        while store.get_result(request_id) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+    row = store.get_result(request_id)
+    assert row is not None and row.error_code == "INTERNAL" and "WorkerLostError" in row.error
+    assert row.worker.startswith("tier-c@")
+    assert store.get_request(request_id).status == "error"
+    assert store.count_results(request_id) == 1
