@@ -28,7 +28,7 @@ QUEUES = ("tier-a", "tier-b", "tier-c", "shadow")
 def broker_folders(settings: Settings) -> dict[str, Path]:
     """Where the server-less broker keeps messages and results (absolute, shared by processes)."""
     root = settings.broker_dir.resolve()
-    return {"queue": root / "queue", "processed": root / "processed", "results": root / "results"}
+    return {name: root / name for name in ("queue", "processed", "results", "control")}
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -75,6 +75,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         config.update(
             broker_url="filesystem://",
             broker_transport_options={
+                "control_folder": str(folders["control"]),
                 "data_folder_in": str(folders["queue"]),
                 "data_folder_out": str(folders["queue"]),
                 "processed_folder": str(folders["processed"]),

@@ -193,8 +193,11 @@ class WorkerPools:
         running = [p for p in self.pools.values() if p.alive()]
         for sig, wait_s in ((signal.SIGTERM, timeout), (signal.SIGQUIT, 5.0), (signal.SIGKILL, 5.0)):
             for pool in running:
-                try:
-                    os.killpg(pool.pid, sig)
+                try:  # the main process shuts its pool children down itself; SIGKILL takes all
+                    if sig == signal.SIGKILL:
+                        os.killpg(pool.pid, sig)
+                    else:
+                        os.kill(pool.pid, sig)
                 except ProcessLookupError:
                     pass
             deadline = time.monotonic() + wait_s
