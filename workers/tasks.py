@@ -151,7 +151,10 @@ def answer(
         store.save_result(request_id, kind, tier, strategy, worker=worker, attempts=attempts,
                           **outcome)
         stored = _stored(store, request_id, kind, tier)
-        return stored.as_payload() if stored else {"request_id": request_id, "kind": kind, **outcome}
+        if stored is not None:
+            return stored.as_payload()
+        return {"request_id": request_id, "kind": kind, "tier": tier, "strategy": strategy,
+                "error": None, "error_code": None, **outcome}
 
     def failed(code: str, exc: BaseException) -> dict[str, Any]:
         bound.error("task.failed", error_code=code, error=f"{type(exc).__name__}: {exc}")
