@@ -224,7 +224,8 @@ class RecordStore:
         """Move a request to `status`.
 
         `queued`/`running` only apply while the request is still in flight, so a redelivered task
-        or a late front-door update never turns a finished request back into a running one.
+        or a late front-door update never turns a finished request back into a running one; a
+        request that never ran (`NEVER_RAN`) may be `queued` again when its client resends it.
         """
         if status not in REQUEST_STATUSES:
             raise ValueError(f"unknown status {status!r}; one of {', '.join(REQUEST_STATUSES)}")
