@@ -59,11 +59,6 @@ def opensearch_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 # --- Redis and PostgreSQL (issue 4) ----------------------------------------------------------------
-# `workers`, `services` and `infra` live at the repository root, outside the installed package.
-import sys  # noqa: E402
-
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 
 @pytest.fixture(scope="session")
