@@ -14,6 +14,7 @@ Worker CLI: `celery -A workers.celery_app worker -Q tier-c ...` (see `workers.po
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from kombu import Queue
 from adaptive_rag.settings import Settings
 
 QUEUES = ("tier-a", "tier-b", "tier-c", "shadow")
+logger = logging.getLogger(__name__)
 
 
 def broker_folders(settings: Settings) -> dict[str, Path]:
@@ -56,6 +58,13 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     }
     if settings.redis_url:
         visibility = settings.visibility_timeout_s
+        longest = max(settings.time_limits(tier)[1] for tier in ("A", "B", "C"))
+        if visibility <= longest:
+            logger.warning(
+                "visibility timeout %.0f s is not above the longest hard time limit %.0f s: a task "
+                "still running then is delivered a second time (its result is still written once)",
+                visibility, longest,
+            )
         config.update(
             broker_url=settings.redis_url,
             result_backend=settings.redis_url,
