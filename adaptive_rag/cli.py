@@ -36,7 +36,7 @@ app.add_typer(keys_app, name="keys", help="API keys of tenants: create, list, re
 # The classifier's everyday jobs also answer at the top level (`arag label`, as the docs name them).
 from adaptive_rag.classifier import cli as _classifier_cli  # noqa: E402
 
-for _name in ("label", "train", "calibrate"):
+for _name in ("label", "train", "calibrate", "relabel", "retrain"):
     app.command(name=_name, help=getattr(_classifier_cli, _name).__doc__)(getattr(_classifier_cli, _name))
 console = Console()
 err_console = Console(stderr=True)

@@ -129,20 +129,13 @@ def train(
     repository: RepoOpt = None,
 ) -> None:
     """Fine-tune the classifier on the `train` labels; writes checkpoint, metrics and model card."""
-    from adaptive_rag.classifier.training import Example, TrainConfig, train_classifier
+    from adaptive_rag.classifier.training import TrainConfig, train_classifier
 
     settings = _settings(database_url=database_url, model_repository=repository,
                          classifier_base=base, classifier_max_length=max_length)
     store = _store(settings)
     chosen = [d.strip() for d in datasets.split(",")] if datasets else None
-
-    def examples(split: str) -> list:
-        return [
-            Example(row.question, row.label, row.question_id, row.dataset)
-            for row in store.labels(split=split, datasets=chosen)
-        ]
-
-    train_rows, test_rows = examples("train"), examples("test")
+    train_rows, test_rows = _examples(store, "train", chosen), _examples(store, "test", chosen)
     if not train_rows:
         raise typer.BadParameter("no `train` labels in the database: run `arag classifier label` first")
     out = out or Path("var/classifier/runs") / time.strftime("%Y%m%d-%H%M%S")
@@ -167,6 +160,84 @@ def train(
     console.print(f"run written to {result.run_dir} (model card: {result.run_dir / 'MODEL_CARD.md'})")
     if export:
         _export(result.run_dir, settings.model_repository, settings.classifier_model, 32, int8)
+
+
+def _examples(store, split: str, datasets: list[str] | None = None) -> list:
+    """Training examples of one split, benchmark and live labels alike."""
+    from adaptive_rag.classifier.training import Example
+
+    return [
+        Example(row.question, row.label, row.question_id, row.dataset)
+        for row in store.labels(split=split, datasets=datasets)
+    ]
+
+
+@classifier_app.command()
+def relabel(database_url: DbUrl = None) -> None:
+    """Turn served requests with feedback (+ their shadow runs) into live training labels."""
+    from adaptive_rag.classifier.relabel import relabel_from_records
+
+    settings = _settings(database_url=database_url)
+    store = _store(settings)
+    stats = relabel_from_records(store.engine)
+    console.print(
+        f"{stats.requests} requests with feedback: {stats.labelled} new labels, {stats.updated} "
+        f"updated, {stats.unchanged} unchanged, {stats.unknown} without a verdict; tiers {stats.labels}"
+    )
+    _print_counts(store)
+
+
+@classifier_app.command()
+def retrain(
+    out: Annotated[Optional[Path], typer.Option(help="run directory (default var/classifier/runs/<time>)")] = None,
+    epochs: int = 3,
+    max_steps_per_epoch: Annotated[Optional[int], typer.Option(help="cap for smoke runs")] = None,
+    learning_rate: Annotated[Optional[float], typer.Option()] = None,
+    seed: int = 13,
+    threads: Annotated[Optional[int], typer.Option(help="torch threads")] = None,
+    metric: Annotated[str, typer.Option(help="macro_f1 | accuracy on held-out labels")] = "macro_f1",
+    min_gain: Annotated[float, typer.Option(help="how much better the challenger must be")] = 0.0,
+    int8: Annotated[bool, typer.Option(help="publish a dynamically quantized INT8 graph")] = False,
+    database_url: DbUrl = None,
+    repository: RepoOpt = None,
+) -> None:
+    """Train a challenger on every `train` label (benchmark + live) and publish it as a new model
+    version only when it beats the serving champion on the held-out `test` labels."""
+    from adaptive_rag.classifier.promotion import promote
+    from adaptive_rag.classifier.training import TrainConfig, train_classifier
+
+    if metric not in ("macro_f1", "accuracy"):
+        raise typer.BadParameter("--metric must be macro_f1 or accuracy")
+    settings = _settings(database_url=database_url, model_repository=repository)
+    store = _store(settings)
+    train_rows, held_out = _examples(store, "train"), _examples(store, "test")
+    if not train_rows or not held_out:
+        raise typer.BadParameter(
+            f"need `train` and `test` labels (have {len(train_rows)} and {len(held_out)}): "
+            "run `arag label` / `arag relabel` first"
+        )
+    out = out or Path("var/classifier/runs") / time.strftime("%Y%m%d-%H%M%S")
+    config = TrainConfig(
+        base=settings.classifier_base, epochs=epochs, learning_rate=learning_rate, seed=seed,
+        max_length=settings.classifier_max_length, max_steps_per_epoch=max_steps_per_epoch,
+        threads=threads,
+    )
+    result = train_classifier(train_rows, out, config, test_examples=held_out,
+                              data_note=f"retrain: {len(train_rows)} train labels", log=console.print)
+    verdict = promote(result.run_dir, settings.model_repository, [e.text for e in held_out],
+                      [e.label for e in held_out], settings.classifier_model, metric, min_gain, int8)
+    console.print_json(json.dumps({
+        "promoted": verdict.promoted, "version": verdict.version, "reason": verdict.reason,
+        "held_out": len(held_out),
+        "challenger": {k: verdict.challenger[k] for k in ("accuracy", "macro_f1")},
+        "champion": verdict.champion and {k: verdict.champion[k] for k in ("accuracy", "macro_f1")},
+    }))
+    if verdict.promoted:
+        try:
+            calibrate(step_budget=None, version=verdict.version, repository=settings.model_repository,
+                      database_url=settings.database_url)
+        except typer.BadParameter as exc:  # live-only labels carry no per-tier F1 to calibrate on
+            console.print(f"version {verdict.version} keeps the default thresholds: {exc}")
 
 
 def _export(run_dir: Path, repository: Path, model_name: str, max_batch_size: int, int8: bool = False) -> None:

@@ -101,3 +101,76 @@ def live_label(runs: Sequence[TierRun], feedback: Sequence[FeedbackVerdict]) -> 
 def neighbour_tier(tier: str) -> str:
     """The tier a shadow run uses: the next one up (A->B, B->C) and, for C, the one below (B)."""
     return {"A": "B", "B": "C", "C": "B"}[tier]
+
+
+# --- from the serving records to `training_labels` -------------------------------------------------
+
+@dataclass
+class RelabelStats:
+    requests: int = 0  # requests with feedback
+    labelled: int = 0  # new labels
+    updated: int = 0  # labels whose tier changed with newer feedback
+    unchanged: int = 0
+    unknown: int = 0  # feedback without a verdict
+    labels: dict[str, int] | None = None
+
+
+def relabel_from_records(engine) -> RelabelStats:
+    """Turn every request with feedback into a live training label (idempotent; reruns update).
+
+    Labels are rows of `training_labels` with origin "live", dataset "live:<tenant>", the request
+    id as question id, and the same 60/40 hash split as the benchmark (`split_of`), so part of the
+    live labels is held out for the champion/challenger comparison.
+    """
+    from sqlalchemy import select
+
+    from adaptive_rag.evaluation.datasets import split_of
+    from adaptive_rag.storage.db import session_factory
+    from adaptive_rag.storage.models import Feedback, QueryRequest, QueryResult, TrainingLabel
+
+    stats = RelabelStats(labels={t: 0 for t in TIERS})
+    sessions = session_factory(engine)
+    with sessions() as session:
+        request_ids = session.scalars(select(Feedback.request_id).distinct()).all()
+        for request_id in request_ids:
+            stats.requests += 1
+            request = session.get(QueryRequest, request_id)
+            results = session.scalars(
+                select(QueryResult).where(QueryResult.request_id == request_id)
+            ).all()
+            feedback = session.scalars(
+                select(Feedback).where(Feedback.request_id == request_id)
+                .order_by(Feedback.created_at, Feedback.id)
+            ).all()
+            runs = [TierRun(r.tier, None if r.error else r.answer, r.kind) for r in results]
+            verdicts = [FeedbackVerdict(f.rating, f.correct_answer) for f in feedback]
+            label = live_label(runs, verdicts) if request is not None else None
+            if label is None:
+                stats.unknown += 1
+                continue
+            outcomes = {
+                r.tier: {"kind": r.kind, "strategy": r.strategy, "answer": r.answer,
+                         "steps": r.steps, "correct": label.correctness.get(r.tier)}
+                for r in results
+            }
+            dataset = f"live:{request.tenant}"
+            existing = session.scalars(select(TrainingLabel).where(
+                TrainingLabel.origin == "live", TrainingLabel.dataset == dataset,
+                TrainingLabel.question_id == request_id,
+            )).first()
+            if existing is None:
+                session.add(TrainingLabel(
+                    origin="live", dataset=dataset, question_id=request_id, question=request.query,
+                    label=label.tier, label_source=label.source, split=split_of("live", request_id),
+                    correct_metric="em_or_acc", outcomes=outcomes, request_id=request_id,
+                    labeller={"from": "results + shadow runs + feedback", "feedback": len(verdicts)},
+                ))
+                stats.labelled += 1
+            elif (existing.label, existing.label_source) != (label.tier, label.source):
+                existing.label, existing.label_source, existing.outcomes = label.tier, label.source, outcomes
+                stats.updated += 1
+            else:
+                stats.unchanged += 1
+            stats.labels[label.tier] += 1
+        session.commit()
+    return stats

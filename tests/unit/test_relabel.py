@@ -53,3 +53,40 @@ def test_failed_run_counts_as_wrong_and_latest_rating_wins() -> None:
 
 def test_neighbour_tiers() -> None:
     assert [neighbour_tier(t) for t in "ABC"] == ["B", "C", "B"]
+
+
+# --- from the records (SQLite, real migrations) -----------------------------------------------------
+
+def _served(store, request_id: str, query: str, primary: tuple[str, str], shadow: tuple[str, str] | None = None) -> None:
+    store.create_request(request_id, "acme", None, query)
+    store.save_result(request_id, "primary", primary[0], "s", primary[1], 1, [], {}, "w", 1)
+    if shadow:
+        store.save_result(request_id, "shadow", shadow[0], "s", shadow[1], 1, [], {}, "w", 1)
+
+
+def test_relabel_turns_feedback_into_live_labels_and_updates_on_rerun(tmp_path) -> None:
+    from adaptive_rag.classifier.relabel import relabel_from_records
+    from adaptive_rag.storage import LabelStore, make_engine, upgrade_database
+    from adaptive_rag.storage.records import RecordStore
+
+    url = f"sqlite:///{tmp_path / 'records.db'}"
+    upgrade_database(url)
+    store = RecordStore(make_engine(url))
+    _served(store, "r1", "Compare X and Y", ("C", "X"), ("B", "x"))
+    _served(store, "r2", "Hi there", ("A", "Hello"))
+    _served(store, "r3", "No verdict", ("B", "Maybe"))
+    store.add_feedback("r1", "acme", 1, None, None)
+    store.add_feedback("r2", "acme", -1, None, "wrong")
+    store.add_feedback("r3", "acme", 0, None, None)
+
+    stats = relabel_from_records(store.engine)
+    assert (stats.requests, stats.labelled, stats.unknown) == (3, 2, 1)
+    labels = {row.question_id: row for row in LabelStore(store.engine).labels(split=None, origin="live")}
+    assert (labels["r1"].label, labels["r1"].label_source, labels["r1"].dataset) == ("B", "shadow", "live:acme")
+    assert labels["r2"].label == "B" and labels["r2"].question == "Hi there"
+    assert {labels["r1"].split, labels["r2"].split} <= {"train", "test"}
+
+    store.add_feedback("r2", "acme", 1, None, "actually fine")  # the latest verdict wins
+    again = relabel_from_records(store.engine)
+    assert (again.labelled, again.updated, again.unchanged) == (0, 1, 1)
+    assert LabelStore(store.engine).labels(split=None, origin="live")[1].label == "A"
