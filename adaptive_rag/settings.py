@@ -96,7 +96,7 @@ class Settings(BaseSettings):
     )
     # Triton gRPC endpoint (host:port); the local PyTriton server listens there too.
     triton_grpc_url: str = Field(
-        "127.0.0.1:8001", validation_alias=AliasChoices("TRITON_GRPC_URL", "triton_grpc_url")
+        "127.0.0.1:8001", validation_alias=AliasChoices("TRITON_GRPC_URL", "TRITON_URL", "triton_grpc_url")
     )
     classifier_timeout_s: float = Field(
         0.5, gt=0, validation_alias=AliasChoices("ARAG_CLASSIFIER_TIMEOUT", "classifier_timeout_s")
