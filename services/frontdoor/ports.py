@@ -28,7 +28,14 @@ class Store(Protocol):
 
 
 class Dispatcher(Protocol):
-    """The queue side: `workers.dispatch` functions, bundled (see `server.CeleryDispatcher`)."""
+    """The queue side: `workers.dispatch` functions, bundled (see `dispatcher.CeleryDispatcher`).
+
+    Optional extras the server uses when present: `async start()` / `async stop()` (run on the
+    server's event loop) and, with `awaits_results` true, `async await_result(handle, timeout)`
+    instead of the blocking `wait_result`.
+    """
+
+    queue_for_tier: Mapping[str, str]
 
     def enqueue(self, request_id: str, query: str, tier: str, strategy: str, kind: str = "primary") -> Any: ...
     def queue_depth(self, queue: str) -> int: ...

@@ -298,11 +298,14 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
         if budget <= 0:
             raise _deadline_failure(request_id, 0.0)
         try:
-            # The dispatcher's own timeout can overshoot (Celery drains its result consumer in
-            # 1 s steps), so the budget is also enforced here; a late thread just finishes idle.
-            result = await asyncio.wait_for(
-                self._waiting(self.dispatcher.wait_result, handle, budget), budget
-            )
+            if getattr(self.dispatcher, "awaits_results", False):
+                result = await self.dispatcher.await_result(handle, budget)
+            else:
+                # Celery's blocking wait can overshoot its timeout (it drains its result consumer
+                # in 1 s steps), so the budget is enforced here too; a late thread ends idle.
+                result = await asyncio.wait_for(
+                    self._waiting(self.dispatcher.wait_result, handle, budget), budget
+                )
         except TimeoutError:
             raise _deadline_failure(request_id, budget) from None
         return _raise_recorded_error(request_id, as_mapping(result))
@@ -457,6 +460,9 @@ class RunningServer:
         for task in self.tasks:
             task.cancel()
         await self.server.stop(grace)
+        stop_dispatcher = getattr(self.servicer.dispatcher, "stop", None)
+        if stop_dispatcher is not None:
+            await stop_dispatcher()
         self.servicer.router.close()
         self.servicer.wait_executor.shutdown(wait=False, cancel_futures=True)
         self.servicer.io_executor.shutdown(wait=False, cancel_futures=True)
@@ -469,6 +475,9 @@ async def start_server(
     sample: Callable[[], float] = random.random,
 ) -> RunningServer:
     """Build, bind and start the server (health + reflection included); `listen` may end in :0."""
+    start_dispatcher = getattr(dispatcher, "start", None)
+    if start_dispatcher is not None:  # e.g. the Redis result waiter, bound to this event loop
+        await start_dispatcher()
     servicer = FrontDoor(settings, store, dispatcher, router, metrics, sample=sample)
     server = grpc.aio.server()
     pb2_grpc.add_AdaptiveRagServicer_to_server(servicer, server)

@@ -195,6 +195,10 @@ def stack(redis_url, postgres_url, triton, model_repository, tmp_path_factory):
         pools.stop()
 
 
+def json_logs(stack: Stack) -> list[dict]:
+    return [json.loads(line) for line in stack.log_path.read_text().splitlines() if line.startswith("{")]
+
+
 def count(stack: Stack, model, **where) -> int:
     with stack.store.engine.connect() as conn:
         query = select(func.count()).select_from(model)
@@ -204,6 +208,8 @@ def count(stack: Stack, model, **where) -> int:
 
 
 def test_health_and_one_query_of_each_tier_with_rows_in_every_table(stack):
+    waits = [line for line in json_logs(stack) if line.get("event") == "result_waits"]
+    assert waits and waits[0]["mode"] == "redis-pubsub"  # no thread per waiting Answer
     health = health_pb2_grpc.HealthStub(stack.channel)
     assert health.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME)).status == \
         health_pb2.HealthCheckResponse.SERVING
@@ -345,6 +351,5 @@ def test_rules_fallback_when_triton_is_stopped(stack, triton):
     assert decision.fallback and decision.probabilities is None and decision.model_version is None
     text = urllib.request.urlopen(stack.metrics_url, timeout=10).read().decode()
     assert "arag_classifier_fallback_total" in text and "arag_classifier_fallback_total 0.0" not in text
-    logs = [json.loads(line) for line in stack.log_path.read_text().splitlines() if line.startswith("{")]
-    routed = [line for line in logs if line.get("event") == "routed" and line.get("request_id") == reply.request_id]
+    routed = [line for line in json_logs(stack) if line.get("event") == "routed" and line.get("request_id") == reply.request_id]
     assert routed and routed[0]["fallback"] is True and routed[0]["tenant"] == "acme"
