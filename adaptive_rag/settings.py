@@ -150,7 +150,8 @@ class Settings(BaseSettings):
     model_poll_s: float = Field(
         10.0, gt=0, validation_alias=AliasChoices("ARAG_MODEL_POLL", "model_poll_s")
     )
-    # Threads that wait on results (each waiting Answer holds one).
+    # Threads that wait on results when the result backend is not Redis (each waiting Answer holds
+    # one); with Redis, waits share one pub/sub connection on the event loop instead.
     frontdoor_wait_threads: int = Field(
         64, ge=1, validation_alias=AliasChoices("ARAG_FRONTDOOR_WAIT_THREADS", "frontdoor_wait_threads")
     )
