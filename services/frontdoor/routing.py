@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,6 +27,8 @@ LOG = get_logger("frontdoor.classifier")
 RULES_MODEL = "rules"
 # Calls in flight on a replaced client get this long to finish before it is closed.
 CLOSE_GRACE_S = 10.0
+# A fallback decision triggers an early look for a newer version, at most this often.
+KICK_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,8 @@ class ClassifierRouter:
         self._client = None
         self.version: int | None = None
         self._lock = threading.Lock()
+        self._kick: asyncio.Future | None = None
+        self._kicked_at = float("-inf")
 
     @property
     def model_name(self) -> str:
@@ -112,9 +117,21 @@ class ClassifierRouter:
             return Routed(fallback_decision(query, "no classifier model published"), RULES_MODEL, None)
         decision = await client.aclassify(query)
         if decision.fallback:
+            # Triton may have unloaded our version for a newer one (version policy "latest 1"):
+            # look for it now rather than at the next poll.
+            self._refresh_soon()
             return Routed(decision, RULES_MODEL, None)
         served = decision.model_version
         return Routed(decision, self.model_name, int(served) if served and served.isdigit() else version)
+
+    def _refresh_soon(self) -> None:
+        """One background `refresh`, at most every `KICK_INTERVAL_S` (Triton down: cheap no-ops)."""
+        now = time.monotonic()
+        running = self._kick is not None and not self._kick.done()
+        if running or now - self._kicked_at < KICK_INTERVAL_S:
+            return
+        self._kicked_at = now
+        self._kick = asyncio.get_running_loop().run_in_executor(None, self.refresh)
 
     def close(self) -> None:
         with self._lock:

@@ -106,3 +106,21 @@ def test_triton_down_gives_the_flagged_fallback_without_a_version(setup):
     built[0].down = True
     routed = asyncio.run(router.route("hi"))
     assert routed.decision.fallback and routed.model_version is None and routed.model_name == "rules"
+
+
+def test_a_fallback_looks_for_a_newer_version_at_once(setup):
+    router, ready, built, _seen, repo = setup
+    publish(repo, 1)
+    router.refresh()
+    built[0].down = True  # Triton unloaded version 1 for version 2 ...
+    publish(repo, 2)
+    ready[2] = True  # ... which it serves now
+
+    async def scenario():
+        first = await router.route("q")
+        await router._kick
+        return first, await router.route("q")
+
+    first, second = asyncio.run(scenario())
+    assert first.decision.fallback
+    assert not second.decision.fallback and second.model_version == 2
