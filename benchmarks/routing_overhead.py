@@ -7,7 +7,12 @@ Rows (each over `--queries` benchmark questions, after a warm-up):
   wait together go as one request; Triton's dynamic batcher merges across clients);
 - `triton cached`: the same queries again with the client's LRU cache on (repeated queries).
 
+Each row is measured for the candidate version and, with `--baseline-version`, for a baseline in
+the same run (e.g. the fp32 export against its int8 quantization); with `--database-url` both are
+also scored on the held-out `test` labels, which gives the accuracy cost of the faster graph.
+
     .venv/bin/python -m benchmarks.routing_overhead --repository var/model_repository \
+        --version 4 --baseline-version 3 --database-url sqlite:///var/arag.db \
         --out reports/routing_overhead
 
 Starts its own Triton (`services/classifier/serve.py`) on free loopback ports unless `--url` is
@@ -22,8 +27,6 @@ import json
 import os
 import platform
 import shlex
-import socket
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -35,15 +38,10 @@ from adaptive_rag.classifier.client import QueryTokenizer, TritonClassifier, sof
 from adaptive_rag.classifier.repository import open_version
 from adaptive_rag.evaluation.retrieval_eval import percentile
 from adaptive_rag.routing.policy import RoutingPolicy
+from services.classifier.local import TritonProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = {"p50": 9.3, "p99": 11.6}  # ms, single stream, issue 3 (untrained MiniLM via PyTriton)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def load_queries(data_dir: Path, n: int) -> list[str]:
@@ -126,39 +124,11 @@ def bench_concurrent(client: TritonClassifier, queries: list[str], concurrency: 
     }
 
 
-class ServerProcess:
-    def __init__(self, repository: Path, version: int, threads: int, log_path: Path) -> None:
-        self.port = _free_port()
-        self.log = log_path.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, str(REPO_ROOT / "services/classifier/serve.py"), "--repository",
-             str(repository), "--version", str(version), "--grpc-port", str(self.port), "--http-port", str(_free_port()),
-             "--metrics-port", str(_free_port()), "--threads", str(threads)],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        deadline = time.monotonic() + 180
-        while "READY" not in log_path.read_text():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"Triton did not start:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.log.close()
-
-
 def markdown(result: dict) -> str:
     lines = [
         "# Routing overhead", "", f"Command: `{result['command']}`", "",
-        f"- model: {result['model']}", f"- machine: {result['machine']}",
-        f"- load average at start: {result['load_average']}", "",
+        *[f"- model {role}: {name}" for role, name in result["models"].items()],
+        f"- machine: {result['machine']}", f"- load average at start: {result['load_average']}", "",
         "| row | n | p50 ms | p95 ms | p99 ms | mean ms | throughput q/s |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
@@ -168,18 +138,70 @@ def markdown(result: dict) -> str:
             f"{row['mean']:.2f} | {row.get('throughput_qps', float('nan')):.0f} |"
         )
     ref = result["reference_single_stream_ms"]
-    single = result["rows"].get("triton single")
+    single = result["rows"].get("candidate: triton single")
+    baseline = result["rows"].get("baseline: triton single")
     if single:
-        lines += ["", f"Reference (issue 3, single stream): p50 {ref['p50']} ms, p99 {ref['p99']} ms; "
-                  f"this run: p50 {single['p50']:.2f} ms ({single['p50'] / ref['p50']:.2f}x), "
+        lines += ["", f"Reference (issue 3, single stream, another day): p50 {ref['p50']} ms, p99 "
+                  f"{ref['p99']} ms; candidate: p50 {single['p50']:.2f} ms ({single['p50'] / ref['p50']:.2f}x), "
                   f"p99 {single['p99']:.2f} ms ({single['p99'] / ref['p99']:.2f}x)."]
+    if single and baseline:
+        lines += ["", "Same run, candidate / baseline (single stream): "
+                  f"p50 {single['p50'] / baseline['p50']:.2f}x, p95 {single['p95'] / baseline['p95']:.2f}x, "
+                  f"p99 {single['p99'] / baseline['p99']:.2f}x."]
+    if result.get("accuracy"):
+        lines += ["", f"Accuracy cost on {result['accuracy_on']}:", "",
+                  "| model | accuracy | macro-F1 | recall A | recall B | recall C |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        for role, m in result["accuracy"].items():
+            lines.append(f"| {role} | {100 * m['accuracy']:.1f} | {100 * m['macro_f1']:.1f} | "
+                         + " | ".join(f"{100 * m['per_class'][t]['recall']:.1f}" for t in "ABC") + " |")
     return "\n".join(lines) + "\n"
+
+
+def held_out_labels(database_url: str | None) -> tuple[list[str], list[str]]:
+    """Texts and labels of the `test` split of `training_labels` (empty without a database)."""
+    if not database_url:
+        return [], []
+    from adaptive_rag.storage import LabelStore, make_engine
+
+    rows = LabelStore(make_engine(database_url)).labels(split="test")
+    return [r.question for r in rows], [r.label for r in rows]
+
+
+def bench_version(version, role: str, args, queries: list[str], cached: bool) -> dict[str, dict]:
+    """Local ONNX floor, then Triton single stream, concurrent and (optionally) cached."""
+    rows = {f"{role}: local onnx (no triton)": bench_local(version, queries, args.threads)}
+    server = None
+    if args.url is None:
+        server = TritonProcess(args.repository, args.out / f"triton-{role}.log",
+                               version=version.version, threads=args.threads)
+    url = args.url or server.url
+    try:
+        with TritonClassifier.from_version(version, url=url, timeout_s=2.0, batching=False) as client:
+            rows[f"{role}: triton single"] = bench_single(client, queries)
+        with TritonClassifier.from_version(version, url=url, timeout_s=2.0, batching=True) as client:
+            rows[f"{role}: triton concurrent"] = bench_concurrent(client, queries, args.concurrency)
+        if cached:
+            with TritonClassifier.from_version(version, url=url, timeout_s=2.0, batching=False,
+                                               cache_size=4096) as client:
+                for q in queries:
+                    client.classify(q)
+                rows[f"{role}: triton cached (repeat queries)"] = bench_single(client, queries)
+    finally:
+        if server is not None:
+            server.stop()
+    for name, row in rows.items():
+        print(name, {k: round(v, 2) for k, v in row.items()}, flush=True)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repository", type=Path, default=Path("var/model_repository"))
-    parser.add_argument("--version", type=int, default=None)
+    parser.add_argument("--version", type=int, default=None, help="candidate (default: the latest)")
+    parser.add_argument("--baseline-version", type=int, default=None,
+                        help="measured in the same run, e.g. the fp32 export of the candidate's run")
+    parser.add_argument("--database-url", default=None, help="held-out labels for the accuracy cost")
     parser.add_argument("--url", default=None, help="an already running Triton (host:port)")
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=8)
@@ -189,36 +211,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     load_average = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    version = open_version(args.repository, "complexity", args.version)
+    args.out.mkdir(parents=True, exist_ok=True)
+    candidate = open_version(args.repository, "complexity", args.version)
+    roles = {"candidate": candidate}
+    if args.baseline_version is not None:
+        roles = {"baseline": open_version(args.repository, "complexity", args.baseline_version), **roles}
     queries = load_queries(args.data_dir, args.queries)
     rows: dict[str, dict] = {}
-    rows["local onnx (no triton)"] = bench_local(version, queries, args.threads)
-    print("local", rows["local onnx (no triton)"], flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    server = None
-    if args.url is None:
-        server = ServerProcess(args.repository, version.version, args.threads, args.out / "triton.log")
-        url = f"127.0.0.1:{server.port}"
-    else:
-        url = args.url
-    try:
-        with TritonClassifier.from_version(version, url=url, timeout_s=2.0, batching=False) as client:
-            rows["triton single"] = bench_single(client, queries)
-        print("single", rows["triton single"], flush=True)
-        with TritonClassifier.from_version(version, url=url, timeout_s=2.0, batching=True) as client:
-            rows["triton concurrent"] = bench_concurrent(client, queries, args.concurrency)
-        print("concurrent", rows["triton concurrent"], flush=True)
-        with TritonClassifier.from_version(version, url=url, timeout_s=2.0, batching=False,
-                                           cache_size=4096) as client:
-            for q in queries:
-                client.classify(q)
-            rows["triton cached (repeat queries)"] = bench_single(client, queries)
-    finally:
-        if server is not None:
-            server.stop()
+    for role, version in roles.items():  # side by side in one run: the machine is shared and noisy
+        rows.update(bench_version(version, role, args, queries, cached=role == "candidate"))
+    texts, labels = held_out_labels(args.database_url)
+    accuracy = {}
+    if texts:
+        from adaptive_rag.classifier.promotion import score_version
+
+        accuracy = {f"{role} (v{v.version})": score_version(v, texts, labels) for role, v in roles.items()}
     result = {
         "command": "python -m benchmarks.routing_overhead " + shlex.join(sys.argv[1:]),
-        "model": f"{version.name} v{version.version} ({version.onnx_path})",
+        "models": {role: f"{v.name} v{v.version} ({v.onnx_path})" for role, v in roles.items()},
+        "accuracy": accuracy,
+        "accuracy_on": f"{len(texts)} held-out `test` labels",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "load_average": load_average,
         "date": time.strftime("%Y-%m-%d %H:%M"),

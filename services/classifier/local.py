@@ -39,11 +39,12 @@ def export_untrained_version(repository: Path, max_length: int = 64) -> Path:
 
 
 class TritonProcess:
-    """`serve.py` serving the latest version of `repository`; ready when it prints READY."""
+    """`serve.py` serving one version (default: the latest) of `repository`; ready when it prints
+    READY. `threads`: ONNX Runtime intra-op threads of the served model."""
 
     def __init__(
         self, repository: Path, log_path: Path, timeout_s: float = START_TIMEOUT_S,
-        grpc_port: int | None = None,
+        grpc_port: int | None = None, version: int | None = None, threads: int | None = None,
     ) -> None:
         # A given gRPC port restarts Triton where its clients already point (new model version).
         self.grpc_port = grpc_port or free_port()
@@ -52,7 +53,9 @@ class TritonProcess:
         self.log = log_path.open("w")
         self.proc = subprocess.Popen(
             [sys.executable, str(SERVE), "--repository", str(repository), "--grpc-port", ports[0],
-             "--http-port", ports[1], "--metrics-port", ports[2]],
+             "--http-port", ports[1], "--metrics-port", ports[2],
+             *(["--version", str(version)] if version is not None else []),
+             *(["--threads", str(threads)] if threads is not None else [])],
             stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
