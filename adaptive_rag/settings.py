@@ -198,15 +198,22 @@ class Settings(BaseSettings):
         1.0, ge=0, validation_alias=AliasChoices("ARAG_TASK_RETRY_BACKOFF", "task_retry_backoff_s")
     )
 
+    # Comparison setup (benchmarks/queue_isolation.py): every tier's primary task goes to ONE
+    # queue, `shared`, served by one pool with the tier pools' total concurrency and prefetch 1.
+    shared_queue: bool = Field(
+        False, validation_alias=AliasChoices("ARAG_SHARED_QUEUE", "shared_queue")
+    )
+
     def pool_concurrency(self, pool: str) -> int:
-        """Worker processes of pool "A", "B", "C" or "shadow"."""
+        """Worker processes of pool "A", "B", "C", "shadow" or "shared" (A + B + C)."""
         return {"A": self.concurrency_a, "B": self.concurrency_b, "C": self.concurrency_c,
-                "shadow": self.concurrency_shadow}[pool]
+                "shadow": self.concurrency_shadow,
+                "shared": self.concurrency_a + self.concurrency_b + self.concurrency_c}[pool]
 
     def pool_prefetch(self, pool: str) -> int:
-        """Prefetch multiplier of pool "A", "B", "C" or "shadow"."""
+        """Prefetch multiplier of pool "A", "B", "C", "shadow" or "shared" (1)."""
         return {"A": self.prefetch_a, "B": self.prefetch_b, "C": self.prefetch_c,
-                "shadow": self.prefetch_shadow}[pool]
+                "shadow": self.prefetch_shadow, "shared": 1}[pool]
 
     def time_limits(self, tier: str) -> tuple[float, float]:
         """(soft, hard) seconds for a task of tier "A", "B" or "C"."""

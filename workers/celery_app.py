@@ -24,6 +24,8 @@ from kombu import Queue
 from adaptive_rag.settings import Settings
 
 QUEUES = ("tier-a", "tier-b", "tier-c", "shadow")
+# With `ARAG_SHARED_QUEUE` every tier's primary task goes here instead (comparison setup only).
+SHARED_QUEUE = "shared"
 logger = logging.getLogger(__name__)
 
 
@@ -36,7 +38,8 @@ def broker_folders(settings: Settings) -> dict[str, Path]:
 def celery_config(settings: Settings) -> dict[str, Any]:
     """Celery settings for `settings` (a plain dict: easy to inspect in tests)."""
     config: dict[str, Any] = {
-        "task_queues": [Queue(name, routing_key=name) for name in QUEUES],
+        "task_queues": [Queue(name, routing_key=name) for name in QUEUES]
+        + ([Queue(SHARED_QUEUE, routing_key=SHARED_QUEUE)] if settings.shared_queue else []),
         "task_default_queue": "tier-b",
         "task_create_missing_queues": False,
         # Acknowledge after the task ran; a lost worker's message goes back to the queue.

@@ -43,6 +43,8 @@ def enqueue(
     app = _app(app)
     soft, hard = _celery.app_settings(app).time_limits(tier)
     queue = QUEUE_FOR_TIER[tier] if kind == "primary" else SHADOW_QUEUE
+    if kind == "primary" and _celery.app_settings(app).shared_queue:
+        queue = _celery.SHARED_QUEUE  # comparison setup: all tiers on one queue
     return app.send_task(
         TASK_NAME,
         kwargs={"request_id": request_id, "query": query, "tier": tier, "strategy": strategy,
@@ -63,7 +65,7 @@ def queue_depth(queue: str, *, app: Celery | None = None) -> int:
     kombu's passive declare counts them per transport: LLEN over the queue's Redis lists
     (one per priority), or the message files of the queue in the filesystem broker.
     """
-    if queue not in _celery.QUEUES:
+    if queue not in (*_celery.QUEUES, _celery.SHARED_QUEUE):
         raise ValueError(f"unknown queue {queue!r}; one of {', '.join(_celery.QUEUES)}")
     with _app(app).pool.acquire(block=True) as connection:
         channel = connection.default_channel

@@ -27,6 +27,8 @@ from adaptive_rag.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 POOL_QUEUES = {"A": "tier-a", "B": "tier-b", "C": "tier-c", "shadow": "shadow"}
+# The comparison setup's one pool for every tier (needs `ARAG_SHARED_QUEUE`, see Settings).
+POOL_QUEUES["shared"] = "shared"
 READY_MARK = " ready."
 READY_TIMEOUT_S = 120.0
 
@@ -95,6 +97,8 @@ class WorkerPools:
         unknown = set(self.pool_names) - set(POOL_QUEUES)
         if unknown:
             raise ValueError(f"unknown pools {sorted(unknown)}; choose from {list(POOL_QUEUES)}")
+        if "shared" in self.pool_names and not self.settings.shared_queue:
+            raise ValueError("the shared pool needs shared_queue=True (ARAG_SHARED_QUEUE)")
         self.pool_impl = pool_impl
         self.log_dir = (log_dir or Path("var/log/workers")).resolve()
         self.extra_env = dict(extra_env or {})
