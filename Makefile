@@ -26,9 +26,12 @@ $(VENV)/.installed: pyproject.toml infra/llama/build_wheel.sh
 ## setup: virtualenv, portable llama.cpp wheel (cached), project + dev deps, embedded model, gRPC stubs
 setup: $(VENV)/.installed $(PROTO_STUBS)
 
-## demo: index the demo knowledge base and answer example questions of every tier
+## demo: the real service on embedded defaults (local Triton, tier worker pools on a server-less
+## broker, SQLite, embedded index + LLM, gRPC front door); example questions of every tier through
+## gRPC; everything stopped afterwards. REDIS_URL, DATABASE_URL, OPENSEARCH_URL, TRITON_GRPC_URL,
+## LLM_BASE_URL point it at real servers. The in-process demo without services: `arag demo`.
 demo: setup
-	$(ARAG) demo
+	$(PY) -m services.demo
 
 ## test: unit + integration tests (starts its own OpenSearch node on loopback)
 test: setup
@@ -127,3 +130,14 @@ local-postgres: setup
 test-workers: setup
 	$(PY) -m pytest -q tests/unit/test_records.py tests/integration/test_records_postgres.py \
 	  tests/integration/test_workers.py
+
+# --- queue isolation benchmark (issue 4) -----------------------------------------------------------
+.PHONY: bench-queues test-demo
+
+## bench-queues: per-tier queue wait and front-door overhead at a steady gRPC rate, without and with
+## a backlog of 200 C tasks, separate tier queues against one shared queue (about 20 minutes)
+bench-queues: setup
+	nice -n 10 $(PY) -m benchmarks.queue_isolation --out reports/queue_isolation
+
+test-demo: setup
+	$(PY) -m pytest -q tests/integration/test_service_demo.py
