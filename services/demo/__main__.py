@@ -347,7 +347,15 @@ def stop_leftovers(marker: str, wait_s: float = 5.0) -> list[tuple[int, str]]:
     return found
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def _raise_interrupted(signum: int, _frame: Any) -> None:
+    """The first Ctrl-C / SIGTERM unwinds the run; further ones must not cut the cleanup short."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise Interrupted(signal.Signals(signum).name)
 
 
@@ -362,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="gRPC deadline per question (s)")
     parser.add_argument("--json-out", type=Path, default=None, help="also write the rows as JSON")
     args = parser.parse_args(argv)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, _raise_interrupted)
     try:
         return run(args)
