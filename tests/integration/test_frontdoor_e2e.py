@@ -134,6 +134,14 @@ class Stack:
         return self.stub.GetResult(pb2.GetResultRequest(request_id=request_id), metadata=self.auth,
                                    timeout=timeout)
 
+    def wait_for_model_version(self, version: int, within_s: float = 90.0) -> None:
+        """Until the front door's metrics say it routes with classifier `version`."""
+        deadline = time.monotonic() + within_s
+        while f'arag_classifier_model_version{{model="complexity"}} {version:.1f}' not in \
+                urllib.request.urlopen(self.metrics_url, timeout=10).read().decode():
+            assert time.monotonic() < deadline, f"the front door never switched to version {version}"
+            time.sleep(0.5)
+
     def wait_for_result(self, request_id: str, within_s: float = ANSWER_TIMEOUT_S):
         deadline = time.monotonic() + within_s
         while True:
@@ -327,11 +335,7 @@ def test_a_newly_published_version_is_used_without_a_restart(stack, triton, mode
     triton.stop()
     new_triton = TritonProcess(model_repository, tmp_path / "serve-v2.log", grpc_port=port)
     try:
-        deadline = time.monotonic() + 60
-        while 'arag_classifier_model_version{model="complexity"} 2.0' not in \
-                urllib.request.urlopen(stack.metrics_url, timeout=10).read().decode():
-            assert time.monotonic() < deadline, "the front door never switched to version 2"
-            time.sleep(0.5)
+        stack.wait_for_model_version(2, within_s=60)
         reply, _ = stack.answer(QUERIES["C"])
         assert reply.tier == pb2.TIER_B and reply.classifier.model_version == 2
         assert not reply.classifier.fallback

@@ -20,8 +20,6 @@ import itertools
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -114,11 +112,7 @@ def test_feedback_relabel_retrain_publishes_version_2_used_by_the_next_query(
     triton.stop()
     new_triton = TritonProcess(model_repository, tmp_path / "serve-v2.log", grpc_port=port)
     try:
-        deadline = time.monotonic() + 90
-        while 'arag_classifier_model_version{model="complexity"} 2.0' not in \
-                urllib.request.urlopen(stack.metrics_url, timeout=10).read().decode():
-            assert time.monotonic() < deadline, "the front door never switched to version 2"
-            time.sleep(0.5)
+        stack.wait_for_model_version(2)
         reply, _ = stack.answer("Compare the Hub H2 and the Bridge Mini.")
         assert reply.classifier.model_version == 2 and not reply.classifier.fallback
         assert reply.answer.strip()
