@@ -40,6 +40,7 @@ import platform
 import random
 import shlex
 import shutil
+import signal
 import statistics
 import sys
 import threading
@@ -303,15 +304,17 @@ def run_load(
     count = int(duration_s * rate)
     tiers, weights = zip(*mix.items())
     futures = []
-    with ThreadPoolExecutor(max_workers=min(512, count + 1), thread_name_prefix="load") as pool:
+    pool = ThreadPoolExecutor(max_workers=min(512, count + 1), thread_name_prefix="load")
+    try:
         for i in range(count):
             delay = start + i / rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
             tier = rng.choices(tiers, weights)[0]
             futures.append(pool.submit(send, stack, rng.choice(queries[tier]), tier, cutoff))
-        samples = [f.result() for f in futures]
-    return samples
+        return [f.result() for f in futures]
+    finally:  # interrupted: calls still in flight end when the stack closes the channel
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def enqueue_backlog(stack: Stack, queries: list[str], n: int) -> list[str]:
@@ -480,6 +483,19 @@ def markdown(report: dict[str, Any]) -> str:
             f"- {phase}: p50 {'>=' if r['p50_lower_bound'] else ''}{_ratio(r['p50'])}, "
             f"p95 {'>=' if r['p95_lower_bound'] else ''}{_ratio(r['p95'])}"
         )
+    lines.append("")
+    by = {(p["mode"], p["phase"]): p["tiers"]["A"] for p in report["phases"]}
+    for mode in ("separate", "shared"):
+        steady, backlog = by.get((mode, "steady")), by.get((mode, "backlog"))
+        if steady and backlog and steady["queue_wait_p50_ms"] is not None:
+            lines.append(
+                f"- {'separate queues' if mode == 'separate' else 'one shared queue'}, tier A "
+                "without -> with the C backlog: p50 "
+                f"{fmt(steady['queue_wait_p50_ms'], steady['queue_wait_p50_lower_bound'])} -> "
+                f"{fmt(backlog['queue_wait_p50_ms'], backlog['queue_wait_p50_lower_bound'])} ms, p95 "
+                f"{fmt(steady['queue_wait_p95_ms'], steady['queue_wait_p95_lower_bound'])} -> "
+                f"{fmt(backlog['queue_wait_p95_ms'], backlog['queue_wait_p95_lower_bound'])} ms"
+            )
     lines += ["", "Queue depth at the start and end of each phase, and load average:", ""]
     for p in report["phases"]:
         lines.append(
@@ -500,7 +516,17 @@ def _ratio(value: float | None) -> str:
 
 # --- main -----------------------------------------------------------------------------------------
 
+def _interrupt(signum: int, _frame: Any) -> None:
+    """SIGTERM / SIGINT unwind like Ctrl-C, so every server and pool started here is stopped
+    (a background job started by a non-interactive shell ignores SIGINT unless told otherwise)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=1.0, help="queries per second")
     parser.add_argument("--duration", type=float, default=75.0, help="seconds of load per phase")
@@ -515,7 +541,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--workdir", type=Path, default=REPO / "var" / "bench-queues")
     parser.add_argument("--out", type=Path, default=REPO / "reports" / "queue_isolation")
+    parser.add_argument("--render", type=Path, default=None,
+                        help="only write report.md again from this report.json")
     args = parser.parse_args(argv)
+    if args.render:
+        (args.render.parent / "report.md").write_text(markdown(json.loads(args.render.read_text())))
+        return 0
     mix = {k: float(v) for k, v in (part.split("=") for part in args.mix.split(","))}
     concurrency = {k: int(v) for k, v in (part.split("=") for part in args.concurrency.split(","))}
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
