@@ -135,7 +135,7 @@ test-workers: setup
 .PHONY: bench-queues test-demo
 
 ## bench-queues: per-tier queue wait and front-door overhead at a steady gRPC rate, without and with
-## a backlog of 200 C tasks, separate tier queues against one shared queue (about 20 minutes)
+## a backlog of 200 C tasks, separate tier queues against one shared queue (about 12 minutes)
 bench-queues: setup
 	nice -n 10 $(PY) -m benchmarks.queue_isolation --out reports/queue_isolation
 

@@ -528,12 +528,12 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _interrupt)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rate", type=float, default=1.0, help="queries per second")
-    parser.add_argument("--duration", type=float, default=75.0, help="seconds of load per phase")
-    parser.add_argument("--drain", type=float, default=20.0,
+    parser.add_argument("--rate", type=float, default=0.5, help="queries per second")
+    parser.add_argument("--duration", type=float, default=90.0, help="seconds of load per phase")
+    parser.add_argument("--drain", type=float, default=30.0,
                         help="seconds the queries of a phase may still take after the last is sent")
     parser.add_argument("--backlog", type=int, default=200, help="C tasks queued before phase 2")
-    parser.add_argument("--mix", default="A=0.5,B=0.35,C=0.15", help="tier shares of the load")
+    parser.add_argument("--mix", default="A=0.6,B=0.3,C=0.1", help="tier shares of the load")
     parser.add_argument("--modes", default="separate,shared")
     parser.add_argument("--concurrency", default="A=2,B=2,C=1", help="processes per tier pool")
     parser.add_argument("--idle-timeout", type=float, default=120.0,
