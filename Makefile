@@ -91,9 +91,11 @@ test-classifier: setup
 	  tests/integration/test_training_cli.py tests/integration/test_training_promote.py \
 	  tests/integration/test_triton.py
 
-## bench-routing: tokenize + Triton round trip + policy, p50/p95/p99 over 1000 queries
+## bench-routing: tokenize + Triton round trip + policy, p50/p95/p99 over 1000 queries; e.g.
+## make bench-routing ROUTING_ARGS="--version 4 --baseline-version 3 --database-url sqlite:///var/arag.db"
+ROUTING_ARGS ?=
 bench-routing: triton-model
-	$(PY) -m benchmarks.routing_overhead --repository $(MODEL_REPOSITORY) --out reports/routing_overhead
+	$(PY) -m benchmarks.routing_overhead --repository $(MODEL_REPOSITORY) --out reports/routing_overhead $(ROUTING_ARGS)
 
 # --- gRPC front door (issue 4) -------------------------------------------------------------------
 PROTO_SOURCES := $(wildcard proto/adaptive_rag/v1/*.proto)
