@@ -253,8 +253,6 @@ def evaluate(
 
 def _trained_classifier(settings: Settings, version: int | None):
     """The exported classifier for the "adaptive" row, or None when only untrained ones exist."""
-    import json as _json
-
     from adaptive_rag.classifier.adaptive import LocalOnnxClassifier
     from adaptive_rag.classifier.repository import open_version, versions
 
@@ -262,9 +260,7 @@ def _trained_classifier(settings: Settings, version: int | None):
     candidates = [version] if version is not None else sorted(versions(model_dir), reverse=True)
     for number in candidates:
         chosen = open_version(settings.model_repository, settings.classifier_model, number)
-        info_path = chosen.path / "classifier.json"
-        info = _json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
-        if version is not None or not info.get("untrained"):
+        if version is not None or not chosen.untrained:
             return LocalOnnxClassifier(chosen)
     console.print(f"no trained classifier under {model_dir}: no \"adaptive\" row")
     return None

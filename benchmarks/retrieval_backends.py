@@ -24,7 +24,6 @@ import json
 import os
 import platform
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from adaptive_rag.evaluation.datasets import Question, load_questions
 from adaptive_rag.evaluation.retrieval_eval import percentile, recall_at_k
 from adaptive_rag.ports import Retriever
 from adaptive_rag.settings import Settings
+from infra.local.servers import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 OPENSEARCH_DIR = REPO / "infra" / "opensearch"
@@ -136,18 +136,12 @@ def run_backend(
 # ---- backends ------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class LocalNode:
     """A local OpenSearch node from infra/opensearch/start.sh, for the length of the run."""
 
     def __init__(self, base: Path) -> None:
         self.base = base
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.start_s = 0.0
 

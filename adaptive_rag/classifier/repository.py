@@ -88,6 +88,7 @@ class ModelVersion:
     path: Path
     max_length: int
     labels: tuple[str, ...]
+    untrained: bool = False  # a bootstrap export (fresh head): serves, but routes at random
 
     @property
     def onnx_path(self) -> Path:
@@ -119,5 +120,5 @@ def open_version(repository: Path, name: str = "complexity", version: int | None
         raise ConfigurationError(f"{path} lacks {TOKENIZER_FILE}")
     return ModelVersion(
         name=name, version=chosen, path=path, max_length=int(info.get("max_length", 128)),
-        labels=tuple(info.get("labels", ("A", "B", "C"))),
+        labels=tuple(info.get("labels", ("A", "B", "C"))), untrained=bool(info.get("untrained")),
     )

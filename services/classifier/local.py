@@ -5,22 +5,16 @@ so it has something to serve before any labels exist (needs the `train` extras: 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from infra.local.servers import free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVE = REPO_ROOT / "services" / "classifier" / "serve.py"
 START_TIMEOUT_S = 180
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def export_untrained_version(repository: Path, max_length: int = 64) -> Path:

@@ -32,7 +32,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +41,7 @@ from rich.console import Console
 from rich.table import Table
 
 from adaptive_rag.settings import Settings
+from infra.local.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "demo"
@@ -73,8 +73,8 @@ def plan(workdir: Path) -> Plan:
     """Settings for this run: the environment's servers where set, embedded parts otherwise."""
     settings = Settings()
     overrides: dict[str, Any] = {
-        "grpc_listen": f"127.0.0.1:{_free_port()}",
-        "metrics_port": settings.metrics_port if configured(settings, "metrics_port") else _free_port(),
+        "grpc_listen": f"127.0.0.1:{free_port()}",
+        "metrics_port": settings.metrics_port if configured(settings, "metrics_port") else free_port(),
     }
     using: dict[str, str] = {}
     if configured(settings, "redis_url"):
@@ -111,12 +111,6 @@ def plan(workdir: Path) -> Plan:
     return Plan(settings.model_copy(update=overrides), start_triton, using)
 
 
-def _free_port() -> int:
-    from infra.local.servers import free_port
-
-    return free_port()
-
-
 def build_demo_index(settings: Settings, knowledge_base: Path) -> int:
     from adaptive_rag.evaluation.corpus import read_jsonl_corpus
     from adaptive_rag.retrieval import build_index
@@ -129,7 +123,7 @@ def build_demo_index(settings: Settings, knowledge_base: Path) -> int:
 def ensure_model_version(settings: Settings) -> tuple[int, bool]:
     """The newest classifier version in the repository (exported untrained when there is none),
     and whether it is untrained."""
-    from adaptive_rag.classifier.repository import versions
+    from adaptive_rag.classifier.repository import open_version, versions
 
     model_dir = settings.model_repository / settings.classifier_model
     if not versions(model_dir):
@@ -140,10 +134,8 @@ def ensure_model_version(settings: Settings) -> tuple[int, bool]:
              "--repository", str(settings.model_repository), "--model", settings.classifier_model],
             check=True, cwd=REPO, stdin=subprocess.DEVNULL,
         )
-    newest = versions(model_dir)[-1]
-    info_path = model_dir / str(newest) / "classifier.json"
-    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
-    return newest, bool(info.get("untrained"))
+    newest = open_version(settings.model_repository, settings.classifier_model)
+    return newest.version, newest.untrained
 
 
 def processes_with_marker(marker: str) -> list[tuple[int, str]]:

@@ -8,24 +8,18 @@ loopback port with a temporary data directory, stopped at the end of the session
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from infra.local.servers import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 OPENSEARCH_DIR = REPO / "infra" / "opensearch"
 # The first start builds the launcher and may download the jars into ~/.m2.
 START_TIMEOUT_S = 900
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

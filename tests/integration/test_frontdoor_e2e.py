@@ -13,9 +13,6 @@ Run: `.venv/bin/python -m pytest -q tests/integration/test_frontdoor_e2e.py`
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -39,6 +36,7 @@ from adaptive_rag.storage import (  # noqa: E402
     ApiKey, Feedback, QueryRequest, QueryResult, RecordStore, RoutingDecision, make_engine,
 )
 from services.classifier.local import TritonProcess, free_port, publish_length_router  # noqa: E402
+from services.demo.stack import FrontDoorProcess  # noqa: E402
 from services.frontdoor.stubs import SERVICE_NAME, pb2, pb2_grpc  # noqa: E402
 from workers.pools import WorkerPools  # noqa: E402
 
@@ -117,14 +115,6 @@ class Stack:
             time.sleep(0.5)
 
 
-def _wait_ready(proc: subprocess.Popen, log_path: Path, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while "READY" not in log_path.read_text():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"front door did not start:\n{log_path.read_text()[-4000:]}")
-        time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def stack(redis_url, postgres_url, triton, model_repository, tmp_path_factory):
     base = tmp_path_factory.mktemp("frontdoor-e2e")
@@ -140,30 +130,20 @@ def stack(redis_url, postgres_url, triton, model_repository, tmp_path_factory):
     build_index(settings, list(read_jsonl_corpus(REPO / "demo" / "knowledge_base.jsonl")))
     pools = WorkerPools(settings, pools=("A", "B", "C"), log_dir=base / "workers")
     pools.start()
-    log_path = base / "frontdoor.log"
-    log = log_path.open("w")
-    frontdoor = subprocess.Popen(
-        [sys.executable, "-m", "services.frontdoor"], cwd=REPO, env=pools.env(),
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-    )
-    channel = None
+    frontdoor = channel = None
     try:
-        _wait_ready(frontdoor, log_path)
+        frontdoor = FrontDoorProcess(pools.env(), base / "frontdoor.log", settings.grpc_listen)
         store = RecordStore(make_engine(postgres_url))
         key = store.create_api_key("acme")
         channel = grpc.insecure_channel(settings.grpc_listen)
         yield Stack(settings, store, pools, pb2_grpc.AdaptiveRagStub(channel), channel,
                     (("authorization", f"Bearer {key}"),),
-                    f"http://127.0.0.1:{settings.metrics_port}/metrics", log_path)
+                    f"http://127.0.0.1:{settings.metrics_port}/metrics", frontdoor.log_path)
     finally:
         if channel is not None:
             channel.close()
-        frontdoor.send_signal(signal.SIGTERM)
-        try:
-            frontdoor.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            frontdoor.kill()
-        log.close()
+        if frontdoor is not None:
+            frontdoor.stop()
         pools.stop()
 
 

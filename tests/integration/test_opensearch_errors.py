@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import uuid
 
 import pytest
@@ -10,15 +9,9 @@ import pytest
 from adaptive_rag.domain import Passage
 from adaptive_rag.errors import ConfigurationError, IndexNotFoundError, RetrieverUnavailableError
 from adaptive_rag.retrieval.opensearch import OpenSearchRetriever
+from infra.local.servers import free_port
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +18,7 @@ from adaptive_rag.classifier.repository import config_pbtxt, next_version, open_
 from adaptive_rag.domain import Tier
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.routing.policy import PolicyThresholds, RoutingPolicy
+from infra.local.servers import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,12 +39,6 @@ def tokenizer_json(tmp_path) -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_tokenizer_pads_to_a_bucket_and_truncates(tokenizer_json):
     ids, mask = QueryTokenizer(tokenizer_json, max_length=32, pad_to_multiple=8)(["who wrote dune ?", "hi"])
     assert ids.dtype == np.int64 and mask.dtype == np.int64
@@ -62,7 +56,7 @@ def test_softmax_rows():
 
 
 def test_unreachable_triton_gives_flagged_rules_fallback_quickly(tokenizer_json):
-    url = f"127.0.0.1:{_free_port()}"  # nothing listens there
+    url = f"127.0.0.1:{free_port()}"  # nothing listens there
     with TritonClassifier(tokenizer_json, url=url, timeout_s=0.5, batching=True) as client:
         start = time.perf_counter()
         decision = client.classify("Compare dune and who?")
@@ -80,7 +74,7 @@ class _StubClassifier(TritonClassifier):
     """The client with Triton replaced by a function of the batch (counts requests)."""
 
     def __init__(self, tokenizer_json, **kwargs):
-        super().__init__(tokenizer_json, url=f"127.0.0.1:{_free_port()}", **kwargs)
+        super().__init__(tokenizer_json, url=f"127.0.0.1:{free_port()}", **kwargs)
         self.requests: list[int] = []
         self.lock = threading.Lock()
 
@@ -124,7 +118,7 @@ def test_policy_thresholds_come_with_the_model_version(tmp_path, tokenizer_json)
     assert next_version(tmp_path / "complexity") == 4
     version = open_version(tmp_path)
     assert (version.version, version.max_length) == (3, 64)
-    client = TritonClassifier.from_version(version, url=f"127.0.0.1:{_free_port()}", batching=False)
+    client = TritonClassifier.from_version(version, url=f"127.0.0.1:{free_port()}", batching=False)
     assert client.policy == RoutingPolicy(PolicyThresholds(c_threshold=0.2))
     client.close()
     with pytest.raises(ConfigurationError):
