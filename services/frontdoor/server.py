@@ -29,9 +29,11 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from adaptive_rag.classifier.relabel import neighbour_tier
 from adaptive_rag.domain import Tier
 from adaptive_rag.errors import DuplicateRequestError, RequestNotFoundError
 from adaptive_rag.settings import Settings
+from adaptive_rag.storage.records import NEVER_RAN
 from adaptive_rag.strategies import strategy_for_tier
 
 from services.frontdoor.auth import Unauthenticated, bearer_token
@@ -46,10 +48,7 @@ from services.frontdoor.validation import (
 
 LOG = get_logger("frontdoor")
 TIER_ENUM = {"A": pb2.TIER_A, "B": pb2.TIER_B, "C": pb2.TIER_C}
-# Shadow runs go to the neighbouring tier: A->B, B->C, C->B.
-SHADOW_TIER = {"A": "B", "B": "C", "C": "B"}
 FINISHED = ("done", "error")
-NEVER_RAN = ("rejected", "expired")
 REQUEST_ID_METADATA = "x-request-id"
 # While replaying a request another front door is still waiting for and no result handle exists.
 POLL_INTERVAL_S = (0.05, 1.0)
@@ -284,7 +283,7 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
         share = self.settings.shadow_share
         if share <= 0.0 or self._sample() >= share:
             return
-        shadow = SHADOW_TIER[tier]
+        shadow = neighbour_tier(tier)
         strategy = strategy_for_tier(Tier(shadow), self.settings)
         try:
             await self._blocking(self.dispatcher.enqueue, request_id, query, shadow, strategy, "shadow")
