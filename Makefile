@@ -10,31 +10,70 @@ ARAG_CACHE ?= $(HOME)/.cache/adaptive-rag
 DATA_DIR ?= ../shared/data
 export ARAG_CACHE
 
-.PHONY: setup demo test test-unit test-integration bench bench-retrieval eval opensearch opensearch-stop clean
+.PHONY: setup demo test test-unit test-integration lint-imports bench bench-retrieval bench-setup eval \
+  opensearch opensearch-stop clean
 
-$(VENV)/.installed: pyproject.toml infra/llama/build_wheel.sh
+# --- setup by role ---------------------------------------------------------------------------------
+# pyproject.toml's extras: frontdoor, workers, triton (local classifier serving), demo (the three),
+# eval, train (torch), dev, all. One virtualenv, one stamp per installed set: `make setup` (all, what
+# the tests need: they train a classifier) and `make setup-demo` (no torch) can follow each other in
+# any order; a set installed after another only adds what is missing. The portable llama.cpp wheel
+# is built once into $(ARAG_CACHE)/wheels and only for the sets that run the embedded LLM.
+LLAMA_ROLES := all demo workers eval
+ROLE_SETUPS := setup-demo setup-frontdoor setup-workers setup-triton setup-eval setup-train setup-dev
+ASSEMBLE_MODEL := from adaptive_rag.llm.llama_cpp import default_gguf_path; from pathlib import Path; import os; print('model:', default_gguf_path(Path(os.environ['ARAG_CACHE'])))
+# $(1): an extra of pyproject.toml
+define INSTALL_ROLE
+	$(if $(filter $(1),$(LLAMA_ROLES)),PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build_wheel.sh $(LLAMA_CPP_VERSION))
+	$(PY) -m pip install -q --find-links $(ARAG_CACHE)/wheels --only-binary llama-cpp-python -e ".[$(1)]"
+	$(if $(filter $(1),$(LLAMA_ROLES)),$(PY) -c "$(ASSEMBLE_MODEL)")
+endef
+.PHONY: $(ROLE_SETUPS)
+
+$(VENV)/.created:
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
-	@command -v java >/dev/null && command -v mvn >/dev/null && command -v curl >/dev/null && command -v redis-server >/dev/null || \
-	  { echo "installing Java 17, Maven, curl and Redis (apt)"; apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven curl redis-server; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build_wheel.sh $(LLAMA_CPP_VERSION)
-	$(PY) -m pip install -q --find-links $(ARAG_CACHE)/wheels --only-binary llama-cpp-python -e ".[dev,train]"
-	$(PY) -c "from adaptive_rag.llm.llama_cpp import default_gguf_path; from pathlib import Path; import os; print('model:', default_gguf_path(Path(os.environ['ARAG_CACHE'])))"
 	touch $@
 
-## setup: virtualenv, portable llama.cpp wheel (cached), project + dev deps, embedded model, gRPC stubs
+# everything (tests, training, eval); the tests also need Java/Maven (OpenSearch) and Redis
+$(VENV)/.installed: pyproject.toml infra/llama/build_wheel.sh | $(VENV)/.created
+	@command -v java >/dev/null && command -v mvn >/dev/null && command -v curl >/dev/null && command -v redis-server >/dev/null || \
+	  { echo "installing Java 17, Maven, curl and Redis (apt)"; apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven curl redis-server; }
+	$(call INSTALL_ROLE,all)
+	touch $@
+
+# one role's set: $(VENV)/.installed-demo, -frontdoor, -workers, -triton, -eval, -train, -dev
+$(VENV)/.installed-%: pyproject.toml infra/llama/build_wheel.sh | $(VENV)/.created
+	$(call INSTALL_ROLE,$*)
+	touch $@
+.PRECIOUS: $(VENV)/.installed-%
+
+## setup: virtualenv, portable llama.cpp wheel (cached), every extra (torch included), embedded model, gRPC stubs
+PROTO_STUBS := services/frontdoor/generated/adaptive_rag_pb2.py  # (its rule: front door section)
 setup: $(VENV)/.installed $(PROTO_STUBS)
+
+## setup-demo / setup-frontdoor / setup-workers / setup-triton / setup-eval / setup-train / setup-dev:
+## only that role's extras (setup-demo: front door + workers + local Triton, no torch)
+$(ROLE_SETUPS): setup-%: $(VENV)/.installed-%
 
 ## demo: the real service on embedded defaults (local Triton, tier worker pools on a server-less
 ## broker, SQLite, embedded index + LLM, gRPC front door); example questions of every tier through
 ## gRPC; everything stopped afterwards. REDIS_URL, DATABASE_URL, OPENSEARCH_URL, TRITON_GRPC_URL,
 ## LLM_BASE_URL point it at real servers. The in-process demo without services: `arag demo`.
-demo: setup
+## Installs only the demo's extras (no torch); the gRPC stubs are generated on first import.
+demo: setup-demo
 	$(PY) -m services.demo
 
-## test: unit + integration tests (starts its own OpenSearch node on loopback)
+## lint-imports: the import contracts of .importlinter (library free of gRPC/Celery, workers never
+## import services, services never import workers.tasks)
+LINT_IMPORTS := PYTHONPATH=. $(VENV)/bin/lint-imports
+lint-imports: setup-dev
+	$(LINT_IMPORTS)
+
+## test: import contracts, then unit + integration tests (starts its own OpenSearch node on loopback)
 test: setup
+	$(LINT_IMPORTS)
 	$(PY) -m pytest -q
 
 test-unit: setup
@@ -43,8 +82,16 @@ test-unit: setup
 test-integration: setup
 	$(PY) -m pytest -q tests/integration
 
+## bench-setup: fresh install time and size, old all-in-one install against the role installs, each
+## in a new venv under /tmp with pip's cache off (several GB of downloads: torch); reports/setup/
+BENCH_SETUP_ARGS ?=
+bench-setup: | $(VENV)/.created
+	PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build_wheel.sh $(LLAMA_CPP_VERSION)
+	nice -n 10 $(PYTHON) -m benchmarks.setup_time --python $(PYTHON) --wheels $(ARAG_CACHE)/wheels \
+	  --out reports/setup $(BENCH_SETUP_ARGS)
+
 ## eval: the evaluation report on the test split (long: see README)
-eval: setup
+eval: setup-eval
 	$(ARAG) index --benchmark --data-dir $(DATA_DIR) --index-dir var/bench-index
 	$(ARAG) eval --data-dir $(DATA_DIR) --index-dir var/bench-index --limit 100 --out reports/eval
 
@@ -111,7 +158,7 @@ proto: $(VENV)/.installed
 	$(PY) -m services.frontdoor.codegen
 
 ## frontdoor: the gRPC front door on ARAG_GRPC_LISTEN (default 127.0.0.1:50051), metrics on ARAG_METRICS_PORT
-frontdoor: setup
+frontdoor: setup-frontdoor
 	$(PY) -m services.frontdoor
 
 # --- tier queues and workers (issue 4) -----------------------------------------------------------
@@ -119,7 +166,7 @@ frontdoor: setup
 
 ## workers: the tier worker pools (tier-a, tier-b, tier-c, shadow) in the foreground; REDIS_URL
 ## selects Redis, otherwise a broker without a server under var/broker
-workers: setup
+workers: setup-workers
 	$(PY) -m workers.pools
 
 ## local-redis / local-postgres: a throw-away server on a free loopback port (prints its URL)

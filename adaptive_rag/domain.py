@@ -1,18 +1,8 @@
-"""Plain value types shared by every layer."""
+"""Plain value types of the strategies and their ports (the serving messages are in `contracts`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
-
-
-class Tier(str, Enum):
-    """Query complexity tiers of Adaptive-RAG, cheapest first."""
-
-    A = "A"  # no retrieval
-    B = "B"  # single step
-    C = "C"  # multi step
-
 
 @dataclass(frozen=True, slots=True)
 class Passage:

@@ -1,5 +1,9 @@
 """Precise exceptions raised by the library; entry points map them to messages or status codes."""
 
+from __future__ import annotations
+
+from adaptive_rag.contracts import ErrorCode
+
 
 class AdaptiveRagError(Exception):
     """Base class of every error the library raises on purpose."""
@@ -21,7 +25,11 @@ class LLMUnavailableError(AdaptiveRagError):
     """The LLM backend cannot be reached or failed after retries."""
 
 
-class InvalidQueryError(AdaptiveRagError):
+class InvalidRequestError(AdaptiveRagError, ValueError):
+    """A request field is unusable; the message says which and why."""
+
+
+class InvalidQueryError(InvalidRequestError):
     """A query is empty, too long or otherwise unusable."""
 
 
@@ -31,3 +39,38 @@ class DuplicateRequestError(AdaptiveRagError):
 
 class RequestNotFoundError(AdaptiveRagError):
     """No such request, or it belongs to another tenant (both look the same to a caller)."""
+
+
+# --- serving: what a use case can refuse; each entry point maps these to its own status table ---
+
+
+class UnauthenticatedError(AdaptiveRagError):
+    """Missing, malformed, unknown or revoked API key (the message never echoes the key)."""
+
+
+class ClientRequestIdReusedError(AdaptiveRagError):
+    """A client_request_id already used for a different query of the same tenant."""
+
+
+class QueueFullError(AdaptiveRagError):
+    """The routed tier's queue holds its limit of tasks; nothing runs (the client may resend)."""
+
+
+class AnswerTimeoutError(AdaptiveRagError):
+    """No result within the caller's deadline; the work continues under `request_id`."""
+
+    def __init__(self, message: str, request_id: str) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+
+
+class RequestNotFinishedError(AdaptiveRagError):
+    """The request is still in flight, or never ran (rejected): no result to read yet."""
+
+
+class AnswerFailedError(AdaptiveRagError):
+    """The worker recorded an error for this request instead of an answer."""
+
+    def __init__(self, message: str, code: ErrorCode) -> None:
+        super().__init__(message)
+        self.code = code

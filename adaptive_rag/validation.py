@@ -1,10 +1,17 @@
-"""Query validation shared by every entry point (CLI, gRPC front door)."""
+"""Input checks shared by every entry point (CLI, gRPC front door): each failure raises one
+`InvalidRequestError` (a query: `InvalidQueryError`) with a message that says precisely what is
+wrong and where."""
 
 from __future__ import annotations
 
 import unicodedata
 
-from adaptive_rag.errors import InvalidQueryError
+from adaptive_rag.errors import InvalidQueryError, InvalidRequestError
+
+MAX_CLIENT_REQUEST_ID = 128
+MAX_REQUEST_ID = 64
+MAX_FEEDBACK_TEXT = 10_000
+RATINGS = (-1, 0, 1)  # answer wrong / no verdict / answer right
 
 
 def validate_query(text: str, max_chars: int) -> str:
@@ -22,3 +29,48 @@ def validate_query(text: str, max_chars: int) -> str:
                 f"query contains control character U+{ord(char):04X} at position {position}"
             )
     return stripped
+
+
+def decode_query(raw: bytes, max_chars: int) -> str:
+    """UTF-8 bytes -> the validated, stripped query text."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidQueryError(
+            f"query is not valid UTF-8: byte 0x{raw[exc.start]:02X} at offset {exc.start} ({exc.reason})"
+        ) from None
+    return validate_query(text, max_chars)
+
+
+def check_client_request_id(value: str) -> str:
+    """An idempotency key: 1-128 printable characters without spaces."""
+    if not value:
+        raise InvalidRequestError("client_request_id is empty; omit the field for no idempotency key")
+    if len(value) > MAX_CLIENT_REQUEST_ID:
+        raise InvalidRequestError(
+            f"client_request_id is {len(value)} characters; the limit is {MAX_CLIENT_REQUEST_ID}"
+        )
+    for position, char in enumerate(value):
+        if not char.isprintable() or char.isspace():
+            raise InvalidRequestError(
+                f"client_request_id contains U+{ord(char):04X} at position {position}; "
+                "use printable characters without spaces"
+            )
+    return value
+
+
+def check_request_id(value: str) -> str:
+    value = value.strip()
+    if not value:
+        raise InvalidRequestError("request_id is empty")
+    if len(value) > MAX_REQUEST_ID:
+        raise InvalidRequestError(f"request_id is {len(value)} characters; the limit is {MAX_REQUEST_ID}")
+    return value
+
+
+def check_feedback(rating: int, correct_answer: str | None, comment: str | None) -> None:
+    if rating not in RATINGS:
+        raise InvalidRequestError(f"rating must be -1 (wrong), 0 (no verdict) or 1 (right), got {rating}")
+    for name, text in (("correct_answer", correct_answer), ("comment", comment)):
+        if text is not None and len(text) > MAX_FEEDBACK_TEXT:
+            raise InvalidRequestError(f"{name} is {len(text)} characters; the limit is {MAX_FEEDBACK_TEXT}")

@@ -56,7 +56,7 @@ import grpc
 from rich.console import Console
 from rich.table import Table
 
-from adaptive_rag.domain import Tier
+from adaptive_rag.contracts import Tier
 from adaptive_rag.evaluation.corpus import read_jsonl_corpus
 from adaptive_rag.retrieval import build_index
 from adaptive_rag.settings import Settings
@@ -91,7 +91,7 @@ def length_router_repository(root: Path) -> Path:
 
 def queries_by_tier() -> dict[str, list[str]]:
     """Demo questions and short greetings, bucketed by the tier the length router gives them."""
-    from adaptive_rag.classifier.client import QueryTokenizer
+    from adaptive_rag.routing.classifier_client import QueryTokenizer
 
     tokenize = QueryTokenizer(minilm_tokenizer_path(), 64)
     texts = [q["question"] for q in json.loads((DEMO / "questions.json").read_text())]

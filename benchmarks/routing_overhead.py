@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from adaptive_rag.classifier.client import QueryTokenizer, TritonClassifier, softmax_rows
-from adaptive_rag.classifier.repository import open_version
+from adaptive_rag.routing.classifier_client import QueryTokenizer, TritonClassifier, softmax_rows
+from adaptive_rag.routing.model_repository import open_version
 from adaptive_rag.evaluation.retrieval_eval import percentile
 from adaptive_rag.routing.policy import RoutingPolicy
 from services.classifier.local import TritonProcess
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     texts, labels = held_out_labels(args.database_url)
     accuracy = {}
     if texts:
-        from adaptive_rag.classifier.promotion import score_version
+        from adaptive_rag.training.promotion import score_version
 
         accuracy = {f"{role} (v{v.version})": score_version(v, texts, labels) for role, v in roles.items()}
     result = {

@@ -1,4 +1,4 @@
-"""The one Celery app: tier queues, delivery guarantees and time limits, all from `Settings`.
+"""The one Celery app: tier queues, delivery guarantees and time limits, all from `WorkerSettings`.
 
 Broker and result backend are Redis when `REDIS_URL` is set, so a waiting front door gets its
 result through Redis pub/sub (no database polling). Without it, everything runs with no server:
@@ -9,7 +9,8 @@ task finished; a worker process that dies mid-task gets its message requeued (pr
 or redelivered after the broker's visibility timeout (whole worker lost). The task itself makes
 the second run harmless (one result row per request, see `workers.tasks`).
 
-Worker CLI: `celery -A workers.celery_app worker -Q tier-c ...` (see `workers.pools`).
+Worker CLI: `celery -A workers.celery_app worker -Q tier-c ...` (see `workers.pools`). Producers
+(the front door) use `workers.client`, which never imports the task module.
 """
 
 from __future__ import annotations
@@ -21,26 +22,25 @@ from typing import Any
 from celery import Celery
 from kombu import Queue
 
-from adaptive_rag.settings import Settings
+from adaptive_rag.contracts import QUEUE_FOR_TIER, SHADOW_QUEUE, SHARED_QUEUE, TIERS
+from workers.settings import WorkerSettings
 
-QUEUES = ("tier-a", "tier-b", "tier-c", "shadow")
-# With `ARAG_SHARED_QUEUE` every tier's primary task goes here instead (comparison setup only).
-SHARED_QUEUE = "shared"
+QUEUES = (*QUEUE_FOR_TIER.values(), SHADOW_QUEUE)
 logger = logging.getLogger(__name__)
 
 
-def broker_folders(settings: Settings) -> dict[str, Path]:
+def broker_folders(settings: WorkerSettings) -> dict[str, Path]:
     """Where the server-less broker keeps messages and results (absolute, shared by processes)."""
     root = settings.broker_dir.resolve()
     return {name: root / name for name in ("queue", "processed", "results", "control")}
 
 
-def celery_config(settings: Settings) -> dict[str, Any]:
+def celery_config(settings: WorkerSettings) -> dict[str, Any]:
     """Celery settings for `settings` (a plain dict: easy to inspect in tests)."""
     config: dict[str, Any] = {
         "task_queues": [Queue(name, routing_key=name) for name in QUEUES]
         + ([Queue(SHARED_QUEUE, routing_key=SHARED_QUEUE)] if settings.shared_queue else []),
-        "task_default_queue": "tier-b",
+        "task_default_queue": QUEUE_FOR_TIER[TIERS[1]],
         "task_create_missing_queues": False,
         # Acknowledge after the task ran; a lost worker's message goes back to the queue.
         "task_acks_late": True,
@@ -61,7 +61,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     }
     if settings.redis_url:
         visibility = settings.visibility_timeout_s
-        longest = max(settings.time_limits(tier)[1] for tier in ("A", "B", "C"))
+        longest = max(settings.time_limits(tier)[1] for tier in TIERS)
         if visibility <= longest:
             logger.warning(
                 "visibility timeout %.0f s is not above the longest hard time limit %.0f s: a task "
@@ -98,21 +98,21 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     return config
 
 
-def create_app(settings: Settings | None = None) -> Celery:
+def create_app(settings: WorkerSettings | None = None) -> Celery:
     """A Celery app configured from `settings` (default: the environment).
 
-    The settings stay reachable as `app_settings(app)` so dispatch uses the same time limits and
-    broker the app was built with.
+    The settings stay reachable as `app_settings(app)` so the producer side uses the same time
+    limits and broker the app was built with.
     """
-    settings = settings or Settings()
+    settings = settings or WorkerSettings()
     app = Celery("adaptive_rag", include=["workers.tasks"])
     app.conf.update(celery_config(settings))
     app.arag_settings = settings  # type: ignore[attr-defined]
     return app
 
 
-def app_settings(app: Celery) -> Settings:
-    return getattr(app, "arag_settings", None) or Settings()
+def app_settings(app: Celery) -> WorkerSettings:
+    return getattr(app, "arag_settings", None) or WorkerSettings()
 
 
 # The app of this process: workers (`celery -A workers.celery_app`) and the front door.

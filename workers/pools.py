@@ -12,7 +12,6 @@ foreground:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
@@ -23,37 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adaptive_rag.settings import Settings
+from adaptive_rag.contracts import QUEUE_FOR_TIER, SHADOW_QUEUE, SHARED_QUEUE
+from adaptive_rag.settings import Settings, as_environment
+from workers.settings import WorkerSettings
 
 REPO = Path(__file__).resolve().parents[1]
-POOL_QUEUES = {"A": "tier-a", "B": "tier-b", "C": "tier-c", "shadow": "shadow"}
-# The comparison setup's one pool for every tier (needs `ARAG_SHARED_QUEUE`, see Settings).
-POOL_QUEUES["shared"] = "shared"
+# One pool per tier queue, plus the shadow pool; `shared` is the comparison setup's one pool for
+# every tier (needs `ARAG_SHARED_QUEUE`, see WorkerSettings).
+POOL_QUEUES = {**{tier.value: queue for tier, queue in QUEUE_FOR_TIER.items()},
+               "shadow": SHADOW_QUEUE, "shared": SHARED_QUEUE}
 READY_MARK = " ready."
 READY_TIMEOUT_S = 120.0
-
-
-def settings_env(settings: Settings) -> dict[str, str | None]:
-    """Environment variables that make a child process read `settings` back.
-
-    Only fields set explicitly (or read from the environment) are written, under their first
-    environment name; None means "remove the variable" so the child falls back to the default.
-    """
-    env: dict[str, str | None] = {}
-    for name in settings.model_fields_set:
-        info = type(settings).model_fields[name]
-        choices = getattr(info.validation_alias, "choices", None) or [name]
-        value = getattr(settings, name)
-        if value is None:
-            text = None
-        elif isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, (dict, list, tuple)):
-            text = json.dumps(value)
-        else:
-            text = str(value)
-        env[str(choices[0])] = text
-    return env
 
 
 @dataclass
@@ -87,12 +66,15 @@ class WorkerPools:
     worker reports ready, and stops them (warm, then cold, then SIGKILL) on exit."""
 
     def __init__(
-        self, settings: Settings | None = None, pools: Iterable[str] = ("A", "B", "C", "shadow"),
-        *, pool_impl: str = "prefork", log_dir: Path | None = None,
+        self, settings: WorkerSettings | None = None, pools: Iterable[str] = ("A", "B", "C", "shadow"),
+        *, library: Settings | None = None, pool_impl: str = "prefork", log_dir: Path | None = None,
         extra_env: Mapping[str, str] | None = None, loglevel: str = "INFO",
         migrate: bool = True,
     ) -> None:
-        self.settings = settings or Settings()
+        """`settings` and `library` (retrieval, LLM, records) are handed to the worker processes
+        through their environment."""
+        self.settings = settings or WorkerSettings()
+        self.library = library or Settings()
         self.pool_names = list(pools)
         unknown = set(self.pool_names) - set(POOL_QUEUES)
         if unknown:
@@ -116,7 +98,7 @@ class WorkerPools:
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
-        for key, value in settings_env(self.settings).items():
+        for key, value in as_environment(self.settings, self.library).items():
             if value is None:
                 env.pop(key, None)
             else:
@@ -140,7 +122,7 @@ class WorkerPools:
         if self.migrate:
             from adaptive_rag.storage import upgrade_database
 
-            upgrade_database(self.settings.database_url)
+            upgrade_database(self.library.database_url)
         for name in self.pool_names:
             self.start_pool(name, wait=False)
         if wait:

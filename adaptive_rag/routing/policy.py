@@ -23,10 +23,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from adaptive_rag.domain import Tier
+from adaptive_rag.contracts import CLASSIFIER_MODEL, TIERS, RoutingDecision, Tier
 from adaptive_rag.routing.rules import rule_tier
 
-TIERS: tuple[Tier, ...] = (Tier.A, Tier.B, Tier.C)  # the classifier's output order
 THRESHOLDS_FILE = "thresholds.json"
 
 
@@ -80,23 +79,6 @@ class PolicyThresholds:
         return cls()
 
 
-@dataclass(frozen=True)
-class RoutingDecision:
-    """The tier chosen for one query and why; recorded with every request."""
-
-    tier: Tier
-    probabilities: dict[str, float] | None  # {"A": p, "B": p, "C": p}; None for a fallback
-    model_version: str | None
-    fallback: bool
-    reason: str
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "tier": self.tier.value, "probabilities": self.probabilities,
-            "model_version": self.model_version, "fallback": self.fallback, "reason": self.reason,
-        }
-
-
 def softmax(logits: Sequence[float]) -> list[float]:
     """Numerically stable softmax of one row of logits."""
     top = max(logits)
@@ -138,25 +120,25 @@ class RoutingPolicy:
         return argmax, f"argmax {argmax.value}"
 
     def decide(
-        self, probabilities: Sequence[float] | Mapping[str, float], model_version: str | None = None
+        self, probabilities: Sequence[float] | Mapping[str, float], model_name: str = CLASSIFIER_MODEL,
+        model_version: int | None = None,
     ) -> RoutingDecision:
         probs = _as_probabilities(probabilities)
         tier, reason = self.tier(probs)
         return RoutingDecision(
-            tier=tier, probabilities=probs, model_version=model_version, fallback=False,
-            reason=reason,
+            tier=tier, probabilities=probs, model_name=model_name, model_version=model_version,
+            fallback=False, reason=reason,
         )
 
-    def decide_logits(self, logits: Sequence[float], model_version: str | None = None) -> RoutingDecision:
-        return self.decide(softmax([float(x) for x in logits]), model_version)
+    def decide_logits(
+        self, logits: Sequence[float], model_name: str = CLASSIFIER_MODEL, model_version: int | None = None,
+    ) -> RoutingDecision:
+        return self.decide(softmax([float(x) for x in logits]), model_name, model_version)
 
 
 def fallback_decision(query: str, reason: str = "classifier unavailable") -> RoutingDecision:
     """The rules' tier for `query`, flagged as a fallback."""
-    return RoutingDecision(
-        tier=rule_tier(query), probabilities=None, model_version=None, fallback=True,
-        reason=f"rules fallback: {reason}",
-    )
+    return RoutingDecision(tier=rule_tier(query), fallback=True, reason=f"rules fallback: {reason}")
 
 
 # --- calibration --------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from adaptive_rag.domain import Tier
+from adaptive_rag.contracts import Tier
 
 _GREETING = re.compile(
     r"^\s*(hi|hello|hey|thanks|thank you|good (morning|afternoon|evening)|bye|goodbye)\b",

@@ -8,12 +8,10 @@ from adaptive_rag.storage.labels import LabelStore
 from adaptive_rag.storage.models import (
     ApiKey, Base, Feedback, QueryRequest, QueryResult, RoutingDecision, TrainingLabel,
 )
-from adaptive_rag.storage.records import (
-    ApiKeyView, DecisionView, RecordStore, RequestView, ResultView,
-)
+from adaptive_rag.storage.records import ApiKeyView, RecordStore, RequestView, StoredResult
 
 __all__ = [
-    "ApiKey", "ApiKeyView", "Base", "DecisionView", "Feedback", "LabelStore", "QueryRequest",
-    "QueryResult", "RecordStore", "RequestView", "ResultView", "RoutingDecision", "TrainingLabel",
+    "ApiKey", "ApiKeyView", "Base", "Feedback", "LabelStore", "QueryRequest", "QueryResult",
+    "RecordStore", "RequestView", "RoutingDecision", "StoredResult", "TrainingLabel",
     "make_engine", "session_factory", "upgrade_database",
 ]

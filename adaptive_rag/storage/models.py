@@ -12,15 +12,12 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from adaptive_rag.contracts import RequestStatus, ResultKind
+
 # JSONB on PostgreSQL (indexable), plain JSON (text) on SQLite.
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 # BIGSERIAL on PostgreSQL; SQLite only auto-increments an INTEGER PRIMARY KEY.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
-
-LABELS = ("A", "B", "C")
-# silver: the cheapest correct strategy; binary: none was correct, the dataset's bias decided.
-# Later sources (live traffic): feedback (user verdicts), shadow (neighbouring-tier runs).
-LABEL_SOURCES = ("silver", "binary", "feedback", "shadow")
 
 
 class Base(DeclarativeBase):
@@ -66,10 +63,8 @@ class TrainingLabel(Base):
         return f"TrainingLabel({self.dataset}/{self.question_id}={self.label} {self.label_source})"
 
 
-# --- serving records (issue 4) ---------------------------------------------------------------------
+# --- serving records ---------------------------------------------------------------------------------
 
-REQUEST_STATUSES = ("queued", "running", "done", "error", "rejected", "expired")
-RESULT_KINDS = ("primary", "shadow")
 FEEDBACK_RATINGS = (-1, 0, 1)  # answer wrong / no verdict / answer right
 
 
@@ -107,7 +102,7 @@ class QueryRequest(Base):
     __table_args__ = (
         UniqueConstraint("tenant", "client_request_id", name="uq_requests_tenant_client_id"),
         CheckConstraint(
-            "status IN (" + ", ".join(f"'{s}'" for s in REQUEST_STATUSES) + ")",
+            "status IN (" + ", ".join(f"'{s.value}'" for s in RequestStatus) + ")",
             name="ck_requests_status",
         ),
     )
@@ -156,7 +151,9 @@ class QueryResult(Base):
     __tablename__ = "results"
     __table_args__ = (
         UniqueConstraint("request_id", "kind", "tier", name="uq_results_request_kind_tier"),
-        CheckConstraint("kind IN ('primary', 'shadow')", name="ck_results_kind"),
+        CheckConstraint(
+            "kind IN (" + ", ".join(f"'{k.value}'" for k in ResultKind) + ")", name="ck_results_kind"
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)

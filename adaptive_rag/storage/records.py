@@ -10,26 +10,24 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Engine, exists, func, select, update
 from sqlalchemy.exc import IntegrityError
 
+from adaptive_rag.contracts import (
+    IN_FLIGHT, NEVER_RAN, AnswerResult, ErrorCode, RequestStatus, ResultKind, RoutingDecision,
+    Source, Tier, Timings,
+)
 from adaptive_rag.errors import ConfigurationError, DuplicateRequestError, RequestNotFoundError
 from adaptive_rag.storage.models import (
-    FEEDBACK_RATINGS, REQUEST_STATUSES, RESULT_KINDS, ApiKey, Feedback, QueryRequest, QueryResult,
-    RoutingDecision, utcnow,
+    FEEDBACK_RATINGS, ApiKey, Feedback, QueryRequest, QueryResult, utcnow,
 )
+from adaptive_rag.storage.models import RoutingDecision as DecisionRow
 
 KEY_PREFIX = "arag_"
-# Statuses a worker or the front door may move a request into while it is still in flight; they
-# never overwrite a final status (a late "running" from a redelivered task must not undo "done").
-IN_FLIGHT = ("queued", "running")
-# A request that never ran (its queue was full, or it expired) may be queued again when the client
-# resends it with the same client_request_id (the front door re-admits it under the same id).
-NEVER_RAN = ("rejected", "expired")
 
 
 def hash_key(key: str) -> str:
@@ -59,53 +57,19 @@ class RequestView:
     tenant: str
     client_request_id: str | None
     query: str
-    status: str
+    status: RequestStatus
     created_at: datetime
     updated_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
-class DecisionView:
-    request_id: str
-    tier: str
-    strategy: str
-    probabilities: dict[str, float] | None
-    model_name: str | None
-    model_version: int | None
-    fallback: bool
-    reason: str
-    classify_ms: float
-    created_at: datetime
+class StoredResult:
+    """A result row: the result itself and how it was delivered (for operators and tests)."""
 
-
-@dataclass(frozen=True, slots=True)
-class ResultView:
-    request_id: str
-    kind: str
-    tier: str
-    strategy: str
-    answer: str | None
-    steps: int
-    sources: list[dict[str, Any]] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-    error: str | None = None
-    error_code: str | None = None
-    attempts: int = 1
-    worker: str = ""
-    created_at: datetime | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error_code is None and self.error is None
-
-    def as_payload(self) -> dict[str, Any]:
-        """The worker task's return value (`workers.tasks.answer`) for this stored row."""
-        return {
-            "request_id": self.request_id, "kind": self.kind, "tier": self.tier,
-            "strategy": self.strategy, "answer": self.answer, "steps": self.steps,
-            "sources": list(self.sources), "timings": dict(self.timings),
-            "error": self.error, "error_code": self.error_code,
-        }
+    result: AnswerResult
+    attempts: int
+    worker: str
+    created_at: datetime | None
 
 
 class RecordStore:
@@ -185,7 +149,7 @@ class RecordStore:
                 conn.execute(
                     self._insert(QueryRequest).values(
                         request_id=request_id, tenant=tenant, client_request_id=client_request_id,
-                        query=query, status="queued", created_at=now, updated_at=now,
+                        query=query, status=RequestStatus.QUEUED.value, created_at=now, updated_at=now,
                     )
                 )
         except IntegrityError as exc:
@@ -193,7 +157,7 @@ class RecordStore:
                 f"request {request_id!r} / client request id {client_request_id!r} of tenant "
                 f"{tenant!r} is already recorded"
             ) from exc
-        return RequestView(request_id, tenant, client_request_id, query, "queued", now, now)
+        return RequestView(request_id, tenant, client_request_id, query, RequestStatus.QUEUED, now, now)
 
     def find_request(self, tenant: str, client_request_id: str) -> RequestView | None:
         """The request a client already sent with this idempotency id, if any."""
@@ -216,118 +180,118 @@ class RecordStore:
         if row is None:
             return None
         return RequestView(
-            row.request_id, row.tenant, row.client_request_id, row.query, row.status,
+            row.request_id, row.tenant, row.client_request_id, row.query, RequestStatus(row.status),
             _utc(row.created_at), _utc(row.updated_at),
         )
 
-    def set_status(self, request_id: str, status: str) -> None:
+    def set_status(self, request_id: str, status: RequestStatus) -> None:
         """Move a request to `status`.
 
         `queued`/`running` only apply while the request is still in flight, so a redelivered task
         or a late front-door update never turns a finished request back into a running one; a
         request that never ran (`NEVER_RAN`) may be `queued` again when its client resends it.
         """
-        if status not in REQUEST_STATUSES:
-            raise ValueError(f"unknown status {status!r}; one of {', '.join(REQUEST_STATUSES)}")
+        status = RequestStatus(status)
         statement = update(QueryRequest).where(QueryRequest.request_id == request_id)
         if status in IN_FLIGHT:
-            allowed = (*IN_FLIGHT, *NEVER_RAN) if status == "queued" else IN_FLIGHT
-            statement = statement.where(QueryRequest.status.in_(allowed))
+            allowed = IN_FLIGHT | NEVER_RAN if status is RequestStatus.QUEUED else IN_FLIGHT
+            statement = statement.where(QueryRequest.status.in_([s.value for s in allowed]))
         with self.engine.begin() as conn:
-            changed = conn.execute(statement.values(status=status, updated_at=utcnow())).rowcount
+            changed = conn.execute(statement.values(status=status.value, updated_at=utcnow())).rowcount
             if not changed and not conn.scalar(
                 select(exists().where(QueryRequest.request_id == request_id))
             ):
                 raise RequestNotFoundError(f"no request {request_id!r}")
 
     # --- routing decisions ----------------------------------------------------------------------
-    def record_decision(
-        self, request_id: str, tier: str, strategy: str,
-        probabilities: dict[str, float] | None, model_name: str | None,
-        model_version: int | None, fallback: bool, reason: str, classify_ms: float,
-    ) -> None:
+    def record_decision(self, request_id: str, decision: RoutingDecision) -> None:
         """Store how the request was routed (one decision per request)."""
         try:
             with self.engine.begin() as conn:
                 conn.execute(
-                    self._insert(RoutingDecision).values(
-                        request_id=request_id, tier=tier, strategy=strategy,
-                        probabilities=probabilities, model_name=model_name,
-                        model_version=model_version, fallback=fallback, reason=reason,
-                        classify_ms=classify_ms, created_at=utcnow(),
+                    self._insert(DecisionRow).values(
+                        request_id=request_id, created_at=utcnow(),
+                        **decision.model_dump(mode="json"),
                     )
                 )
         except IntegrityError as exc:
             raise self._missing_or_duplicate(request_id, "routing decision") from exc
 
-    def decision_for(self, request_id: str) -> DecisionView | None:
+    def decision_for(self, request_id: str) -> RoutingDecision | None:
         with self.engine.connect() as conn:
             row = conn.execute(
-                select(RoutingDecision).where(RoutingDecision.request_id == request_id)
+                select(DecisionRow).where(DecisionRow.request_id == request_id)
             ).first()
         if row is None:
             return None
-        return DecisionView(
-            row.request_id, row.tier, row.strategy, row.probabilities, row.model_name,
-            row.model_version, bool(row.fallback), row.reason, row.classify_ms,
-            _utc(row.created_at),
+        return RoutingDecision(
+            tier=Tier(row.tier), probabilities=row.probabilities, model_name=row.model_name or "",
+            model_version=row.model_version, fallback=bool(row.fallback), reason=row.reason,
+            strategy=row.strategy, classify_ms=row.classify_ms,
         )
 
     # --- results --------------------------------------------------------------------------------
-    def save_result(
-        self, request_id: str, kind: str, tier: str, strategy: str, answer: str | None,
-        steps: int, sources: list[dict[str, Any]], timings: dict[str, float], worker: str,
-        attempts: int, error: str | None = None, error_code: str | None = None,
-    ) -> bool:
+    def save_result(self, result: AnswerResult, worker: str, attempts: int) -> bool:
         """Write a result once; True when this call wrote it, False when a row was already there.
 
         `INSERT ... ON CONFLICT (request_id, kind, tier) DO NOTHING`: whichever delivery of a task
         writes first wins, on SQLite and PostgreSQL alike. A primary result also finishes the
-        request (`done`, or `error` when `error`/`error_code` is set) in the same transaction.
+        request (`done`, or `error` with an error code) in the same transaction.
         """
-        if kind not in RESULT_KINDS:
-            raise ValueError(f"unknown result kind {kind!r}; one of {', '.join(RESULT_KINDS)}")
+        values = result.model_dump(mode="json")
         statement = self._insert(QueryResult).values(
-            request_id=request_id, kind=kind, tier=tier, strategy=strategy, answer=answer,
-            steps=steps, sources=sources, timings=timings, error=error, error_code=error_code,
-            attempts=attempts, worker=worker, created_at=utcnow(),
+            **values, attempts=attempts, worker=worker, created_at=utcnow(),
         ).on_conflict_do_nothing(
             index_elements=["request_id", "kind", "tier"]
         ).returning(QueryResult.id)  # a row comes back only when this insert happened
         try:
             with self.engine.begin() as conn:
                 written = conn.execute(statement).first() is not None
-                if written and kind == "primary":
-                    failed = error is not None or error_code is not None
+                if written and result.kind is ResultKind.PRIMARY:
+                    status = RequestStatus.DONE if result.ok else RequestStatus.ERROR
                     conn.execute(
                         update(QueryRequest)
-                        .where(QueryRequest.request_id == request_id)
-                        .values(status="error" if failed else "done", updated_at=utcnow())
+                        .where(QueryRequest.request_id == result.request_id)
+                        .values(status=status.value, updated_at=utcnow())
                     )
         except IntegrityError as exc:  # the foreign key: no such request
-            raise RequestNotFoundError(f"no request {request_id!r}") from exc
+            raise RequestNotFoundError(f"no request {result.request_id!r}") from exc
         return written
 
-    def get_result(self, request_id: str, kind: str = "primary") -> ResultView | None:
-        """The result of `kind`; for `shadow`, the first shadow run (see `shadow_results`)."""
-        results = self._results(request_id, kind)
-        return results[0] if results else None
+    def get_result(
+        self, request_id: str, kind: ResultKind = ResultKind.PRIMARY, tier: Tier | None = None,
+    ) -> AnswerResult | None:
+        """The result of `kind` (and `tier`: a request has one shadow run per tier tried)."""
+        stored = self.stored_result(request_id, kind, tier)
+        return stored.result if stored else None
 
-    def shadow_results(self, request_id: str) -> list[ResultView]:
-        return self._results(request_id, "shadow")
+    def stored_result(
+        self, request_id: str, kind: ResultKind = ResultKind.PRIMARY, tier: Tier | None = None,
+    ) -> StoredResult | None:
+        rows = self._results(request_id, kind, tier)
+        return rows[0] if rows else None
 
-    def _results(self, request_id: str, kind: str) -> list[ResultView]:
+    def shadow_results(self, request_id: str) -> list[StoredResult]:
+        return self._results(request_id, ResultKind.SHADOW)
+
+    def _results(
+        self, request_id: str, kind: ResultKind, tier: Tier | None = None,
+    ) -> list[StoredResult]:
+        condition = (QueryResult.request_id == request_id) & (QueryResult.kind == ResultKind(kind).value)
+        if tier is not None:
+            condition &= QueryResult.tier == Tier(tier).value
         with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(QueryResult)
-                .where(QueryResult.request_id == request_id, QueryResult.kind == kind)
-                .order_by(QueryResult.id)
-            ).all()
+            rows = conn.execute(select(QueryResult).where(condition).order_by(QueryResult.id)).all()
         return [
-            ResultView(
-                r.request_id, r.kind, r.tier, r.strategy, r.answer, r.steps, list(r.sources or []),
-                dict(r.timings or {}), r.error, r.error_code, r.attempts, r.worker,
-                _utc(r.created_at),
+            StoredResult(
+                AnswerResult(
+                    request_id=r.request_id, kind=ResultKind(r.kind), tier=Tier(r.tier),
+                    strategy=r.strategy, answer=r.answer, steps=r.steps,
+                    sources=tuple(Source(**s) for s in r.sources or ()),
+                    timings=Timings(**(r.timings or {})), error=r.error,
+                    error_code=ErrorCode(r.error_code) if r.error_code else None,
+                ),
+                r.attempts, r.worker, _utc(r.created_at),
             )
             for r in rows
         ]
@@ -375,6 +339,4 @@ class RecordStore:
         return DuplicateRequestError(f"{what} of request {request_id!r} is already recorded")
 
 
-__all__ = [
-    "ApiKeyView", "DecisionView", "RecordStore", "RequestView", "ResultView", "hash_key",
-]
+__all__ = ["ApiKeyView", "RecordStore", "RequestView", "StoredResult", "hash_key"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from adaptive_rag.domain import Tier
+from adaptive_rag.contracts import Tier
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.settings import Settings

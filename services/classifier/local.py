@@ -19,8 +19,8 @@ START_TIMEOUT_S = 180
 
 def export_untrained_version(repository: Path, max_length: int = 64) -> Path:
     """Export an untrained MiniLM-L6 (fresh head) as the next version of `complexity`."""
-    from adaptive_rag.classifier.export import export_run
-    from adaptive_rag.classifier.model import load_base, save_checkpoint
+    from adaptive_rag.training.export import export_run
+    from adaptive_rag.training.model import load_base, save_checkpoint
 
     import tempfile
 

@@ -32,7 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO_ROOT))
 
-from adaptive_rag.classifier.repository import ModelVersion, open_version  # noqa: E402
+from adaptive_rag.routing.model_repository import ModelVersion, open_version  # noqa: E402
 
 LOG = logging.getLogger("arag.triton")
 
@@ -129,7 +129,7 @@ def health_check(grpc_url: str, model: str, version: ModelVersion, timeout_s: fl
     """Server live and ready, model ready, one real inference; returns its round trip in ms."""
     import tritonclient.grpc as grpcclient
 
-    from adaptive_rag.classifier.client import TritonClassifier
+    from adaptive_rag.routing.classifier_client import TritonClassifier
 
     deadline = time.monotonic() + timeout_s
     client = grpcclient.InferenceServerClient(grpc_url)

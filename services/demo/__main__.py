@@ -40,8 +40,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from adaptive_rag.settings import Settings
+from adaptive_rag.settings import ClassifierSettings, Settings
 from infra.local.servers import free_port
+
+from services.demo.stack import StackSettings
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "demo"
@@ -59,56 +61,50 @@ class Interrupted(Exception):
 class Plan:
     """What this run uses: configured servers, or what it starts itself."""
 
-    settings: Settings
+    settings: StackSettings
     start_triton: bool
     using: dict[str, str] = field(default_factory=dict)
 
 
-def configured(settings: Settings, name: str) -> bool:
-    """True when the field came from the environment (or .env), not from its default."""
-    return name in settings.model_fields_set
-
-
 def plan(workdir: Path) -> Plan:
     """Settings for this run: the environment's servers where set, embedded parts otherwise."""
-    settings = Settings()
+    stack = StackSettings()
+    library = stack.library
     overrides: dict[str, Any] = {
         "grpc_listen": f"127.0.0.1:{free_port()}",
-        "metrics_port": settings.metrics_port if configured(settings, "metrics_port") else free_port(),
+        "metrics_port": stack.frontdoor.metrics_port if stack.configured("metrics_port") else free_port(),
     }
     using: dict[str, str] = {}
-    if configured(settings, "redis_url"):
-        using["broker"] = f"Redis {settings.redis_url}"
+    if stack.configured("redis_url"):
+        using["broker"] = f"Redis {stack.workers.redis_url}"
     else:
         overrides["broker_dir"] = workdir / "broker"
         using["broker"] = f"filesystem broker {workdir / 'broker'} (no server)"
-    if configured(settings, "database_url"):
-        using["records"] = settings.database_url
+    if stack.configured("database_url"):
+        using["records"] = library.database_url
     else:
         overrides["database_url"] = f"sqlite:///{(workdir / 'arag.db').resolve()}"
         using["records"] = f"SQLite {workdir / 'arag.db'}"
-    if configured(settings, "opensearch_url") and not configured(settings, "retriever"):
+    if stack.configured("opensearch_url") and not stack.configured("retriever"):
         overrides["retriever"] = "opensearch"
-    if (overrides.get("retriever") or settings.retriever) == "opensearch":
-        if not configured(settings, "opensearch_index"):
+    if (overrides.get("retriever") or library.retriever) == "opensearch":
+        if not stack.configured("opensearch_index"):
             overrides["opensearch_index"] = "arag-demo"
-        using["retriever"] = f"OpenSearch {settings.opensearch_url} index {overrides.get('opensearch_index', settings.opensearch_index)}"
+        using["retriever"] = f"OpenSearch {library.opensearch_url} index {overrides.get('opensearch_index', library.opensearch_index)}"
     else:
         overrides["index_dir"] = (workdir / "index").resolve()
         using["retriever"] = f"embedded tantivy index {workdir / 'index'}"
-    using["llm"] = (f"OpenAI-compatible endpoint {settings.llm_base_url}" if settings.llm_base_url
+    using["llm"] = (f"OpenAI-compatible endpoint {library.llm_base_url}" if library.llm_base_url
                     else "embedded llama.cpp (Gemma 3 270M)")
     # One process per pool unless configured: two shared cores, one LLM copy per process.
-    for name in ("concurrency_a", "concurrency_b", "concurrency_c", "concurrency_shadow"):
-        if not configured(settings, name):
-            overrides[name] = 1
-    start_triton = not configured(settings, "triton_grpc_url")
-    if not configured(settings, "model_repository"):
-        overrides["model_repository"] = settings.model_repository.resolve()
+    if not stack.configured("concurrency"):
+        overrides["concurrency"] = {"A": 1, "B": 1, "C": 1, "shadow": 1}
+    start_triton = not stack.configured("triton_grpc_url")
+    if not stack.configured("model_repository"):
+        overrides["model_repository"] = stack.classifier.model_repository.resolve()
     using["classifier"] = ("local Triton (started here)" if start_triton
-                           else f"Triton {settings.triton_grpc_url}")
-    # Copying with `update` marks the fields as set, so child processes inherit them.
-    return Plan(settings.model_copy(update=overrides), start_triton, using)
+                           else f"Triton {stack.classifier.triton_grpc_url}")
+    return Plan(stack.updated(**overrides), start_triton, using)
 
 
 def build_demo_index(settings: Settings, knowledge_base: Path) -> int:
@@ -120,10 +116,10 @@ def build_demo_index(settings: Settings, knowledge_base: Path) -> int:
     return len(passages)
 
 
-def ensure_model_version(settings: Settings) -> tuple[int, bool]:
+def ensure_model_version(settings: ClassifierSettings) -> tuple[int, bool]:
     """The newest classifier version in the repository (exported untrained when there is none),
     and whether it is untrained."""
-    from adaptive_rag.classifier.repository import open_version, versions
+    from adaptive_rag.routing.model_repository import open_version, versions
 
     model_dir = settings.model_repository / settings.classifier_model
     if not versions(model_dir):
@@ -235,22 +231,23 @@ def run(args: argparse.Namespace) -> int:
         console.rule("[bold]Adaptive-RAG demo: the real service on this machine")
         for part, what in p.using.items():
             console.print(f"  {part:<10} {what}")
-        if not configured(Settings(), "redis_url"):
-            shutil.rmtree(settings.broker_dir, ignore_errors=True)  # messages of an earlier run
+        if not settings.configured("redis_url"):
+            shutil.rmtree(settings.workers.broker_dir, ignore_errors=True)  # messages of an earlier run
 
         with console.status("building the demo index"):
-            count = build_demo_index(settings, args.knowledge_base)
+            count = build_demo_index(settings.library, args.knowledge_base)
         console.print(f"indexed {count} help-center passages from {args.knowledge_base.relative_to(REPO) if args.knowledge_base.is_relative_to(REPO) else args.knowledge_base}")
 
         if p.start_triton:
             from services.classifier.local import TritonProcess
 
-            version, untrained = ensure_model_version(settings)
+            classifier = settings.classifier
+            version, untrained = ensure_model_version(classifier)
             with console.status(f"starting Triton (classifier version {version})"):
-                triton = stack.enter_context(TritonProcess(settings.model_repository, workdir / "triton.log"))
-            settings = settings.model_copy(update={"triton_grpc_url": triton.url})
-            console.print(f"Triton serving {settings.classifier_model} v{version} from "
-                          f"{settings.model_repository} on {triton.url} (pid {triton.proc.pid})")
+                triton = stack.enter_context(TritonProcess(classifier.model_repository, workdir / "triton.log"))
+            settings = settings.updated(triton_grpc_url=triton.url)
+            console.print(f"Triton serving {classifier.classifier_model} v{version} from "
+                          f"{classifier.model_repository} on {triton.url} (pid {triton.proc.pid})")
             if untrained:
                 console.print(
                     "[yellow]the classifier is the untrained bootstrap model: its routing is close to "
@@ -261,34 +258,35 @@ def run(args: argparse.Namespace) -> int:
 
         from workers.pools import WorkerPools
 
-        pools = WorkerPools(settings, pools=("A", "B", "C", "shadow"), log_dir=workdir / "logs" / "workers",
-                            extra_env={RUN_MARKER: marker})
+        pools = WorkerPools(settings.workers, pools=("A", "B", "C", "shadow"), library=settings.library,
+                            log_dir=workdir / "logs" / "workers", extra_env={RUN_MARKER: marker})
         stack.callback(pools.stop)
         with console.status("applying migrations and starting the worker pools (each loads the LLM)"):
             pools.start()
         for name, pool in pools.pools.items():
             console.print(f"pool {name:<6} queue {pool.queue:<7} pid {pool.pid} concurrency "
-                          f"{settings.pool_concurrency(name)} prefetch {settings.pool_prefetch(name)}")
+                          f"{settings.workers.pool_concurrency(name)} prefetch {settings.workers.pool_prefetch(name)}")
 
         from services.demo.stack import FrontDoorProcess
 
         with console.status("starting the gRPC front door"):
             frontdoor = stack.enter_context(
-                FrontDoorProcess(pools.env(), workdir / "logs" / "frontdoor.log", settings.grpc_listen)
+                FrontDoorProcess(settings.env(**{RUN_MARKER: marker}), workdir / "logs" / "frontdoor.log",
+                                 settings.frontdoor.grpc_listen)
             )
-        console.print(f"front door on {settings.grpc_listen} (pid {frontdoor.pid}), metrics on "
-                      f"http://127.0.0.1:{settings.metrics_port}/metrics")
+        console.print(f"front door on {settings.frontdoor.grpc_listen} (pid {frontdoor.pid}), metrics on "
+                      f"http://127.0.0.1:{settings.frontdoor.metrics_port}/metrics")
 
         import grpc
 
         from adaptive_rag.storage import RecordStore, make_engine
         from services.frontdoor.stubs import pb2_grpc
 
-        store = RecordStore(make_engine(settings.database_url))
+        store = RecordStore(make_engine(settings.library.database_url))
         stack.callback(store.engine.dispose)
         key = store.create_api_key("demo")
         console.print(f"API key for tenant 'demo': {key[:12]}... (stored hashed)")
-        channel = grpc.insecure_channel(settings.grpc_listen)
+        channel = grpc.insecure_channel(settings.frontdoor.grpc_listen)
         stack.callback(channel.close)
         stub = pb2_grpc.AdaptiveRagStub(channel)
         auth = (("authorization", f"Bearer {key}"),)

@@ -1,5 +1,6 @@
-"""Pieces the demo and the queue benchmark start as real processes: the front door
-(`python -m services.frontdoor`) as a subprocess, and a gRPC client for it.
+"""Pieces the demo, the end-to-end tests and the queue benchmark use to run the whole service: the
+settings of every component in one bundle (`StackSettings`, handed to child processes through
+their environment) and the front door (`python -m services.frontdoor`) as a subprocess.
 
 Every child runs in its own session (process group), so stopping it also stops whatever it
 started, and nothing is left behind after an error or Ctrl-C.
@@ -13,10 +14,69 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
+
+from pydantic_settings import BaseSettings
+
+from adaptive_rag.settings import ClassifierSettings, Settings, as_environment
+from workers.settings import WorkerSettings
+
+from services.frontdoor.settings import FrontDoorSettings
 
 REPO = Path(__file__).resolve().parents[2]
 READY_MARK = "READY"
+
+
+@dataclass(frozen=True)
+class StackSettings:
+    """The settings of every component of one running stack (each read from the environment)."""
+
+    library: Settings = field(default_factory=Settings)
+    classifier: ClassifierSettings = field(default_factory=ClassifierSettings)
+    frontdoor: FrontDoorSettings = field(default_factory=FrontDoorSettings)
+    workers: WorkerSettings = field(default_factory=WorkerSettings)
+
+    def _parts(self) -> list[BaseSettings]:
+        return [getattr(self, f.name) for f in fields(self)]
+
+    def configured(self, name: str) -> bool:
+        """True when the field came from the environment (or .env), not from its default."""
+        return any(name in part.model_fields_set for part in self._parts())
+
+    def value(self, name: str) -> Any:
+        for part in self._parts():
+            if name in type(part).model_fields:
+                return getattr(part, name)
+        raise KeyError(name)
+
+    def updated(self, **values: Any) -> StackSettings:
+        """A copy with `values` set on whichever component owns each field (marked as set, so
+        child processes inherit them); mappings are merged into the current ones."""
+        changes: dict[str, BaseSettings] = {}
+        for f in fields(self):
+            part = getattr(self, f.name)
+            mine = {k: v for k, v in values.items() if k in type(part).model_fields}
+            if mine:
+                merged = {k: ({**getattr(part, k), **v} if isinstance(v, dict) else v) for k, v in mine.items()}
+                changes[f.name] = type(part).model_validate({**part.model_dump(include=part.model_fields_set), **merged})
+        unknown = set(values) - {k for part in self._parts() for k in type(part).model_fields}
+        if unknown:
+            raise KeyError(f"no component has the setting(s) {sorted(unknown)}")
+        return replace(self, **changes)
+
+    def env(self, base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
+        """The environment of a child process that reads these settings back."""
+        env = dict(os.environ if base is None else base)
+        for key, value in as_environment(*self._parts()).items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        env.update(extra)
+        return env
 
 
 class FrontDoorProcess:

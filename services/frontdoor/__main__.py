@@ -8,40 +8,39 @@ import asyncio
 import signal
 import sys
 
-from adaptive_rag.settings import Settings
+import structlog
 
-from services.frontdoor.logs import configure_logging, get_logger
+from adaptive_rag.logs import configure_logging
+from adaptive_rag.settings import ClassifierSettings, Settings
+
+from services.frontdoor.settings import FrontDoorSettings
 
 
-def build_dependencies(settings: Settings):
-    """The real store (database), dispatcher (Celery), classifier router and metrics."""
-    from adaptive_rag.storage.db import make_engine
-    from adaptive_rag.storage.records import RecordStore
+async def serve(listen: str | None = None) -> None:
+    """Read the settings once, build the real adapters, serve until a signal."""
+    from adaptive_rag.storage import RecordStore, make_engine
+    from workers.client import CeleryTaskQueue, open_result_waiter
 
-    from services.frontdoor.dispatcher import CeleryDispatcher
-    from services.frontdoor.metrics import FrontDoorMetrics
+    from services.frontdoor.metrics import FrontDoorMetrics, start_exporter
     from services.frontdoor.routing import ClassifierRouter
-
-    metrics = FrontDoorMetrics()
-    router = ClassifierRouter(
-        settings, on_version=lambda model, version: metrics.model_version.labels(model).set(version)
-    )
-    router.refresh()
-    store = RecordStore(make_engine(settings.database_url))
-    return store, CeleryDispatcher(), router, metrics
-
-
-async def serve(settings: Settings, listen: str | None = None) -> None:
-    from services.frontdoor.metrics import start_exporter
     from services.frontdoor.server import start_server
 
-    log = get_logger("frontdoor")
-    store, dispatcher, router, metrics = build_dependencies(settings)
+    log = structlog.get_logger("frontdoor")
+    library, settings = Settings(), FrontDoorSettings()
+    metrics = FrontDoorMetrics()
+    router = ClassifierRouter(
+        ClassifierSettings(), settings.model_poll_s,
+        on_version=lambda model, version: metrics.model_version.labels(model).set(version),
+    )
+    router.refresh()
     if settings.metrics_port:
         host = (listen or settings.grpc_listen).rpartition(":")[0].strip("[]") or "127.0.0.1"
         start_exporter(metrics, settings.metrics_port, host)
         log.info("metrics_exporter", address=f"{host}:{settings.metrics_port}")
-    running = await start_server(settings, store, dispatcher, router, metrics, listen=listen)
+    running = await start_server(
+        library, settings, RecordStore(make_engine(library.database_url)), CeleryTaskQueue(),
+        open_result_waiter(threads=settings.wait_threads), router, metrics, listen=listen,
+    )
     print(f"READY front door on port {running.port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -58,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
-    asyncio.run(serve(Settings(), args.listen))
+    asyncio.run(serve(args.listen))
     return 0
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from adaptive_rag.contracts import RoutingDecision, Tier
+
 # Seconds; tier A answers in well under a second, C can take a minute.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
@@ -46,6 +48,17 @@ class FrontDoorMetrics:
     def observe(self, method: str, tier: str, code: str, seconds: float) -> None:
         self.requests.labels(method, tier, code).inc()
         self.latency.labels(method, tier, code).observe(seconds)
+
+    def routed_decision(self, decision: RoutingDecision) -> None:
+        self.routed.labels(decision.tier.value, str(decision.fallback).lower()).inc()
+        if decision.fallback:
+            self.fallbacks.inc()
+
+    def rejected_query(self, tier: Tier) -> None:
+        self.rejected.labels(tier.value).inc()
+
+    def queue_depth_seen(self, queue: str, depth: int) -> None:
+        self.queue_depth.labels(queue).set(depth)
 
 
 def start_exporter(metrics: FrontDoorMetrics, port: int, address: str = "127.0.0.1"):

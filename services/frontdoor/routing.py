@@ -15,34 +15,24 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from adaptive_rag.classifier.repository import versions
-from adaptive_rag.routing.policy import RoutingDecision, fallback_decision
-from adaptive_rag.settings import Settings
+import structlog
 
-from services.frontdoor.logs import get_logger
+from adaptive_rag.contracts import RoutingDecision
+from adaptive_rag.routing.model_repository import versions
+from adaptive_rag.routing.policy import fallback_decision
+from adaptive_rag.settings import ClassifierSettings
 
-LOG = get_logger("frontdoor.classifier")
-RULES_MODEL = "rules"
+LOG = structlog.get_logger("frontdoor.classifier")
 # Calls in flight on a replaced client get this long to finish before it is closed.
 CLOSE_GRACE_S = 10.0
 # A fallback decision triggers an early look for a newer version, at most this often.
 KICK_INTERVAL_S = 1.0
 
 
-@dataclass(frozen=True)
-class Routed:
-    """A routing decision and the model that made it (name, integer version; rules: None)."""
-
-    decision: RoutingDecision
-    model_name: str
-    model_version: int | None
-
-
-def build_triton_classifier(settings: Settings, version: int):
+def build_triton_classifier(settings: ClassifierSettings, version: int):
     """A batching Triton client pinned to `version` of the configured model."""
-    from adaptive_rag.classifier.client import TritonClassifier
+    from adaptive_rag.routing.classifier_client import TritonClassifier
 
     return TritonClassifier.from_settings(settings, version=version, model_version=str(version))
 
@@ -51,11 +41,12 @@ class ClassifierRouter:
     """Holds the current classifier client and replaces it when a newer version is served."""
 
     def __init__(
-        self, settings: Settings,
-        build: Callable[[Settings, int], object] = build_triton_classifier,
+        self, settings: ClassifierSettings, poll_s: float,
+        build: Callable[[ClassifierSettings, int], object] = build_triton_classifier,
         on_version: Callable[[str, int], None] | None = None,
     ) -> None:
         self.settings = settings
+        self.poll_s = poll_s
         self._build = build
         self._on_version = on_version
         self._client = None
@@ -102,27 +93,26 @@ class ClassifierRouter:
         return True
 
     async def poll_forever(self) -> None:
-        """`refresh` every `model_poll_s` seconds until cancelled."""
+        """`refresh` every `poll_s` seconds until cancelled."""
         while True:
-            await asyncio.sleep(self.settings.model_poll_s)
+            await asyncio.sleep(self.poll_s)
             try:
                 await asyncio.to_thread(self.refresh)
             except Exception as exc:  # noqa: BLE001 - keep polling
                 LOG.warning("classifier_refresh_failed", error=str(exc))
 
-    async def route(self, query: str) -> Routed:
-        """The decision for `query`: Triton + policy, or the flagged rules fallback."""
-        client, version = self._client, self.version
+    async def route(self, query: str) -> RoutingDecision:
+        """The decision for `query`: Triton + policy (naming the version that answered), or the
+        flagged rules fallback."""
+        client = self._client
         if client is None:
-            return Routed(fallback_decision(query, "no classifier model published"), RULES_MODEL, None)
+            return fallback_decision(query, "no classifier model published")
         decision = await client.aclassify(query)
         if decision.fallback:
             # Triton may have unloaded our version for a newer one (version policy "latest 1"):
             # look for it now rather than at the next poll.
             self._refresh_soon()
-            return Routed(decision, RULES_MODEL, None)
-        served = decision.model_version
-        return Routed(decision, self.model_name, int(served) if served and served.isdigit() else version)
+        return decision
 
     def _refresh_soon(self) -> None:
         """One background `refresh`, at most every `KICK_INTERVAL_S` (Triton down: cheap no-ops)."""

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from adaptive_rag.domain import Completion, StrategyResult, Tier
+from adaptive_rag.domain import Completion, StrategyResult
+
+from adaptive_rag.contracts import Tier
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.evaluation.corpus import read_jsonl_corpus
 from adaptive_rag.llm import build_llm

@@ -6,7 +6,6 @@ same assertions then hold for both backends.
 
 from __future__ import annotations
 
-import importlib.util
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -19,8 +18,6 @@ from adaptive_rag.ports import Retriever
 pytestmark = pytest.mark.integration
 
 Factory = Callable[[Sequence[Passage]], Retriever]
-
-HAVE_TANTIVY_RETRIEVER = importlib.util.find_spec("adaptive_rag.retrieval.tantivy_index") is not None
 
 CORPUS = [
     Passage("paris", "Paris", "Paris is the capital and largest city of France, on the Seine."),
@@ -82,8 +79,6 @@ def _tantivy_factory(tmp_path: Path) -> Factory:
 @pytest.fixture(params=["tantivy", "opensearch"])
 def retriever_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Factory]:
     if request.param == "tantivy":
-        if not HAVE_TANTIVY_RETRIEVER:
-            pytest.skip("adaptive_rag.retrieval.tantivy_index is not there yet")
         yield _tantivy_factory(tmp_path)
         return
 
@@ -109,11 +104,15 @@ def retriever(retriever_factory: Factory) -> Retriever:
 
 
 def assert_well_formed(results: object, k: int, ids: set[str] = IDS) -> None:
+    """At most k distinct known passages, each with its indexed title and text, by score."""
     assert isinstance(results, list)
     assert len(results) <= k
+    by_id = {p.id: p for p in CORPUS}
     for passage in results:
         assert isinstance(passage, Passage)
         assert passage.id in ids
+        if passage.id in by_id:
+            assert (passage.title, passage.text) == (by_id[passage.id].title, by_id[passage.id].text)
         assert isinstance(passage.score, float)
     scores = [p.score for p in results]
     assert scores == sorted(scores, reverse=True)
@@ -127,12 +126,29 @@ def test_is_a_retriever(retriever: Retriever) -> None:
     assert isinstance(retriever, Retriever)
 
 
-@pytest.mark.parametrize("k", [1, 3, 5, 100])
+# Passages holding at least one of the query's terms (capital, city, France; "of" is a stop word):
+# BM25 scores every one of them above zero, and no other passage.
+MATCHING_CAPITAL_CITY_FRANCE = {"paris", "berlin", "cheese", "seine", "tokyo"}
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 6, 100])
 def test_result_shape(retriever: Retriever, k: int) -> None:
     results = retriever.search("capital city of France", k)
     assert_well_formed(results, k)
-    assert results, "an obviously matching query finds something"
-    assert len(results) == min(k, len(results))
+    # Exactly k results while at least k passages match; every match (and nothing else) beyond.
+    assert len(results) == min(k, len(MATCHING_CAPITAL_CITY_FRANCE))
+    assert {p.id for p in results} <= MATCHING_CAPITAL_CITY_FRANCE
+    if k >= len(MATCHING_CAPITAL_CITY_FRANCE):
+        assert {p.id for p in results} == MATCHING_CAPITAL_CITY_FRANCE
+    assert results[0].id == "paris"  # the only passage with all three terms
+    assert all(p.score > 0 for p in results)
+
+
+def test_top_k_is_a_prefix_of_a_longer_ranking(retriever: Retriever) -> None:
+    # Asking for fewer results cuts the same ranking; it does not pick other passages.
+    full = [p.id for p in retriever.search("capital city of France", 100)]
+    for k in (1, 2, 3, 4):
+        assert [p.id for p in retriever.search("capital city of France", k)] == full[:k]
 
 
 def test_passages_carry_title_and_text(retriever: Retriever) -> None:

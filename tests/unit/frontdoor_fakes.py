@@ -1,22 +1,22 @@
-"""In-memory stand-ins for the front door's store, dispatcher and classifier router (unit tests
-only; the integration test uses the real RecordStore, Celery workers and Triton)."""
+"""In-memory stand-ins for the serving ports: records, task queue, result waiter and router (unit
+tests only; the integration and e2e tests use the real RecordStore, Celery workers and Triton)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-from adaptive_rag.domain import Tier
+from adaptive_rag.contracts import (
+    QUEUE_FOR_TIER, AnswerResult, AnswerTask, RequestStatus, ResultKind, RoutingDecision, Source,
+    Tier, Timings,
+)
 from adaptive_rag.errors import DuplicateRequestError, RequestNotFoundError
-from adaptive_rag.routing.policy import RoutingDecision, fallback_decision
-
-from services.frontdoor.routing import Routed
-
-QUEUES = {"A": "tier-a", "B": "tier-b", "C": "tier-c"}
+from adaptive_rag.routing.policy import fallback_decision
 
 
 @dataclass
@@ -25,19 +25,19 @@ class Request:
     tenant: str
     client_request_id: str | None
     query: str
-    status: str = "queued"
+    status: RequestStatus = RequestStatus.QUEUED
 
 
 class FakeStore:
-    """Dict-backed RecordStore with the same contract (duplicates, tenants, statuses)."""
+    """Dict-backed records with the RecordStore contract (duplicates, tenants, statuses)."""
 
     def __init__(self) -> None:
         self.keys: dict[str, str] = {}
         self.requests: dict[str, Request] = {}
-        self.decisions: dict[str, dict] = {}
-        self.results: dict[tuple[str, str], dict] = {}
+        self.decisions: dict[str, RoutingDecision] = {}
+        self.results: dict[tuple[str, ResultKind, Tier], AnswerResult] = {}
         self.feedback: list[dict] = []
-        self.statuses: list[tuple[str, str]] = []
+        self.statuses: list[tuple[str, RequestStatus]] = []
         self._ids = itertools.count(1)
         self.lock = threading.Lock()
 
@@ -64,23 +64,31 @@ class FakeStore:
             self.requests[request_id] = Request(request_id, tenant, client_request_id, query)
             return replace(self.requests[request_id])
 
-    def record_decision(self, request_id, **decision):
-        self.decisions[request_id] = {"request_id": request_id, **decision}
-
-    def set_status(self, request_id, status):
-        self.requests[request_id].status = status
-        self.statuses.append((request_id, status))
-
-    def save_result(self, request_id, kind, result: dict) -> None:
-        self.results.setdefault((request_id, kind), dict(result))
-        if kind == "primary":
-            self.requests[request_id].status = "error" if result.get("error") else "done"
-
-    def get_result(self, request_id, kind="primary"):
-        return self.results.get((request_id, kind))
+    def record_decision(self, request_id: str, decision: RoutingDecision) -> None:
+        self.decisions[request_id] = decision
 
     def decision_for(self, request_id):
         return self.decisions.get(request_id)
+
+    def set_status(self, request_id, status):
+        self.requests[request_id].status = RequestStatus(status)
+        self.statuses.append((request_id, RequestStatus(status)))
+
+    def save_result(self, result: AnswerResult, worker: str, attempts: int) -> bool:
+        key = (result.request_id, result.kind, result.tier)
+        with self.lock:
+            if key in self.results:
+                return False
+            self.results[key] = result
+        if result.kind is ResultKind.PRIMARY:
+            self.requests[result.request_id].status = RequestStatus.DONE if result.ok else RequestStatus.ERROR
+        return True
+
+    def get_result(self, request_id, kind=ResultKind.PRIMARY, tier=None):
+        for (rid, k, t), result in self.results.items():
+            if rid == request_id and k == kind and (tier is None or t == tier):
+                return result
+        return None
 
     def add_feedback(self, request_id, tenant, rating, correct_answer, comment):
         r = self.requests.get(request_id)
@@ -91,64 +99,65 @@ class FakeStore:
         return next(self._ids)
 
 
-@dataclass
-class Task:
-    request_id: str
-    query: str
-    tier: str
-    strategy: str
-    kind: str
-    done: threading.Event = field(default_factory=threading.Event)
-    result: dict | None = None
+class FakeQueue:
+    """Runs `work(task) -> AnswerResult` on a thread after `delay_s` and stores the result, as a
+    worker would; `done[task_id]` is set when it is stored."""
 
-
-class FakeDispatcher:
-    """Runs `work(task) -> result dict` on a thread after `delay_s`, storing the result like a worker."""
-
-    queue_for_tier = QUEUES
-
-    def __init__(self, store: FakeStore, work: Callable[[Task], dict] | None = None, delay_s: float = 0.0) -> None:
+    def __init__(self, store: FakeStore, work: Callable[[AnswerTask], AnswerResult] | None = None,
+                 delay_s: float = 0.0) -> None:
         self.store = store
         self.work = work or default_work
         self.delay_s = delay_s
         self.depths: dict[str, int] = {}
-        self.tasks: list[Task] = []
+        self.tasks: list[AnswerTask] = []
+        self.done: dict[str, threading.Event] = {}
 
-    def enqueue(self, request_id, query, tier, strategy, kind="primary"):
-        task = Task(request_id, query, tier, strategy, kind)
+    def queue_name(self, tier: Tier) -> str:
+        return QUEUE_FOR_TIER[Tier(tier)]
+
+    def enqueue(self, task: AnswerTask) -> None:
         self.tasks.append(task)
+        done = self.done.setdefault(task.task_id, threading.Event())
 
         def run() -> None:
             time.sleep(self.delay_s)
-            task.result = self.work(task)
-            self.store.save_result(request_id, kind, task.result)
-            task.done.set()
+            self.store.save_result(self.work(task), "fake-worker", 1)
+            done.set()
 
         threading.Thread(target=run, daemon=True).start()
-        return task
 
-    def queue_depth(self, queue):
+    def depth(self, queue: str) -> int:
         return self.depths.get(queue, 0)
 
-    def wait_result(self, handle: Task, timeout: float) -> dict:
-        if not handle.done.wait(timeout):
-            raise TimeoutError(f"no result within {timeout} s")
-        return handle.result
 
-    def handle_for(self, request_id, kind="primary"):
-        for task in self.tasks:
-            if task.request_id == request_id and task.kind == kind:
-                return task
+class FakeWaiter:
+    """Waits for a FakeQueue task's stored result."""
+
+    def __init__(self, queue: FakeQueue) -> None:
+        self.queue = queue
+
+    async def start(self) -> None:
         return None
 
+    async def close(self) -> None:
+        return None
 
-def default_work(task: Task) -> dict:
-    return {
-        "request_id": task.request_id, "kind": task.kind, "tier": task.tier,
-        "strategy": task.strategy, "answer": f"answer to {task.query}", "steps": 1,
-        "sources": [{"id": "p1", "title": "Lumora", "score": 2.5}],
-        "timings": {"queue_wait_ms": 3.0, "strategy_ms": 40.0}, "error": None, "error_code": None,
-    }
+    async def wait(self, task_id: str, timeout: float) -> AnswerResult:
+        done = self.queue.done.setdefault(task_id, threading.Event())
+        if not await asyncio.to_thread(done.wait, timeout):
+            raise TimeoutError(f"no result within {timeout} s")
+        request_id = task_id.split(".", 1)[0]
+        result = self.queue.store.get_result(request_id)
+        assert result is not None
+        return result
+
+
+def default_work(task: AnswerTask) -> AnswerResult:
+    return AnswerResult(
+        request_id=task.request_id, kind=task.kind, tier=task.tier, strategy=task.strategy,
+        answer=f"answer to {task.query}", steps=1, sources=(Source(id="p1", title="Lumora", score=2.5),),
+        timings=Timings(queue_wait_ms=3.0, strategy_ms=40.0),
+    )
 
 
 class FakeRouter:
@@ -161,13 +170,13 @@ class FakeRouter:
         self.version = version
         self.fallback = False
 
-    async def route(self, query: str) -> Routed:
+    async def route(self, query: str) -> RoutingDecision:
         if self.fallback:
-            return Routed(fallback_decision(query, "Triton down"), "rules", None)
+            return fallback_decision(query, "Triton down")
         tier = Tier(self.tiers.get(query, "B"))
         probs = {"A": 0.1, "B": 0.1, "C": 0.1, tier.value: 0.8}
-        return Routed(RoutingDecision(tier, probs, str(self.version), False, f"argmax {tier.value}"),
-                      self.model_name, self.version)
+        return RoutingDecision(tier=tier, probabilities=probs, model_name=self.model_name,
+                               model_version=self.version, reason=f"argmax {tier.value}")
 
     async def poll_forever(self) -> None:  # the real one polls the model repository
         return None

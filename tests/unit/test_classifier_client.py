@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adaptive_rag.classifier.client import (
+from adaptive_rag.routing.classifier_client import (
     ClassifierUnavailableError, QueryTokenizer, TritonClassifier, softmax_rows,
 )
-from adaptive_rag.classifier.repository import config_pbtxt, next_version, open_version, versions
-from adaptive_rag.domain import Tier
+from adaptive_rag.routing.model_repository import config_pbtxt, next_version, open_version, versions
+from adaptive_rag.contracts import Tier
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.routing.policy import PolicyThresholds, RoutingPolicy
 from infra.local.servers import free_port
@@ -94,7 +94,7 @@ def test_waiting_queries_are_batched_into_fewer_requests(tokenizer_json):
         assert len(client.requests) < 64  # some requests carried several queries
         assert max(client.requests) <= 16
         assert [d.tier for d in decisions] == [Tier.C if i % 2 else Tier.B for i in range(64)]
-        assert all(d.model_version == "7" and not d.fallback for d in decisions)
+        assert all(d.model_version == 7 and not d.fallback for d in decisions)
 
 
 def test_cache_answers_repeated_queries_without_a_request(tokenizer_json):
@@ -145,7 +145,8 @@ def test_serve_puts_this_interpreters_libdir_first_on_the_loader_path():
 
 
 def test_routed_outcomes_pick_the_routed_tier_and_add_routing_time():
-    from adaptive_rag.classifier.adaptive import routed_outcomes, rules_router
+    from adaptive_rag.evaluation.adaptive import routed_outcomes
+    from adaptive_rag.routing.local_classifier import rules_router
     from adaptive_rag.evaluation.datasets import Question
     from adaptive_rag.evaluation.runner import Outcome
 
@@ -161,11 +162,23 @@ def test_routed_outcomes_pick_the_routed_tier_and_add_routing_time():
         for steps, name in enumerate(tiers):
             outcomes[(q.dataset, q.id, name)] = Outcome(q.id, q.dataset, name, name, steps, 1.0 + steps,
                                                         em=float(name == "single_step"), f1=0.0, acc=0.0)
-    rows, counts = routed_outcomes(outcomes, questions, tiers, rules_router, "adaptive, rules only")
+    # A router that takes a known time per question: that time must be added to the outcome's.
+    routing_s = {"hello": 0.05, questions[1].question: 0.15, "Who wrote Dune?": 0.25}
+
+    def slow_rules_router(query: str):
+        time.sleep(routing_s[query])
+        return rules_router(query)
+
+    rows, counts = routed_outcomes(outcomes, questions, tiers, slow_rules_router, "adaptive, rules only")
     assert [r.answer for r in rows] == ["no_retrieval", "decompose", "single_step"]
     assert counts == {"A": 1, "B": 1, "C": 1, "fallback": 0}
     assert all(r.strategy == "adaptive, rules only" for r in rows)
-    assert rows[0].seconds >= 1.0 and rows[1].steps == 2
+    assert [r.steps for r in rows] == [0, 2, 1]
+    for row, question in zip(rows, questions):
+        tier_seconds = outcomes[(question.dataset, question.id, row.answer)].seconds
+        added = row.seconds - tier_seconds
+        # At least the router's sleep, and not much more (generous for a busy machine).
+        assert routing_s[question.question] <= added < routing_s[question.question] + 0.5, (row, added)
     assert rules_router("hi").reason == "rules" and not rules_router("hi").fallback
 
 

@@ -6,10 +6,10 @@ import pytest
 from fakes import FakeLLM, FakeRetriever, make_passages
 from sqlalchemy import inspect
 
-from adaptive_rag.classifier.labelling import (
+from adaptive_rag.training.labelling import (
     choose_label, is_correct, label_questions, limit_per_dataset,
 )
-from adaptive_rag.domain import Tier
+from adaptive_rag.contracts import Tier
 from adaptive_rag.evaluation.datasets import Question
 from adaptive_rag.evaluation.runner import Outcome
 from adaptive_rag.storage import LabelStore, TrainingLabel, make_engine, upgrade_database

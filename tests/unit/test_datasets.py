@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +26,8 @@ from adaptive_rag.evaluation.datasets import (
     split_of,
 )
 
-DATA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+REPO = Path(__file__).resolve().parents[2]
+DATA_DIR = REPO / ".." / "shared" / "data"
 
 DATA_PRESENT = all((DATA_DIR / name).is_file() for name in FILES.values())
 
@@ -60,12 +65,37 @@ def test_multi_hop_questions_have_supporting_titles(questions, name: str) -> Non
     assert all(q.supporting_titles for q in questions[name])
 
 
-def test_split_is_stable(questions) -> None:
+def expected_split(dataset: str, question_id: str) -> str:
+    """The documented rule, written out here on its own: the first 8 bytes of
+    sha256("<dataset>:<id>") as a big-endian integer, modulo 100, below 60 -> train."""
+    digest = hashlib.sha256(f"{dataset}:{question_id}".encode()).hexdigest()
+    return "train" if int(digest[:16], 16) % 100 < 60 else "test"
+
+
+def test_split_follows_the_stable_hash_rule(questions) -> None:
     for name in DATASETS:
-        again = {q.id: q.split for q in LOADERS[name](DATA_DIR / FILES[name])}
-        assert {q.id: q.split for q in questions[name]} == again
-    assert split_of("nq", "nq-0") == split_of("nq", "nq-0")
-    assert {split_of("nq", f"nq-{i}") for i in range(50)} == {"train", "test"}
+        mismatched = [q.id for q in questions[name] if q.split != expected_split(name, q.id)]
+        assert not mismatched, (name, mismatched[:5])
+    assert [split_of("nq", f"nq-{i}") for i in range(200)] == \
+        [expected_split("nq", f"nq-{i}") for i in range(200)]
+
+
+def test_split_is_stable_across_processes(questions) -> None:
+    # Another interpreter with another hash seed loads the files again: same split per question.
+    script = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from adaptive_rag.evaluation.datasets import DATASETS, FILES, LOADERS\n"
+        "d = Path(sys.argv[1])\n"
+        "print(json.dumps({n: {q.id: q.split for q in LOADERS[n](d / FILES[n])} for n in DATASETS}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(DATA_DIR)], capture_output=True, text=True, timeout=300,
+        cwd=REPO, env={**os.environ, "PYTHONHASHSEED": "12345"}, check=True,
+    )
+    again = json.loads(done.stdout)
+    for name in DATASETS:
+        assert {q.id: q.split for q in questions[name]} == again[name], name
 
 
 def test_split_depends_on_dataset_and_id() -> None:
@@ -73,11 +103,14 @@ def test_split_depends_on_dataset_and_id() -> None:
     assert [split_of("nq", i) for i in ids] != [split_of("trivia", i) for i in ids]
 
 
-def test_split_is_about_sixty_forty_on_nq(questions) -> None:
-    nq = questions["nq"]
-    train = sum(q.split == "train" for q in nq) / len(nq)
+def test_split_is_about_sixty_forty(questions) -> None:
     assert TRAIN_SHARE == 60
-    assert abs(100 * train - TRAIN_SHARE) <= 5
+    nq = questions["nq"]
+    assert abs(100 * sum(q.split == "train" for q in nq) / len(nq) - 60) <= 5
+    everything = [q for loaded in questions.values() for q in loaded]
+    assert abs(100 * sum(q.split == "train" for q in everything) / len(everything) - 60) <= 3
+    for name, loaded in questions.items():  # no dataset all train or all test
+        assert 40 <= 100 * sum(q.split == "train" for q in loaded) / len(loaded) <= 80, name
 
 
 def test_load_questions_split_filter_partitions(questions) -> None:

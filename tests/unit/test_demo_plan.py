@@ -3,15 +3,15 @@ default, the configured servers when their URLs are set (nothing is started here
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from services.demo.__main__ import load_questions, plan
-from workers.pools import settings_env
 
 SERVER_VARIABLES = ("REDIS_URL", "DATABASE_URL", "OPENSEARCH_URL", "TRITON_URL", "TRITON_GRPC_URL",
-                    "LLM_BASE_URL", "ARAG_RETRIEVER", "ARAG_OPENSEARCH_INDEX", "ARAG_CONCURRENCY_A")
+                    "LLM_BASE_URL", "ARAG_RETRIEVER", "ARAG_OPENSEARCH_INDEX", "ARAG_CONCURRENCY")
 
 
 @pytest.fixture(autouse=True)
@@ -24,14 +24,17 @@ def no_servers(monkeypatch, tmp_path):
 def test_embedded_defaults_start_everything_locally(tmp_path):
     chosen = plan(tmp_path / "demo")
     settings = chosen.settings
+    library, workers = settings.library, settings.workers
     assert chosen.start_triton
-    assert settings.redis_url is None and settings.broker_dir == tmp_path / "demo" / "broker"
-    assert settings.database_url == f"sqlite:///{(tmp_path / 'demo' / 'arag.db').resolve()}"
-    assert settings.retriever == "tantivy" and settings.index_dir == (tmp_path / "demo" / "index").resolve()
-    assert {settings.pool_concurrency(p) for p in ("A", "B", "C", "shadow")} == {1}
+    assert workers.redis_url is None and workers.broker_dir == tmp_path / "demo" / "broker"
+    assert library.database_url == f"sqlite:///{(tmp_path / 'demo' / 'arag.db').resolve()}"
+    assert library.retriever == "tantivy" and library.index_dir == (tmp_path / "demo" / "index").resolve()
+    assert {workers.pool_concurrency(p) for p in ("A", "B", "C", "shadow")} == {1}
     # Child processes (pools, front door) read the same choices back from their environment.
-    env = settings_env(settings)
-    assert env["DATABASE_URL"] == settings.database_url and env["ARAG_BROKER_DIR"] == str(settings.broker_dir)
+    env = settings.env(base={})
+    assert env["DATABASE_URL"] == library.database_url and env["ARAG_BROKER_DIR"] == str(workers.broker_dir)
+    assert json.loads(env["ARAG_CONCURRENCY"]) == {"A": 1, "B": 1, "C": 1, "shadow": 1}
+    assert env["ARAG_GRPC_LISTEN"] == settings.frontdoor.grpc_listen
 
 
 def test_configured_servers_are_used_and_not_started(tmp_path, monkeypatch):
@@ -40,15 +43,16 @@ def test_configured_servers_are_used_and_not_started(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENSEARCH_URL", "http://127.0.0.1:9200")
     monkeypatch.setenv("TRITON_URL", "127.0.0.1:8101")
     monkeypatch.setenv("LLM_BASE_URL", "http://127.0.0.1:8080/v1")
-    monkeypatch.setenv("ARAG_CONCURRENCY_A", "3")
+    monkeypatch.setenv("ARAG_CONCURRENCY", '{"A": 3}')
     chosen = plan(tmp_path / "demo")
     settings = chosen.settings
-    assert not chosen.start_triton and settings.triton_grpc_url == "127.0.0.1:8101"
-    assert settings.redis_url == "redis://127.0.0.1:6399/0"
-    assert settings.database_url.startswith("postgresql+psycopg://")
-    assert (settings.retriever, settings.opensearch_index) == ("opensearch", "arag-demo")
-    assert settings.llm_base_url == "http://127.0.0.1:8080/v1"
-    assert settings.concurrency_a == 3 and settings.concurrency_b == 1
+    library, workers = settings.library, settings.workers
+    assert not chosen.start_triton and settings.classifier.triton_grpc_url == "127.0.0.1:8101"
+    assert workers.redis_url == "redis://127.0.0.1:6399/0"
+    assert library.database_url.startswith("postgresql+psycopg://")
+    assert (library.retriever, library.opensearch_index) == ("opensearch", "arag-demo")
+    assert library.llm_base_url == "http://127.0.0.1:8080/v1"
+    assert workers.concurrency["A"] == 3 and workers.concurrency["B"] == 2  # configured: kept as is
     assert "Redis" in chosen.using["broker"] and "OpenSearch" in chosen.using["retriever"]
 
 

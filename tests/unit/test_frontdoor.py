@@ -1,6 +1,6 @@
-"""The gRPC front door in process on loopback, with an in-memory store, a thread "worker" and a
-scripted router: every status code, idempotent replay, deadline then GetResult, shadow runs,
-feedback, health, reflection, metrics and JSON logs."""
+"""The gRPC front door in process on loopback over the serving use cases, with in-memory records,
+a thread "worker" and a scripted router: every status code, idempotent replay, deadline then
+GetResult, shadow runs, feedback, health, reflection, metrics and JSON logs."""
 
 from __future__ import annotations
 
@@ -12,14 +12,17 @@ import time
 
 import grpc
 import pytest
-from frontdoor_fakes import FakeDispatcher, FakeRouter, FakeStore
+from frontdoor_fakes import FakeQueue, FakeRouter, FakeStore, FakeWaiter
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from adaptive_rag.contracts import AnswerResult, ErrorCode, RequestStatus, ResultKind
+from adaptive_rag.errors import AnswerFailedError
+from adaptive_rag.logs import configure_logging
 from adaptive_rag.settings import Settings
-from services.frontdoor.logs import configure_logging
 from services.frontdoor.metrics import FrontDoorMetrics
-from services.frontdoor.server import start_server, status_for_error_code
+from services.frontdoor.server import start_server, status_for
+from services.frontdoor.settings import FrontDoorSettings
 from services.frontdoor.stubs import SERVICE_NAME, pb2, pb2_grpc
 
 KEY, OTHER_KEY = "arag_key-of-acme", "arag_key-of-globex"
@@ -31,11 +34,11 @@ TIERS = {"hi": "A", "Who makes Lumora lamps?": "B", "Which is older, X or Y?": "
 class Harness:
     """The aio server on its own event loop thread; tests talk to it with the sync client."""
 
-    def __init__(self, settings: Settings, delay_s: float = 0.0, work=None) -> None:
+    def __init__(self, settings: FrontDoorSettings, delay_s: float = 0.0, work=None) -> None:
         self.store = FakeStore()
         self.store.add_key(KEY, "acme")
         self.store.add_key(OTHER_KEY, "globex")
-        self.dispatcher = FakeDispatcher(self.store, work=work, delay_s=delay_s)
+        self.queue = FakeQueue(self.store, work=work, delay_s=delay_s)
         self.router = FakeRouter(TIERS)
         self.metrics = FrontDoorMetrics()
         self.samples = [0.0]
@@ -43,8 +46,8 @@ class Harness:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.running = asyncio.run_coroutine_threadsafe(
-            start_server(settings, self.store, self.dispatcher, self.router, self.metrics,
-                         listen="127.0.0.1:0", poll_models=False, queue_watch_s=None,
+            start_server(LIBRARY, settings, self.store, self.queue, FakeWaiter(self.queue), self.router,
+                         self.metrics, listen="127.0.0.1:0", poll_models=False, queue_watch_s=None,
                          sample=lambda: self.samples[0]),
             self.loop,
         ).result(10)
@@ -64,9 +67,12 @@ class Harness:
         self.loop.close()
 
 
-def make_settings(**overrides) -> Settings:
-    values = {"max_query_chars": 200, "max_queue_depth_c": 3, **overrides}
-    return Settings(_env_file=None, **values)
+LIBRARY = Settings(_env_file=None, max_query_chars=200)
+
+
+def make_settings(**overrides) -> FrontDoorSettings:
+    values = {"max_queue_depth": {"C": 3}, **overrides}
+    return FrontDoorSettings(_env_file=None, **values)
 
 
 @pytest.fixture
@@ -100,8 +106,8 @@ def test_answer_carries_tier_strategy_sources_classifier_and_timings(harness):
         assert reply.timings.total_ms >= reply.timings.classify_ms > 0
         assert trailing(call.trailing_metadata())["x-request-id"] == reply.request_id
         stored = harness.store.requests[reply.request_id]
-        assert stored.tenant == "acme" and stored.query == query and stored.status == "done"
-        assert harness.store.decisions[reply.request_id]["tier"] == tier
+        assert stored.tenant == "acme" and stored.query == query and stored.status is RequestStatus.DONE
+        assert harness.store.decisions[reply.request_id].tier == tier
     requests = harness.metrics.registry.get_sample_value(
         "arag_frontdoor_requests_total", {"method": "Answer", "tier": "C", "code": "OK"})
     assert requests == 1.0
@@ -119,7 +125,7 @@ def test_invalid_queries_get_invalid_argument_with_a_precise_message(harness, qu
     error = status_of(harness.answer, query)
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert message in error.details()
-    assert harness.store.requests == {} and harness.dispatcher.tasks == []
+    assert harness.store.requests == {} and harness.queue.tasks == []
 
 
 def test_bad_client_request_ids_are_invalid_arguments(harness):
@@ -146,7 +152,7 @@ def test_repeated_client_request_id_replays_the_stored_reply(harness):
     assert again.replayed and again.request_id == first.request_id
     assert again.answer == first.answer and again.tier == first.tier
     assert trailing(call.trailing_metadata())["x-request-id"] == first.request_id
-    assert len(harness.dispatcher.tasks) == 1
+    assert len(harness.queue.tasks) == 1
     # The key belongs to the tenant: another tenant's same key is a new request.
     other, _ = harness.stub.Answer.with_call(
         pb2.AnswerRequest(query=b"Who makes Lumora lamps?", client_request_id="order-1"),
@@ -172,7 +178,7 @@ def test_replay_of_a_request_still_running_waits_for_it():
         assert replies["second"].replayed and not replies["first"].replayed
         assert replies["second"].request_id == replies["first"].request_id
         assert replies["second"].answer == "answer to hi"
-        assert len(h.dispatcher.tasks) == 1
+        assert len(h.queue.tasks) == 1
     finally:
         h.close()
 
@@ -209,18 +215,18 @@ def test_get_result_is_not_found_for_unknown_ids_and_other_tenants(harness):
 
 
 def test_full_queue_is_resource_exhausted_and_the_same_key_retries_later(harness):
-    harness.dispatcher.depths["tier-c"] = 3
+    harness.queue.depths["tier-c"] = 3
     error = status_of(harness.answer, "Which is older, X or Y?", client_request_id="c-1")
     assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "tier C queue 'tier-c' holds 3 tasks (limit 3)" in error.details()
     request_id = trailing(error.trailing_metadata())["x-request-id"]
-    assert harness.store.requests[request_id].status == "rejected"
-    assert harness.dispatcher.tasks == []
+    assert harness.store.requests[request_id].status is RequestStatus.REJECTED
+    assert harness.queue.tasks == []
     rejected = status_of(harness.stub.GetResult, pb2.GetResultRequest(request_id=request_id), metadata=AUTH)
     assert rejected.code() is grpc.StatusCode.FAILED_PRECONDITION and "rejected" in rejected.details()
     # Tier A is not held back by C's backlog.
     assert harness.answer("hi")[0].tier == pb2.TIER_A
-    harness.dispatcher.depths["tier-c"] = 0
+    harness.queue.depths["tier-c"] = 0
     reply, _ = harness.answer("Which is older, X or Y?", client_request_id="c-1")
     assert reply.request_id == request_id and reply.answer
     assert harness.metrics.registry.get_sample_value("arag_frontdoor_rejected_total", {"tier": "C"}) == 1.0
@@ -229,10 +235,9 @@ def test_full_queue_is_resource_exhausted_and_the_same_key_retries_later(harness
 
 def test_recorded_worker_errors_map_to_their_status():
     def fail(task):
-        code = "UNAVAILABLE" if "llm" in task.query else None
-        return {"request_id": task.request_id, "tier": task.tier, "strategy": task.strategy,
-                "answer": None, "steps": 0, "sources": [], "timings": {},
-                "error": "LLMUnavailableError: endpoint refused", "error_code": code}
+        code = ErrorCode.DEPENDENCY_UNAVAILABLE if "llm" in task.query else ErrorCode.INTERNAL
+        return AnswerResult(request_id=task.request_id, tier=task.tier, strategy=task.strategy,
+                            error="LLMUnavailableError: endpoint refused", error_code=code)
 
     h = Harness(make_settings(), work=fail)
     try:
@@ -244,8 +249,10 @@ def test_recorded_worker_errors_map_to_their_status():
         assert status_of(h.answer, "other failure").code() is grpc.StatusCode.INTERNAL
     finally:
         h.close()
-    assert status_for_error_code("not-a-code") is grpc.StatusCode.INTERNAL
-    assert status_for_error_code("OK") is grpc.StatusCode.INTERNAL
+    code, _ = status_for(AnswerFailedError("worker hit its time limit", ErrorCode.TIME_LIMIT))
+    assert code is grpc.StatusCode.DEADLINE_EXCEEDED
+    code, message = status_for(KeyError("a bug"))
+    assert code is grpc.StatusCode.INTERNAL and "a bug" not in message
 
 
 def test_shadow_runs_go_to_the_neighbouring_tier_for_the_sampled_share():
@@ -254,11 +261,11 @@ def test_shadow_runs_go_to_the_neighbouring_tier_for_the_sampled_share():
         h.samples[0] = 0.2  # inside the share
         for query in TIERS:
             h.answer(query)
-        shadows = [(t.tier, t.strategy) for t in h.dispatcher.tasks if t.kind == "shadow"]
+        shadows = [(t.tier, t.strategy) for t in h.queue.tasks if t.kind is ResultKind.SHADOW]
         assert shadows == [("B", "single_step"), ("C", "decompose"), ("B", "single_step")]
         h.samples[0] = 0.7  # outside
         h.answer("hi")
-        assert sum(t.kind == "shadow" for t in h.dispatcher.tasks) == 3
+        assert sum(t.kind is ResultKind.SHADOW for t in h.queue.tasks) == 3
     finally:
         h.close()
 
@@ -271,7 +278,7 @@ def test_rules_fallback_is_flagged_in_the_reply_and_counted(harness):
     assert dict(reply.classifier.probabilities) == {}
     assert "rules fallback" in reply.classifier.reason
     decision = harness.store.decisions[reply.request_id]
-    assert decision["fallback"] and decision["model_version"] is None
+    assert decision.fallback and decision.model_version is None
     assert harness.metrics.registry.get_sample_value("arag_classifier_fallback_total") == 1.0
 
 
@@ -337,11 +344,11 @@ def test_logs_are_json_lines_carrying_request_id_and_tenant(harness):
 
 
 def test_waiting_answers_do_not_hold_up_other_calls():
-    h = Harness(make_settings(frontdoor_wait_threads=1), delay_s=1.5)
+    h = Harness(make_settings(), delay_s=1.5)
     try:
         slow = threading.Thread(target=lambda: h.answer("Which is older, X or Y?", timeout=5))
         slow.start()
-        time.sleep(0.3)  # the only wait thread is now taken
+        time.sleep(0.3)  # an Answer is now waiting for its result
         started = time.monotonic()
         error = status_of(h.stub.GetResult, pb2.GetResultRequest(request_id="0" * 32), metadata=AUTH)
         assert error.code() is grpc.StatusCode.NOT_FOUND

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from adaptive_rag.domain import Tier
-from adaptive_rag.routing.policy import RoutingDecision, fallback_decision
-from adaptive_rag.settings import Settings
+from adaptive_rag.contracts import RoutingDecision, Tier
+from adaptive_rag.routing.policy import fallback_decision
+from adaptive_rag.settings import ClassifierSettings
 from services.frontdoor import routing
 from services.frontdoor.routing import ClassifierRouter
 
@@ -26,7 +26,8 @@ class FakeClient:
     async def aclassify(self, query: str) -> RoutingDecision:
         if self.down:
             return fallback_decision(query, "Triton unreachable")
-        return RoutingDecision(Tier.B, {"A": 0.2, "B": 0.7, "C": 0.1}, str(self.version), False, "argmax B")
+        return RoutingDecision(tier=Tier.B, probabilities={"A": 0.2, "B": 0.7, "C": 0.1},
+                               model_name="complexity", model_version=self.version, reason="argmax B")
 
     def close(self) -> None:
         self.closed = True
@@ -41,7 +42,7 @@ def publish(repo, version: int) -> None:
 @pytest.fixture
 def setup(tmp_path, monkeypatch):
     monkeypatch.setattr(routing, "CLOSE_GRACE_S", 0.0)
-    settings = Settings(_env_file=None, model_repository=tmp_path, model_poll_s=0.05)
+    settings = ClassifierSettings(_env_file=None, model_repository=tmp_path)
     ready = {1: True, 2: False}
     built: list[FakeClient] = []
     seen: list[tuple[str, int]] = []
@@ -50,7 +51,7 @@ def setup(tmp_path, monkeypatch):
         built.append(FakeClient(version, ready.get(version, True)))
         return built[-1]
 
-    router = ClassifierRouter(settings, build=build, on_version=lambda m, v: seen.append((m, v)))
+    router = ClassifierRouter(settings, 0.05, build=build, on_version=lambda m, v: seen.append((m, v)))
     return router, ready, built, seen, tmp_path
 
 
@@ -58,7 +59,7 @@ def test_no_published_model_routes_with_the_rules(setup):
     router, *_ = setup
     assert router.refresh() is False
     routed = asyncio.run(router.route("What is the difference between a lamp and a bulb?"))
-    assert routed.decision.fallback and routed.model_name == "rules" and routed.model_version is None
+    assert routed.fallback and routed.model_name == "rules" and routed.model_version is None
 
 
 def test_a_new_version_is_used_once_triton_serves_it(setup):
@@ -66,7 +67,7 @@ def test_a_new_version_is_used_once_triton_serves_it(setup):
     publish(repo, 1)
     assert router.refresh() and router.version == 1
     routed = asyncio.run(router.route("Who makes Lumora lamps?"))
-    assert (routed.model_name, routed.model_version, routed.decision.fallback) == ("complexity", 1, False)
+    assert (routed.model_name, routed.model_version, routed.fallback) == ("complexity", 1, False)
     publish(repo, 2)
     assert router.refresh() is False and router.version == 1  # published, not loaded yet
     assert built[-1].closed
@@ -105,7 +106,7 @@ def test_triton_down_gives_the_flagged_fallback_without_a_version(setup):
     router.refresh()
     built[0].down = True
     routed = asyncio.run(router.route("hi"))
-    assert routed.decision.fallback and routed.model_version is None and routed.model_name == "rules"
+    assert routed.fallback and routed.model_version is None and routed.model_name == "rules"
 
 
 def test_a_fallback_looks_for_a_newer_version_at_once(setup):
@@ -122,5 +123,5 @@ def test_a_fallback_looks_for_a_newer_version_at_once(setup):
         return first, await router.route("q")
 
     first, second = asyncio.run(scenario())
-    assert first.decision.fallback
-    assert not second.decision.fallback and second.model_version == 2
+    assert first.fallback
+    assert not second.fallback and second.model_version == 2

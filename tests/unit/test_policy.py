@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from adaptive_rag.domain import Tier
+from adaptive_rag.contracts import Tier
 from adaptive_rag.routing.policy import (
     CalibrationExample, PolicyThresholds, RoutingPolicy, calibrate_thresholds,
     evaluate_thresholds, fallback_decision, softmax,
@@ -15,10 +15,10 @@ from adaptive_rag.routing.policy import (
 
 def test_escalates_to_c_when_p_c_passes_threshold_although_b_is_argmax():
     policy = RoutingPolicy(PolicyThresholds(c_threshold=0.3))
-    decision = policy.decide([0.1, 0.55, 0.35], model_version="3")
+    decision = policy.decide([0.1, 0.55, 0.35], model_version=3)
     assert decision.tier is Tier.C
     assert not decision.fallback
-    assert decision.model_version == "3"
+    assert decision.model_version == 3 and decision.model_name == "complexity"
     assert "escalated" in decision.reason and "argmax B" in decision.reason
     assert decision.probabilities == {"A": 0.1, "B": 0.55, "C": 0.35}
 

@@ -1,20 +1,30 @@
-"""Queue configuration without any server: Celery settings from `Settings`, the worker pool
-command lines, settings passed to worker processes, and dispatch on the filesystem broker."""
+"""Queue configuration without any server: Celery settings from `WorkerSettings`, the worker pool
+command lines, settings passed to worker processes, and the producer side on the filesystem
+broker."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 import pytest
 
-from adaptive_rag.settings import Settings
-from workers import dispatch
+from adaptive_rag.contracts import AnswerTask, ResultKind, Tier
+from adaptive_rag.settings import Settings, as_environment
 from workers.celery_app import QUEUES, broker_folders, celery_config, create_app
-from workers.pools import WorkerPools, settings_env
+from workers.client import CeleryTaskQueue, ThreadedResultWaiter
+from workers.pools import WorkerPools
+from workers.settings import WorkerSettings
+
+
+def task(request_id: str, tier: str, strategy: str, kind: ResultKind = ResultKind.PRIMARY) -> AnswerTask:
+    return AnswerTask(request_id=request_id, query="How do I pair a bulb?", tier=tier,
+                      strategy=strategy, kind=kind, enqueued_at=time.time())
 
 
 def test_redis_config_keeps_messages_until_the_task_finished():
-    settings = Settings(_env_file=None, redis_url="redis://127.0.0.1:6399/0", visibility_timeout_s=40)
+    settings = WorkerSettings(_env_file=None, redis_url="redis://127.0.0.1:6399/0", visibility_timeout_s=40)
     config = celery_config(settings)
     assert config["task_acks_late"] and config["task_reject_on_worker_lost"]
     assert config["broker_url"] == config["result_backend"] == "redis://127.0.0.1:6399/0"
@@ -25,7 +35,7 @@ def test_redis_config_keeps_messages_until_the_task_finished():
 
 
 def test_without_redis_the_broker_needs_no_server(tmp_path):
-    settings = Settings(_env_file=None, broker_dir=tmp_path / "broker")
+    settings = WorkerSettings(_env_file=None, broker_dir=tmp_path / "broker")
     config = celery_config(settings)
     assert config["broker_url"] == "filesystem://"
     assert config["result_backend"] == f"file://{tmp_path / 'broker' / 'results'}"
@@ -33,12 +43,24 @@ def test_without_redis_the_broker_needs_no_server(tmp_path):
 
 
 def test_each_tier_has_its_own_time_limits():
-    settings = Settings(_env_file=None, time_limit_a_s=5, time_limit_c_s=100, time_limit_grace_s=10)
-    assert settings.time_limits("A") == (5, 15) and settings.time_limits("C") == (100, 110)
+    settings = WorkerSettings(_env_file=None, time_limit_s={"A": 5, "C": 100}, time_limit_grace_s=10)
+    assert settings.time_limits(Tier.A) == (5, 15) and settings.time_limits(Tier.C) == (100, 110)
+    assert settings.time_limits(Tier.B) == (120, 130)  # a tier left out keeps its default
+
+
+def test_per_tier_and_per_pool_values_are_mappings_from_the_environment(monkeypatch):
+    monkeypatch.setenv("ARAG_CONCURRENCY", '{"A": 4}')
+    monkeypatch.setenv("ARAG_TIME_LIMIT", '{"C": 30}')
+    settings = WorkerSettings(_env_file=None)
+    assert settings.concurrency == {"A": 4, "B": 2, "C": 1, "shadow": 1}
+    assert settings.time_limits(Tier.C) == (30, 45)
+    monkeypatch.setenv("ARAG_CONCURRENCY", '{"D": 1}')
+    with pytest.raises(ValueError, match="unknown pool"):
+        WorkerSettings(_env_file=None)
 
 
 def test_pool_commands_use_their_own_queue_concurrency_and_prefetch(tmp_path):
-    settings = Settings(_env_file=None, concurrency_c=3, prefetch_a=8)
+    settings = WorkerSettings(_env_file=None, concurrency={"C": 3}, prefetch={"A": 8})
     pools = WorkerPools(settings, log_dir=tmp_path, migrate=False)
     c = pools.command("C")
     assert c[c.index("-Q") + 1] == "tier-c" and c[c.index("-n") + 1] == "tier-c@%h"
@@ -50,40 +72,50 @@ def test_pool_commands_use_their_own_queue_concurrency_and_prefetch(tmp_path):
 
 
 def test_worker_processes_read_the_same_settings_back(tmp_path, monkeypatch):
-    settings = Settings(
-        _env_file=None, redis_url=None, index_dir=tmp_path / "index", llm_threads=1,
-        visibility_timeout_s=15.0, multi_step="ircot",
-    )
-    env = settings_env(settings)
+    library = Settings(_env_file=None, index_dir=tmp_path / "index", llm_threads=1, multi_step="ircot")
+    workers = WorkerSettings(_env_file=None, redis_url=None, visibility_timeout_s=15.0,
+                             time_limit_s={"C": 50})
+    env = as_environment(library, workers)
     assert env["REDIS_URL"] is None  # removed from the child's environment
     for key, value in env.items():
         if value is not None:
             monkeypatch.setenv(key, value)
-    again = Settings(_env_file=None)
-    assert (again.index_dir, again.llm_threads, again.visibility_timeout_s, again.multi_step) == (
-        tmp_path / "index", 1, 15.0, "ircot")
+    again, workers_again = Settings(_env_file=None), WorkerSettings(_env_file=None)
+    assert (again.index_dir, again.llm_threads, again.multi_step) == (tmp_path / "index", 1, "ircot")
+    assert workers_again.visibility_timeout_s == 15.0 and workers_again.time_limit_s[Tier.C] == 50
 
 
 def test_enqueue_routes_by_tier_with_its_limits_and_queue_depth_counts(tmp_path):
-    app = create_app(Settings(_env_file=None, broker_dir=tmp_path / "broker", time_limit_b_s=7,
-                              time_limit_grace_s=3))
-    handle = dispatch.enqueue("req1", "How do I pair a bulb?", "B", "single_step", app=app)
-    dispatch.enqueue("req1", "How do I pair a bulb?", "C", "decompose", kind="shadow", app=app)
-    assert handle.id == "req1" == dispatch.result_for("req1", app=app).id
-    depths = {q: dispatch.queue_depth(q, app=app) for q in QUEUES}
+    queue = CeleryTaskQueue(create_app(WorkerSettings(
+        _env_file=None, broker_dir=tmp_path / "broker", time_limit_s={"B": 7}, time_limit_grace_s=3)))
+    queue.enqueue(task("req1", "B", "single_step"))
+    queue.enqueue(task("req1", "C", "decompose", ResultKind.SHADOW))
+    depths = {q: queue.depth(q) for q in QUEUES}
     assert depths == {"tier-a": 0, "tier-b": 1, "tier-c": 0, "shadow": 1}
     [message_file] = (tmp_path / "broker" / "queue").glob("*.tier-b.msg")
     message = json.loads(message_file.read_text())
     assert message["headers"]["task"] == "adaptive_rag.answer"
+    assert message["headers"]["id"] == "req1"  # the primary run's task id is the request id
     assert message["headers"]["timelimit"] == [10.0, 7.0]  # [hard, soft]
     with pytest.raises(ValueError):
-        dispatch.enqueue("req2", "q", "D", "x", app=app)
+        queue.depth("tier-d")
+
+
+def test_tasks_are_typed_messages():
     with pytest.raises(ValueError):
-        dispatch.queue_depth("tier-d", app=app)
+        task("req2", "D", "x")  # no tier D
 
 
-def test_wait_result_times_out_as_the_builtin_timeout_error(tmp_path):
-    app = create_app(Settings(_env_file=None, broker_dir=tmp_path / "broker"))
-    handle = dispatch.enqueue("req3", "q", "A", "no_retrieval", app=app)
+def test_waiting_times_out_as_the_builtin_timeout_error(tmp_path):
+    app = create_app(WorkerSettings(_env_file=None, broker_dir=tmp_path / "broker"))
+    CeleryTaskQueue(app).enqueue(task("req3", "A", "no_retrieval"))
+    waiter = ThreadedResultWaiter(app, threads=1)
+
+    async def wait() -> None:
+        try:
+            await waiter.wait("req3", timeout=0.2)
+        finally:
+            await waiter.close()
+
     with pytest.raises(TimeoutError):
-        dispatch.wait_result(handle, timeout=0.2)
+        asyncio.run(wait())

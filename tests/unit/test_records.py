@@ -13,12 +13,15 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlalchemy import inspect
 
+from adaptive_rag.contracts import (
+    AnswerResult, ErrorCode, RequestStatus, ResultKind, RoutingDecision, Source, Tier, Timings,
+)
 from adaptive_rag.errors import DuplicateRequestError, RequestNotFoundError
 from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
 from adaptive_rag.storage.records import hash_key
 
-SOURCES = [{"id": "kb-1", "title": "Pairing a bulb", "score": 3.5}]
-TIMINGS = {"queue_wait_ms": 4.0, "strategy_ms": 900.0, "retrieve_ms": 3.0, "generate_ms": 890.0}
+SOURCES = (Source(id="kb-1", title="Pairing a bulb", score=3.5),)
+TIMINGS = Timings(queue_wait_ms=4.0, strategy_ms=900.0, retrieve_ms=3.0, generate_ms=890.0)
 
 
 @pytest.fixture
@@ -34,13 +37,12 @@ def new_request(store: RecordStore, tenant: str = "acme", client_id: str | None 
     return request_id
 
 
-def save(store: RecordStore, request_id: str, answer: str = "Hold the button.", **kw) -> bool:
-    args = dict(
-        kind="primary", tier="B", strategy="single_step", answer=answer, steps=1,
-        sources=SOURCES, timings=TIMINGS, worker="tier-b@host", attempts=1,
-    )
-    args.update(kw)
-    return store.save_result(request_id, **args)
+def save(store: RecordStore, request_id: str, answer: str | None = "Hold the button.",
+         worker: str = "tier-b@host", attempts: int = 1, **kw) -> bool:
+    fields = dict(request_id=request_id, kind="primary", tier="B", strategy="single_step",
+                  answer=answer, steps=1, sources=SOURCES, timings=TIMINGS)
+    fields.update(kw)
+    return store.save_result(AnswerResult(**fields), worker, attempts)
 
 
 def test_migrations_create_every_serving_table(store):
@@ -122,27 +124,26 @@ def test_concurrent_creates_with_one_client_id_record_one_request(store):
 
 def test_routing_decision_round_trip(store):
     request_id = new_request(store)
-    store.record_decision(
-        request_id, "C", "decompose", {"A": 0.1, "B": 0.2, "C": 0.7}, "complexity", 2, False,
-        "classifier", 3.5,
+    recorded = RoutingDecision(
+        tier=Tier.C, probabilities={"A": 0.1, "B": 0.2, "C": 0.7}, model_name="complexity",
+        model_version=2, reason="classifier", strategy="decompose", classify_ms=3.5,
     )
-    decision = store.decision_for(request_id)
-    assert decision is not None
-    assert (decision.tier, decision.strategy, decision.model_version, decision.fallback) == (
-        "C", "decompose", 2, False)
-    assert decision.probabilities == {"A": 0.1, "B": 0.2, "C": 0.7}
-    assert decision.classify_ms == 3.5
+    store.record_decision(request_id, recorded)
+    assert store.decision_for(request_id) == recorded  # the same type back, field for field
+    rules = RoutingDecision(tier=Tier.C, fallback=True, reason="rules", strategy="decompose")
     with pytest.raises(DuplicateRequestError):
-        store.record_decision(request_id, "C", "decompose", None, None, None, True, "rules", 0.1)
+        store.record_decision(request_id, rules)
     with pytest.raises(RequestNotFoundError):
-        store.record_decision("missing", "A", "no_retrieval", None, None, None, True, "rules", 0.1)
+        store.record_decision("missing", rules)
 
 
 def test_fallback_decision_has_no_probabilities(store):
     request_id = new_request(store)
-    store.record_decision(request_id, "B", "single_step", None, None, None, True, "triton down", 0.2)
+    store.record_decision(request_id, RoutingDecision(tier=Tier.B, fallback=True, reason="triton down",
+                                                      strategy="single_step", classify_ms=0.2))
     decision = store.decision_for(request_id)
     assert decision.probabilities is None and decision.fallback and decision.model_version is None
+    assert decision.model_name == "rules"
     assert store.decision_for("missing") is None
 
 
@@ -151,14 +152,11 @@ def test_save_result_writes_once_first_write_wins(store):
     assert save(store, request_id, "first")
     assert not save(store, request_id, "second")
     result = store.get_result(request_id)
-    assert result is not None and result.answer == "first" and result.ok
-    assert result.sources == SOURCES and result.timings == TIMINGS
-    assert store.get_request(request_id).status == "done"
+    assert result == AnswerResult(request_id=request_id, tier=Tier.B, strategy="single_step",
+                                  answer="first", steps=1, sources=SOURCES, timings=TIMINGS)
+    assert result.ok
+    assert store.get_request(request_id).status is RequestStatus.DONE
     assert store.count_results(request_id) == 1
-    payload = result.as_payload()
-    assert payload["answer"] == "first" and payload["error"] is None
-    assert set(payload) == {"request_id", "kind", "tier", "strategy", "answer", "steps",
-                            "sources", "timings", "error", "error_code"}
 
 
 def test_concurrent_saves_of_one_task_write_one_row(store):
@@ -177,11 +175,12 @@ def test_concurrent_saves_of_one_task_write_one_row(store):
 
 def test_error_result_marks_the_request_failed(store):
     request_id = new_request(store)
-    assert save(store, request_id, None, error="index missing", error_code="UNAVAILABLE",
-                attempts=3)
-    result = store.get_result(request_id)
-    assert not result.ok and result.error_code == "UNAVAILABLE" and result.attempts == 3
-    assert store.get_request(request_id).status == "error"
+    assert save(store, request_id, None, error="index missing",
+                error_code=ErrorCode.DEPENDENCY_UNAVAILABLE, attempts=3)
+    stored = store.stored_result(request_id)
+    assert not stored.result.ok and stored.result.error_code is ErrorCode.DEPENDENCY_UNAVAILABLE
+    assert stored.attempts == 3 and stored.worker == "tier-b@host"
+    assert store.get_request(request_id).status is RequestStatus.ERROR
 
 
 def test_shadow_results_do_not_finish_the_request(store):
@@ -192,7 +191,8 @@ def test_shadow_results_do_not_finish_the_request(store):
     assert not save(store, request_id, "again", kind="shadow", tier="A", strategy="no_retrieval")
     assert store.get_request(request_id).status == "running"
     assert store.get_result(request_id) is None
-    assert [r.tier for r in store.shadow_results(request_id)] == ["C", "A"]
+    assert [r.result.tier for r in store.shadow_results(request_id)] == ["C", "A"]
+    assert store.get_result(request_id, ResultKind.SHADOW, Tier.A).answer == "shadow A"
     assert save(store, request_id, "primary")
     assert store.get_result(request_id).answer == "primary"
     assert store.count_results(request_id) == 3
@@ -202,7 +202,7 @@ def test_result_for_unknown_request_is_refused(store):
     with pytest.raises(RequestNotFoundError):
         save(store, "missing")
     with pytest.raises(ValueError):
-        save(store, new_request(store), kind="other")
+        save(store, new_request(store), kind="other")  # not a ResultKind: refused by the type
 
 
 def test_status_never_goes_back_from_a_final_state(store):

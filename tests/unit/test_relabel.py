@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from adaptive_rag.classifier.relabel import FeedbackVerdict, TierRun, live_label, neighbour_tier
+import hashlib
+
+from adaptive_rag.contracts import SHADOW_TIER, AnswerResult, ResultKind
+from adaptive_rag.training.relabel import FeedbackVerdict, TierRun, live_label
 
 
 def runs(primary: tuple[str, str | None], shadow: tuple[str, str | None] | None = None) -> list[TierRun]:
@@ -52,20 +55,28 @@ def test_failed_run_counts_as_wrong_and_latest_rating_wins() -> None:
 
 
 def test_neighbour_tiers() -> None:
-    assert [neighbour_tier(t) for t in "ABC"] == ["B", "C", "B"]
+    assert [SHADOW_TIER[t] for t in "ABC"] == ["B", "C", "B"]
 
 
 # --- from the records (SQLite, real migrations) -----------------------------------------------------
 
+def hash_split(dataset: str, question_id: str) -> str:
+    """The documented split rule, written out independently of `split_of`."""
+    digest = hashlib.sha256(f"{dataset}:{question_id}".encode()).digest()
+    return "train" if int.from_bytes(digest[:8], "big") % 100 < 60 else "test"
+
+
 def _served(store, request_id: str, query: str, primary: tuple[str, str], shadow: tuple[str, str] | None = None) -> None:
     store.create_request(request_id, "acme", None, query)
-    store.save_result(request_id, "primary", primary[0], "s", primary[1], 1, [], {}, "w", 1)
+    store.save_result(AnswerResult(request_id=request_id, tier=primary[0], strategy="s",
+                                   answer=primary[1], steps=1), "w", 1)
     if shadow:
-        store.save_result(request_id, "shadow", shadow[0], "s", shadow[1], 1, [], {}, "w", 1)
+        store.save_result(AnswerResult(request_id=request_id, kind=ResultKind.SHADOW, tier=shadow[0],
+                                       strategy="s", answer=shadow[1], steps=1), "w", 1)
 
 
 def test_relabel_turns_feedback_into_live_labels_and_updates_on_rerun(tmp_path) -> None:
-    from adaptive_rag.classifier.relabel import relabel_from_records
+    from adaptive_rag.training.relabel import relabel_from_records
     from adaptive_rag.storage import LabelStore, make_engine, upgrade_database
     from adaptive_rag.storage.records import RecordStore
 
@@ -73,20 +84,23 @@ def test_relabel_turns_feedback_into_live_labels_and_updates_on_rerun(tmp_path) 
     upgrade_database(url)
     store = RecordStore(make_engine(url))
     _served(store, "r1", "Compare X and Y", ("C", "X"), ("B", "x"))
-    _served(store, "r2", "Hi there", ("A", "Hello"))
+    _served(store, "r4", "Hi there", ("A", "Hello"))
     _served(store, "r3", "No verdict", ("B", "Maybe"))
     store.add_feedback("r1", "acme", 1, None, None)
-    store.add_feedback("r2", "acme", -1, None, "wrong")
+    store.add_feedback("r4", "acme", -1, None, "wrong")
     store.add_feedback("r3", "acme", 0, None, None)
 
     stats = relabel_from_records(store.engine)
     assert (stats.requests, stats.labelled, stats.unknown) == (3, 2, 1)
     labels = {row.question_id: row for row in LabelStore(store.engine).labels(split=None, origin="live")}
     assert (labels["r1"].label, labels["r1"].label_source, labels["r1"].dataset) == ("B", "shadow", "live:acme")
-    assert labels["r2"].label == "B" and labels["r2"].question == "Hi there"
-    assert {labels["r1"].split, labels["r2"].split} <= {"train", "test"}
+    assert labels["r4"].label == "B" and labels["r4"].question == "Hi there"
+    # The benchmark's 60/40 hash split, keyed "live:<request id>": r1 lands in train, r4 in test.
+    assert [hash_split("live", "r1"), hash_split("live", "r4")] == ["train", "test"]
+    assert (labels["r1"].split, labels["r4"].split) == ("train", "test")
 
-    store.add_feedback("r2", "acme", 1, None, "actually fine")  # the latest verdict wins
+    store.add_feedback("r4", "acme", 1, None, "actually fine")  # the latest verdict wins
     again = relabel_from_records(store.engine)
     assert (again.labelled, again.updated, again.unchanged) == (0, 1, 1)
-    assert LabelStore(store.engine).labels(split=None, origin="live")[1].label == "A"
+    relabelled = {row.question_id: row.label for row in LabelStore(store.engine).labels(split=None, origin="live")}
+    assert relabelled == {"r1": "B", "r4": "A"}

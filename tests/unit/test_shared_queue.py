@@ -6,34 +6,42 @@ from __future__ import annotations
 
 import pytest
 
-from adaptive_rag.settings import Settings
-from workers import dispatch
-from workers.celery_app import QUEUES, SHARED_QUEUE, celery_config, create_app
+import time
+
+from adaptive_rag.contracts import SHARED_QUEUE, AnswerTask, ResultKind
+from workers.celery_app import QUEUES, celery_config, create_app
+from workers.client import CeleryTaskQueue
 from workers.pools import WorkerPools
+from workers.settings import WorkerSettings
+
+
+def task(request_id: str, tier: str, strategy: str, kind: ResultKind = ResultKind.PRIMARY) -> AnswerTask:
+    return AnswerTask(request_id=request_id, query="q", tier=tier, strategy=strategy, kind=kind,
+                      enqueued_at=time.time())
 
 
 def test_shared_queue_is_declared_only_when_asked_for(tmp_path):
-    plain = Settings(_env_file=None, broker_dir=tmp_path / "b1")
-    shared = Settings(_env_file=None, broker_dir=tmp_path / "b2", shared_queue=True)
+    plain = WorkerSettings(_env_file=None, broker_dir=tmp_path / "b1")
+    shared = WorkerSettings(_env_file=None, broker_dir=tmp_path / "b2", shared_queue=True)
     assert [q.name for q in celery_config(plain)["task_queues"]] == list(QUEUES)
     assert [q.name for q in celery_config(shared)["task_queues"]] == [*QUEUES, SHARED_QUEUE]
 
 
 def test_every_tier_goes_to_the_shared_queue(tmp_path):
-    app = create_app(Settings(_env_file=None, broker_dir=tmp_path / "broker", shared_queue=True))
+    queue = CeleryTaskQueue(create_app(WorkerSettings(_env_file=None, broker_dir=tmp_path / "broker",
+                                                      shared_queue=True)))
     for number, tier in enumerate("ABC"):
-        dispatch.enqueue(f"req{number}", "q", tier, "no_retrieval", app=app)
-    dispatch.enqueue("req0", "q", "B", "single_step", kind="shadow", app=app)
-    depths = {q: dispatch.queue_depth(q, app=app) for q in (*QUEUES, SHARED_QUEUE)}
+        queue.enqueue(task(f"req{number}", tier, "no_retrieval"))
+    queue.enqueue(task("req0", "B", "single_step", ResultKind.SHADOW))
+    depths = {q: queue.depth(q) for q in (*QUEUES, SHARED_QUEUE)}
     assert depths == {"tier-a": 0, "tier-b": 0, "tier-c": 0, "shadow": 1, SHARED_QUEUE: 3}
 
 
 def test_the_shared_pool_has_the_total_concurrency(tmp_path):
-    settings = Settings(_env_file=None, shared_queue=True, concurrency_a=2, concurrency_b=2,
-                        concurrency_c=1)
+    settings = WorkerSettings(_env_file=None, shared_queue=True, concurrency={"A": 2, "B": 2, "C": 1})
     command = WorkerPools(settings, pools=["shared"], log_dir=tmp_path, migrate=False).command("shared")
     assert command[command.index("-Q") + 1] == SHARED_QUEUE
     assert command[command.index("--concurrency") + 1] == "5"
     assert command[command.index("--prefetch-multiplier") + 1] == "1"
     with pytest.raises(ValueError):
-        WorkerPools(Settings(_env_file=None), pools=["shared"], migrate=False)
+        WorkerPools(WorkerSettings(_env_file=None), pools=["shared"], migrate=False)

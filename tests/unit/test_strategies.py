@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from fakes import FakeLLM, FakeRetriever, make_passages
 
-from adaptive_rag.domain import Passage, Tier
+from adaptive_rag.domain import Passage
+
+from adaptive_rag.contracts import Tier
 from adaptive_rag.prompts import decompose as decompose_prompt
 from adaptive_rag.prompts import format_passages
 from adaptive_rag.prompts import ircot as ircot_prompt

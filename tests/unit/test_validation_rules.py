@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adaptive_rag.domain import Tier
+from adaptive_rag.contracts import Tier
 from adaptive_rag.errors import InvalidQueryError
 from adaptive_rag.routing.rules import rule_tier
 from adaptive_rag.validation import validate_query

@@ -17,7 +17,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from adaptive_rag.classifier.repository import versions  # noqa: E402
+from adaptive_rag.routing.model_repository import versions  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch
 
-    from adaptive_rag.classifier.export import export_run
-    from adaptive_rag.classifier.model import load_base, save_checkpoint
+    from adaptive_rag.training.export import export_run
+    from adaptive_rag.training.model import load_base, save_checkpoint
 
     torch.manual_seed(0)
     network, tokenizer, kind = load_base(None)

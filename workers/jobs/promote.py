@@ -1,5 +1,5 @@
 """Champion / challenger job: publish a trained run as a new Triton model version only when it
-beats the version being served on held-out labels (logic: `adaptive_rag.classifier.promotion`).
+beats the version being served on held-out labels (logic: `adaptive_rag.training.promotion`).
 
     .venv/bin/python workers/jobs/promote.py RUN_DIR --repository var/model_repository \
         [--metric macro_f1] [--min-gain 0.0] [--int8]
@@ -20,7 +20,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from adaptive_rag.classifier.promotion import Verdict, promote, score_version  # noqa: E402,F401
+from adaptive_rag.training.promotion import Verdict, promote, score_version  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from adaptive_rag.domain import Tier
+from adaptive_rag.contracts import Tier
 from adaptive_rag.evaluation.datasets import Question, limit_per_dataset
 from adaptive_rag.evaluation.runner import Outcome, run_evaluation
 from adaptive_rag.storage.labels import LabelStore

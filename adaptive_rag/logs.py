@@ -1,5 +1,6 @@
-"""Structured JSON logs (structlog): one JSON object per line on stderr; the request id and tenant
-are bound per RPC through context variables, so every line of one request carries them."""
+"""Structured JSON logs (structlog), configured once per process by its entry point (the front
+door's main, the Celery worker's start): one JSON object per line on stderr. The request id and
+tenant are bound per call through context variables, so every line of one request carries them."""
 
 from __future__ import annotations
 
@@ -27,6 +28,3 @@ def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None
         cache_logger_on_first_use=False,
     )
 
-
-def get_logger(name: str = "frontdoor") -> structlog.typing.FilteringBoundLogger:
-    return structlog.get_logger(name)

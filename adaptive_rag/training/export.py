@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from adaptive_rag.classifier.repository import (
+from adaptive_rag.routing.model_repository import (
     MODEL_FILE, config_pbtxt, next_version,
 )
 from adaptive_rag.routing.policy import PolicyThresholds
@@ -102,7 +102,7 @@ def export_run(
     (`model.fp32.onnx` is kept beside it) and its cost against FP32 is measured and recorded in
     `classifier.json` under `quantization`.
     """
-    from adaptive_rag.classifier.model import load_checkpoint
+    from adaptive_rag.training.model import load_checkpoint
 
     network, tokenizer, meta = load_checkpoint(run_dir)
     model_dir = Path(repository) / model_name
@@ -148,7 +148,7 @@ def quantize_int8(version_dir: Path, run_dir: Path, max_length: int = 128) -> di
     import onnxruntime as ort
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from adaptive_rag.classifier.client import QueryTokenizer
+    from adaptive_rag.routing.classifier_client import QueryTokenizer
 
     fp32, int8 = version_dir / "model.fp32.onnx", version_dir / "model.int8.onnx"
     (version_dir / MODEL_FILE).rename(fp32)

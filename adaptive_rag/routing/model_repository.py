@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from adaptive_rag.contracts import CLASSIFIER_INPUTS, CLASSIFIER_MODEL, CLASSIFIER_OUTPUT, TIERS
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.routing.policy import PolicyThresholds
 
@@ -18,7 +19,7 @@ TOKENIZER_FILE = "tokenizer.json"
 
 
 def config_pbtxt(
-    name: str = "complexity",
+    name: str = CLASSIFIER_MODEL,
     max_batch_size: int = 32,
     queue_delay_us: int = 500,
     num_versions: int = 1,
@@ -31,19 +32,19 @@ backend: "onnxruntime"
 max_batch_size: {max_batch_size}
 input [
   {{
-    name: "input_ids"
+    name: "{CLASSIFIER_INPUTS[0]}"
     data_type: TYPE_INT64
     dims: [ -1 ]
   }},
   {{
-    name: "attention_mask"
+    name: "{CLASSIFIER_INPUTS[1]}"
     data_type: TYPE_INT64
     dims: [ -1 ]
   }}
 ]
 output [
   {{
-    name: "logits"
+    name: "{CLASSIFIER_OUTPUT}"
     data_type: TYPE_FP32
     dims: [ 3 ]
   }}
@@ -102,7 +103,7 @@ class ModelVersion:
         return PolicyThresholds.load_or_default(self.path)
 
 
-def open_version(repository: Path, name: str = "complexity", version: int | None = None) -> ModelVersion:
+def open_version(repository: Path, name: str = CLASSIFIER_MODEL, version: int | None = None) -> ModelVersion:
     """The given version (default: the latest) of model `name` in `repository`."""
     model_dir = Path(repository) / name
     available = versions(model_dir)
@@ -120,5 +121,5 @@ def open_version(repository: Path, name: str = "complexity", version: int | None
         raise ConfigurationError(f"{path} lacks {TOKENIZER_FILE}")
     return ModelVersion(
         name=name, version=chosen, path=path, max_length=int(info.get("max_length", 128)),
-        labels=tuple(info.get("labels", ("A", "B", "C"))), untrained=bool(info.get("untrained")),
+        labels=tuple(info.get("labels", [t.value for t in TIERS])), untrained=bool(info.get("untrained")),
     )

@@ -65,8 +65,8 @@ def label(
 
     Resumable: questions already in the `training_labels` table are skipped.
     """
-    from adaptive_rag.classifier.labelling import label_questions, limit_per_dataset
-    from adaptive_rag.domain import Tier
+    from adaptive_rag.training.labelling import label_questions, limit_per_dataset
+    from adaptive_rag.contracts import Tier
     from adaptive_rag.evaluation.datasets import load_questions
     from adaptive_rag.llm import build_llm
     from adaptive_rag.retrieval import open_retriever
@@ -129,7 +129,7 @@ def train(
     repository: RepoOpt = None,
 ) -> None:
     """Fine-tune the classifier on the `train` labels; writes checkpoint, metrics and model card."""
-    from adaptive_rag.classifier.training import TrainConfig, train_classifier
+    from adaptive_rag.training.training import TrainConfig, train_classifier
 
     settings = _settings(database_url=database_url, model_repository=repository,
                          classifier_base=base, classifier_max_length=max_length)
@@ -164,7 +164,7 @@ def train(
 
 def _examples(store, split: str, datasets: list[str] | None = None) -> list:
     """Training examples of one split, benchmark and live labels alike."""
-    from adaptive_rag.classifier.training import Example
+    from adaptive_rag.training.training import Example
 
     return [
         Example(row.question, row.label, row.question_id, row.dataset)
@@ -175,7 +175,7 @@ def _examples(store, split: str, datasets: list[str] | None = None) -> list:
 @classifier_app.command()
 def relabel(database_url: DbUrl = None) -> None:
     """Turn served requests with feedback (+ their shadow runs) into live training labels."""
-    from adaptive_rag.classifier.relabel import relabel_from_records
+    from adaptive_rag.training.relabel import relabel_from_records
 
     settings = _settings(database_url=database_url)
     store = _store(settings)
@@ -203,8 +203,8 @@ def retrain(
 ) -> None:
     """Train a challenger on every `train` label (benchmark + live) and publish it as a new model
     version only when it beats the serving champion on the held-out `test` labels."""
-    from adaptive_rag.classifier.promotion import promote
-    from adaptive_rag.classifier.training import TrainConfig, train_classifier
+    from adaptive_rag.training.promotion import promote
+    from adaptive_rag.training.training import TrainConfig, train_classifier
 
     if metric not in ("macro_f1", "accuracy"):
         raise typer.BadParameter("--metric must be macro_f1 or accuracy")
@@ -241,7 +241,7 @@ def retrain(
 
 
 def _export(run_dir: Path, repository: Path, model_name: str, max_batch_size: int, int8: bool = False) -> None:
-    from adaptive_rag.classifier.export import export_run
+    from adaptive_rag.training.export import export_run
 
     result = export_run(run_dir, repository, model_name, max_batch_size=max_batch_size, int8=int8)
     console.print(
@@ -279,7 +279,7 @@ def calibrate(
     Uses the version's `validation.jsonl` (probabilities written at training time) and the
     per-tier F1 and steps stored with each label; writes `thresholds.json` beside the version.
     """
-    from adaptive_rag.classifier.repository import open_version
+    from adaptive_rag.routing.model_repository import open_version
     from adaptive_rag.routing.policy import (
         CalibrationExample, PolicyThresholds, calibrate_thresholds, evaluate_thresholds,
     )
@@ -324,7 +324,7 @@ def route(
     url: Annotated[Optional[str], typer.Option("--url", help="Triton gRPC host:port (default TRITON_GRPC_URL)")] = None,
 ) -> None:
     """Route one query through Triton + the policy (rules fallback when Triton is down)."""
-    from adaptive_rag.classifier.client import TritonClassifier
+    from adaptive_rag.routing.classifier_client import TritonClassifier
 
     settings = _settings(model_repository=repository, triton_grpc_url=url)
     start = time.perf_counter()

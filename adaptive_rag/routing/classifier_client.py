@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from adaptive_rag.contracts import CLASSIFIER_INPUTS, CLASSIFIER_MODEL, CLASSIFIER_OUTPUT
 from adaptive_rag.errors import AdaptiveRagError
 from adaptive_rag.routing.policy import (
     PolicyThresholds, RoutingDecision, RoutingPolicy, fallback_decision,
@@ -77,7 +78,7 @@ class TritonClassifier:
         self,
         tokenizer_path: Path,
         url: str = "127.0.0.1:8001",
-        model_name: str = "complexity",
+        model_name: str = CLASSIFIER_MODEL,
         model_version: str = "",
         policy: RoutingPolicy | None = None,
         timeout_s: float = 0.5,
@@ -121,7 +122,7 @@ class TritonClassifier:
 
     @classmethod
     def from_settings(cls, settings, version: int | None = None, **kwargs) -> TritonClassifier:
-        from adaptive_rag.classifier.repository import open_version
+        from adaptive_rag.routing.model_repository import open_version
 
         model = open_version(settings.model_repository, settings.classifier_model, version)
         kwargs.setdefault("timeout_s", settings.classifier_timeout_s)
@@ -148,18 +149,17 @@ class TritonClassifier:
             raise ClassifierUnavailableError("classifier unavailable (recent failure, retry later)")
         ids, mask = self.tokenize(queries)
         inputs = [
-            self._grpc.InferInput("input_ids", list(ids.shape), "INT64"),
-            self._grpc.InferInput("attention_mask", list(mask.shape), "INT64"),
+            self._grpc.InferInput(name, list(ids.shape), "INT64") for name in CLASSIFIER_INPUTS
         ]
         inputs[0].set_data_from_numpy(ids)
         inputs[1].set_data_from_numpy(mask)
         try:
             result = self.client.infer(
                 self.model_name, inputs, model_version=self.model_version,
-                outputs=[self._grpc.InferRequestedOutput("logits")],
+                outputs=[self._grpc.InferRequestedOutput(CLASSIFIER_OUTPUT)],
                 client_timeout=self.timeout_s,
             )
-            logits = result.as_numpy("logits")
+            logits = result.as_numpy(CLASSIFIER_OUTPUT)
             version = result.get_response().model_version
         except Exception as exc:  # noqa: BLE001 - unreachable, timeout, server error
             self._down_until = time.monotonic() + self.retry_after_s
@@ -190,11 +190,18 @@ class TritonClassifier:
                                 self._cache.popitem(last=False)
         except ClassifierUnavailableError as exc:
             return [
-                self.policy.decide(cached[i][0].tolist(), cached[i][1]) if i in cached
+                self._decision(*cached[i]) if i in cached
                 else fallback_decision(q, str(exc))
                 for i, q in enumerate(queries)
             ]
-        return [self.policy.decide(cached[i][0].tolist(), cached[i][1]) for i in range(len(queries))]
+        return [self._decision(*cached[i]) for i in range(len(queries))]
+
+    def _decision(self, probabilities: np.ndarray, served_version: str) -> RoutingDecision:
+        """The policy's decision, naming the model and the version Triton says answered."""
+        version = int(served_version) if served_version.isdigit() else None
+        if version is None and self.model_version.isdigit():
+            version = int(self.model_version)
+        return self.policy.decide(probabilities.tolist(), self.model_name, version)
 
     def classify_many(self, queries: Sequence[str]) -> list[RoutingDecision]:
         """One Triton request for all `queries` (split at `max_batch`)."""

@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from adaptive_rag.classifier.repository import ModelVersion, open_version, versions
+from adaptive_rag.routing.model_repository import ModelVersion, open_version, versions
 
 LABELS = ("A", "B", "C")
 
@@ -31,8 +31,8 @@ class Verdict:
 
 def score_version(version: ModelVersion, texts: list[str], labels: list[str]) -> dict:
     """Accuracy, macro-F1 and per-class recall of an exported version on labelled texts."""
-    from adaptive_rag.classifier.adaptive import LocalOnnxClassifier
-    from adaptive_rag.classifier.training import classification_metrics
+    from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
+    from adaptive_rag.training.training import classification_metrics
 
     model = LocalOnnxClassifier(version)
     predicted = []
@@ -52,7 +52,7 @@ def promote(
     int8: bool = False,
 ) -> Verdict:
     """Export `run_dir` as the next version when it beats the latest version by `min_gain`."""
-    from adaptive_rag.classifier.export import export_run
+    from adaptive_rag.training.export import export_run
 
     if not texts:
         raise ValueError("no held-out labels to compare on")

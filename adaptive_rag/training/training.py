@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from adaptive_rag.classifier.model import LABELS, Kind, load_base, save_checkpoint
+from adaptive_rag.training.model import LABELS, Kind, load_base, save_checkpoint
 from adaptive_rag.errors import ConfigurationError
 
 

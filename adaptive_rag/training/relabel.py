@@ -23,9 +23,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from adaptive_rag.contracts import TIERS as CONTRACT_TIERS
 from adaptive_rag.evaluation.metrics import accuracy, exact_match, normalize_answer
 
-TIERS = ("A", "B", "C")
+TIERS = tuple(t.value for t in CONTRACT_TIERS)
 
 
 @dataclass(frozen=True)
@@ -96,11 +97,6 @@ def live_label(runs: Sequence[TierRun], feedback: Sequence[FeedbackVerdict]) -> 
     tier = TIERS[min(TIERS.index(failed[-1]) + 1, len(TIERS) - 1)]
     shadow_known = any(kinds.get(t) == "shadow" for t in known)
     return LiveLabel(tier, "shadow" if shadow_known else "feedback", known)
-
-
-def neighbour_tier(tier: str) -> str:
-    """The tier a shadow run uses: the next one up (A->B, B->C) and, for C, the one below (B)."""
-    return {"A": "B", "B": "C", "C": "B"}[tier]
 
 
 # --- from the serving records to `training_labels` -------------------------------------------------

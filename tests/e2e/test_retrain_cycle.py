@@ -1,7 +1,7 @@
 """The feedback-driven retraining loop end to end, with real parts.
 
 Queries answered through the gRPC front door (real Redis, PostgreSQL, Celery workers with the
-embedded model, Triton serving version 1: the length router of `test_frontdoor_e2e`), feedback
+embedded model, Triton serving version 1: the length router of `tests/e2e/conftest.py`), feedback
 through `SubmitFeedback`, then the two jobs as a deployment runs them: `arag relabel` turns the
 feedback into live labels, `arag retrain` trains a MiniLM challenger on every `train` label and
 publishes it as version 2 only because it beats the champion on the held-out `test` labels. Triton
@@ -23,17 +23,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch  # noqa: F401  (a required dev dependency: `arag retrain` below trains with it)
+from e2e_stack import Stack  # the stack, Triton and model repository fixtures: tests/e2e/conftest.py
 
-pytest.importorskip("torch", reason="train extras (torch) not installed")
-
-from test_frontdoor_e2e import (  # noqa: E402,F401  (fixtures re-used: one stack for this module)
-    Stack, model_repository, stack, triton,
-)
-
-from adaptive_rag.classifier.repository import versions  # noqa: E402
-from adaptive_rag.storage import LabelStore, TrainingLabel  # noqa: E402
-from services.classifier.local import TritonProcess  # noqa: E402
-from services.frontdoor.stubs import pb2  # noqa: E402
+from adaptive_rag.routing.model_repository import versions
+from adaptive_rag.storage import LabelStore, TrainingLabel
+from services.classifier.local import TritonProcess
+from services.frontdoor.stubs import pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.model]
 

@@ -1,8 +1,16 @@
-"""Fixtures that start real backing services for the integration tests.
+"""Root conftest of the whole suite (unit, integration, e2e).
 
-`opensearch_url`: a real single-node OpenSearch started with `infra/opensearch/start.sh` on a free
-loopback port with a temporary data directory, stopped at the end of the session. With
-`OPENSEARCH_URL` set, that cluster is used instead and nothing is started.
+1. The CI skip guard (`ci_skip_guard.py`): with `CI=true` (CI runs `CI=true bash .ci/run`) any
+   skipped test fails the run unless its node id is on `CI_ALLOWED_SKIPS` below, with its reason.
+   A missing dependency, server or data file must make CI red, not quietly shorter.
+2. Fixtures that start real backing services, shared by tests/integration (one or a few real
+   services) and tests/e2e (the whole stack through gRPC):
+
+   - `opensearch_url`: a real single-node OpenSearch started with `infra/opensearch/start.sh` on a
+     free loopback port with a temporary data directory, stopped at the end of the session. With
+     `OPENSEARCH_URL` set, that cluster is used instead and nothing is started.
+   - `redis_url`: a real redis-server on a free loopback port (`ARAG_TEST_REDIS_URL`: that one).
+   - `postgres_url`: a real PostgreSQL on a free loopback port (`ARAG_TEST_POSTGRES_URL`: that one).
 """
 
 from __future__ import annotations
@@ -13,10 +21,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ci_skip_guard import SkipGuard, ci_enabled
 
 from infra.local.servers import free_port
 
-REPO = Path(__file__).resolve().parents[2]
+# Skips that may stay skips under CI=true: node id (or test id without its `[...]`) -> reason.
+# Keep this short: every entry is a test CI does not run. Empty on purpose.
+CI_ALLOWED_SKIPS: dict[str, str] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(SkipGuard(CI_ALLOWED_SKIPS, ci_enabled()), "ci-skip-guard")
+
+
+REPO = Path(__file__).resolve().parents[1]
 OPENSEARCH_DIR = REPO / "infra" / "opensearch"
 # The first start builds the launcher and may download the jars into ~/.m2.
 START_TIMEOUT_S = 900
@@ -50,9 +68,6 @@ def opensearch_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             [str(OPENSEARCH_DIR / "stop.sh"), str(base)], check=False, timeout=60,
             capture_output=True,
         )
-
-
-# --- Redis and PostgreSQL (issue 4) ----------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")

@@ -7,14 +7,16 @@ No server may be configured for this: the test removes REDIS_URL, DATABASE_URL, 
 TRITON_URL/TRITON_GRPC_URL and LLM_BASE_URL from the demo's environment. The demo marks every
 process it starts with `ARAG_DEMO_RUN=<id>`; the test looks for that id in /proc afterwards.
 
-Run: `.venv/bin/pytest -q tests/integration/test_service_demo.py` (2-4 minutes on 2 busy cores)
+Run: `.venv/bin/pytest -q tests/e2e/test_service_demo.py` (2-4 minutes on 2 busy cores)
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -22,8 +24,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("pytriton", reason="nvidia-pytriton not installed")
+import pytriton  # noqa: F401  (a required dependency: the demo's local Triton)
 
 pytestmark = [pytest.mark.integration, pytest.mark.model]
 
@@ -31,12 +32,25 @@ REPO = Path(__file__).resolve().parents[2]
 SERVER_SETTINGS = ("REDIS_URL", "DATABASE_URL", "OPENSEARCH_URL", "TRITON_URL", "TRITON_GRPC_URL",
                    "LLM_BASE_URL", "ARAG_RETRIEVER", "ARAG_INDEX_DIR", "ARAG_BROKER_DIR")
 RUN_TIMEOUT_S = 900
+STRATEGIES = {"A": {"no_retrieval"}, "B": {"single_step"}, "C": {"ircot", "decompose"}}
 
 
 def demo_env(marker: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in SERVER_SETTINGS}
     env.update(ARAG_DEMO_RUN=marker, PYTHONUNBUFFERED="1", COLUMNS="200")
     return env
+
+
+def recorded_decisions(database: Path) -> dict[str, dict]:
+    """Per request id, the routing decision and the primary result the demo's SQLite holds."""
+    with sqlite3.connect(database) as conn:
+        conn.row_factory = sqlite3.Row
+        found = conn.execute(
+            "SELECT d.request_id, d.tier, d.fallback, d.model_version, r.tier AS result_tier, r.answer"
+            " FROM routing_decisions d JOIN results r"
+            " ON r.request_id = d.request_id AND r.kind = 'primary'"
+        ).fetchall()
+    return {row["request_id"]: dict(row) for row in found}
 
 
 def marked_processes(marker: str) -> list[str]:
@@ -69,19 +83,37 @@ def test_demo_answers_every_tier_through_grpc_and_leaves_nothing_running(tmp_pat
     assert "filesystem broker" in output and "SQLite" in output and "local Triton" in output
     assert "front door on 127.0.0.1:" in output
     assert "3 questions through gRPC" in output
+    served = re.search(r"Triton serving complexity v(\d+) ", output)
+    assert served, output[-6000:]
+    served_version = int(served.group(1))
     rows = json.loads(rows_path.read_text())["rows"]
     assert [r["expected"] for r in rows] == ["A", "B", "C"]
+    decisions = recorded_decisions(tmp_path / "demo" / "arag.db")
     for row in rows:
         assert row["status"] == "OK", row
-        assert row["tier"] in {"A", "B", "C"}, row
-        assert row["strategy"] in {"no_retrieval", "single_step", "ircot", "decompose"}, row
+        assert row["tier"] in STRATEGIES, row
+        assert row["strategy"] in STRATEGIES[row["tier"]], row
         assert row["request_id"] and isinstance(row["answer"], str)
-        assert row["fallback"] or row["model_version"] >= 1, row
         assert row["timings_ms"]["total"] > 0
-        # The printed line of each query: tier, status, latency, question.
-        assert f"{row['tier']} OK" in output and row["question"] in output
+        if row["fallback"]:
+            assert row["routed_by"].startswith("rules fallback"), row
+        else:  # routed by the model Triton serves, with its probabilities
+            assert row["model_version"] == served_version, row
+            assert row["routed_by"] == f"complexity v{served_version}", row
+            assert set(row["probabilities"]) == set(STRATEGIES), row
+            assert abs(sum(row["probabilities"].values()) - 1.0) < 1e-3, row
+        # The printed line of this query: its tier, status, latency and question.
+        line = rf"^\s*{row['tier']} OK\s+\d+\.\d+ s\s+{re.escape(row['question'])}\s*$"
+        assert re.search(line, output, re.MULTILINE), (line, output[-6000:])
+        # The routing decision and the result recorded for the request say the same.
+        decision = decisions[row["request_id"]]
+        assert decision["tier"] == row["tier"] and bool(decision["fallback"]) == row["fallback"], (decision, row)
+        assert decision["model_version"] == (None if row["fallback"] else served_version), decision
+        assert decision["result_tier"] == row["tier"] and decision["answer"] == row["answer"], decision
         for source in row["sources"]:  # help-center passages (a greeting may match none)
             assert source["id"].startswith("kb-") and source["title"], source
+    # Triton answered: at least one query was routed by the served model, not all by the rules.
+    assert [r for r in rows if not r["fallback"]], rows
     assert any(r["answer"].strip() for r in rows)
     assert "3/3 answered" in output
     assert "no process left" in output

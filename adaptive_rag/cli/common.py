@@ -1,0 +1,118 @@
+"""What every `arag` command shares: the consoles, the progress bar, the error handling of the
+entry point, the settings (read once per command) and the options several commands take.
+
+Imports no other module of `adaptive_rag.cli` (the command modules import this one)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+)
+
+from adaptive_rag.errors import AdaptiveRagError
+from adaptive_rag.settings import ClassifierSettings, Settings
+
+if TYPE_CHECKING:
+    from adaptive_rag.storage import LabelStore
+
+console = Console()
+err_console = Console(stderr=True)
+
+# --- options several commands take ----------------------------------------------------------------
+Retr = Annotated[Optional[str], typer.Option("--retriever", help="tantivy | opensearch")]
+IndexDir = Annotated[Optional[Path], typer.Option("--index-dir", help="tantivy index directory")]
+DataDir = Annotated[Optional[Path], typer.Option("--data-dir", help="benchmark data (default: ARAG_DATA_DIR)")]
+DbUrl = Annotated[Optional[str], typer.Option("--database-url", help="default: DATABASE_URL or sqlite:///var/arag.db")]
+RepoOpt = Annotated[Optional[Path], typer.Option("--repository", help="Triton model repository (default: ARAG_MODEL_REPOSITORY)")]
+
+
+# --- settings --------------------------------------------------------------------------------------
+
+
+def _given(overrides: dict[str, object]) -> dict[str, object]:
+    return {k: v for k, v in overrides.items() if v is not None}
+
+
+def load_settings(**overrides: object) -> Settings:
+    """`Settings` from the environment, with the options the user gave (None: not given)."""
+    return Settings(**_given(overrides))
+
+
+def load_classifier_settings(**overrides: object) -> ClassifierSettings:
+    """`ClassifierSettings` from the environment, with the options the user gave."""
+    return ClassifierSettings(**_given(overrides))
+
+
+def open_label_store(database_url: str) -> LabelStore:
+    """The `training_labels` store of `database_url`, migrated to the latest schema first."""
+    from adaptive_rag.storage import LabelStore, make_engine, upgrade_database
+
+    upgrade_database(database_url)
+    return LabelStore(make_engine(database_url))
+
+
+# --- output ----------------------------------------------------------------------------------------
+
+
+@contextmanager
+def progress_bar(description: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr; yields `advance(n)`."""
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, transient=False,
+    ) as progress:
+        task = progress.add_task(description, total=total)
+        yield lambda n=1: progress.advance(task, n)
+
+
+# --- strategies ------------------------------------------------------------------------------------
+
+STRATEGY_ALIASES = {"a": "no_retrieval", "b": "single_step", "c": "multi_step"}
+
+
+def resolve_strategy(name: str, settings: Settings) -> str:
+    """A strategy name from a tier letter, `multi_step` (the configured C variant) or a name."""
+    from adaptive_rag.strategies import STRATEGY_NAMES
+
+    name = STRATEGY_ALIASES.get(name.lower(), name)
+    name = settings.multi_step if name == "multi_step" else name
+    if name not in STRATEGY_NAMES:
+        raise typer.BadParameter(
+            f"unknown strategy {name!r}; choose a, b, c, auto or one of {', '.join(STRATEGY_NAMES)}"
+        )
+    return name
+
+
+# --- entry point -----------------------------------------------------------------------------------
+
+
+def run_app(app: typer.Typer) -> None:
+    """Run `app`: library errors become one clear line and exit code 2, never a traceback."""
+    from pydantic import ValidationError
+
+    try:
+        app(standalone_mode=False)
+    except AdaptiveRagError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}")
+        sys.exit(2)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()
+        )
+        err_console.print(f"[bold red]error:[/] invalid configuration: {problems}")
+        sys.exit(2)
+    except typer.TyperException as exc:  # usage errors (BadParameter ...) carry their exit code
+        show = getattr(exc, "show", None)
+        if show:
+            show()
+        sys.exit(getattr(exc, "exit_code", 2))
+    except (typer.Exit, typer.Abort) as exc:
+        sys.exit(getattr(exc, "exit_code", 1))

@@ -1,0 +1,150 @@
+"""The serving vocabulary: every enum, name and message that crosses a process or layer boundary.
+
+The front door, the workers, the records store and the classifier all speak these types; each
+edge serialises them (Celery JSON, SQL rows, protobuf) and parses them back into the same types,
+so a reply built from a live result and one built from a stored row cannot differ. Every name that
+two components must agree on (queues, the task, the model and its tensors) is spelled here once.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from types import MappingProxyType
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Tier(StrEnum):
+    """Query complexity tiers of Adaptive-RAG, cheapest first."""
+
+    A = "A"  # no retrieval
+    B = "B"  # single step
+    C = "C"  # multi step
+
+
+TIERS: tuple[Tier, ...] = (Tier.A, Tier.B, Tier.C)  # also the classifier's output order
+
+
+class RequestStatus(StrEnum):
+    """Where one request is; `set_status` never moves a finished request back in flight."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    ERROR = "error"
+    REJECTED = "rejected"  # its tier's queue was full; nothing ran
+
+
+IN_FLIGHT = frozenset({RequestStatus.QUEUED, RequestStatus.RUNNING})
+FINISHED = frozenset({RequestStatus.DONE, RequestStatus.ERROR})
+# A request that never ran may be admitted again when its client resends the same client_request_id.
+NEVER_RAN = frozenset({RequestStatus.REJECTED})
+
+
+class ResultKind(StrEnum):
+    PRIMARY = "primary"  # the answer the client gets
+    SHADOW = "shadow"  # a neighbouring tier's run, for unbiased labels
+
+
+class ErrorCode(StrEnum):
+    """Why a worker recorded an error instead of an answer (the front door maps these to gRPC)."""
+
+    DEPENDENCY_UNAVAILABLE = "dependency_unavailable"  # retriever, LLM or database away after retries
+    TIME_LIMIT = "time_limit"  # the tier's time limit ended the run
+    INTERNAL = "internal"  # a bug, or a task that kept killing its worker
+
+
+# --- names two processes must agree on -------------------------------------------------------------
+
+ANSWER_TASK = "adaptive_rag.answer"
+QUEUE_FOR_TIER: MappingProxyType[Tier, str] = MappingProxyType(
+    {Tier.A: "tier-a", Tier.B: "tier-b", Tier.C: "tier-c"}
+)
+SHADOW_QUEUE = "shadow"
+# Comparison setup only (benchmarks/queue_isolation.py): every tier's primary task on one queue.
+SHARED_QUEUE = "shared"
+# Which tier a shadow run tries: one step dearer, except C, which tries the cheaper B.
+SHADOW_TIER: MappingProxyType[Tier, Tier] = MappingProxyType(
+    {Tier.A: Tier.B, Tier.B: Tier.C, Tier.C: Tier.B}
+)
+
+CLASSIFIER_MODEL = "complexity"  # the model's name in the Triton model repository
+CLASSIFIER_INPUTS = ("input_ids", "attention_mask")  # INT64 [batch, sequence]
+CLASSIFIER_OUTPUT = "logits"  # FP32 [batch, 3], in `TIERS` order
+RULES_MODEL = "rules"  # the model name recorded when the rules fallback decided
+
+
+# --- messages --------------------------------------------------------------------------------------
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RoutingDecision(_Message):
+    """The tier chosen for one query and why; recorded with every request.
+
+    `strategy` and `classify_ms` are filled in by the admission step (the policy knows neither).
+    """
+
+    tier: Tier
+    probabilities: dict[str, float] | None = None  # {"A": p, "B": p, "C": p}; None: rules decided
+    model_name: str = RULES_MODEL
+    model_version: int | None = None
+    fallback: bool = False
+    reason: str = ""
+    strategy: str = ""
+    classify_ms: float = 0.0
+
+
+class AnswerTask(_Message):
+    """What a worker is asked to do: run `strategy` for `tier` on `query`."""
+
+    request_id: str
+    query: str
+    tier: Tier
+    strategy: str
+    kind: ResultKind = ResultKind.PRIMARY
+    enqueued_at: float = Field(description="Unix time the front door sent it (queue wait)")
+
+    @property
+    def task_id(self) -> str:
+        """The primary run's task id is the request id (anyone holding it can wait for the
+        result); a shadow run adds its kind and tier."""
+        return task_id_for(self.request_id, self.kind, self.tier)
+
+
+def task_id_for(request_id: str, kind: ResultKind = ResultKind.PRIMARY, tier: Tier | None = None) -> str:
+    return request_id if kind is ResultKind.PRIMARY else f"{request_id}.{kind.value}.{tier}"
+
+
+class Source(_Message):
+    id: str
+    title: str
+    score: float = 0.0
+
+
+class Timings(_Message):
+    queue_wait_ms: float = 0.0
+    strategy_ms: float = 0.0
+    retrieve_ms: float = 0.0
+    generate_ms: float = 0.0
+
+
+class AnswerResult(_Message):
+    """What a worker produced for one task: an answer, or an error code with its detail."""
+
+    request_id: str
+    kind: ResultKind = ResultKind.PRIMARY
+    tier: Tier
+    strategy: str
+    answer: str | None = None
+    steps: int = 0
+    sources: tuple[Source, ...] = ()
+    timings: Timings = Timings()
+    error: str | None = None
+    error_code: ErrorCode | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code is None

@@ -1,0 +1,317 @@
+"""Answering a client's query, reading a stored reply, taking feedback: the front door's use cases.
+
+One Answer: authenticate (API key -> tenant) -> validate -> idempotency check (tenant,
+client_request_id) -> record the request -> classify (router: Triton + policy, rules fallback)
+-> record the decision -> check the tier queue's depth (`QueueFullError` when full) -> enqueue on
+the tier's queue (and, for a sampled share, a shadow run on the neighbouring tier) -> wait for the
+result within the deadline (`AnswerTimeoutError` while the work continues; `get_result` returns
+it later). A live reply and a replayed one are the same `Answered`, built from the same types.
+
+Records calls block (SQLAlchemy); they run on a small thread pool so the event loop stays free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import structlog
+
+from adaptive_rag.contracts import (
+    FINISHED, NEVER_RAN, SHADOW_TIER, AnswerResult, AnswerTask, RequestStatus, ResultKind,
+    RoutingDecision, Tier, task_id_for,
+)
+from adaptive_rag.errors import (
+    AnswerFailedError, AnswerTimeoutError, ClientRequestIdReusedError, DuplicateRequestError,
+    QueueFullError, RequestNotFinishedError, RequestNotFoundError, UnauthenticatedError,
+)
+from adaptive_rag.serving.ports import Records, ResultWaiter, Router, TaskQueue
+from adaptive_rag.storage.records import RequestView
+from adaptive_rag.validation import (
+    check_client_request_id, check_feedback, check_request_id, decode_query,
+)
+
+LOG = structlog.get_logger("serving.admission")
+IO_THREADS = 16
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class AdmissionConfig:
+    """What admission needs to know; the front door builds it from its settings once."""
+
+    max_query_chars: int
+    max_queue_depth: Mapping[Tier, int]
+    strategy_for: Callable[[Tier], str]
+    shadow_share: float = 0.0
+
+
+@dataclass
+class CallProgress:
+    """What one call learned so far; the edge reads it for metrics, logs and trailing metadata
+    even when the call ends in an error."""
+
+    request_id: str | None = None
+    tier: Tier | None = None
+
+    def bind(self, **values: Any) -> None:
+        if "request_id" in values:
+            self.request_id = values["request_id"]
+        structlog.contextvars.bind_contextvars(**values)
+
+
+@dataclass(frozen=True)
+class Answered:
+    """A reply: the routing decision and the worker's result, live or stored."""
+
+    request_id: str
+    decision: RoutingDecision
+    result: AnswerResult
+    total_ms: float  # receipt to reply; for a stored reply the work's own time
+    replayed: bool
+
+    @classmethod
+    def stored(cls, request_id: str, decision: RoutingDecision, result: AnswerResult) -> Answered:
+        work_ms = decision.classify_ms + result.timings.queue_wait_ms + result.timings.strategy_ms
+        return cls(request_id, decision, result, work_ms, replayed=True)
+
+
+class AnswerService:
+    """The use cases over the ports: `answer`, `get_result`, `submit_feedback`."""
+
+    def __init__(
+        self, records: Records, queue: TaskQueue, waiter: ResultWaiter, router: Router,
+        config: AdmissionConfig, sample: Callable[[], float] = random.random,
+        on_routed: Callable[[RoutingDecision], None] = lambda decision: None,
+        on_rejected: Callable[[Tier], None] = lambda tier: None,
+        on_queue_depth: Callable[[str, int], None] = lambda queue, depth: None,
+    ) -> None:
+        self.records = records
+        self.queue = queue
+        self.waiter = waiter
+        self.router = router
+        self.config = config
+        self._sample = sample
+        self._on_routed = on_routed
+        self._on_rejected = on_rejected
+        self._on_queue_depth = on_queue_depth
+        self._io_pool = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="serving-io")
+
+    def close(self) -> None:
+        self._io_pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _io(self, fn: Callable[..., T], *args: Any) -> T:
+        """A short blocking call (records, broker) off the event loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._io_pool, functools.partial(fn, *args))
+
+    async def authenticate(self, api_key: str, progress: CallProgress) -> str:
+        tenant = await self._io(self.records.tenant_for_key, api_key)
+        if tenant is None:
+            raise UnauthenticatedError("unknown or revoked API key")
+        progress.bind(tenant=tenant)
+        return tenant
+
+    # --- Answer ----------------------------------------------------------------------------------
+
+    async def answer(
+        self, api_key: str, raw_query: bytes, client_request_id: str | None, deadline: float,
+        progress: CallProgress,
+    ) -> Answered:
+        """`deadline` is a `time.monotonic()` instant by which the reply must be sent."""
+        started = time.perf_counter()
+        tenant = await self.authenticate(api_key, progress)
+        query = decode_query(raw_query, self.config.max_query_chars)
+        if client_request_id is not None:
+            client_request_id = check_client_request_id(client_request_id)
+            existing = await self._io(self.records.find_request, tenant, client_request_id)
+            if existing is not None:
+                return await self._replay(existing, query, deadline, progress, started)
+        request_id = uuid.uuid4().hex
+        progress.bind(request_id=request_id)
+        try:
+            await self._io(self.records.create_request, request_id, tenant, client_request_id, query)
+        except DuplicateRequestError:  # another replica took this client_request_id just now
+            existing = await self._io(self.records.find_request, tenant, client_request_id)
+            return await self._replay(existing, query, deadline, progress, started)
+        decision = await self._classify_and_record(request_id, query)
+        return await self._admit(request_id, query, decision, deadline, progress, started)
+
+    async def _classify_and_record(self, request_id: str, query: str) -> RoutingDecision:
+        start = time.perf_counter()
+        routed = await self.router.route(query)
+        decision = routed.model_copy(update={
+            "strategy": self.config.strategy_for(routed.tier),
+            "classify_ms": 1000 * (time.perf_counter() - start),
+        })
+        self._on_routed(decision)
+        await self._io(self.records.record_decision, request_id, decision)
+        LOG.info("routed", tier=decision.tier.value, fallback=decision.fallback,
+                 model_version=decision.model_version, classify_ms=round(decision.classify_ms, 2),
+                 reason=decision.reason)
+        return decision
+
+    async def _admit(
+        self, request_id: str, query: str, decision: RoutingDecision, deadline: float,
+        progress: CallProgress, started: float,
+    ) -> Answered:
+        """Queue-depth check, enqueue (+ shadow), wait; the decision is already recorded."""
+        tier = decision.tier
+        progress.tier = tier
+        queue = self.queue.queue_name(tier)
+        limit = self.config.max_queue_depth[tier]
+        depth = await self._io(self.queue.depth, queue)
+        self._on_queue_depth(queue, depth)
+        if depth >= limit:
+            await self._io(self.records.set_status, request_id, RequestStatus.REJECTED)
+            self._on_rejected(tier)
+            raise QueueFullError(
+                f"tier {tier.value} queue '{queue}' holds {depth} tasks (limit {limit}); retry later "
+                f"(with the same client_request_id to keep request {request_id})"
+            )
+        task = AnswerTask(request_id=request_id, query=query, tier=tier, strategy=decision.strategy,
+                          enqueued_at=time.time())
+        await self._io(self.queue.enqueue, task)
+        await self._maybe_shadow(request_id, query, tier)
+        result = await self._wait(request_id, deadline)
+        return Answered(request_id, decision, result, 1000 * (time.perf_counter() - started), False)
+
+    async def _maybe_shadow(self, request_id: str, query: str, tier: Tier) -> None:
+        share = self.config.shadow_share
+        if share <= 0.0 or self._sample() >= share:
+            return
+        shadow = SHADOW_TIER[tier]
+        task = AnswerTask(request_id=request_id, query=query, tier=shadow,
+                          strategy=self.config.strategy_for(shadow), kind=ResultKind.SHADOW,
+                          enqueued_at=time.time())
+        try:
+            await self._io(self.queue.enqueue, task)
+            LOG.info("shadow_enqueued", shadow_tier=shadow.value, strategy=task.strategy)
+        except Exception as exc:  # noqa: BLE001 - a shadow run is optional; the answer is not
+            LOG.warning("shadow_enqueue_failed", shadow_tier=shadow.value, error=str(exc))
+
+    async def _wait(self, request_id: str, deadline: float) -> AnswerResult:
+        """The primary run's result within the deadline (its task id is the request id)."""
+        budget = deadline - time.monotonic()
+        if budget <= 0:
+            raise _timeout(request_id, 0.0)
+        try:
+            result = await self.waiter.wait(task_id_for(request_id), budget)
+        except TimeoutError:
+            raise _timeout(request_id, budget) from None
+        return _answer_or_raise(request_id, result)
+
+    async def _replay(
+        self, existing: RequestView, query: str, deadline: float, progress: CallProgress,
+        started: float,
+    ) -> Answered:
+        """A repeated client_request_id: the stored reply, or wait for the run in progress.
+
+        A request that never ran (rejected because its queue was full, or the front door stopped
+        before routing it) is admitted now under its original request id.
+        """
+        request_id = existing.request_id
+        progress.bind(request_id=request_id, replay=True)
+        if existing.query != query:
+            raise ClientRequestIdReusedError(
+                f"client_request_id {existing.client_request_id!r} was already used for a "
+                f"different query (request {request_id})"
+            )
+        decision = await self._io(self.records.decision_for, request_id)
+        if decision is None or existing.status in NEVER_RAN:
+            if decision is None:
+                decision = await self._classify_and_record(request_id, query)
+            await self._io(self.records.set_status, request_id, RequestStatus.QUEUED)
+            return await self._admit(request_id, query, decision, deadline, progress, started)
+        progress.tier = decision.tier
+        if existing.status in FINISHED:
+            result = await self._stored_result(request_id)
+        else:
+            result = await self._wait(request_id, deadline)
+        return Answered.stored(request_id, decision, result)
+
+    async def _stored_result(self, request_id: str) -> AnswerResult:
+        stored = await self._io(self.records.get_result, request_id)
+        if stored is None:
+            raise RuntimeError(f"request {request_id} is finished but has no result row")
+        return _answer_or_raise(request_id, stored)
+
+    # --- GetResult -------------------------------------------------------------------------------
+
+    async def get_result(self, api_key: str, request_id: str, progress: CallProgress) -> Answered:
+        tenant = await self.authenticate(api_key, progress)
+        request_id = check_request_id(request_id)
+        view = await self._io(self.records.get_request, request_id)
+        if view is None or view.tenant != tenant:
+            raise RequestNotFoundError(f"no request {request_id} for this API key's tenant")
+        progress.bind(request_id=request_id)
+        decision = await self._io(self.records.decision_for, request_id)
+        if decision is not None:
+            progress.tier = decision.tier
+        if view.status in FINISHED and decision is not None:
+            return Answered.stored(request_id, decision, await self._stored_result(request_id))
+        if view.status in NEVER_RAN:
+            raise RequestNotFinishedError(
+                f"request {request_id} was {view.status.value} and never ran; send the Answer again "
+                "(with the same client_request_id to keep this request id)"
+            )
+        raise RequestNotFinishedError(
+            f"request {request_id} is still {view.status.value}; call GetResult again later"
+        )
+
+    # --- SubmitFeedback --------------------------------------------------------------------------
+
+    async def submit_feedback(
+        self, api_key: str, request_id: str, rating: int, correct_answer: str | None,
+        comment: str | None, progress: CallProgress,
+    ) -> int:
+        tenant = await self.authenticate(api_key, progress)
+        request_id = check_request_id(request_id)
+        check_feedback(rating, correct_answer, comment)
+        progress.bind(request_id=request_id)
+        try:
+            feedback_id = await self._io(
+                self.records.add_feedback, request_id, tenant, rating, correct_answer, comment
+            )
+        except RequestNotFoundError:
+            raise RequestNotFoundError(f"no request {request_id} for this API key's tenant") from None
+        LOG.info("feedback", rating=rating, feedback_id=feedback_id)
+        return feedback_id
+
+    # --- queues ----------------------------------------------------------------------------------
+
+    async def queue_depths(self, queues: list[str]) -> dict[str, int]:
+        """Current depth of each queue (for the queue-depth gauge); unreachable ones are left out."""
+        depths: dict[str, int] = {}
+        for queue in queues:
+            try:
+                depths[queue] = await self._io(self.queue.depth, queue)
+            except Exception as exc:  # noqa: BLE001 - the broker may be briefly away
+                LOG.warning("queue_depth_failed", queue=queue, error=str(exc))
+        for queue, depth in depths.items():
+            self._on_queue_depth(queue, depth)
+        return depths
+
+
+def _timeout(request_id: str, budget: float) -> AnswerTimeoutError:
+    waited = f" within {budget:.2f} s" if budget else ""
+    return AnswerTimeoutError(
+        f"no answer{waited}; request {request_id} keeps running: GetResult(request_id=\"{request_id}\")",
+        request_id,
+    )
+
+
+def _answer_or_raise(request_id: str, result: AnswerResult) -> AnswerResult:
+    if result.error_code is not None:
+        raise AnswerFailedError(
+            f"request {request_id} failed in the worker: {result.error or result.error_code.value}",
+            result.error_code,
+        )
+    return result

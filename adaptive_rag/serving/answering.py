@@ -1,0 +1,146 @@
+"""What a worker does with one `AnswerTask`: run the tier's strategy, write the result once, return
+it (the queue's result backend then publishes it to whoever waits).
+
+Guarantees on top of the queue's at-least-once delivery:
+- one result row per (request, kind, tier): a second delivery returns the stored result, and two
+  runs racing each other both end with the result the first writer stored;
+- transient failures (retriever or LLM unreachable, index missing, database hiccup) raise
+  `RetryLater` while the delivery may still retry; after that, and for any other failure, an
+  error result is recorded and returned, so the client always gets an answer or an error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from adaptive_rag.contracts import (
+    AnswerResult, AnswerTask, ErrorCode, RequestStatus, ResultKind, Source, Timings,
+)
+from adaptive_rag.domain import StrategyResult
+from adaptive_rag.errors import IndexNotFoundError, LLMUnavailableError, RetrieverUnavailableError
+from adaptive_rag.ports import LLM, Retriever
+from adaptive_rag.serving.ports import Records
+from adaptive_rag.settings import Settings
+from adaptive_rag.strategies import build_strategy
+
+LOG = structlog.get_logger("serving.answering")
+# Failures that may pass: the same task can succeed a little later.
+TRANSIENT: tuple[type[BaseException], ...] = (
+    RetrieverUnavailableError, LLMUnavailableError, IndexNotFoundError, OperationalError,
+    InterfaceError, ConnectionError, TimeoutError,
+)
+
+
+class StrategyResources(Protocol):
+    """What running a strategy needs; loaded once per worker process, on first use."""
+
+    settings: Settings
+
+    def retriever(self) -> Retriever: ...
+    def llm(self) -> LLM: ...
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How this run of a task was delivered: by whom, which attempt, whether a retry is left."""
+
+    worker: str
+    attempt: int
+    may_retry: bool
+
+
+class RetryLater(Exception):
+    """A transient failure the queue should retry (the edge chooses the backoff)."""
+
+
+def answer_task(
+    task: AnswerTask, records: Records, resources: StrategyResources, delivery: Delivery,
+    time_limit_errors: tuple[type[BaseException], ...] = (),
+    clock: Callable[[], float] = time.time,
+) -> AnswerResult:
+    """Answer `task`, record the result once, and return the result that was stored.
+
+    `time_limit_errors`: the exceptions the queue raises inside a run that hit its soft time
+    limit (recorded as `ErrorCode.TIME_LIMIT`).
+    """
+    started = clock()
+    log = LOG.bind(request_id=task.request_id, kind=task.kind.value, tier=task.tier.value,
+                   strategy=task.strategy, attempt=delivery.attempt, worker=delivery.worker)
+
+    def failed(code: ErrorCode, exc: BaseException) -> AnswerResult:
+        log.error("task.failed", error_code=code.value, error=_describe(exc))
+        return write_once(records, failure(task, code, _describe(exc), started, clock()), delivery)
+
+    try:
+        existing = records.get_result(task.request_id, task.kind, task.tier)
+        if existing is not None:  # a second delivery of a task that already finished
+            log.info("task.already_done")
+            return existing
+        if task.kind is ResultKind.PRIMARY:
+            records.set_status(task.request_id, RequestStatus.RUNNING)
+        log.info("task.started")
+        retriever = resources.retriever() if task.strategy != "no_retrieval" else None
+        runner = build_strategy(task.strategy, retriever, resources.llm(), resources.settings)  # type: ignore[arg-type]
+        outcome = runner.run(task.query)
+        result = AnswerResult(
+            request_id=task.request_id, kind=task.kind, tier=task.tier, strategy=task.strategy,
+            answer=outcome.answer, steps=outcome.steps,
+            sources=tuple(Source(id=p.id, title=p.title, score=float(p.score)) for p in outcome.passages),
+            timings=_timings(task, outcome, started, clock()),
+        )
+        stored = write_once(records, result, delivery)
+        log.info("task.done", steps=outcome.steps, ms=stored.timings.strategy_ms)
+        return stored
+    except time_limit_errors as exc:
+        return failed(ErrorCode.TIME_LIMIT, exc)
+    except TRANSIENT as exc:
+        if delivery.may_retry:
+            log.warning("task.retry", error=_describe(exc))
+            raise RetryLater(_describe(exc)) from exc
+        return failed(ErrorCode.DEPENDENCY_UNAVAILABLE, exc)
+    except Exception as exc:  # noqa: BLE001 - a bug or bad input: recorded, not retried
+        return failed(ErrorCode.INTERNAL, exc)
+
+
+def write_once(records: Records, result: AnswerResult, delivery: Delivery) -> AnswerResult:
+    """Write the result once; whoever wrote first decides what every delivery returns."""
+    records.save_result(result, delivery.worker, delivery.attempt)
+    return records.get_result(result.request_id, result.kind, result.tier) or result
+
+
+def failure(
+    task: AnswerTask, code: ErrorCode, detail: str, started: float | None = None,
+    ended: float | None = None,
+) -> AnswerResult:
+    """The error result of `task` (no answer, the code and its detail)."""
+    timings = Timings()
+    if started is not None and ended is not None:
+        timings = Timings(queue_wait_ms=_ms(started - task.enqueued_at), strategy_ms=_ms(ended - started))
+    return AnswerResult(
+        request_id=task.request_id, kind=task.kind, tier=task.tier, strategy=task.strategy,
+        error=detail, error_code=code, timings=timings,
+    )
+
+
+def _timings(task: AnswerTask, outcome: StrategyResult, started: float, ended: float) -> Timings:
+    phases = outcome.timings
+    return Timings(
+        queue_wait_ms=_ms(started - task.enqueued_at),
+        strategy_ms=_ms(phases.get("total", ended - started)),
+        retrieve_ms=_ms(phases.get("retrieve", 0.0)),
+        generate_ms=_ms(phases.get("generate", 0.0)),
+    )
+
+
+def _ms(seconds: float) -> float:
+    return round(max(seconds, 0.0) * 1000, 3)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,56 @@
+"""What the serving use cases need from the outside world, as Protocols.
+
+Adapters: `adaptive_rag.storage.RecordStore` (records), `workers.client` (task queue and result
+waiter over Celery), `services.frontdoor.routing.ClassifierRouter` (router over Triton). Unit
+tests pass in-memory fakes.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from adaptive_rag.contracts import AnswerResult, AnswerTask, RequestStatus, ResultKind, RoutingDecision, Tier
+from adaptive_rag.storage.records import RequestView
+
+
+class Records(Protocol):
+    """Requests, routing decisions, results and feedback (blocking calls)."""
+
+    def tenant_for_key(self, key: str) -> str | None: ...
+    def find_request(self, tenant: str, client_request_id: str) -> RequestView | None: ...
+    def get_request(self, request_id: str) -> RequestView | None: ...
+    def create_request(
+        self, request_id: str, tenant: str, client_request_id: str | None, query: str,
+    ) -> RequestView: ...
+    def record_decision(self, request_id: str, decision: RoutingDecision) -> None: ...
+    def decision_for(self, request_id: str) -> RoutingDecision | None: ...
+    def set_status(self, request_id: str, status: RequestStatus) -> None: ...
+    def get_result(
+        self, request_id: str, kind: ResultKind = ResultKind.PRIMARY, tier: Tier | None = None,
+    ) -> AnswerResult | None: ...
+    def save_result(self, result: AnswerResult, worker: str, attempts: int) -> bool: ...
+    def add_feedback(
+        self, request_id: str, tenant: str, rating: int, correct_answer: str | None, comment: str | None,
+    ) -> int: ...
+
+
+class TaskQueue(Protocol):
+    """The tier queues (blocking calls)."""
+
+    def enqueue(self, task: AnswerTask) -> None: ...
+    def queue_name(self, tier: Tier) -> str: ...
+    def depth(self, queue: str) -> int: ...
+
+
+class ResultWaiter(Protocol):
+    """Waits for the result of a task that was enqueued (by this or another front door)."""
+
+    async def wait(self, task_id: str, timeout: float) -> AnswerResult:
+        """The task's result; raises `TimeoutError` when it is not there within `timeout` s."""
+        ...
+
+
+class Router(Protocol):
+    """Classifier + policy; never raises (falls back to the rules, flagged)."""
+
+    async def route(self, query: str) -> RoutingDecision: ...

@@ -1,0 +1,252 @@
+"""How producers (the front door, benchmarks, tests) talk to the workers: enqueue an `AnswerTask`
+on its tier's queue, read a queue's depth, wait for an `AnswerResult`.
+
+Light on purpose: only the Celery app, never the task module, the LLM or the retriever; the task
+is sent by name. The primary run's task id is the request id (`AnswerTask.task_id`), so anyone
+holding a request id can wait for its result again, e.g. a `GetResult` on another replica.
+
+Waiting for results:
+- Redis result backend (`REDIS_URL`): `RedisResultWaiter`, one pub/sub connection on the event
+  loop for every waiting Answer, no thread per wait. Celery's Redis backend writes a finished
+  task's meta to `celery-task-meta-<id>` and publishes it on a channel of that name in one
+  transaction. A wait subscribes, then reads the key (the task may have finished before the
+  subscription), then sleeps on a future that the reader task resolves; since subscription and
+  read use different connections and a pub/sub connection can drop, the key is read again every
+  `recheck_s`: a lost message costs at most that long, never the answer.
+- Any other backend (the server-less file backend of the embedded demo): `ThreadedResultWaiter`,
+  Celery's blocking `AsyncResult.get` on a thread pool (Celery keeps one backend per thread, so
+  each wait makes its own `AsyncResult` from the task id).
+Encoding, key names and states are Celery's own, so nothing here parses Celery's format by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import redis.asyncio as aioredis
+import structlog
+from celery import Celery, states
+from celery.exceptions import TimeoutError as CeleryTimeoutError
+
+from adaptive_rag.contracts import (
+    ANSWER_TASK, QUEUE_FOR_TIER, SHADOW_QUEUE, SHARED_QUEUE, AnswerResult, AnswerTask, ErrorCode,
+    ResultKind, Tier,
+)
+from workers import celery_app as _celery
+from workers.celery_app import QUEUES
+
+LOG = structlog.get_logger("workers.client")
+# Subscribed from the start so the reader always has a connection to read from.
+IDLE_CHANNEL = "arag-frontdoor-idle"
+
+
+class CeleryTaskQueue:
+    """The tier queues on Celery (`adaptive_rag.serving.ports.TaskQueue`)."""
+
+    def __init__(self, app: Celery | None = None) -> None:
+        self.app = app or _celery.app
+        self.settings = _celery.app_settings(self.app)
+
+    def queue_name(self, tier: Tier) -> str:
+        return SHARED_QUEUE if self.settings.shared_queue else QUEUE_FOR_TIER[Tier(tier)]
+
+    def enqueue(self, task: AnswerTask) -> None:
+        """Send the task to its tier's queue (shadow runs: the shadow queue) with that tier's
+        soft/hard time limits."""
+        soft, hard = self.settings.time_limits(task.tier)
+        queue = self.queue_name(task.tier) if task.kind is ResultKind.PRIMARY else SHADOW_QUEUE
+        self.app.send_task(
+            ANSWER_TASK, kwargs={"task": task.model_dump(mode="json")}, task_id=task.task_id,
+            queue=queue, routing_key=queue, soft_time_limit=soft, time_limit=hard,
+        )
+
+    def depth(self, queue: str) -> int:
+        """Messages waiting in `queue` (not the ones workers already reserved).
+
+        kombu's passive declare counts them per transport: LLEN over the queue's Redis lists
+        (one per priority), or the message files of the queue in the filesystem broker.
+        """
+        if queue not in (*QUEUES, SHARED_QUEUE):
+            raise ValueError(f"unknown queue {queue!r}; one of {', '.join(QUEUES)}")
+        with self.app.pool.acquire(block=True) as connection:
+            channel = connection.default_channel
+            try:
+                return int(channel.queue_declare(queue=queue, passive=True).message_count)
+            except connection.channel_errors:  # Redis: an empty queue has no key at all
+                return 0
+
+
+def result_from_meta(task_id: str, meta: dict[str, Any]) -> AnswerResult:
+    """The task's result; a task that died outside its own error handling (it never returned a
+    result) becomes an `internal` error result."""
+    if meta.get("status") == states.SUCCESS and isinstance(meta.get("result"), dict):
+        return AnswerResult.model_validate(meta["result"])
+    failure = meta.get("result")
+    if isinstance(failure, dict):
+        detail = f"{failure.get('exc_type', 'Error')}: {failure.get('exc_message', '')}"
+    else:
+        detail = f"task ended {meta.get('status')}: {failure!r}"
+    request_id, _, rest = task_id.partition(".")
+    kind, _, tier = rest.partition(".")
+    return AnswerResult(
+        request_id=request_id, kind=ResultKind(kind or ResultKind.PRIMARY), tier=Tier(tier or Tier.B),
+        strategy="", error=detail, error_code=ErrorCode.INTERNAL,
+    )
+
+
+class ThreadedResultWaiter:
+    """`await wait(task_id, timeout)` through Celery's blocking wait on a thread pool."""
+
+    def __init__(self, app: Celery | None = None, threads: int = 64) -> None:
+        self.app = app or _celery.app
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="result-wait")
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _blocking_wait(self, task_id: str, timeout: float) -> AnswerResult:
+        handle = self.app.AsyncResult(task_id)
+        try:  # propagate=False: a failed task's exception is returned, not raised
+            value = handle.get(timeout=timeout, propagate=False, disable_sync_subtasks=False)
+        except CeleryTimeoutError as exc:
+            raise TimeoutError(f"no result for task {task_id} within {timeout:.1f} s") from exc
+        if handle.successful():
+            return result_from_meta(task_id, {"status": states.SUCCESS, "result": value})
+        failure = {"exc_type": type(value).__name__, "exc_message": str(value)}
+        return result_from_meta(task_id, {"status": handle.state, "result": failure})
+
+    async def wait(self, task_id: str, timeout: float) -> AnswerResult:
+        loop = asyncio.get_running_loop()
+        # Celery's blocking wait can overshoot its timeout (it drains its result consumer in 1 s
+        # steps), so the budget is enforced here too; a late thread ends idle.
+        return await asyncio.wait_for(
+            loop.run_in_executor(self._pool, functools.partial(self._blocking_wait, task_id, timeout)),
+            timeout,
+        )
+
+
+class RedisResultWaiter:
+    """`await wait(task_id, timeout)` -> the task's result, or `TimeoutError`."""
+
+    def __init__(
+        self, redis_url: str, key_for: Callable[[str], bytes | str],
+        decode: Callable[[bytes], dict[str, Any]], recheck_s: float = 2.0, max_connections: int = 16,
+    ) -> None:
+        self.max_connections = max_connections
+        self.redis_url = redis_url
+        self._key_for = key_for
+        self._decode = decode
+        self.recheck_s = recheck_s
+        self._waiters: dict[str, set[asyncio.Future]] = {}
+        self._redis: aioredis.Redis | None = None
+        self._pubsub = None
+        self._reader: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        # Reads of finished keys share a few connections; a burst of waits queues for them
+        # instead of failing with "Too many connections".
+        pool = aioredis.BlockingConnectionPool.from_url(
+            self.redis_url, max_connections=self.max_connections, timeout=None
+        )
+        self._redis = aioredis.Redis(connection_pool=pool)
+        await self._connect()
+        self._reader = asyncio.create_task(self._read_forever(), name="result-reader")
+
+    async def _connect(self) -> None:
+        assert self._redis is not None
+        self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        await self._pubsub.subscribe(IDLE_CHANNEL, *self._waiters)
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        if self._pubsub is not None:
+            await self._pubsub.aclose()
+        if self._redis is not None:
+            await self._redis.aclose(close_connection_pool=True)
+
+    def _key(self, task_id: str) -> str:
+        key = self._key_for(task_id)
+        return key.decode() if isinstance(key, bytes) else key
+
+    async def wait(self, task_id: str, timeout: float) -> AnswerResult:
+        if self._redis is None or self._pubsub is None:
+            raise RuntimeError("RedisResultWaiter.start() was not awaited")
+        key = self._key(task_id)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+        waiters = self._waiters.setdefault(key, set())
+        first = not waiters
+        waiters.add(future)
+        deadline = loop.time() + timeout
+        try:
+            if first:
+                await self._pubsub.subscribe(key)
+            while True:
+                self._offer(key, await self._redis.get(key))
+                remaining = deadline - loop.time()
+                if future.done():
+                    break
+                if remaining <= 0:
+                    raise TimeoutError(f"no result for task {task_id} within {timeout:.2f} s")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(future), min(self.recheck_s, remaining))
+                if future.done():
+                    break
+            return result_from_meta(task_id, future.result())
+        finally:
+            waiters.discard(future)
+            if not waiters and self._waiters.get(key) is waiters:
+                del self._waiters[key]
+                with contextlib.suppress(Exception):  # the connection may be away; harmless
+                    await self._pubsub.unsubscribe(key)
+
+    def _offer(self, key: str, payload: bytes | None) -> None:
+        """Resolve the waiters of `key` when `payload` is a finished task's meta."""
+        if payload is None or key not in self._waiters:
+            return
+        meta = self._decode(payload)
+        if meta.get("status") not in states.READY_STATES:
+            return
+        for future in self._waiters[key]:
+            if not future.done():
+                future.set_result(meta)
+
+    async def _read_forever(self) -> None:
+        while True:
+            try:
+                message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                if message and message.get("type") == "message":
+                    channel = message["channel"]
+                    self._offer(channel.decode() if isinstance(channel, bytes) else channel,
+                                message["data"])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - Redis away: reconnect, rechecks cover the gap
+                LOG.warning("result_pubsub_lost", error=str(exc))
+                await asyncio.sleep(0.5)
+                with contextlib.suppress(Exception):
+                    await self._pubsub.aclose()
+                with contextlib.suppress(Exception):
+                    await self._connect()
+
+
+def open_result_waiter(app: Celery | None = None, threads: int = 64) -> RedisResultWaiter | ThreadedResultWaiter:
+    """The waiter for the app's result backend (Redis: pub/sub; otherwise threads). Call
+    `await waiter.start()` on the event loop that will wait, and `await waiter.close()` at the end."""
+    app = app or _celery.app
+    backend_url = str(app.conf.result_backend or "")
+    if backend_url.startswith(("redis://", "rediss://", "unix://")):
+        backend = app.backend
+        return RedisResultWaiter(backend_url, backend.get_key_for_task, backend.decode_result)
+    return ThreadedResultWaiter(app, threads)
