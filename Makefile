@@ -121,7 +121,7 @@ TRITON_METRICS_PORT ?= 8002
 
 ## triton-model: export an untrained MiniLM-L6 as version 1 when the model repository is empty
 triton-model: setup
-	$(PY) workers/jobs/bootstrap_model.py --repository $(MODEL_REPOSITORY)
+	$(ARAG) model bootstrap --repository $(MODEL_REPOSITORY)
 
 ## triton: the real Triton (nvidia-pytriton) serving the latest classifier version on 127.0.0.1
 triton: triton-model

@@ -11,10 +11,15 @@ from typing import TextIO
 import structlog
 
 
-def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None:
-    """JSON lines with timestamp, level, event and the bound context (request_id, tenant)."""
+def configure_logging(level: str = "INFO", stream: TextIO | None = None, stdlib: bool = True) -> None:
+    """JSON lines with timestamp, level, event and the bound context (request_id, tenant).
+
+    `stdlib=False` leaves the standard `logging` setup alone (a Celery worker keeps its own
+    format for its own lines; only the project's structlog events become JSON).
+    """
     stream = stream or sys.stderr
-    logging.basicConfig(format="%(message)s", stream=stream, level=level.upper())
+    if stdlib:
+        logging.basicConfig(format="%(message)s", stream=stream, level=level.upper())
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

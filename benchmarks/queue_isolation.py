@@ -56,18 +56,17 @@ import grpc
 from rich.console import Console
 from rich.table import Table
 
-from adaptive_rag.contracts import Tier
+from adaptive_rag.contracts import SHARED_QUEUE, AnswerTask, RoutingDecision, Tier
 from adaptive_rag.evaluation.corpus import read_jsonl_corpus
 from adaptive_rag.retrieval import build_index
-from adaptive_rag.settings import Settings
 from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
 from adaptive_rag.strategies import strategy_for_tier
 from infra.local.servers import free_port, local_postgres, local_redis
 from services.classifier.local import TritonProcess, minilm_tokenizer_path, publish_length_router
-from services.demo.stack import FrontDoorProcess
+from services.demo.stack import FrontDoorProcess, StackSettings
 from services.frontdoor.stubs import pb2, pb2_grpc
-from workers import dispatch
-from workers.celery_app import QUEUES, SHARED_QUEUE, create_app
+from workers.celery_app import QUEUES, create_app
+from workers.client import CeleryTaskQueue
 from workers.pools import WorkerPools
 
 REPO = Path(__file__).resolve().parents[1]
@@ -173,43 +172,42 @@ def summarize(samples: list[Sample]) -> dict[str, dict[str, Any]]:
 @dataclass
 class Stack:
     mode: str
-    settings: Settings
+    settings: StackSettings
     store: RecordStore
     pools: WorkerPools
     frontdoor: FrontDoorProcess
     stub: pb2_grpc.AdaptiveRagStub
     auth: tuple[tuple[str, str], ...]
     tenant: str
-    app: Any = field(repr=False, default=None)
+    queue: CeleryTaskQueue = field(repr=False, default=None)
 
     @property
     def queues(self) -> list[str]:
-        return [*QUEUES, SHARED_QUEUE] if self.settings.shared_queue else list(QUEUES)
+        return [*QUEUES, SHARED_QUEUE] if self.settings.workers.shared_queue else list(QUEUES)
 
 
 @contextmanager
-def running_stack(mode: str, base: Settings, workdir: Path) -> Iterator[Stack]:
-    settings = base.model_copy(update={
-        "shared_queue": mode == "shared",
-        "grpc_listen": f"127.0.0.1:{free_port()}", "metrics_port": free_port(),
-    })
-    # model_copy keeps model_fields_set; make the new fields count as explicitly set.
-    settings.model_fields_set.update({"shared_queue", "grpc_listen", "metrics_port"})
+def running_stack(mode: str, base: StackSettings, workdir: Path) -> Iterator[Stack]:
+    settings = base.updated(shared_queue=mode == "shared", grpc_listen=f"127.0.0.1:{free_port()}",
+                            metrics_port=free_port())
     pools_wanted = ("shared",) if mode == "shared" else TIERS
-    store = RecordStore(make_engine(settings.database_url))
+    store = RecordStore(make_engine(settings.library.database_url))
     with ExitStack() as stack:
-        pools = WorkerPools(settings, pools=pools_wanted, log_dir=workdir / mode / "workers")
+        pools = WorkerPools(settings.workers, pools=pools_wanted, library=settings.library,
+                            log_dir=workdir / mode / "workers")
         stack.callback(pools.stop)
         pools.start()
+        listen = settings.frontdoor.grpc_listen
         frontdoor = stack.enter_context(
-            FrontDoorProcess(pools.env(), workdir / mode / "frontdoor.log", settings.grpc_listen)
+            FrontDoorProcess(settings.env(), workdir / mode / "frontdoor.log", listen)
         )
-        channel = grpc.insecure_channel(settings.grpc_listen)
+        channel = grpc.insecure_channel(listen)
         stack.callback(channel.close)
         tenant = f"bench-{mode}"
         key = store.create_api_key(tenant)
         yield Stack(mode, settings, store, pools, frontdoor, pb2_grpc.AdaptiveRagStub(channel),
-                    (("authorization", f"Bearer {key}"),), tenant, create_app(settings))
+                    (("authorization", f"Bearer {key}"),), tenant,
+                    CeleryTaskQueue(create_app(settings.workers)))
 
 
 def send(stack: Stack, query: str, planned: str, cutoff: float) -> Sample:
@@ -244,10 +242,10 @@ def complete_from_records(stack: Stack, samples: list[Sample], phase_end_wall: f
         if request is None:  # rejected before it was recorded
             continue
         decision = stack.store.decision_for(request.request_id)
-        sample.tier = decision.tier if decision else None
+        sample.tier = decision.tier.value if decision else None
         result = stack.store.get_result(request.request_id)
-        if result is not None and result.timings.get("queue_wait_ms") is not None:
-            sample.queue_wait_ms = float(result.timings["queue_wait_ms"])
+        if result is not None:
+            sample.queue_wait_ms = result.timings.queue_wait_ms
         elif request.status == "running":
             sample.queue_wait_ms = 1000 * (request.updated_at.timestamp() - request.created_at.timestamp())
         elif request.status == "queued":
@@ -280,21 +278,22 @@ def run_load(
 
 def enqueue_backlog(stack: Stack, queries: list[str], n: int) -> list[str]:
     """`n` real C tasks sent straight to the queue (recorded first, as the front door would)."""
-    strategy = strategy_for_tier(Tier.C, stack.settings)
+    strategy = strategy_for_tier(Tier.C, stack.settings.library)
     ids = []
     for i in range(n):
         request_id = uuid.uuid4().hex
         query = queries[i % len(queries)]
         stack.store.create_request(request_id, BACKLOG_TENANT, None, query)
-        stack.store.record_decision(request_id, "C", strategy, None, None, None, True,
-                                    "queue benchmark backlog", 0.0)
-        dispatch.enqueue(request_id, query, "C", strategy, app=stack.app)
+        stack.store.record_decision(request_id, RoutingDecision(
+            tier=Tier.C, fallback=True, reason="queue benchmark backlog", strategy=strategy))
+        stack.queue.enqueue(AnswerTask(request_id=request_id, query=query, tier=Tier.C,
+                                       strategy=strategy, enqueued_at=time.time()))
         ids.append(request_id)
     return ids
 
 
 def depths(stack: Stack) -> dict[str, int]:
-    return {q: dispatch.queue_depth(q, app=stack.app) for q in stack.queues}
+    return {q: stack.queue.depth(q) for q in stack.queues}
 
 
 def reset(stack: Stack, request_ids: list[str], idle_timeout_s: float) -> dict[str, Any]:
@@ -320,7 +319,7 @@ def warm_up(stack: Stack, queries: dict[str, list[str]], timeout_s: float) -> fl
     """One query per pool process and tier, answered, so model loading is not measured."""
     started = time.monotonic()
     cutoff = started + timeout_s
-    n = {tier: stack.settings.pool_concurrency(tier) for tier in TIERS}
+    n = {tier: stack.settings.workers.pool_concurrency(tier) for tier in TIERS}
     with ThreadPoolExecutor(max_workers=8) as pool:
         futures = [pool.submit(send, stack, queries[tier][i % len(queries[tier])], tier, cutoff)
                    for tier in TIERS for i in range(n[tier])]
@@ -413,7 +412,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"Steady load: {report['config']['rate']} queries/s through gRPC for "
         f"{report['config']['duration_s']:.0f} s per phase (+{report['config']['drain_s']:.0f} s "
         f"for answers to arrive), tier mix {report['config']['mix']}; backlog phase: "
-        f"{report['config']['backlog']} real C tasks enqueued first through `workers.dispatch`. "
+        f"{report['config']['backlog']} real C tasks enqueued first through `workers.client`. "
         f"Pools: separate = A {report['config']['concurrency']['A']}, B "
         f"{report['config']['concurrency']['B']}, C {report['config']['concurrency']['C']} "
         f"processes on tier-a/b/c; shared = one pool of {report['config']['concurrency']['shared']} "
@@ -525,19 +524,18 @@ def main(argv: list[str] | None = None) -> int:
         upgrade_database(postgres_url)
         repository = length_router_repository(args.workdir / "model_repository")
         triton = stack.enter_context(TritonProcess(repository, args.workdir / "triton.log"))
-        base = Settings(
-            _env_file=None, database_url=postgres_url, index_dir=args.workdir / "index",
+        base = StackSettings().updated(
+            database_url=postgres_url, index_dir=args.workdir / "index",
             model_repository=repository, triton_grpc_url=triton.url, classifier_timeout_s=2.0,
-            concurrency_a=concurrency["A"], concurrency_b=concurrency["B"],
-            concurrency_c=concurrency["C"], llm_threads=1, top_k=3, max_passages=4, max_steps=2,
+            concurrency={t: concurrency[t] for t in TIERS}, llm_threads=1, top_k=3,
+            max_passages=4, max_steps=2,
             # Measure waits, not admission control: no RESOURCE_EXHAUSTED in this run.
-            max_queue_depth_a=100_000, max_queue_depth_b=100_000, max_queue_depth_c=100_000,
+            max_queue_depth={t: 100_000 for t in TIERS},
             model_poll_s=3600.0, default_wait_s=600.0,
         )
-        build_index(base, list(read_jsonl_corpus(DEMO / "knowledge_base.jsonl")))
+        build_index(base.library, list(read_jsonl_corpus(DEMO / "knowledge_base.jsonl")))
         for number, mode in enumerate(modes):
-            settings = base.model_copy(update={"redis_url": f"{redis_url.rsplit('/', 1)[0]}/{number}"})
-            settings.model_fields_set.add("redis_url")
+            settings = base.updated(redis_url=f"{redis_url.rsplit('/', 1)[0]}/{number}")
             rng = random.Random(args.seed)  # the same query sequence for every configuration
             with running_stack(mode, settings, args.workdir) as running:
                 warm = warm_up(running, queries, timeout_s=600.0)

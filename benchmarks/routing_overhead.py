@@ -41,7 +41,7 @@ from adaptive_rag.routing.policy import RoutingPolicy
 from services.classifier.local import TritonProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = {"p50": 9.3, "p99": 11.6}  # ms, single stream, issue 3 (untrained MiniLM via PyTriton)
+REFERENCE = {"p50": 9.3, "p99": 11.6}  # ms, single stream, untrained MiniLM via PyTriton, measured 2026-11-30
 
 
 def load_queries(data_dir: Path, n: int) -> list[str]:
@@ -141,7 +141,7 @@ def markdown(result: dict) -> str:
     single = result["rows"].get("candidate: triton single")
     baseline = result["rows"].get("baseline: triton single")
     if single:
-        lines += ["", f"Reference (issue 3, single stream, another day): p50 {ref['p50']} ms, p99 "
+        lines += ["", f"Reference (untrained MiniLM, single stream, another day): p50 {ref['p50']} ms, p99 "
                   f"{ref['p99']} ms; candidate: p50 {single['p50']:.2f} ms ({single['p50'] / ref['p50']:.2f}x), "
                   f"p99 {single['p99']:.2f} ms ({single['p99'] / ref['p99']:.2f}x)."]
     if single and baseline:

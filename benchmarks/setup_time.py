@@ -6,7 +6,8 @@ Each case gets a brand-new virtualenv under --workdir (default /tmp/arag-setup-b
 the project editable with its extras, as `make setup` does, with pip's cache disabled
 (PIP_NO_CACHE_DIR=1) so every download counts as on a fresh machine:
 
-  a  old all-in-one   `git show HEAD:pyproject.toml` (`--old-ref`), `pip install -e ".[dev,train]"`
+  a  old all-in-one   the pyproject.toml before the role extras (`--old-ref`, default 7b14f11, the
+                      main of that time), `pip install -e ".[dev,train]"`
   b  demo             this tree's pyproject.toml, `.[demo]` (front door + workers + local Triton)
   c  front door only  `.[frontdoor]`
   d  workers only     `.[workers]`
@@ -67,7 +68,7 @@ class Case:
 
 
 CASES = {
-    "a": Case("a", "old all-in-one (HEAD: .[dev,train])", "dev,train", old=True,
+    "a": Case("a", "old all-in-one (.[dev,train])", "dev,train", old=True,
               smoke=["adaptive_rag.cli", "torch", "llama_cpp", "grpc", "pytriton.triton"]),
     "b": Case("b", "demo (.[demo] = frontdoor,workers,triton)", "demo",
               smoke=sorted(set(FRONTDOOR_SMOKE + WORKERS_SMOKE + TRITON_SMOKE))),
@@ -162,7 +163,7 @@ def measure(case: Case, src: Path, args: argparse.Namespace, log) -> dict:
     site = next((venv / "lib").glob("python3*/site-packages"))
     result = {
         "case": case.key, "label": case.label, "extras": case.extras,
-        "pyproject": "HEAD" if case.old else "working tree",
+        "pyproject": args.old_ref if case.old else "working tree",
         "seconds_total": round(t_venv + t_pip + t_install, 1),
         "seconds_install": round(t_install, 1),
         "seconds_venv_and_pip_upgrade": round(t_venv + t_pip, 1),
@@ -249,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wheels", type=Path,
                         default=Path(os.environ.get("ARAG_CACHE", Path.home() / ".cache/adaptive-rag")) / "wheels")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/arag-setup-bench"))
-    parser.add_argument("--old-ref", default="HEAD", help="git ref of the old all-in-one pyproject")
+    # 7b14f11: the last main whose pyproject.toml installed everything (`.[dev,train]`)
+    parser.add_argument("--old-ref", default="7b14f11", help="git ref of the old all-in-one pyproject")
     parser.add_argument("--cases", default="a,b,c,d", help="comma-separated, of a,b,c,d,e")
     parser.add_argument("--keep", action="store_true", help="keep the venvs")
     parser.add_argument("--out", type=Path, default=Path("reports/setup"))

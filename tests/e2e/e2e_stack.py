@@ -19,7 +19,7 @@ import grpc
 
 from adaptive_rag.settings import Settings
 from adaptive_rag.storage import RecordStore
-from services.classifier.local import publish_length_router
+from tests.support.models import publish_length_router
 from services.demo.stack import FrontDoorProcess
 from services.frontdoor.stubs import pb2, pb2_grpc
 from workers.pools import WorkerPools

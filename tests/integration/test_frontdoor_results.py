@@ -1,5 +1,6 @@
-"""The front door's asyncio result waiter against real Redis, with results written by Celery's
-own Redis backend (`store_result`: SET + PUBLISH, exactly what a worker does)."""
+"""The asyncio result waiter the front door uses (`workers.client.RedisResultWaiter`) against real
+Redis, with results written by Celery's own Redis backend (`store_result`: SET + PUBLISH, exactly
+what a worker does)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import uuid
 import pytest
 from celery import Celery
 
-from services.frontdoor.results import RedisResultWaiter
+from adaptive_rag.contracts import AnswerResult, ErrorCode
+from workers.client import RedisResultWaiter
 
 pytestmark = pytest.mark.integration
 
@@ -24,6 +26,12 @@ def backend(redis_url):
 
 def waiter_for(backend, redis_url, recheck_s: float = 2.0) -> RedisResultWaiter:
     return RedisResultWaiter(redis_url, backend.get_key_for_task, backend.decode_result, recheck_s)
+
+
+def result(task_id: str, answer: str = "") -> dict:
+    """What the answer task returns for `task_id` (its JSON dump)."""
+    return AnswerResult(request_id=task_id, tier="B", strategy="single_step",
+                        answer=answer).model_dump(mode="json")
 
 
 def finish_later(backend, task_id: str, delay_s: float, value: dict | None = None, state: str = "SUCCESS"):
@@ -43,17 +51,18 @@ def test_results_published_before_or_after_the_wait_begins(backend, redis_url):
         await waiter.start()
         try:
             early = uuid.uuid4().hex
-            backend.store_result(early, {"request_id": early, "answer": "early"}, "SUCCESS")
-            assert (await waiter.wait(early, 2.0))["answer"] == "early"
+            backend.store_result(early, result(early, "early"), "SUCCESS")
+            assert (await waiter.wait(early, 2.0)).answer == "early"
             late = uuid.uuid4().hex
-            finish_later(backend, late, 0.3, {"request_id": late, "answer": "late"})
+            finish_later(backend, late, 0.3, result(late, "late"))
             started = time.monotonic()
-            assert (await waiter.wait(late, 5.0))["answer"] == "late"
+            assert (await waiter.wait(late, 5.0)).answer == "late"
             assert time.monotonic() - started < 1.5  # pub/sub, not the 2 s recheck
             failed = uuid.uuid4().hex
             finish_later(backend, failed, 0.1, state="FAILURE")
             error = await waiter.wait(failed, 5.0)
-            assert error["error_code"] == "INTERNAL" and "KeyError" in error["error"]
+            assert error.error_code is ErrorCode.INTERNAL and "KeyError" in error.error
+            assert error.request_id == failed
             with pytest.raises(TimeoutError):
                 await waiter.wait(uuid.uuid4().hex, 0.3)
             assert waiter._waiters == {}  # every subscription released
@@ -71,11 +80,11 @@ def test_many_concurrent_waits_share_one_connection(backend, redis_url):
             ids = [uuid.uuid4().hex for _ in range(200)]
             waits = [asyncio.create_task(waiter.wait(task_id, 10.0)) for task_id in ids]
             await asyncio.sleep(0.2)
-            threads = [finish_later(backend, task_id, 0.0, {"request_id": task_id}) for task_id in ids]
+            threads = [finish_later(backend, task_id, 0.0, result(task_id)) for task_id in ids]
             results = await asyncio.gather(*waits)
             for thread in threads:
                 thread.join()
-            assert [r["request_id"] for r in results] == ids
+            assert [r.request_id for r in results] == ids
         finally:
             await waiter.close()
 
@@ -92,11 +101,11 @@ def test_a_dropped_pubsub_connection_costs_no_result(backend, redis_url):
             killed = redis.Redis.from_url(redis_url).client_kill_filter(_type="pubsub")
             assert killed >= 1
             task_id = uuid.uuid4().hex
-            finish_later(backend, task_id, 0.2, {"request_id": task_id, "answer": "still here"})
-            assert (await waiter.wait(task_id, 5.0))["answer"] == "still here"
+            finish_later(backend, task_id, 0.2, result(task_id, "still here"))
+            assert (await waiter.wait(task_id, 5.0)).answer == "still here"
             later = uuid.uuid4().hex  # and the reader is subscribed again afterwards
-            finish_later(backend, later, 1.0, {"request_id": later})
-            assert (await waiter.wait(later, 5.0))["request_id"] == later
+            finish_later(backend, later, 1.0, result(later))
+            assert (await waiter.wait(later, 5.0)).request_id == later
         finally:
             await waiter.close()
 

@@ -42,15 +42,10 @@ def small_config(**overrides) -> TrainConfig:
     return TrainConfig(**base)
 
 
-# The module's run: long enough for the toy set (the tier is obvious from the wording) to be
-# learnt, still a few seconds: every epoch whole (3 steps of 8), a higher learning rate.
-TOY_RUN = dict(epochs=3, max_steps_per_epoch=None, learning_rate=2e-4, patience=2)
-
-
 @pytest.fixture(scope="module")
 def minilm_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("minilm-run")
-    result = train_classifier(sample_examples(), out, small_config(**TOY_RUN),
+    result = train_classifier(sample_examples(), out, small_config(),
                               test_examples=held_out_examples(), log=lambda _: None)
     return result
 
@@ -68,7 +63,8 @@ def held_out_examples() -> list[Example]:
 
 
 def test_a_separable_toy_set_is_learnt_far_above_chance(minilm_run):
-    # Three balanced classes: chance is 1/3. The tier is obvious from the wording.
+    # Three balanced classes: chance is 1/3; the tier is obvious from the wording. (The same
+    # MiniLM with its fresh head, not trained, gets 4/6 here: it calls every lookup A.)
     test = minilm_run.metrics["test"]
     assert test["n"] == 6
     assert test["accuracy"] >= 5 / 6, test
@@ -111,7 +107,7 @@ def test_minilm_trainer_writes_checkpoint_metrics_and_model_card(minilm_run):
 
 
 def test_training_is_seeded(minilm_run, tmp_path):
-    again = train_classifier(sample_examples(), tmp_path / "again", small_config(**{**TOY_RUN, "epochs": 1}),
+    again = train_classifier(sample_examples(), tmp_path / "again", small_config(epochs=1),
                              log=lambda _: None)
     first = json.loads((minilm_run.run_dir / "metrics.json").read_text())["history"][0]["train_loss"]
     assert again.history[0]["train_loss"] == pytest.approx(first, rel=1e-5)

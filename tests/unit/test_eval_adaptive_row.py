@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,31 +15,41 @@ import onnx  # noqa: F401  (required: the router's ONNX graph)
 import pytest
 
 from adaptive_rag.evaluation.datasets import limit_per_dataset, load_questions
-from services.classifier.local import publish_length_router
+from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
+from adaptive_rag.routing.model_repository import open_version
+from tests.support.models import publish_length_router
 
 DATA_DIR = Path(os.environ.get("ARAG_DATA_DIR", "../shared/data"))
 TIER_STRATEGIES = ("no_retrieval", "single_step", "decompose")
 
 
-@pytest.fixture
-def outcomes_dir(tmp_path: Path) -> Path:
+def squad_test_questions():
     if not (DATA_DIR / "squad-v1.1_train-dev-mix_mrc-odqa-tutorial.json").is_file():
         pytest.skip(f"benchmark data not found in {DATA_DIR}")
-    questions = limit_per_dataset(load_questions(DATA_DIR, ["squad"], split="test"), 4)
+    return limit_per_dataset(load_questions(DATA_DIR, ["squad"], split="test"), 4)
+
+
+def f1_of(index: int, rank: int) -> float:
+    """A different F1 for every (question, tier): the row's mean tells which outcomes it took."""
+    return round(0.01 * (10 * index + rank + 1), 4)
+
+
+@pytest.fixture
+def outcomes_dir(tmp_path: Path) -> Path:
     out = tmp_path / "eval"
     out.mkdir()
     with (out / "results.jsonl").open("w") as handle:
-        for question in questions:
+        for index, question in enumerate(squad_test_questions()):
             for rank, strategy in enumerate(TIER_STRATEGIES):
                 handle.write(json.dumps({
                     "question_id": question.id, "dataset": "squad", "strategy": strategy,
                     "answer": "x", "steps": rank, "seconds": 1.0 + rank, "em": 0.0,
-                    "f1": 0.1 * rank, "acc": 0.0, "passage_ids": [], "trace": [],
+                    "f1": f1_of(index, rank), "acc": 0.0, "passage_ids": [], "trace": [],
                 }) + "\n")
     return out
 
 
-def report_rows(out: Path, repository: Path) -> dict:
+def report_rows(out: Path, repository: Path, stdout: list[str] | None = None) -> dict:
     done = subprocess.run(
         [sys.executable, "-c", "from adaptive_rag.cli import main; main()", "eval", "--report-only",
          "--data-dir", str(DATA_DIR), "--datasets", "squad", "--limit", "4",
@@ -46,15 +58,35 @@ def report_rows(out: Path, repository: Path) -> dict:
         env={**os.environ, "ARAG_MODEL_REPOSITORY": str(repository), "COLUMNS": "200"},
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    if stdout is not None:
+        stdout.append(done.stdout)
     return json.loads((out / "report.json").read_text())
 
 
 def test_trained_version_gives_the_adaptive_row_with_shares_of_multi_step(outcomes_dir, tmp_path) -> None:
     repository = tmp_path / "models"
-    publish_length_router(repository, 1)  # a real ONNX graph: routes by token count
-    report = report_rows(outcomes_dir, repository)
+    # A real ONNX graph routing by token count: with C from 16 tokens, the four questions
+    # (10, 13, 17 and 18 tokens) split between B and C.
+    publish_length_router(repository, 1, c_bias=-15.5)
+    classifier = LocalOnnxClassifier(open_version(repository))
+    questions = squad_test_questions()
+    tiers = [classifier(q.question).tier.value for q in questions]
+    assert set(tiers) == {"B", "C"}, tiers  # a mixed routing, or the row could not tell
+    ranks = ["ABC".index(t) for t in tiers]
+
+    printed: list[str] = []
+    report = report_rows(outcomes_dir, repository, printed)
     adaptive = report["table"]["adaptive"]["squad"]
-    assert adaptive["n"] == 4 and 0.0 <= adaptive["steps"] <= 2.0
+    # The row is, per question, the outcome of the tier the classifier routed it to.
+    assert adaptive["n"] == 4
+    assert adaptive["steps"] == pytest.approx(sum(ranks) / 4)
+    assert adaptive["f1"] == pytest.approx(sum(f1_of(i, r) for i, r in enumerate(ranks)) / 4)
+    tier_seconds = sum(1.0 + r for r in ranks) / 4
+    assert tier_seconds <= adaptive["seconds"] < tier_seconds + 1.0  # + the routing time
+    counts = re.search(r"adaptive row: classifier version 1, routed (\{[^}]*\})", printed[0])
+    assert counts, printed[0]
+    assert ast.literal_eval(counts.group(1)) == {
+        "A": tiers.count("A"), "B": tiers.count("B"), "C": tiers.count("C"), "fallback": 0}
     assert report["meta"]["multi_step_row"] == "decompose"
     assert set(report["versus_multi_step"]) >= {"adaptive", "single_step", "oracle"}
 

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-keys_app = typer.Typer(no_args_is_help=True, help=__doc__)
-console = Console()
-err_console = Console(stderr=True)
+from adaptive_rag.cli.common import console, err_console, load_settings
+
+if TYPE_CHECKING:
+    from adaptive_rag.storage import RecordStore
+
+keys_app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 
 
-def _store():
+def _store() -> RecordStore:
     """The record store of `DATABASE_URL`, migrated to the latest schema first."""
-    from adaptive_rag.settings import Settings
     from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
 
-    url = Settings().database_url
+    url = load_settings().database_url
     upgrade_database(url)
     return RecordStore(make_engine(url))
 

@@ -1,8 +1,9 @@
 """`arag classifier ...`: label training questions, train, export to the Triton model repository,
-calibrate the routing thresholds, route a query through Triton.
+calibrate the routing thresholds, route a query through Triton; turn served traffic into labels
+(`relabel`) and retrain with champion/challenger promotion (`retrain`).
 
-Mounted on the main CLI with `app.add_typer(classifier_app, name="classifier")`.
-"""
+`label`, `train`, `calibrate`, `relabel` and `retrain` also answer at the top level (`arag label`).
+torch and transformers are imported inside the commands that need them."""
 
 from __future__ import annotations
 
@@ -16,36 +17,21 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from adaptive_rag.settings import Settings
+from adaptive_rag.cli.common import (
+    DataDir, DbUrl, IndexDir, RepoOpt, Retr, console, load_classifier_settings, load_settings,
+    open_label_store, progress_bar,
+)
+from adaptive_rag.cli.model import verdict_summary
+from adaptive_rag.settings import ClassifierSettings
 
 classifier_app = typer.Typer(
     add_completion=False, no_args_is_help=True,
     help="Query-complexity classifier: label, train, export, calibrate, route.",
 )
-console = Console()
 
-DbUrl = Annotated[Optional[str], typer.Option("--database-url", help="default: DATABASE_URL or sqlite:///var/arag.db")]
-RepoOpt = Annotated[Optional[Path], typer.Option("--repository", help="Triton model repository (default: ARAG_MODEL_REPOSITORY)")]
-
-
-def _settings(**overrides: object) -> Settings:
-    return Settings(**{k: v for k, v in overrides.items() if v is not None})
-
-
-def _store(settings: Settings):
-    from adaptive_rag.storage import LabelStore, make_engine, upgrade_database
-
-    upgrade_database(settings.database_url)
-    return LabelStore(make_engine(settings.database_url))
-
-
-def _progress(description: str, total: int):
-    from adaptive_rag.cli import progress_bar  # the shared rich bar (imported late: no cycle)
-
-    return progress_bar(description, total)
+TOP_LEVEL = ("label", "train", "calibrate", "relabel", "retrain")  # also `arag <name>`
 
 
 @classifier_app.command()
@@ -56,31 +42,32 @@ def label(
     correct: Annotated[Optional[str], typer.Option(help="what counts as correct: em | acc | em_or_acc")] = None,
     cache: Annotated[Path, typer.Option(help="JSONL of every finished strategy run (resumes mid-question)")] = Path("var/labels/outcomes.jsonl"),
     database_url: DbUrl = None,
-    data_dir: Annotated[Optional[Path], typer.Option()] = None,
-    retriever: Annotated[Optional[str], typer.Option("--retriever", help="tantivy | opensearch")] = None,
-    index_dir: Annotated[Optional[Path], typer.Option("--index-dir")] = None,
+    data_dir: DataDir = None,
+    retriever: Retr = None,
+    index_dir: IndexDir = None,
     multi_step: Annotated[Optional[str], typer.Option(help="C-tier strategy: ircot | decompose")] = None,
 ) -> None:
     """Label questions with the cheapest correct strategy (silver) or the dataset bias (binary).
 
     Resumable: questions already in the `training_labels` table are skipped.
     """
-    from adaptive_rag.training.labelling import label_questions, limit_per_dataset
     from adaptive_rag.contracts import Tier
     from adaptive_rag.evaluation.datasets import load_questions
     from adaptive_rag.llm import build_llm
     from adaptive_rag.retrieval import open_retriever
     from adaptive_rag.strategies import build_strategy, strategy_for_tier
+    from adaptive_rag.training.labelling import label_questions, limit_per_dataset
 
     if split not in ("train", "test"):
         raise typer.BadParameter("--split must be train or test")
-    settings = _settings(
+    settings = load_settings(
         database_url=database_url, data_dir=data_dir, retriever=retriever, index_dir=index_dir,
-        multi_step=multi_step, label_correct=correct,
+        multi_step=multi_step,
     )
+    label_correct = load_classifier_settings(label_correct=correct).label_correct
     chosen = [d.strip() for d in datasets.split(",")] if datasets else None
     questions = limit_per_dataset(load_questions(settings.data_dir, chosen, split=split), limit)
-    store = _store(settings)
+    store = open_label_store(settings.database_url)
     retr, llm = open_retriever(settings), build_llm(settings)
     strategies = {t: build_strategy(strategy_for_tier(t, settings), retr, llm, settings) for t in Tier}
     labeller = {
@@ -89,9 +76,8 @@ def label(
         "max_passages": settings.max_passages, "command": "arag " + shlex.join(sys.argv[1:]),
     }
     start = time.perf_counter()
-    with _progress(f"labelling ({split})", len(questions)) as advance:
-        stats = label_questions(questions, strategies, store, cache, settings.label_correct,
-                                labeller, advance)
+    with progress_bar(f"labelling ({split})", len(questions)) as advance:
+        stats = label_questions(questions, strategies, store, cache, label_correct, labeller, advance)
     console.print(
         f"labelled {stats.labelled}, skipped {stats.skipped} already stored, in "
         f"{time.perf_counter() - start:.1f} s; new labels {stats.labels}, sources {stats.sources}"
@@ -106,6 +92,16 @@ def _print_counts(store) -> None:
     for (dataset, tier, source), n in sorted(store.counts().items()):
         table.add_row(dataset, tier, source, str(n))
     console.print(table)
+
+
+def _examples(store, split: str, datasets: list[str] | None = None) -> list:
+    """Training examples of one split, benchmark and live labels alike."""
+    from adaptive_rag.training.training import Example
+
+    return [
+        Example(row.question, row.label, row.question_id, row.dataset)
+        for row in store.labels(split=split, datasets=datasets)
+    ]
 
 
 @classifier_app.command()
@@ -131,9 +127,11 @@ def train(
     """Fine-tune the classifier on the `train` labels; writes checkpoint, metrics and model card."""
     from adaptive_rag.training.training import TrainConfig, train_classifier
 
-    settings = _settings(database_url=database_url, model_repository=repository,
-                         classifier_base=base, classifier_max_length=max_length)
-    store = _store(settings)
+    database_url = load_settings(database_url=database_url).database_url
+    classifier = load_classifier_settings(
+        model_repository=repository, classifier_base=base, classifier_max_length=max_length
+    )
+    store = open_label_store(database_url)
     chosen = [d.strip() for d in datasets.split(",")] if datasets else None
     train_rows, test_rows = _examples(store, "train", chosen), _examples(store, "test", chosen)
     if not train_rows:
@@ -141,7 +139,7 @@ def train(
     out = out or Path("var/classifier/runs") / time.strftime("%Y%m%d-%H%M%S")
     per_dataset = Counter((e.dataset, e.label) for e in train_rows)
     note = (
-        f"{len(train_rows)} `train` labels from `training_labels` ({settings.database_url}); "
+        f"{len(train_rows)} `train` labels from `training_labels` ({database_url}); "
         f"per dataset (A/B/C): "
         + ", ".join(
             f"{d} {per_dataset[(d, 'A')]}/{per_dataset[(d, 'B')]}/{per_dataset[(d, 'C')]}"
@@ -150,8 +148,8 @@ def train(
         + f". Test: {len(test_rows)} `test` labels (never used for training or early stopping)."
     )
     config = TrainConfig(
-        base=settings.classifier_base, epochs=epochs, batch_size=batch_size,
-        learning_rate=learning_rate, max_length=settings.classifier_max_length,
+        base=classifier.classifier_base, epochs=epochs, batch_size=batch_size,
+        learning_rate=learning_rate, max_length=classifier.classifier_max_length,
         val_share=val_share, patience=patience, seed=seed, class_weights=not no_class_weights,
         max_steps_per_epoch=max_steps_per_epoch, threads=threads,
     )
@@ -159,17 +157,7 @@ def train(
                               log=console.print)
     console.print(f"run written to {result.run_dir} (model card: {result.run_dir / 'MODEL_CARD.md'})")
     if export:
-        _export(result.run_dir, settings.model_repository, settings.classifier_model, 32, int8)
-
-
-def _examples(store, split: str, datasets: list[str] | None = None) -> list:
-    """Training examples of one split, benchmark and live labels alike."""
-    from adaptive_rag.training.training import Example
-
-    return [
-        Example(row.question, row.label, row.question_id, row.dataset)
-        for row in store.labels(split=split, datasets=datasets)
-    ]
+        _export(result.run_dir, classifier.model_repository, classifier.classifier_model, 32, int8)
 
 
 @classifier_app.command()
@@ -177,8 +165,7 @@ def relabel(database_url: DbUrl = None) -> None:
     """Turn served requests with feedback (+ their shadow runs) into live training labels."""
     from adaptive_rag.training.relabel import relabel_from_records
 
-    settings = _settings(database_url=database_url)
-    store = _store(settings)
+    store = open_label_store(load_settings(database_url=database_url).database_url)
     stats = relabel_from_records(store.engine)
     console.print(
         f"{stats.requests} requests with feedback: {stats.labelled} new labels, {stats.updated} "
@@ -208,8 +195,9 @@ def retrain(
 
     if metric not in ("macro_f1", "accuracy"):
         raise typer.BadParameter("--metric must be macro_f1 or accuracy")
-    settings = _settings(database_url=database_url, model_repository=repository)
-    store = _store(settings)
+    database_url = load_settings(database_url=database_url).database_url
+    classifier = load_classifier_settings(model_repository=repository)
+    store = open_label_store(database_url)
     train_rows, held_out = _examples(store, "train"), _examples(store, "test")
     if not train_rows or not held_out:
         raise typer.BadParameter(
@@ -218,24 +206,18 @@ def retrain(
         )
     out = out or Path("var/classifier/runs") / time.strftime("%Y%m%d-%H%M%S")
     config = TrainConfig(
-        base=settings.classifier_base, epochs=epochs, learning_rate=learning_rate, seed=seed,
-        max_length=settings.classifier_max_length, max_steps_per_epoch=max_steps_per_epoch,
+        base=classifier.classifier_base, epochs=epochs, learning_rate=learning_rate, seed=seed,
+        max_length=classifier.classifier_max_length, max_steps_per_epoch=max_steps_per_epoch,
         threads=threads,
     )
     result = train_classifier(train_rows, out, config, test_examples=held_out,
                               data_note=f"retrain: {len(train_rows)} train labels", log=console.print)
-    verdict = promote(result.run_dir, settings.model_repository, [e.text for e in held_out],
-                      [e.label for e in held_out], settings.classifier_model, metric, min_gain, int8)
-    console.print_json(json.dumps({
-        "promoted": verdict.promoted, "version": verdict.version, "reason": verdict.reason,
-        "held_out": len(held_out),
-        "challenger": {k: verdict.challenger[k] for k in ("accuracy", "macro_f1")},
-        "champion": verdict.champion and {k: verdict.champion[k] for k in ("accuracy", "macro_f1")},
-    }))
+    verdict = promote(result.run_dir, classifier.model_repository, [e.text for e in held_out],
+                      [e.label for e in held_out], classifier.classifier_model, metric, min_gain, int8)
+    console.print_json(json.dumps({**verdict_summary(verdict), "held_out": len(held_out)}))
     if verdict.promoted:
         try:
-            calibrate(step_budget=None, version=verdict.version, repository=settings.model_repository,
-                      database_url=settings.database_url)
+            _calibrate(classifier, database_url, step_budget=None, version=verdict.version)
         except typer.BadParameter as exc:  # live-only labels carry no per-tier F1 to calibrate on
             console.print(f"version {verdict.version} keeps the default thresholds: {exc}")
 
@@ -261,10 +243,10 @@ def export(
     int8: Annotated[bool, typer.Option(help="serve a dynamically quantized INT8 graph (cost measured and recorded)")] = False,
 ) -> None:
     """Export a trained run to ONNX as the next version in the Triton model repository."""
-    settings = _settings(model_repository=repository, classifier_model=model_name)
+    classifier = load_classifier_settings(model_repository=repository, classifier_model=model_name)
     if not (run_dir / "classifier.json").is_file():
         raise typer.BadParameter(f"{run_dir} is not a training run (no classifier.json)")
-    _export(run_dir, settings.model_repository, settings.classifier_model, max_batch_size, int8)
+    _export(run_dir, classifier.model_repository, classifier.classifier_model, max_batch_size, int8)
 
 
 @classifier_app.command()
@@ -279,18 +261,23 @@ def calibrate(
     Uses the version's `validation.jsonl` (probabilities written at training time) and the
     per-tier F1 and steps stored with each label; writes `thresholds.json` beside the version.
     """
+    _calibrate(load_classifier_settings(model_repository=repository),
+               load_settings(database_url=database_url).database_url, step_budget, version)
+
+
+def _calibrate(classifier: ClassifierSettings, database_url: str, step_budget: float | None,
+               version: int | None) -> None:
     from adaptive_rag.routing.model_repository import open_version
     from adaptive_rag.routing.policy import (
         CalibrationExample, PolicyThresholds, calibrate_thresholds, evaluate_thresholds,
     )
 
-    settings = _settings(model_repository=repository, database_url=database_url)
-    model = open_version(settings.model_repository, settings.classifier_model, version)
+    model = open_version(classifier.model_repository, classifier.classifier_model, version)
     val_path = model.path / "validation.jsonl"
     if not val_path.is_file():
         raise typer.BadParameter(f"{val_path} missing: the run had no validation slice")
     rows = [json.loads(line) for line in val_path.read_text(encoding="utf-8").splitlines() if line]
-    labels = {(r.dataset, r.question_id): r for r in _store(settings).labels(split=None)}
+    labels = {(r.dataset, r.question_id): r for r in open_label_store(database_url).labels(split=None)}
     examples = []
     for row in rows:
         stored = labels.get((row["dataset"], row["question_id"]))
@@ -326,9 +313,10 @@ def route(
     """Route one query through Triton + the policy (rules fallback when Triton is down)."""
     from adaptive_rag.routing.classifier_client import TritonClassifier
 
-    settings = _settings(model_repository=repository, triton_grpc_url=url)
+    classifier = load_classifier_settings(model_repository=repository, triton_grpc_url=url)
     start = time.perf_counter()
-    with TritonClassifier.from_settings(settings, batching=False) as client:
+    with TritonClassifier.from_settings(classifier, batching=False) as client:
         decision = client.classify(question)
-    console.print_json(json.dumps({**decision.as_dict(), "ms": 1000 * (time.perf_counter() - start),
+    console.print_json(json.dumps({**decision.model_dump(mode="json"),
+                                   "ms": 1000 * (time.perf_counter() - start),
                                    "machine": platform.machine()}))

@@ -1,0 +1,40 @@
+"""`arag`: index a knowledge base, ask a question, evaluate strategies, measure retrieval; label,
+train, export and promote the routing classifier; manage API keys.
+
+The commands live in the modules of this package (`answering`, `evaluation`, `classifier`,
+`model`, `keys`); they import `common` (and `classifier` imports `model`), never this module,
+which assembles them into one Typer `app`. Heavy libraries (torch, transformers, matplotlib)
+are imported inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from adaptive_rag.cli import answering, classifier, evaluation, keys, model
+from adaptive_rag.cli.common import run_app
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help=__doc__.split("\n\n")[0],
+    pretty_exceptions_enable=False,
+)
+
+app.command()(answering.index)
+app.command()(answering.ask)
+app.command(name="eval")(evaluation.evaluate)
+app.command(name="retrieval-bench")(evaluation.retrieval_bench)
+app.command()(answering.demo)
+app.add_typer(classifier.classifier_app, name="classifier", help="label, train, export, calibrate, route")
+# The classifier's everyday jobs also answer at the top level (`arag label`, as the docs name them).
+for _name in classifier.TOP_LEVEL:
+    app.command(name=_name)(getattr(classifier, _name))
+app.add_typer(model.model_app, name="model", help="classifier model versions: bootstrap, promote")
+app.add_typer(keys.keys_app, name="keys", help="API keys of tenants: create, list, revoke")
+
+
+def main() -> None:
+    """Entry point (`arag`): library errors become one clear line and exit code 2."""
+    run_app(app)
+
+
+__all__ = ["app", "main"]

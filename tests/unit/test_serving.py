@@ -1,0 +1,206 @@
+"""The serving use cases with no gRPC and no Celery: admission (`AnswerService`) over in-memory
+ports, and a worker's `answer_task` over fake strategies' ports."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from fakes import FakeLLM, FakeRetriever, make_passages
+from frontdoor_fakes import FakeQueue, FakeRouter, FakeStore, FakeWaiter
+
+from adaptive_rag.contracts import (
+    AnswerResult, AnswerTask, ErrorCode, RequestStatus, ResultKind, Tier,
+)
+from adaptive_rag.errors import (
+    AnswerFailedError, AnswerTimeoutError, ClientRequestIdReusedError, IndexNotFoundError,
+    InvalidQueryError, QueueFullError, RequestNotFinishedError, RequestNotFoundError,
+    UnauthenticatedError,
+)
+from adaptive_rag.serving.admission import AdmissionConfig, AnswerService, CallProgress
+from adaptive_rag.serving.answering import Delivery, RetryLater, answer_task
+from adaptive_rag.settings import Settings
+
+KEY = "arag_key"
+STRATEGY = {Tier.A: "no_retrieval", Tier.B: "single_step", Tier.C: "decompose"}
+
+
+def service(delay_s: float = 0.0, work=None, shadow_share: float = 0.0, sample: float = 0.0,
+            limits: dict | None = None) -> tuple[AnswerService, FakeStore, FakeQueue, list]:
+    store = FakeStore()
+    store.add_key(KEY, "acme")
+    queue = FakeQueue(store, work=work, delay_s=delay_s)
+    routed: list = []
+    config = AdmissionConfig(max_query_chars=100, strategy_for=STRATEGY.__getitem__,
+                             max_queue_depth=limits or {Tier.A: 5, Tier.B: 5, Tier.C: 2},
+                             shadow_share=shadow_share)
+    svc = AnswerService(store, queue, FakeWaiter(queue), FakeRouter({"hi": "A", "compare": "C"}),
+                        config, sample=lambda: sample, on_routed=routed.append)
+    return svc, store, queue, routed
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def soon(seconds: float = 5.0) -> float:
+    return time.monotonic() + seconds
+
+
+def test_answer_records_routes_enqueues_and_returns_the_workers_result():
+    svc, store, queue, routed = service()
+    progress = CallProgress()
+    answered = run(svc.answer(KEY, b"compare", None, soon(), progress))
+    [task] = queue.tasks
+    assert (task.tier, task.strategy, task.kind, task.query) == (Tier.C, "decompose", ResultKind.PRIMARY, "compare")
+    assert answered.request_id == task.request_id == progress.request_id and progress.tier is Tier.C
+    assert answered.result.answer == "answer to compare" and not answered.replayed
+    decision = store.decisions[answered.request_id]
+    assert decision == answered.decision and routed == [decision]
+    assert decision.strategy == "decompose" and decision.classify_ms > 0
+    assert store.requests[answered.request_id].status is RequestStatus.DONE
+
+
+def test_the_request_is_refused_before_anything_is_recorded():
+    svc, store, queue, _ = service()
+    with pytest.raises(UnauthenticatedError):
+        run(svc.answer("arag_wrong", b"hi", None, soon(), CallProgress()))
+    with pytest.raises(InvalidQueryError, match="not valid UTF-8"):
+        run(svc.answer(KEY, b"\xff", None, soon(), CallProgress()))
+    assert store.requests == {} and queue.tasks == []
+
+
+def test_a_full_queue_rejects_and_a_resend_runs_under_the_same_request_id():
+    svc, store, queue, _ = service()
+    queue.depths["tier-c"] = 2
+    progress = CallProgress()
+    with pytest.raises(QueueFullError, match="limit 2"):
+        run(svc.answer(KEY, b"compare", "order-7", soon(), progress))
+    assert store.requests[progress.request_id].status is RequestStatus.REJECTED and queue.tasks == []
+    with pytest.raises(RequestNotFinishedError, match="never ran"):
+        run(svc.get_result(KEY, progress.request_id, CallProgress()))
+    queue.depths["tier-c"] = 0
+    answered = run(svc.answer(KEY, b"compare", "order-7", soon(), CallProgress()))
+    assert answered.request_id == progress.request_id and not answered.replayed
+
+
+def test_a_replayed_request_is_the_stored_reply_built_from_the_same_types():
+    svc, _, queue, _ = service()
+    live = run(svc.answer(KEY, b"hi", "k1", soon(), CallProgress()))
+    replay = run(svc.answer(KEY, b"hi", "k1", soon(), CallProgress()))
+    stored = run(svc.get_result(KEY, live.request_id, CallProgress()))
+    assert replay.replayed and stored.replayed and len(queue.tasks) == 1
+    assert replay.result == stored.result == live.result and replay.decision == live.decision
+    assert stored.total_ms == pytest.approx(
+        live.decision.classify_ms + live.result.timings.queue_wait_ms + live.result.timings.strategy_ms)
+    with pytest.raises(ClientRequestIdReusedError):
+        run(svc.answer(KEY, b"another question", "k1", soon(), CallProgress()))
+
+
+def test_no_result_within_the_deadline_names_the_request_that_keeps_running():
+    svc, store, _, _ = service(delay_s=0.5)
+    progress = CallProgress()
+    with pytest.raises(AnswerTimeoutError) as info:
+        run(svc.answer(KEY, b"hi", None, soon(0.1), progress))
+    assert info.value.request_id == progress.request_id
+    with pytest.raises(RequestNotFinishedError, match="still queued"):
+        run(svc.get_result(KEY, progress.request_id, CallProgress()))
+    time.sleep(0.6)
+    assert run(svc.get_result(KEY, progress.request_id, CallProgress())).result.answer == "answer to hi"
+
+
+def test_a_recorded_worker_error_is_raised_with_its_code():
+    def fail(task: AnswerTask) -> AnswerResult:
+        return AnswerResult(request_id=task.request_id, tier=task.tier, strategy=task.strategy,
+                            error="LLMUnavailableError: refused", error_code=ErrorCode.DEPENDENCY_UNAVAILABLE)
+
+    svc, *_ = service(work=fail)
+    with pytest.raises(AnswerFailedError) as info:
+        run(svc.answer(KEY, b"hi", None, soon(), CallProgress()))
+    assert info.value.code is ErrorCode.DEPENDENCY_UNAVAILABLE and "refused" in str(info.value)
+
+
+def test_shadow_runs_are_sampled_onto_the_neighbouring_tier():
+    svc, _, queue, _ = service(shadow_share=0.5, sample=0.1)
+    run(svc.answer(KEY, b"hi", None, soon(), CallProgress()))
+    shadow = [t for t in queue.tasks if t.kind is ResultKind.SHADOW]
+    assert [(t.tier, t.strategy) for t in shadow] == [(Tier.B, "single_step")]
+    svc, _, queue, _ = service(shadow_share=0.5, sample=0.9)
+    run(svc.answer(KEY, b"hi", None, soon(), CallProgress()))
+    assert all(t.kind is ResultKind.PRIMARY for t in queue.tasks)
+
+
+def test_other_tenants_requests_are_not_found():
+    svc, store, _, _ = service()
+    store.add_key("arag_other", "globex")
+    answered = run(svc.answer(KEY, b"hi", None, soon(), CallProgress()))
+    with pytest.raises(RequestNotFoundError):
+        run(svc.get_result("arag_other", answered.request_id, CallProgress()))
+    with pytest.raises(RequestNotFoundError):
+        run(svc.submit_feedback("arag_other", answered.request_id, 1, None, None, CallProgress()))
+    assert run(svc.submit_feedback(KEY, answered.request_id, 1, None, None, CallProgress())) == 1
+
+
+# --- the worker's use case -------------------------------------------------------------------------
+
+
+class Resources:
+    def __init__(self, retriever) -> None:
+        self.settings = Settings(_env_file=None, top_k=2)
+        self._retriever = retriever
+        self._llm = FakeLLM(lambda prompt: "Lumora Lighting")
+
+    def retriever(self):
+        if isinstance(self._retriever, Exception):
+            raise self._retriever
+        return self._retriever
+
+    def llm(self):
+        return self._llm
+
+
+def recorded_task(store: FakeStore, tier: Tier = Tier.B) -> AnswerTask:
+    store.create_request("r1", "acme", None, "Who makes Lumora lamps?")
+    return AnswerTask(request_id="r1", query="Who makes Lumora lamps?", tier=tier,
+                      strategy=STRATEGY[tier], enqueued_at=time.time() - 0.05)
+
+
+def test_answer_task_runs_the_strategy_and_writes_the_result_once():
+    store = FakeStore()
+    task = recorded_task(store)
+    resources = Resources(FakeRetriever(make_passages(4)))
+    result = answer_task(task, store, resources, Delivery("tier-b@h/1", 1, may_retry=True))
+    assert result.ok and result.steps == 1 and len(result.sources) == 2
+    assert result.timings.queue_wait_ms >= 50 and result.timings.strategy_ms >= 0
+    assert store.requests["r1"].status is RequestStatus.DONE
+    assert (RequestStatus.RUNNING in [s for _, s in store.statuses])
+    again = answer_task(task, store, resources, Delivery("tier-b@h/2", 2, may_retry=True))
+    assert again == result and len(store.results) == 1  # a second delivery returns the first
+
+
+def test_transient_failures_retry_while_allowed_then_are_recorded():
+    store = FakeStore()
+    task = recorded_task(store)
+    missing = Resources(IndexNotFoundError("no tantivy index in /x"))
+    with pytest.raises(RetryLater, match="IndexNotFoundError"):
+        answer_task(task, store, missing, Delivery("w", 1, may_retry=True))
+    assert store.results == {}
+    result = answer_task(task, store, missing, Delivery("w", 4, may_retry=False))
+    assert result.error_code is ErrorCode.DEPENDENCY_UNAVAILABLE and "no tantivy index" in result.error
+    assert store.requests["r1"].status is RequestStatus.ERROR
+
+
+def test_a_time_limit_and_a_bug_are_recorded_with_their_codes():
+    class Stop(Exception):
+        pass
+
+    store = FakeStore()
+    task = recorded_task(store)
+    result = answer_task(task, store, Resources(Stop("soft limit")), Delivery("w", 1, True),
+                         time_limit_errors=(Stop,))
+    assert result.error_code is ErrorCode.TIME_LIMIT
+    store2 = FakeStore()
+    task2 = recorded_task(store2)
+    bug = answer_task(task2, store2, Resources(KeyError("oops")), Delivery("w", 1, True))
+    assert bug.error_code is ErrorCode.INTERNAL and "KeyError" in bug.error
