@@ -56,13 +56,14 @@ import grpc
 from rich.console import Console
 from rich.table import Table
 
-from adaptive_rag.contracts import SHARED_QUEUE, AnswerTask, RoutingDecision, Tier
+from adaptive_rag.contracts import SHARED_QUEUE, AnswerTask, RequestStatus, RoutingDecision, Tier
 from adaptive_rag.evaluation.corpus import read_jsonl_corpus
 from adaptive_rag.retrieval import build_index
 from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
 from adaptive_rag.strategies import strategy_for_tier
 from infra.local.servers import free_port, local_postgres, local_redis
-from services.classifier.local import TritonProcess, minilm_tokenizer_path, publish_length_router
+from services.classifier.local import TritonProcess
+from tests.support.models import minilm_tokenizer_path, publish_length_router
 from services.demo.stack import FrontDoorProcess, StackSettings
 from services.frontdoor.stubs import pb2, pb2_grpc
 from workers.celery_app import QUEUES, create_app
@@ -71,7 +72,7 @@ from workers.pools import WorkerPools
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "demo"
-TIERS = ("A", "B", "C")
+TIERS = tuple(t.value for t in Tier)
 TIER_NAME = {pb2.TIER_A: "A", pb2.TIER_B: "B", pb2.TIER_C: "C"}
 # Short chit-chat and general questions: the demo has few A questions of 8 tokens or less.
 EXTRA_A_QUERIES = ("hi there!", "hello!", "thanks a lot!", "good morning!", "capital of France?",
@@ -246,9 +247,9 @@ def complete_from_records(stack: Stack, samples: list[Sample], phase_end_wall: f
         result = stack.store.get_result(request.request_id)
         if result is not None:
             sample.queue_wait_ms = result.timings.queue_wait_ms
-        elif request.status == "running":
+        elif request.status is RequestStatus.RUNNING:
             sample.queue_wait_ms = 1000 * (request.updated_at.timestamp() - request.created_at.timestamp())
-        elif request.status == "queued":
+        elif request.status is RequestStatus.QUEUED:
             sample.queue_wait_ms = 1000 * (phase_end_wall - request.created_at.timestamp())
             sample.censored = True
 
@@ -308,7 +309,7 @@ def reset(stack: Stack, request_ids: list[str], idle_timeout_s: float) -> dict[s
     running = -1
     while time.monotonic() < deadline:
         running = sum(1 for rid in pending
-                      if (r := stack.store.get_request(rid)) is not None and r.status == "running")
+                      if (r := stack.store.get_request(rid)) is not None and r.status is RequestStatus.RUNNING)
         if running == 0:
             break
         time.sleep(1.0)

@@ -34,9 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
+from adaptive_rag.contracts import CLASSIFIER_INPUTS, CLASSIFIER_MODEL, CLASSIFIER_OUTPUT
+from adaptive_rag.evaluation.retrieval_eval import percentile
 from adaptive_rag.routing.classifier_client import QueryTokenizer, TritonClassifier, softmax_rows
 from adaptive_rag.routing.model_repository import open_version
-from adaptive_rag.evaluation.retrieval_eval import percentile
 from adaptive_rag.routing.policy import RoutingPolicy
 from services.classifier.local import TritonProcess
 
@@ -81,7 +82,7 @@ def bench_local(version, queries: list[str], threads: int) -> dict[str, float]:
 
     def one(q: str) -> None:
         ids, mask = tokenize([q])
-        logits = session.run(["logits"], {"input_ids": ids, "attention_mask": mask})[0]
+        logits = session.run([CLASSIFIER_OUTPUT], dict(zip(CLASSIFIER_INPUTS, (ids, mask))))[0]
         policy.decide(softmax_rows(logits)[0].tolist())
 
     for q in queries[:50]:
@@ -212,10 +213,10 @@ def main(argv: list[str] | None = None) -> int:
 
     load_average = " ".join(f"{x:.2f}" for x in os.getloadavg())
     args.out.mkdir(parents=True, exist_ok=True)
-    candidate = open_version(args.repository, "complexity", args.version)
+    candidate = open_version(args.repository, CLASSIFIER_MODEL, args.version)
     roles = {"candidate": candidate}
     if args.baseline_version is not None:
-        roles = {"baseline": open_version(args.repository, "complexity", args.baseline_version), **roles}
+        roles = {"baseline": open_version(args.repository, CLASSIFIER_MODEL, args.baseline_version), **roles}
     queries = load_queries(args.data_dir, args.queries)
     rows: dict[str, dict] = {}
     for role, version in roles.items():  # side by side in one run: the machine is shared and noisy

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from adaptive_rag.contracts import Tier
+from adaptive_rag.contracts import TIERS, Tier
 
 Pool = Literal["A", "B", "C", "shadow", "shared"]
 # Worker processes per pool and messages each reserves ahead (C: 1, a long task must not hold
@@ -84,7 +84,7 @@ class WorkerSettings(BaseSettings):
     def pool_concurrency(self, pool: Pool) -> int:
         """Worker processes of a pool; the comparison setup's `shared` pool has A + B + C."""
         if pool == "shared":
-            return sum(self.concurrency[t] for t in ("A", "B", "C"))
+            return sum(self.concurrency[t.value] for t in TIERS)
         return self.concurrency[pool]
 
     def pool_prefetch(self, pool: Pool) -> int:

@@ -14,8 +14,8 @@ import typer
 from rich.table import Table
 
 from adaptive_rag.cli.common import (
-    DataDir, IndexDir, Retr, console, load_classifier_settings, progress_bar, resolve_strategy,
-    load_settings,
+    DataDir, IndexDir, Retr, console, load_classifier_settings, load_settings, progress_bar,
+    resolve_strategy,
 )
 from adaptive_rag.contracts import Tier
 

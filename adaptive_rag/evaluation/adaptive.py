@@ -32,7 +32,7 @@ def routed_outcomes(
     Returns the outcomes and how many questions went to each tier (and how many were fallbacks).
     """
     chosen: list[Outcome] = []
-    counts = {"A": 0, "B": 0, "C": 0, "fallback": 0}
+    counts = {**{t.value: 0 for t in Tier}, "fallback": 0}
     for question in questions:
         per_tier = {t: outcomes.get((question.dataset, question.id, name)) for t, name in zip(Tier, tiers)}
         if any(o is None for o in per_tier.values()):

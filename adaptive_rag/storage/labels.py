@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import IntegrityError
 
+from adaptive_rag.contracts import TIERS
 from adaptive_rag.storage.db import session_factory
 from adaptive_rag.storage.models import TrainingLabel
 
@@ -70,4 +71,4 @@ class LabelStore:
 
 def label_counts(labels: Iterable[TrainingLabel]) -> dict[str, int]:
     counter = Counter(label.label for label in labels)
-    return {tier: counter.get(tier, 0) for tier in ("A", "B", "C")}
+    return {tier.value: counter.get(tier.value, 0) for tier in TIERS}

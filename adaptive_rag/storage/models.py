@@ -111,7 +111,7 @@ class QueryRequest(Base):
     tenant: Mapped[str] = mapped_column(String(64))
     client_request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
     query: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(16), default="queued")
+    status: Mapped[str] = mapped_column(String(16), default=RequestStatus.QUEUED.value)
     created_at: Mapped[datetime] = _created_at()
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, onupdate=utcnow, server_default=func.now()

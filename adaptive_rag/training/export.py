@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from adaptive_rag.contracts import CLASSIFIER_INPUTS, CLASSIFIER_MODEL, CLASSIFIER_OUTPUT, TIERS
 from adaptive_rag.routing.model_repository import (
     MODEL_FILE, config_pbtxt, next_version,
 )
@@ -57,11 +58,10 @@ def export_onnx(network, tokenizer, path: Path, opset: int = 17) -> None:
     with torch.no_grad():
         torch.onnx.export(
             network, args, str(path),
-            input_names=["input_ids", "attention_mask"], output_names=["logits"],
+            input_names=list(CLASSIFIER_INPUTS), output_names=[CLASSIFIER_OUTPUT],
             dynamic_axes={
-                "input_ids": {0: "batch", 1: "sequence"},
-                "attention_mask": {0: "batch", 1: "sequence"},
-                "logits": {0: "batch"},
+                **{name: {0: "batch", 1: "sequence"} for name in CLASSIFIER_INPUTS},
+                CLASSIFIER_OUTPUT: {0: "batch"},
             },
             opset_version=opset, do_constant_folding=True, dynamo=False,
         )
@@ -77,9 +77,8 @@ def onnx_parity(network, tokenizer, onnx_path: Path, texts=SAMPLE_TEXTS, max_len
     with torch.no_grad():
         expected = network(enc["input_ids"], enc["attention_mask"]).float().numpy()
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    got = session.run(["logits"], {
-        "input_ids": enc["input_ids"].numpy().astype(np.int64),
-        "attention_mask": enc["attention_mask"].numpy().astype(np.int64),
+    got = session.run([CLASSIFIER_OUTPUT], {
+        name: enc[name].numpy().astype(np.int64) for name in CLASSIFIER_INPUTS
     })[0]
     if got.shape != expected.shape:
         raise AssertionError(f"ONNX logits shape {got.shape} != PyTorch {expected.shape}")
@@ -89,7 +88,7 @@ def onnx_parity(network, tokenizer, onnx_path: Path, texts=SAMPLE_TEXTS, max_len
 def export_run(
     run_dir: Path,
     repository: Path,
-    model_name: str = "complexity",
+    model_name: str = CLASSIFIER_MODEL,
     version: int | None = None,
     max_batch_size: int = 32,
     tolerance: float = 1e-4,
@@ -165,7 +164,7 @@ def quantize_int8(version_dir: Path, run_dir: Path, max_length: int = 128) -> di
     for text in texts:
         ids, mask = tokenize([text])
         for out, session in zip(outputs, sessions):
-            out.append(session.run(["logits"], {"input_ids": ids, "attention_mask": mask})[0][0])
+            out.append(session.run([CLASSIFIER_OUTPUT], dict(zip(CLASSIFIER_INPUTS, (ids, mask))))[0][0])
     a, b = np.array(outputs[0]), np.array(outputs[1])
     report = {
         "kind": "int8 dynamic (onnxruntime quantize_dynamic, QInt8 weights)",
@@ -176,7 +175,7 @@ def quantize_int8(version_dir: Path, run_dir: Path, max_length: int = 128) -> di
         "bytes_fp32": fp32.stat().st_size, "bytes_int8": int8.stat().st_size,
     }
     if rows:
-        truth = np.array(["ABC".index(r["label"]) for r in rows])
+        truth = np.array([[t.value for t in TIERS].index(r["label"]) for r in rows])
         report["val_accuracy_fp32"] = float((a.argmax(1) == truth).mean())
         report["val_accuracy_int8"] = float((b.argmax(1) == truth).mean())
     int8.rename(version_dir / MODEL_FILE)

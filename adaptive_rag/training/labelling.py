@@ -52,7 +52,7 @@ def choose_label(
 class LabelRunStats:
     labelled: int = 0
     skipped: int = 0  # already in the table
-    labels: dict[str, int] = field(default_factory=lambda: {"A": 0, "B": 0, "C": 0})
+    labels: dict[str, int] = field(default_factory=lambda: {t.value: 0 for t in Tier})
     sources: dict[str, int] = field(default_factory=lambda: {"silver": 0, "binary": 0})
 
 

@@ -22,9 +22,10 @@ from typing import Literal
 import torch
 from torch import nn
 
+from adaptive_rag.contracts import TIERS
 from adaptive_rag.errors import ConfigurationError
 
-LABELS = ("A", "B", "C")
+LABELS = tuple(t.value for t in TIERS)  # the classifier's output order
 Kind = Literal["encoder", "t5"]
 META_FILE = "classifier.json"
 

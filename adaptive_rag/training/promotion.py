@@ -15,9 +15,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from adaptive_rag.contracts import CLASSIFIER_MODEL, TIERS
 from adaptive_rag.routing.model_repository import ModelVersion, open_version, versions
 
-LABELS = ("A", "B", "C")
 
 
 @dataclass
@@ -38,7 +38,8 @@ def score_version(version: ModelVersion, texts: list[str], labels: list[str]) ->
     predicted = []
     for start in range(0, len(texts), 64):
         predicted.extend(model.probabilities(texts[start:start + 64]).argmax(axis=1).tolist())
-    return classification_metrics([LABELS.index(label) for label in labels], predicted)
+    order = [t.value for t in TIERS]  # the classifier's output order
+    return classification_metrics([order.index(label) for label in labels], predicted)
 
 
 def promote(
@@ -46,7 +47,7 @@ def promote(
     repository: Path,
     texts: list[str],
     labels: list[str],
-    model_name: str = "complexity",
+    model_name: str = CLASSIFIER_MODEL,
     metric: str = "macro_f1",
     min_gain: float = 0.0,
     int8: bool = False,

@@ -19,7 +19,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from adaptive_rag.contracts import QUEUE_FOR_TIER, SHADOW_QUEUE, ErrorCode
+from adaptive_rag.contracts import QUEUE_FOR_TIER, SHADOW_QUEUE, ErrorCode, Tier
 from adaptive_rag.errors import (
     AnswerFailedError, AnswerTimeoutError, ClientRequestIdReusedError, InvalidRequestError,
     QueueFullError, RequestNotFinishedError, RequestNotFoundError, UnauthenticatedError,
@@ -37,7 +37,7 @@ from services.frontdoor.stubs import SERVICE_NAME, pb2, pb2_grpc
 
 LOG = structlog.get_logger("frontdoor")
 REQUEST_ID_METADATA = "x-request-id"
-TIER_ENUM = {"A": pb2.TIER_A, "B": pb2.TIER_B, "C": pb2.TIER_C}
+TIER_ENUM = {Tier.A: pb2.TIER_A, Tier.B: pb2.TIER_B, Tier.C: pb2.TIER_C}  # the wire's names
 
 # The one exception -> status table of this boundary (first match wins: subclasses first).
 STATUS_FOR_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
@@ -74,7 +74,7 @@ def build_reply(answered: Answered) -> pb2.AnswerReply:
     return pb2.AnswerReply(
         request_id=answered.request_id,
         answer=result.answer or "",
-        tier=TIER_ENUM[result.tier.value],
+        tier=TIER_ENUM[result.tier],
         strategy=result.strategy or decision.strategy,
         steps=result.steps,
         sources=[pb2.Source(id=s.id, title=s.title, score=s.score) for s in result.sources],

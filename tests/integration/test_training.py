@@ -14,6 +14,7 @@ import pytest
 import torch
 import transformers  # noqa: F401  (required: the trainer's models and tokenizers)
 
+from adaptive_rag.contracts import CLASSIFIER_MODEL
 from adaptive_rag.routing.model_repository import open_version, versions
 from adaptive_rag.training.export import export_run, onnx_parity
 from adaptive_rag.training.model import load_checkpoint, minilm_dir
@@ -118,9 +119,9 @@ def test_export_adds_versions_with_onnx_parity(minilm_run, tmp_path):
     first = export_run(minilm_run.run_dir, repo)
     second = export_run(minilm_run.run_dir, repo)
     assert (first.version, second.version) == (1, 2)
-    assert versions(repo / "complexity") == [1, 2]
+    assert versions(repo / CLASSIFIER_MODEL) == [1, 2]
     assert first.max_abs_diff <= PARITY
-    config = (repo / "complexity" / "config.pbtxt").read_text()
+    config = (repo / CLASSIFIER_MODEL / "config.pbtxt").read_text()
     for needle in ('backend: "onnxruntime"', "max_batch_size: 32", "dynamic_batching",
                    "version_policy", "TYPE_INT64", "TYPE_FP32", 'name: "logits"'):
         assert needle in config
