@@ -190,3 +190,12 @@ bench-queues: setup
 
 test-demo: setup
 	$(PY) -m pytest -q tests/integration/test_service_demo.py
+
+# --- front-door overhead, before/after the serving redesign --------------------------------------
+.PHONY: bench-frontdoor
+
+## bench-frontdoor: the front door's own time per Answer (total - queue wait - strategy), commit
+## 7b14f11 (worktree /tmp/arag-before) against this working tree, interleaved on one stack (Redis,
+## PostgreSQL, Triton, instant LLM endpoint), 1 and 4 clients; reports/frontdoor_overhead/ (~5 min)
+bench-frontdoor: setup
+	$(PY) -m benchmarks.frontdoor_overhead --out reports/frontdoor_overhead

@@ -2,8 +2,9 @@
 
 On a fresh machine, with no server running, it
 1. builds the demo index (the fictional Lumora help center, `demo/knowledge_base.jsonl`);
-2. makes sure the model repository has a classifier version (exports an untrained MiniLM-L6 with
-   `arag model bootstrap` when empty) and starts the local Triton serving it;
+2. starts the local Triton serving the newest classifier version of the model repository; with no
+   version published (a fresh clone) nothing is served and the front door routes with the rules,
+   each decision flagged as a fallback (the demo install has no torch to export a model);
 3. applies the migrations to SQLite and starts the tier worker pools (tier-a, tier-b, tier-c and
    shadow) as real `celery worker` processes on the server-less filesystem broker, each loading the
    embedded index and LLM;
@@ -28,7 +29,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -40,7 +40,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from adaptive_rag.settings import ClassifierSettings, Settings
+from adaptive_rag.routing.model_repository import open_version, versions
+from adaptive_rag.settings import Settings
 from infra.local.servers import free_port
 
 from services.demo.stack import StackSettings
@@ -99,11 +100,21 @@ def plan(workdir: Path) -> Plan:
     # One process per pool unless configured: two shared cores, one LLM copy per process.
     if not stack.configured("concurrency"):
         overrides["concurrency"] = {"A": 1, "B": 1, "C": 1, "shadow": 1}
-    start_triton = not stack.configured("triton_grpc_url")
+    repository = stack.classifier.model_repository.resolve()
     if not stack.configured("model_repository"):
-        overrides["model_repository"] = stack.classifier.model_repository.resolve()
-    using["classifier"] = ("local Triton (started here)" if start_triton
-                           else f"Triton {stack.classifier.triton_grpc_url}")
+        overrides["model_repository"] = repository
+    published = versions(repository / stack.classifier.classifier_model)
+    start_triton = not stack.configured("triton_grpc_url") and bool(published)
+    if stack.configured("triton_grpc_url"):
+        using["classifier"] = f"Triton {stack.classifier.triton_grpc_url}"
+    elif published:
+        using["classifier"] = f"local Triton (started here), model versions {published}"
+    else:
+        using["classifier"] = (
+            f"the rules (no classifier version in {repository}: every decision is the flagged "
+            "rules fallback; `arag retrain`, or `arag model bootstrap` with the train extras, "
+            "publishes one)"
+        )
     return Plan(stack.updated(**overrides), start_triton, using)
 
 
@@ -114,24 +125,6 @@ def build_demo_index(settings: Settings, knowledge_base: Path) -> int:
     passages = list(read_jsonl_corpus(knowledge_base))
     build_index(settings, passages)
     return len(passages)
-
-
-def ensure_model_version(settings: ClassifierSettings) -> tuple[int, bool]:
-    """The newest classifier version in the repository (exported untrained when there is none),
-    and whether it is untrained."""
-    from adaptive_rag.routing.model_repository import open_version, versions
-
-    model_dir = settings.model_repository / settings.classifier_model
-    if not versions(model_dir):
-        console.print(f"no classifier version in {model_dir}: exporting an untrained MiniLM-L6 "
-                      "(arag model bootstrap, about a minute)")
-        subprocess.run(
-            [sys.executable, "-m", "adaptive_rag.cli", "model", "bootstrap",
-             "--repository", str(settings.model_repository), "--model", settings.classifier_model],
-            check=True, cwd=REPO, stdin=subprocess.DEVNULL,
-        )
-    newest = open_version(settings.model_repository, settings.classifier_model)
-    return newest.version, newest.untrained
 
 
 def processes_with_marker(marker: str) -> list[tuple[int, str]]:
@@ -242,7 +235,8 @@ def run(args: argparse.Namespace) -> int:
             from services.classifier.local import TritonProcess
 
             classifier = settings.classifier
-            version, untrained = ensure_model_version(classifier)
+            newest = open_version(classifier.model_repository, classifier.classifier_model)
+            version, untrained = newest.version, newest.untrained
             with console.status(f"starting Triton (classifier version {version})"):
                 triton = stack.enter_context(TritonProcess(classifier.model_repository, workdir / "triton.log"))
             settings = settings.updated(triton_grpc_url=triton.url)

@@ -16,10 +16,14 @@ from e2e_stack import C_QUEUE_LIMIT, REPO, Stack, frontdoor_stack, publish_versi
 
 from adaptive_rag.evaluation.corpus import read_jsonl_corpus
 from adaptive_rag.retrieval import build_index
-from adaptive_rag.settings import Settings
+from adaptive_rag.settings import ClassifierSettings, Settings
 from adaptive_rag.storage import RecordStore, make_engine
-from services.classifier.local import TritonProcess, free_port
+from infra.local.servers import free_port
+from services.classifier.local import TritonProcess
+from services.demo.stack import StackSettings
+from services.frontdoor.settings import FrontDoorSettings
 from workers.pools import WorkerPools
+from workers.settings import WorkerSettings
 
 
 @pytest.fixture(scope="module")
@@ -40,17 +44,22 @@ def triton(model_repository, tmp_path_factory):
 @pytest.fixture(scope="module")
 def stack(redis_url, postgres_url, triton, model_repository, tmp_path_factory) -> Iterator[Stack]:
     base = tmp_path_factory.mktemp("frontdoor-e2e")
-    settings = Settings(
-        _env_file=None, redis_url=redis_url, database_url=postgres_url,
+    ignore_dotenv = {"_env_file": None}
+    settings = StackSettings(
+        library=Settings(**ignore_dotenv), classifier=ClassifierSettings(**ignore_dotenv),
+        frontdoor=FrontDoorSettings(**ignore_dotenv), workers=WorkerSettings(**ignore_dotenv),
+    ).updated(
+        redis_url=redis_url, database_url=postgres_url,
         index_dir=base / "index", model_repository=model_repository,
         triton_grpc_url=triton.url, classifier_timeout_s=2.0, model_poll_s=1.0,
-        concurrency_a=1, concurrency_b=1, concurrency_c=1,
+        concurrency={"A": 1, "B": 1, "C": 1},
         top_k=3, max_passages=4, max_steps=2, max_query_chars=500,
-        max_queue_depth_c=C_QUEUE_LIMIT, metrics_port=free_port(),
+        max_queue_depth={"C": C_QUEUE_LIMIT}, metrics_port=free_port(),
         grpc_listen=f"127.0.0.1:{free_port()}", task_retry_backoff_s=0.5,
     )
-    build_index(settings, list(read_jsonl_corpus(REPO / "demo" / "knowledge_base.jsonl")))
-    pools = WorkerPools(settings, pools=("A", "B", "C"), log_dir=base / "workers")
+    build_index(settings.library, list(read_jsonl_corpus(REPO / "demo" / "knowledge_base.jsonl")))
+    pools = WorkerPools(settings.workers, pools=("A", "B", "C"), library=settings.library,
+                        log_dir=base / "workers")
     pools.start()
     stop = None
     try:
@@ -78,10 +87,10 @@ def own_frontdoor(stack: Stack, tmp_path: Path) -> Iterator[Callable[[], Stack]]
         publish_version(repo, 1, c_bias=-20.0)
         server = TritonProcess(repo, tmp_path / f"serve-{n}.log")
         started.append(server.stop)
-        settings = stack.settings.model_copy(update={
-            "model_repository": repo, "triton_grpc_url": server.url,
-            "metrics_port": free_port(), "grpc_listen": f"127.0.0.1:{free_port()}",
-        })
+        settings = stack.settings.updated(
+            model_repository=repo, triton_grpc_url=server.url,
+            metrics_port=free_port(), grpc_listen=f"127.0.0.1:{free_port()}",
+        )
         built, stop = frontdoor_stack(settings, stack.pools, stack.store, stack.auth,
                                       tmp_path / f"frontdoor-{n}.log")
         started.append(stop)

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import grpc
 
-from adaptive_rag.settings import Settings
 from adaptive_rag.storage import RecordStore
-from tests.support.models import publish_length_router
-from services.demo.stack import FrontDoorProcess
+from services.demo.stack import FrontDoorProcess, StackSettings
 from services.frontdoor.stubs import pb2, pb2_grpc
+from tests.support.models import publish_length_router
 from workers.pools import WorkerPools
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,7 +34,7 @@ def publish_version(repo: Path, version: int, c_bias: float) -> Path:
 
 @dataclass
 class Stack:
-    settings: Settings
+    settings: StackSettings
     store: RecordStore
     pools: WorkerPools
     stub: pb2_grpc.AdaptiveRagStub
@@ -77,17 +76,17 @@ class Stack:
 
 
 def frontdoor_stack(
-    settings: Settings, pools: WorkerPools, store: RecordStore, auth, log_path: Path,
+    settings: StackSettings, pools: WorkerPools, store: RecordStore, auth, log_path: Path,
 ) -> tuple[Stack, Callable[[], None]]:
     """A front door for `settings` (its own process, channel and metrics port) as a `Stack`."""
-    env = WorkerPools(settings, pools=(), log_dir=log_path.parent, migrate=False).env()
-    frontdoor = FrontDoorProcess(env, log_path, settings.grpc_listen)
-    channel = grpc.insecure_channel(settings.grpc_listen)
+    listen = settings.frontdoor.grpc_listen
+    frontdoor = FrontDoorProcess(settings.env(), log_path, listen)
+    channel = grpc.insecure_channel(listen)
 
     def stop() -> None:
         channel.close()
         frontdoor.stop()
 
     stack = Stack(settings, store, pools, pb2_grpc.AdaptiveRagStub(channel), channel, auth,
-                  f"http://127.0.0.1:{settings.metrics_port}/metrics", frontdoor.log_path)
+                  f"http://127.0.0.1:{settings.frontdoor.metrics_port}/metrics", frontdoor.log_path)
     return stack, stop

@@ -89,7 +89,7 @@ def test_feedback_relabel_retrain_publishes_version_2_used_by_the_next_query(
                                                   comment="not what the manual says"),
                               metadata=stack.auth, timeout=30)
 
-    env = {**os.environ, "DATABASE_URL": stack.settings.database_url,
+    env = {**os.environ, "DATABASE_URL": stack.settings.library.database_url,
            "ARAG_MODEL_REPOSITORY": str(model_repository), "ARAG_LLM_THREADS": "1"}
     out = arag("relabel", env=env)
     assert "2 new labels" in out, out

@@ -25,7 +25,7 @@ def test_embedded_defaults_start_everything_locally(tmp_path):
     chosen = plan(tmp_path / "demo")
     settings = chosen.settings
     library, workers = settings.library, settings.workers
-    assert chosen.start_triton
+    assert not chosen.start_triton and "the rules" in chosen.using["classifier"]  # nothing published
     assert workers.redis_url is None and workers.broker_dir == tmp_path / "demo" / "broker"
     assert library.database_url == f"sqlite:///{(tmp_path / 'demo' / 'arag.db').resolve()}"
     assert library.retriever == "tantivy" and library.index_dir == (tmp_path / "demo" / "index").resolve()
@@ -59,3 +59,12 @@ def test_configured_servers_are_used_and_not_started(tmp_path, monkeypatch):
 def test_per_tier_keeps_the_first_questions_of_each_expected_tier():
     questions = load_questions(Path(__file__).resolve().parents[2] / "demo" / "questions.json", 1)
     assert [q["expected_tier"] for q in questions] == ["A", "B", "C"]
+
+
+def test_a_published_classifier_version_is_served_by_a_local_triton(tmp_path, monkeypatch):
+    from tests.support.models import publish_length_router
+
+    monkeypatch.setenv("ARAG_MODEL_REPOSITORY", str(tmp_path / "models"))
+    publish_length_router(tmp_path / "models", 1)
+    chosen = plan(tmp_path / "demo")
+    assert chosen.start_triton and "versions [1]" in chosen.using["classifier"]
