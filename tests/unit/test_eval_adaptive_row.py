@@ -65,8 +65,8 @@ def report_rows(out: Path, repository: Path, stdout: list[str] | None = None) ->
 
 def test_trained_version_gives_the_adaptive_row_with_shares_of_multi_step(outcomes_dir, tmp_path) -> None:
     repository = tmp_path / "models"
-    # A real ONNX graph routing by token count: with C from 16 tokens, the four questions
-    # (10, 13, 17 and 18 tokens) split between B and C.
+    # A real ONNX graph routing by token count: with c_bias -15.5 (and the policy's C threshold)
+    # the four questions (10, 13, 17 and 18 tokens) split between B and C.
     publish_length_router(repository, 1, c_bias=-15.5)
     classifier = LocalOnnxClassifier(open_version(repository))
     questions = squad_test_questions()
