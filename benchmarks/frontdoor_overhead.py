@@ -54,6 +54,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from adaptive_rag.contracts import CLASSIFIER_MODEL
+
 REPO = Path(__file__).resolve().parents[1]
 BEFORE_COMMIT = "7b14f11"
 BEFORE_TREE = Path("/tmp/arag-before")
@@ -273,7 +275,7 @@ def check_imports(tree: Path, env: dict[str, str]) -> dict[str, str]:
 
 def model_repository(root: Path, log: Path) -> Path:
     """An untrained MiniLM-L6 as version 1 (exported once with this tree's `arag model bootstrap`)."""
-    if not list((root / "complexity").glob("*/model.onnx")):
+    if not list((root / CLASSIFIER_MODEL).glob("*/model.onnx")):
         with log.open("ab") as out:
             subprocess.run([str(PYTHON.parent / "arag"), "model", "bootstrap", "--repository",
                             str(root)], cwd=REPO, check=True, stdout=out, stderr=subprocess.STDOUT,

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -236,7 +236,7 @@ def markdown(report: dict) -> str:
         "",
         "Each case: a brand-new virtualenv under /tmp, `pip install -e \".[extras]\"` with pip's cache",
         "disabled (`PIP_NO_CACHE_DIR=1`: every download counts, as on a fresh machine).",
-        f"llama-cpp-python comes from the warm wheel cache in every case that needs it: the same file",
+        "llama-cpp-python comes from the warm wheel cache in every case that needs it: the same file",
         f"(`{report['llama_wheel']['file']}`, {report['llama_wheel']['mb']} MB, sha256",
         f"`{report['llama_wheel']['sha256'][:16]}...`), so its ~5 minute portable build is excluded",
         "from every number alike. Seconds = venv creation + pip self-upgrade + install; ratios against",

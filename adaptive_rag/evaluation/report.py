@@ -166,7 +166,7 @@ def write_report(
     reference = meta.get("multi_step_row")
     shares = versus_reference(table, str(reference)) if reference in table else {}
     json_path.write_text(json.dumps({"meta": meta, "table": table, "versus_multi_step": shares}, indent=2))
-    header = [f"# Evaluation report", "", f"Command: `{meta.get('command', '')}`", ""]
+    header = ["# Evaluation report", "", f"Command: `{meta.get('command', '')}`", ""]
     header += [f"- {k}: {v}" for k, v in meta.items() if k != "command"]
     body = markdown(table) + ("\n" + versus_markdown(shares, str(reference)) if shares else "")
     md_path.write_text("\n".join(header) + "\n\n" + body)

@@ -12,7 +12,7 @@ to the database, whose `(origin, dataset, question_id)` key makes a rerun skip l
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from adaptive_rag.contracts import TIERS as CONTRACT_TIERS
+from adaptive_rag.contracts import ResultKind
 from adaptive_rag.evaluation.metrics import accuracy, exact_match, normalize_answer
 
 TIERS = tuple(t.value for t in CONTRACT_TIERS)
@@ -35,7 +36,7 @@ class TierRun:
 
     tier: str
     answer: str | None
-    kind: str = "primary"  # primary | shadow
+    kind: str = ResultKind.PRIMARY  # primary | shadow
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def _same(a: str | None, b: str | None) -> bool:
 
 def known_correctness(runs: Sequence[TierRun], feedback: Sequence[FeedbackVerdict]) -> dict[str, bool]:
     """Per tier that ran, whether its answer is known to be right (absent: unknown)."""
-    primary = next((r for r in runs if r.kind == "primary"), None)
+    primary = next((r for r in runs if r.kind == ResultKind.PRIMARY), None)
     corrections = [f.correct_answer for f in feedback if f.correct_answer and f.correct_answer.strip()]
     known: dict[str, bool] = {}
     if corrections:
@@ -92,10 +93,10 @@ def live_label(runs: Sequence[TierRun], feedback: Sequence[FeedbackVerdict]) -> 
     right = [t for t in TIERS if known.get(t) is True]
     if right:
         tier = right[0]
-        return LiveLabel(tier, "shadow" if kinds.get(tier) == "shadow" else "feedback", known)
+        return LiveLabel(tier, "shadow" if kinds.get(tier) == ResultKind.SHADOW else "feedback", known)
     failed = [t for t in TIERS if known.get(t) is False]
     tier = TIERS[min(TIERS.index(failed[-1]) + 1, len(TIERS) - 1)]
-    shadow_known = any(kinds.get(t) == "shadow" for t in known)
+    shadow_known = any(kinds.get(t) == ResultKind.SHADOW for t in known)
     return LiveLabel(tier, "shadow" if shadow_known else "feedback", known)
 
 
