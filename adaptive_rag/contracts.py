@@ -33,6 +33,7 @@ class RequestStatus(StrEnum):
     DONE = "done"
     ERROR = "error"
     REJECTED = "rejected"  # its tier's queue was full; nothing ran
+    ROUTED = "routed"  # a decision only (Route): the client runs the strategy itself
 
 
 IN_FLIGHT = frozenset({RequestStatus.QUEUED, RequestStatus.RUNNING})

@@ -68,6 +68,14 @@ class CallProgress:
 
 
 @dataclass(frozen=True)
+class Routed:
+    """A recorded routing decision (the Route use case): its id is a request id."""
+
+    decision_id: str
+    decision: RoutingDecision
+
+
+@dataclass(frozen=True)
 class Answered:
     """A reply: the routing decision and the worker's result, live or stored."""
 
@@ -243,6 +251,19 @@ class AnswerService:
             raise RuntimeError(f"request {request_id} is finished but has no result row")
         return _answer_or_raise(request_id, stored)
 
+    # --- Route -----------------------------------------------------------------------------------
+
+    async def route(self, api_key: str, raw_query: bytes, progress: CallProgress) -> Routed:
+        """Classify and record the decision; nothing is enqueued (the client runs the strategy)."""
+        tenant = await self.authenticate(api_key, progress)
+        query = decode_query(raw_query, self.config.max_query_chars)
+        request_id = uuid.uuid4().hex
+        progress.bind(request_id=request_id)
+        await self._io(self.records.create_request, request_id, tenant, None, query, RequestStatus.ROUTED)
+        decision = await self._classify_and_record(request_id, query)
+        progress.tier = decision.tier
+        return Routed(request_id, decision)
+
     # --- GetResult -------------------------------------------------------------------------------
 
     async def get_result(self, api_key: str, request_id: str, progress: CallProgress) -> Answered:
@@ -257,6 +278,10 @@ class AnswerService:
             progress.tier = decision.tier
         if view.status in FINISHED and decision is not None:
             return Answered.stored(request_id, decision, await self._stored_result(request_id))
+        if view.status is RequestStatus.ROUTED:
+            raise RequestNotFinishedError(
+                f"request {request_id} is a routing decision only (Route): nothing ran here"
+            )
         if view.status in NEVER_RAN:
             raise RequestNotFinishedError(
                 f"request {request_id} was {view.status.value} and never ran; send the Answer again "

@@ -135,9 +135,10 @@ class RecordStore:
 
     # --- requests -------------------------------------------------------------------------------
     def create_request(
-        self, request_id: str, tenant: str, client_request_id: str | None, query: str
+        self, request_id: str, tenant: str, client_request_id: str | None, query: str,
+        status: RequestStatus = RequestStatus.QUEUED,
     ) -> RequestView:
-        """Record a new request as `queued`.
+        """Record a new request as `status` (`queued`; a decision-only request: `routed`).
 
         Raises `DuplicateRequestError` when the request id or `(tenant, client_request_id)` is
         already recorded: the caller (a second front-door replica racing the first) then reads
@@ -149,7 +150,7 @@ class RecordStore:
                 conn.execute(
                     self._insert(QueryRequest).values(
                         request_id=request_id, tenant=tenant, client_request_id=client_request_id,
-                        query=query, status=RequestStatus.QUEUED.value, created_at=now, updated_at=now,
+                        query=query, status=RequestStatus(status).value, created_at=now, updated_at=now,
                     )
                 )
         except IntegrityError as exc:
@@ -157,7 +158,7 @@ class RecordStore:
                 f"request {request_id!r} / client request id {client_request_id!r} of tenant "
                 f"{tenant!r} is already recorded"
             ) from exc
-        return RequestView(request_id, tenant, client_request_id, query, RequestStatus.QUEUED, now, now)
+        return RequestView(request_id, tenant, client_request_id, query, RequestStatus(status), now, now)
 
     def find_request(self, tenant: str, client_request_id: str) -> RequestView | None:
         """The request a client already sent with this idempotency id, if any."""

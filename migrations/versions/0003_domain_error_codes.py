@@ -1,8 +1,9 @@
-"""domain error codes instead of gRPC status names; no `expired` request status
+"""domain error codes instead of gRPC status names; request statuses `routed` in, `expired` out
 
 Results recorded an error as a gRPC status name (UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL); they
 now record the domain's `ErrorCode` and the front door maps it to a status. `expired` was never
-set by any code: rows (if any) become `rejected` (never ran, may be resent).
+set by any code: rows (if any) become `rejected` (never ran, may be resent). `routed` marks a
+decision-only request (the Route RPC): classified and recorded, nothing run.
 
 Revision ID: 0003_domain_error_codes
 Revises: 0002_serving_records
@@ -22,7 +23,7 @@ depends_on: Union[str, Sequence[str], None] = None
 # Frozen here on purpose: a migration must not change when the code's vocabulary does.
 CODES = {"UNAVAILABLE": "dependency_unavailable", "DEADLINE_EXCEEDED": "time_limit", "INTERNAL": "internal"}
 OLD_STATUSES = ("queued", "running", "done", "error", "rejected", "expired")
-NEW_STATUSES = ("queued", "running", "done", "error", "rejected")
+NEW_STATUSES = ("queued", "running", "done", "error", "rejected", "routed")
 
 
 def _status_check(statuses: tuple[str, ...]) -> str:
@@ -52,6 +53,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    requests = sa.table("requests", sa.column("status", sa.String))
+    op.execute(requests.update().where(requests.c.status == "routed").values(status="done"))
     with op.batch_alter_table("requests") as batch:
         batch.drop_constraint("ck_requests_status", type_="check")
         batch.create_check_constraint("ck_requests_status", _status_check(OLD_STATUSES))

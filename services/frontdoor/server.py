@@ -19,12 +19,12 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from adaptive_rag.contracts import QUEUE_FOR_TIER, SHADOW_QUEUE, ErrorCode, Tier
+from adaptive_rag.contracts import QUEUE_FOR_TIER, SHADOW_QUEUE, ErrorCode, RoutingDecision, Tier
 from adaptive_rag.errors import (
     AnswerFailedError, AnswerTimeoutError, ClientRequestIdReusedError, InvalidRequestError,
     QueueFullError, RequestNotFinishedError, RequestNotFoundError, UnauthenticatedError,
 )
-from adaptive_rag.serving.admission import AdmissionConfig, Answered, AnswerService, CallProgress
+from adaptive_rag.serving.admission import AdmissionConfig, Answered, AnswerService, CallProgress, Routed
 from adaptive_rag.serving.ports import Records, ResultWaiter, TaskQueue
 from adaptive_rag.settings import Settings
 from adaptive_rag.strategies import strategy_for_tier
@@ -78,16 +78,27 @@ def build_reply(answered: Answered) -> pb2.AnswerReply:
         strategy=result.strategy or decision.strategy,
         steps=result.steps,
         sources=[pb2.Source(id=s.id, title=s.title, score=s.score) for s in result.sources],
-        classifier=pb2.ClassifierInfo(
-            probabilities=decision.probabilities or {}, model_name=decision.model_name,
-            model_version=decision.model_version or 0, fallback=decision.fallback,
-            reason=decision.reason,
-        ),
+        classifier=_classifier_info(decision),
         timings=pb2.Timings(
             classify_ms=decision.classify_ms, queue_wait_ms=result.timings.queue_wait_ms,
             strategy_ms=result.timings.strategy_ms, total_ms=answered.total_ms,
         ),
         replayed=answered.replayed,
+    )
+
+
+def build_route_reply(routed: Routed) -> pb2.RouteReply:
+    decision = routed.decision
+    return pb2.RouteReply(
+        decision_id=routed.decision_id, tier=TIER_ENUM[decision.tier], strategy=decision.strategy,
+        classifier=_classifier_info(decision), classify_ms=decision.classify_ms,
+    )
+
+
+def _classifier_info(decision: RoutingDecision) -> pb2.ClassifierInfo:
+    return pb2.ClassifierInfo(
+        probabilities=decision.probabilities or {}, model_name=decision.model_name,
+        model_version=decision.model_version or 0, fallback=decision.fallback, reason=decision.reason,
     )
 
 
@@ -184,6 +195,15 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
             return pb2.FeedbackReply(feedback_id=feedback_id)
 
         return await self._run("SubmitFeedback", context, body)
+
+    async def Route(self, request, context):  # noqa: N802
+        async def body(progress: CallProgress) -> pb2.RouteReply:
+            routed = await self.service.route(
+                bearer_token(context.invocation_metadata()), request.query, progress
+            )
+            return build_route_reply(routed)
+
+        return await self._run("Route", context, body)
 
     async def watch_queues(self, interval_s: float = 5.0) -> None:
         """Keep the queue-depth gauge current for every queue, not only the ones queried."""

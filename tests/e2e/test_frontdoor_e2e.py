@@ -107,6 +107,23 @@ def test_repeated_client_request_id_replays_without_running_again(stack):
     assert count(stack, QueryRequest, client_request_id=client_id) == 1
 
 
+def test_route_classifies_with_the_served_model_and_records_the_decision(stack):
+    """The decision-only RPC: Triton decides, the decision is recorded, no worker runs anything."""
+    for tier, query in QUERIES.items():
+        reply = stack.stub.Route(pb2.RouteRequest(query=query.encode()), metadata=stack.auth, timeout=30)
+        assert reply.tier == TIER_ENUM[tier] and reply.strategy == STRATEGY[tier]
+        assert not reply.classifier.fallback and reply.classifier.model_version == 1
+        assert sum(reply.classifier.probabilities.values()) == pytest.approx(1.0, abs=1e-4)
+        request = stack.store.get_request(reply.decision_id)
+        assert request is not None and request.status == "routed" and request.query == query
+        decision = stack.store.decision_for(reply.decision_id)
+        assert decision.tier == tier and decision.model_version == 1
+        assert stack.store.count_results(reply.decision_id) == 0
+    ack = stack.stub.SubmitFeedback(pb2.FeedbackRequest(request_id=reply.decision_id, rating=1),
+                                    metadata=stack.auth, timeout=30)
+    assert ack.feedback_id > 0
+
+
 def test_short_deadline_then_get_result(stack):
     client_id = f"e2e-deadline-{uuid.uuid4().hex[:8]}"
     with pytest.raises(grpc.RpcError) as info:

@@ -303,6 +303,23 @@ def test_feedback_is_stored_for_the_tenants_own_requests(harness):
     assert unauth.code() is grpc.StatusCode.UNAUTHENTICATED
 
 
+def test_route_returns_the_recorded_decision_without_running_anything(harness):
+    reply, call = harness.stub.Route.with_call(pb2.RouteRequest(query=b"Which is older, X or Y?"),
+                                               metadata=AUTH)
+    assert reply.tier == pb2.TIER_C and reply.strategy == "decompose"
+    assert reply.classifier.model_name == "complexity" and reply.classifier.model_version == 1
+    assert reply.classifier.probabilities["C"] == pytest.approx(0.8) and reply.classify_ms > 0
+    assert trailing(call.trailing_metadata())["x-request-id"] == reply.decision_id
+    assert harness.queue.tasks == []
+    assert harness.store.requests[reply.decision_id].status is RequestStatus.ROUTED
+    assert harness.store.decisions[reply.decision_id].tier == "C"
+    assert harness.metrics.registry.get_sample_value(
+        "arag_frontdoor_requests_total", {"method": "Route", "tier": "C", "code": "OK"}) == 1.0
+    bad = status_of(harness.stub.Route, pb2.RouteRequest(query=b"\xff"), metadata=AUTH)
+    assert bad.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert status_of(harness.stub.Route, pb2.RouteRequest(query=b"hi")).code() is grpc.StatusCode.UNAUTHENTICATED
+
+
 def test_health_checking_reports_serving(harness):
     health = health_pb2_grpc.HealthStub(harness.channel)
     for service in ("", SERVICE_NAME):
@@ -324,7 +341,7 @@ def test_reflection_lists_and_describes_the_service(harness):
     proto = descriptor_pb2.FileDescriptorProto.FromString(
         described.file_descriptor_response.file_descriptor_proto[0])
     assert proto.name == "adaptive_rag/v1/adaptive_rag.proto"
-    assert [m.name for m in proto.service[0].method] == ["Answer", "GetResult", "SubmitFeedback"]
+    assert [m.name for m in proto.service[0].method] == ["Answer", "GetResult", "SubmitFeedback", "Route"]
 
 
 def test_logs_are_json_lines_carrying_request_id_and_tenant(harness):

@@ -204,3 +204,20 @@ def test_a_time_limit_and_a_bug_are_recorded_with_their_codes():
     task2 = recorded_task(store2)
     bug = answer_task(task2, store2, Resources(KeyError("oops")), Delivery("w", 1, True))
     assert bug.error_code is ErrorCode.INTERNAL and "KeyError" in bug.error
+
+
+def test_route_records_a_decision_and_runs_nothing():
+    svc, store, queue, routed = service()
+    progress = CallProgress()
+    decided = run(svc.route(KEY, b"compare", progress))
+    assert decided.decision.tier is Tier.C and decided.decision.strategy == "decompose"
+    assert decided.decision_id == progress.request_id and progress.tier is Tier.C
+    assert queue.tasks == [] and routed == [decided.decision]
+    assert store.requests[decided.decision_id].status is RequestStatus.ROUTED
+    assert store.decisions[decided.decision_id] == decided.decision
+    with pytest.raises(RequestNotFinishedError, match="routing decision only"):
+        run(svc.get_result(KEY, decided.decision_id, CallProgress()))
+    # The client ran the strategy itself and says how it went: feedback on the decision.
+    assert run(svc.submit_feedback(KEY, decided.decision_id, 1, None, None, CallProgress())) == 1
+    with pytest.raises(InvalidQueryError):
+        run(svc.route(KEY, b"", CallProgress()))
