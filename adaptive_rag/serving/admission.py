@@ -19,7 +19,9 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import structlog
@@ -56,15 +58,25 @@ class AdmissionConfig:
 @dataclass
 class CallProgress:
     """What one call learned so far; the edge reads it for metrics, logs and trailing metadata
-    even when the call ends in an error."""
+    even when the call ends in an error. `stages` holds milliseconds per stage of the call
+    (authenticate, validate, idempotency, classify, record, admit, enqueue, wait)."""
 
     request_id: str | None = None
     tier: Tier | None = None
+    stages: dict[str, float] = field(default_factory=dict)
 
     def bind(self, **values: Any) -> None:
         if "request_id" in values:
             self.request_id = values["request_id"]
         structlog.contextvars.bind_contextvars(**values)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stages[name] = self.stages.get(name, 0.0) + 1000 * (time.perf_counter() - start)
 
 
 @dataclass(frozen=True)
@@ -121,7 +133,8 @@ class AnswerService:
         return await loop.run_in_executor(self._io_pool, functools.partial(fn, *args))
 
     async def authenticate(self, api_key: str, progress: CallProgress) -> str:
-        tenant = await self._io(self.records.tenant_for_key, api_key)
+        with progress.stage("authenticate"):
+            tenant = await self._io(self.records.tenant_for_key, api_key)
         if tenant is None:
             raise UnauthenticatedError("unknown or revoked API key")
         progress.bind(tenant=tenant)
@@ -136,31 +149,39 @@ class AnswerService:
         """`deadline` is a `time.monotonic()` instant by which the reply must be sent."""
         started = time.perf_counter()
         tenant = await self.authenticate(api_key, progress)
-        query = decode_query(raw_query, self.config.max_query_chars)
+        with progress.stage("validate"):
+            query = decode_query(raw_query, self.config.max_query_chars)
+            if client_request_id is not None:
+                client_request_id = check_client_request_id(client_request_id)
         if client_request_id is not None:
-            client_request_id = check_client_request_id(client_request_id)
-            existing = await self._io(self.records.find_request, tenant, client_request_id)
+            with progress.stage("idempotency"):
+                existing = await self._io(self.records.find_request, tenant, client_request_id)
             if existing is not None:
                 return await self._replay(existing, query, deadline, progress, started)
         request_id = uuid.uuid4().hex
         progress.bind(request_id=request_id)
         try:
-            await self._io(self.records.create_request, request_id, tenant, client_request_id, query)
+            with progress.stage("record"):
+                await self._io(self.records.create_request, request_id, tenant, client_request_id, query)
         except DuplicateRequestError:  # another replica took this client_request_id just now
             existing = await self._io(self.records.find_request, tenant, client_request_id)
             return await self._replay(existing, query, deadline, progress, started)
-        decision = await self._classify_and_record(request_id, query)
+        decision = await self._classify_and_record(request_id, query, progress)
         return await self._admit(request_id, query, decision, deadline, progress, started)
 
-    async def _classify_and_record(self, request_id: str, query: str) -> RoutingDecision:
+    async def _classify_and_record(
+        self, request_id: str, query: str, progress: CallProgress,
+    ) -> RoutingDecision:
         start = time.perf_counter()
-        routed = await self.router.route(query)
+        with progress.stage("classify"):
+            routed = await self.router.route(query)
         decision = routed.model_copy(update={
             "strategy": self.config.strategy_for(routed.tier),
             "classify_ms": 1000 * (time.perf_counter() - start),
         })
         self._on_routed(decision)
-        await self._io(self.records.record_decision, request_id, decision)
+        with progress.stage("record"):
+            await self._io(self.records.record_decision, request_id, decision)
         LOG.info("routed", tier=decision.tier.value, fallback=decision.fallback,
                  model_version=decision.model_version, classify_ms=round(decision.classify_ms, 2),
                  reason=decision.reason)
@@ -175,7 +196,8 @@ class AnswerService:
         progress.tier = tier
         queue = self.queue.queue_name(tier)
         limit = self.config.max_queue_depth[tier]
-        depth = await self._io(self.queue.depth, queue)
+        with progress.stage("admit"):
+            depth = await self._io(self.queue.depth, queue)
         self._on_queue_depth(queue, depth)
         if depth >= limit:
             await self._io(self.records.set_status, request_id, RequestStatus.REJECTED)
@@ -186,9 +208,11 @@ class AnswerService:
             )
         task = AnswerTask(request_id=request_id, query=query, tier=tier, strategy=decision.strategy,
                           enqueued_at=time.time())
-        await self._io(self.queue.enqueue, task)
-        await self._maybe_shadow(request_id, query, tier)
-        result = await self._wait(request_id, deadline)
+        with progress.stage("enqueue"):
+            await self._io(self.queue.enqueue, task)
+            await self._maybe_shadow(request_id, query, tier)
+        with progress.stage("wait"):
+            result = await self._wait(request_id, deadline)
         return Answered(request_id, decision, result, 1000 * (time.perf_counter() - started), False)
 
     async def _maybe_shadow(self, request_id: str, query: str, tier: Tier) -> None:
@@ -235,7 +259,7 @@ class AnswerService:
         decision = await self._io(self.records.decision_for, request_id)
         if decision is None or existing.status in NEVER_RAN:
             if decision is None:
-                decision = await self._classify_and_record(request_id, query)
+                decision = await self._classify_and_record(request_id, query, progress)
             await self._io(self.records.set_status, request_id, RequestStatus.QUEUED)
             return await self._admit(request_id, query, decision, deadline, progress, started)
         progress.tier = decision.tier
@@ -259,8 +283,9 @@ class AnswerService:
         query = decode_query(raw_query, self.config.max_query_chars)
         request_id = uuid.uuid4().hex
         progress.bind(request_id=request_id)
-        await self._io(self.records.create_request, request_id, tenant, None, query, RequestStatus.ROUTED)
-        decision = await self._classify_and_record(request_id, query)
+        with progress.stage("record"):
+            await self._io(self.records.create_request, request_id, tenant, None, query, RequestStatus.ROUTED)
+        decision = await self._classify_and_record(request_id, query, progress)
         progress.tier = decision.tier
         return Routed(request_id, decision)
 

@@ -9,6 +9,8 @@ from adaptive_rag.contracts import RoutingDecision, Tier
 
 # Seconds; tier A answers in well under a second, C can take a minute.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+# Seconds; most stages take a millisecond or a few, waiting for a result can take a minute.
+STAGE_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 120)
 
 
 class FrontDoorMetrics:
@@ -40,6 +42,11 @@ class FrontDoorMetrics:
             "arag_classifier_model_version", "Classifier model version the front door routes with",
             ["model"], registry=self.registry,
         )
+        self.stages = Histogram(
+            "arag_frontdoor_stage_seconds", "Time per stage of a front-door call (authenticate, "
+            "validate, idempotency, classify, record, admit, enqueue, wait, reply)",
+            ["method", "stage"], buckets=STAGE_BUCKETS, registry=self.registry,
+        )
         self.rejected = Counter(
             "arag_frontdoor_rejected_total", "Queries rejected because the tier's queue was full",
             ["tier"], registry=self.registry,
@@ -48,6 +55,11 @@ class FrontDoorMetrics:
     def observe(self, method: str, tier: str, code: str, seconds: float) -> None:
         self.requests.labels(method, tier, code).inc()
         self.latency.labels(method, tier, code).observe(seconds)
+
+    def observe_stages(self, method: str, stages: dict[str, float]) -> None:
+        """`stages`: milliseconds per stage of one call."""
+        for stage, ms in stages.items():
+            self.stages.labels(method, stage).observe(ms / 1000)
 
     def routed_decision(self, decision: RoutingDecision) -> None:
         self.routed.labels(decision.tier.value, str(decision.fallback).lower()).inc()

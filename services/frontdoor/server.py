@@ -148,8 +148,10 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
             elapsed = time.perf_counter() - started
             tier = progress.tier.value if progress.tier else "none"
             self.metrics.observe(method, tier, code.name, elapsed)
+            self.metrics.observe_stages(method, progress.stages)
             log = LOG.info if code is grpc.StatusCode.OK else LOG.warning
             log("rpc", code=code.name, tier=tier, ms=round(1000 * elapsed, 2),
+                stages_ms={k: round(v, 2) for k, v in progress.stages.items()},
                 **({"detail": message} if message else {}))
         trailing = ((REQUEST_ID_METADATA, progress.request_id),) if progress.request_id else ()
         if code is grpc.StatusCode.OK:
@@ -172,7 +174,8 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
                 request.client_request_id if request.HasField("client_request_id") else None,
                 self._deadline(context), progress,
             )
-            return build_reply(answered)
+            with progress.stage("reply"):
+                return build_reply(answered)
 
         return await self._run("Answer", context, body)
 

@@ -111,6 +111,10 @@ def test_answer_carries_tier_strategy_sources_classifier_and_timings(harness):
     requests = harness.metrics.registry.get_sample_value(
         "arag_frontdoor_requests_total", {"method": "Answer", "tier": "C", "code": "OK"})
     assert requests == 1.0
+    for stage in ("authenticate", "classify", "record", "enqueue", "wait", "reply"):
+        observed = harness.metrics.registry.get_sample_value(
+            "arag_frontdoor_stage_seconds_count", {"method": "Answer", "stage": stage})
+        assert observed == len(TIERS), stage
 
 
 @pytest.mark.parametrize(("query", "message"), [

@@ -60,6 +60,11 @@ def test_answer_records_routes_enqueues_and_returns_the_workers_result():
     assert decision == answered.decision and routed == [decision]
     assert decision.strategy == "decompose" and decision.classify_ms > 0
     assert store.requests[answered.request_id].status is RequestStatus.DONE
+    # Where the time went, stage by stage (the front door exports them as a histogram).
+    assert set(progress.stages) == {"authenticate", "validate", "classify", "record", "admit",
+                                    "enqueue", "wait"}
+    assert all(ms >= 0 for ms in progress.stages.values())
+    assert sum(progress.stages.values()) <= answered.total_ms + 1e-6
 
 
 def test_the_request_is_refused_before_anything_is_recorded():
