@@ -44,7 +44,7 @@ Pure functions and frozen dataclasses, no I/O (`parse_service_time_report` takes
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -122,7 +122,7 @@ def response_tail(t: float, lam: float, mu: float, c: int) -> float:
     return math.exp(-mu * t) + cw * mu * math.exp(-min(mu, theta) * t) * spread
 
 
-def _bisect_tail(tail: Any, lo: float, hi: float, level: float = TAIL) -> float:
+def _bisect_tail(tail: Callable[[float], float], lo: float, hi: float, level: float = TAIL) -> float:
     """The ``t`` in ``[lo, hi]`` with ``tail(t) = level`` for a decreasing ``tail``."""
     while tail(hi) > level:  # widen until the root is bracketed
         lo, hi = hi, hi * 2.0

@@ -99,15 +99,19 @@ def celery_config(settings: WorkerSettings) -> dict[str, Any]:
     return config
 
 
-def create_app(settings: WorkerSettings | None = None) -> Celery:
+def create_app(settings: WorkerSettings | None = None, results: bool = True) -> Celery:
     """A Celery app configured from `settings` (default: the environment).
 
     The settings stay reachable as `app_settings(app)` so the producer side uses the same time
-    limits and broker the app was built with.
+    limits and broker the app was built with. `results=False` makes a sending-only app: without a
+    result backend, sending a task subscribes to nothing (with Redis, Celery would otherwise
+    SUBSCRIBE to every sent task's result channel; the front door waits through its own waiter).
     """
     settings = settings or WorkerSettings()
     app = Celery("adaptive_rag", include=["workers.tasks"])
     app.conf.update(celery_config(settings))
+    if not results:
+        app.conf.result_backend = None
     app.arag_settings = settings  # type: ignore[attr-defined]
     return app
 

@@ -51,6 +51,9 @@ class CeleryTaskQueue:
     def __init__(self, app: Celery | None = None) -> None:
         self.app = app or _celery.app
         self.settings = _celery.app_settings(self.app)
+        # Sends through an app without a result backend (no per-task result subscription);
+        # the workers, configured with one, still store every result.
+        self._sender = _celery.create_app(self.settings, results=False)
 
     def queue_name(self, tier: Tier) -> str:
         return SHARED_QUEUE if self.settings.shared_queue else QUEUE_FOR_TIER[Tier(tier)]
@@ -60,7 +63,7 @@ class CeleryTaskQueue:
         soft/hard time limits."""
         soft, hard = self.settings.time_limits(task.tier)
         queue = self.queue_name(task.tier) if task.kind is ResultKind.PRIMARY else SHADOW_QUEUE
-        self.app.send_task(
+        self._sender.send_task(
             ANSWER_TASK, kwargs={"task": task.model_dump(mode="json")}, task_id=task.task_id,
             queue=queue, routing_key=queue, soft_time_limit=soft, time_limit=hard,
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typer
 
-from adaptive_rag.cli import answering, classifier, evaluation, keys, model
+from adaptive_rag.cli import answering, capacity, classifier, evaluation, keys, model
 from adaptive_rag.cli.common import run_app
 
 app = typer.Typer(
@@ -24,6 +24,7 @@ app.command()(answering.ask)
 app.command(name="eval")(evaluation.evaluate)
 app.command(name="retrieval-bench")(evaluation.retrieval_bench)
 app.command()(answering.demo)
+app.command()(capacity.capacity)
 app.add_typer(classifier.classifier_app, name="classifier", help="label, train, export, calibrate, route")
 # The classifier's everyday jobs also answer at the top level (`arag label`, as the docs name them).
 for _name in classifier.TOP_LEVEL:

@@ -46,8 +46,8 @@ def _table(plan: CapacityPlan, concurrency: int) -> Table:
     for t in plan.tiers:
         table.add_row(
             t.tier, f"{t.arrival_rate:g}", f"{t.service_time_s:g}", str(t.workers),
-            str(math.ceil(t.workers / concurrency)), f"{t.utilization:.3f}", f"{t.wq_mean_s:.4f}",
-            f"{t.wq_p95_s:.4f}", f"{t.response_p95_s:.2f} ({t.p95_target_s:g})",
+            str(math.ceil(t.workers / concurrency)), f"{t.utilization:.3f}", f"{t.wq_mean_s:.3g}",
+            f"{t.wq_p95_s:.3g}", f"{t.response_p95_s:.2f} ({t.p95_target_s:g})",
             str(t.queue_length_target), str(t.list_length_per_worker * concurrency), t.binding,
         )
     return table
@@ -65,7 +65,7 @@ def capacity(
 ) -> None:
     """Workers per tier for a query rate, a tier mix and a p95 target (M/M/c queueing model).
 
-    \b
+
     Model, per tier: queries arrive as a Poisson stream of rate R * share; c identical workers
     (processes), each serving one task at a time, with exponential service times of the given
     mean s; one FIFO queue per tier. Erlang C gives P(wait) and the wait distribution
@@ -76,14 +76,14 @@ def capacity(
     p95(T) <= --p95. Since T >= service, a target at or below s * ln 20 (the service time's own
     p95) is unreachable; the error names the smallest achievable p95.
 
-    \b
+
     Queue target: a new task with n tasks queued ahead waits about n / (c/s) (tasks ahead of you /
     service rate = your wait), so the queue may hold floor(c/s * (p95 - s)) tasks before the wait
     eats the p95 budget minus the mean service time. KEDA's Redis listLength is per replica
     (replicas = ceil(LLEN / listLength)): use floor(concurrency/s * (p95 - s)), shown as
     listLength/replica. Tasks a Celery worker has prefetched are no longer in the list.
 
-    \b
+
     Limits: real service times are not exponential (LLM prompt processing dominates and is far
     less variable; multi-step C runs vary with their step count), arrivals are burstier than
     Poisson and the tiers share CPUs. Use the numbers for sizing, then check them with a load run.

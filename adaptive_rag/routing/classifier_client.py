@@ -173,9 +173,10 @@ class TritonClassifier:
         if self._cache_size:
             with self._cache_lock:
                 for i, q in enumerate(queries):
-                    if q in self._cache:
-                        self._cache.move_to_end(q)
-                        cached[i] = self._cache[q]
+                    key = cache_key(q)
+                    if key in self._cache:
+                        self._cache.move_to_end(key)
+                        cached[i] = self._cache[key]
         todo = [i for i in range(len(queries)) if i not in cached]
         try:
             if todo:
@@ -185,7 +186,7 @@ class TritonClassifier:
                     cached[i] = (probs[row], version)
                     if self._cache_size:
                         with self._cache_lock:
-                            self._cache[queries[i]] = cached[i]
+                            self._cache[cache_key(queries[i])] = cached[i]
                             while len(self._cache) > self._cache_size:
                                 self._cache.popitem(last=False)
         except ClassifierUnavailableError as exc:
@@ -275,6 +276,12 @@ class TritonClassifier:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def cache_key(query: str) -> str:
+    """Queries that differ only in case and spacing share a cache entry (the tokenizer is uncased
+    and splits on whitespace: they get the same decision)."""
+    return " ".join(query.split()).casefold()
 
 
 def _short(exc: BaseException) -> str:

@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -47,12 +48,47 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class AdmissionConfig:
-    """What admission needs to know; the front door builds it from its settings once."""
+    """What admission needs to know; the front door builds it from its settings once.
+
+    `key_cache_s`: how long a known API key's tenant is remembered (0: ask the records every
+    time); a revoked key keeps working that long on a replica that saw it.
+    """
 
     max_query_chars: int
     max_queue_depth: Mapping[Tier, int]
     strategy_for: Callable[[Tier], str]
     shadow_share: float = 0.0
+    key_cache_s: float = 0.0
+
+
+class KeyCache:
+    """Tenants of recently authenticated API keys (known keys only: an unknown key is always
+    looked up, so guessing keys cannot fill the cache)."""
+
+    def __init__(self, ttl_s: float, max_keys: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self.max_keys = max_keys
+        self._clock = clock
+        self._tenants: OrderedDict[str, tuple[str, float]] = OrderedDict()
+
+    def get(self, key: str) -> str | None:
+        found = self._tenants.get(key)
+        if found is None:
+            return None
+        tenant, expires = found
+        if self._clock() >= expires:
+            del self._tenants[key]
+            return None
+        return tenant
+
+    def put(self, key: str, tenant: str) -> None:
+        if self.ttl_s <= 0:
+            return
+        self._tenants[key] = (tenant, self._clock() + self.ttl_s)
+        self._tenants.move_to_end(key)
+        while len(self._tenants) > self.max_keys:
+            self._tenants.popitem(last=False)
 
 
 @dataclass
@@ -123,6 +159,7 @@ class AnswerService:
         self._on_rejected = on_rejected
         self._on_queue_depth = on_queue_depth
         self._io_pool = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="serving-io")
+        self._keys = KeyCache(config.key_cache_s)
 
     def close(self) -> None:
         self._io_pool.shutdown(wait=False, cancel_futures=True)
@@ -134,7 +171,11 @@ class AnswerService:
 
     async def authenticate(self, api_key: str, progress: CallProgress) -> str:
         with progress.stage("authenticate"):
-            tenant = await self._io(self.records.tenant_for_key, api_key)
+            tenant = self._keys.get(api_key)
+            if tenant is None:
+                tenant = await self._io(self.records.tenant_for_key, api_key)
+                if tenant is not None:
+                    self._keys.put(api_key, tenant)
         if tenant is None:
             raise UnauthenticatedError("unknown or revoked API key")
         progress.bind(tenant=tenant)
@@ -160,18 +201,18 @@ class AnswerService:
                 return await self._replay(existing, query, deadline, progress, started)
         request_id = uuid.uuid4().hex
         progress.bind(request_id=request_id)
-        try:
+        decision = await self._classify(query, progress)
+        try:  # the request and its decision in one transaction
             with progress.stage("record"):
-                await self._io(self.records.create_request, request_id, tenant, client_request_id, query)
+                await self._io(self.records.create_request, request_id, tenant, client_request_id,
+                               query, RequestStatus.QUEUED, decision)
         except DuplicateRequestError:  # another replica took this client_request_id just now
             existing = await self._io(self.records.find_request, tenant, client_request_id)
             return await self._replay(existing, query, deadline, progress, started)
-        decision = await self._classify_and_record(request_id, query, progress)
         return await self._admit(request_id, query, decision, deadline, progress, started)
 
-    async def _classify_and_record(
-        self, request_id: str, query: str, progress: CallProgress,
-    ) -> RoutingDecision:
+    async def _classify(self, query: str, progress: CallProgress) -> RoutingDecision:
+        """The router's decision with the strategy and the time it took (not yet recorded)."""
         start = time.perf_counter()
         with progress.stage("classify"):
             routed = await self.router.route(query)
@@ -180,11 +221,18 @@ class AnswerService:
             "classify_ms": 1000 * (time.perf_counter() - start),
         })
         self._on_routed(decision)
-        with progress.stage("record"):
-            await self._io(self.records.record_decision, request_id, decision)
+        progress.tier = decision.tier
         LOG.info("routed", tier=decision.tier.value, fallback=decision.fallback,
                  model_version=decision.model_version, classify_ms=round(decision.classify_ms, 2),
                  reason=decision.reason)
+        return decision
+
+    async def _classify_and_record(
+        self, request_id: str, query: str, progress: CallProgress,
+    ) -> RoutingDecision:
+        decision = await self._classify(query, progress)
+        with progress.stage("record"):
+            await self._io(self.records.record_decision, request_id, decision)
         return decision
 
     async def _admit(
@@ -283,10 +331,10 @@ class AnswerService:
         query = decode_query(raw_query, self.config.max_query_chars)
         request_id = uuid.uuid4().hex
         progress.bind(request_id=request_id)
+        decision = await self._classify(query, progress)
         with progress.stage("record"):
-            await self._io(self.records.create_request, request_id, tenant, None, query, RequestStatus.ROUTED)
-        decision = await self._classify_and_record(request_id, query, progress)
-        progress.tier = decision.tier
+            await self._io(self.records.create_request, request_id, tenant, None, query,
+                           RequestStatus.ROUTED, decision)
         return Routed(request_id, decision)
 
     # --- GetResult -------------------------------------------------------------------------------

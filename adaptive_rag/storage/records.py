@@ -136,9 +136,10 @@ class RecordStore:
     # --- requests -------------------------------------------------------------------------------
     def create_request(
         self, request_id: str, tenant: str, client_request_id: str | None, query: str,
-        status: RequestStatus = RequestStatus.QUEUED,
+        status: RequestStatus = RequestStatus.QUEUED, decision: RoutingDecision | None = None,
     ) -> RequestView:
-        """Record a new request as `status` (`queued`; a decision-only request: `routed`).
+        """Record a new request as `status` (`queued`; a decision-only request: `routed`), and its
+        routing `decision` when given, in the same transaction.
 
         Raises `DuplicateRequestError` when the request id or `(tenant, client_request_id)` is
         already recorded: the caller (a second front-door replica racing the first) then reads
@@ -153,6 +154,10 @@ class RecordStore:
                         query=query, status=RequestStatus(status).value, created_at=now, updated_at=now,
                     )
                 )
+                if decision is not None:
+                    conn.execute(self._insert(DecisionRow).values(
+                        request_id=request_id, created_at=now, **decision.model_dump(mode="json"),
+                    ))
         except IntegrityError as exc:
             raise DuplicateRequestError(
                 f"request {request_id!r} / client request id {client_request_id!r} of tenant "

@@ -26,121 +26,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import signal
 import sys
 import time
-import uuid
-from contextlib import ExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from adaptive_rag.routing.model_repository import open_version, versions
-from adaptive_rag.settings import Settings
-from infra.local.servers import free_port
+# The stack itself (shared with `make loadtest`) lives in services.demo.local; these names stay
+# importable from here.
+from services.demo.local import (  # noqa: F401
+    DEMO, REPO, RUN_MARKER, STOP_SIGNALS, Interrupted, Plan, _raise_interrupted, build_demo_index,
+    install_stop_signals, local_stack, plan, processes_with_marker, stop_leftovers,
+)
 
-from services.demo.stack import StackSettings
-
-REPO = Path(__file__).resolve().parents[2]
-DEMO = REPO / "demo"
-# Every process the demo starts carries this variable, so leftovers can be found and removed.
-RUN_MARKER = "ARAG_DEMO_RUN"
 TIER_NAME = {1: "A", 2: "B", 3: "C"}
 console = Console(width=None if sys.stdout.isatty() else 160)
-
-
-class Interrupted(Exception):
-    """SIGTERM (or SIGHUP) received: unwind and stop everything, like Ctrl-C."""
-
-
-@dataclass
-class Plan:
-    """What this run uses: configured servers, or what it starts itself."""
-
-    settings: StackSettings
-    start_triton: bool
-    using: dict[str, str] = field(default_factory=dict)
-
-
-def plan(workdir: Path) -> Plan:
-    """Settings for this run: the environment's servers where set, embedded parts otherwise."""
-    stack = StackSettings()
-    library = stack.library
-    overrides: dict[str, Any] = {
-        "grpc_listen": f"127.0.0.1:{free_port()}",
-        "metrics_port": stack.frontdoor.metrics_port if stack.configured("metrics_port") else free_port(),
-    }
-    using: dict[str, str] = {}
-    if stack.configured("redis_url"):
-        using["broker"] = f"Redis {stack.workers.redis_url}"
-    else:
-        overrides["broker_dir"] = workdir / "broker"
-        using["broker"] = f"filesystem broker {workdir / 'broker'} (no server)"
-    if stack.configured("database_url"):
-        using["records"] = library.database_url
-    else:
-        overrides["database_url"] = f"sqlite:///{(workdir / 'arag.db').resolve()}"
-        using["records"] = f"SQLite {workdir / 'arag.db'}"
-    if stack.configured("opensearch_url") and not stack.configured("retriever"):
-        overrides["retriever"] = "opensearch"
-    if (overrides.get("retriever") or library.retriever) == "opensearch":
-        if not stack.configured("opensearch_index"):
-            overrides["opensearch_index"] = "arag-demo"
-        using["retriever"] = f"OpenSearch {library.opensearch_url} index {overrides.get('opensearch_index', library.opensearch_index)}"
-    else:
-        overrides["index_dir"] = (workdir / "index").resolve()
-        using["retriever"] = f"embedded tantivy index {workdir / 'index'}"
-    using["llm"] = (f"OpenAI-compatible endpoint {library.llm_base_url}" if library.llm_base_url
-                    else "embedded llama.cpp (Gemma 3 270M)")
-    # One process per pool unless configured: two shared cores, one LLM copy per process.
-    if not stack.configured("concurrency"):
-        overrides["concurrency"] = {"A": 1, "B": 1, "C": 1, "shadow": 1}
-    repository = stack.classifier.model_repository.resolve()
-    if not stack.configured("model_repository"):
-        overrides["model_repository"] = repository
-    published = versions(repository / stack.classifier.classifier_model)
-    start_triton = not stack.configured("triton_grpc_url") and bool(published)
-    if stack.configured("triton_grpc_url"):
-        using["classifier"] = f"Triton {stack.classifier.triton_grpc_url}"
-    elif published:
-        using["classifier"] = f"local Triton (started here), model versions {published}"
-    else:
-        using["classifier"] = (
-            f"the rules (no classifier version in {repository}: every decision is the flagged "
-            "rules fallback; `arag retrain`, or `arag model bootstrap` with the train extras, "
-            "publishes one)"
-        )
-    return Plan(stack.updated(**overrides), start_triton, using)
-
-
-def build_demo_index(settings: Settings, knowledge_base: Path) -> int:
-    from adaptive_rag.evaluation.corpus import read_jsonl_corpus
-    from adaptive_rag.retrieval import build_index
-
-    passages = list(read_jsonl_corpus(knowledge_base))
-    build_index(settings, passages)
-    return len(passages)
-
-
-def processes_with_marker(marker: str) -> list[tuple[int, str]]:
-    """(pid, command line) of every live process whose environment carries `marker`."""
-    needle = f"{RUN_MARKER}={marker}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                found.append((int(entry.name), cmdline.strip()))
-        except OSError:
-            continue
-    return found
 
 
 def load_questions(path: Path, per_tier: int | None) -> list[dict[str, Any]]:
@@ -211,136 +113,52 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
 
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    workdir: Path = args.workdir.resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
-    marker = os.environ.get(RUN_MARKER) or uuid.uuid4().hex  # a caller may choose it (tests)
-    os.environ[RUN_MARKER] = marker  # inherited by every child process
-    p = plan(workdir)
-    settings = p.settings
-    leftovers: list[tuple[int, str]] = []
     rows: list[dict[str, Any]] = []
-    with ExitStack() as stack:
-        stack.callback(lambda: leftovers.extend(stop_leftovers(marker)))
-        console.rule("[bold]Adaptive-RAG demo: the real service on this machine")
-        for part, what in p.using.items():
-            console.print(f"  {part:<10} {what}")
-        if not settings.configured("redis_url"):
-            shutil.rmtree(settings.workers.broker_dir, ignore_errors=True)  # messages of an earlier run
-
-        with console.status("building the demo index"):
-            count = build_demo_index(settings.library, args.knowledge_base)
-        console.print(f"indexed {count} help-center passages from {args.knowledge_base.relative_to(REPO) if args.knowledge_base.is_relative_to(REPO) else args.knowledge_base}")
-
-        if p.start_triton:
-            from services.classifier.local import TritonProcess
-
-            classifier = settings.classifier
-            newest = open_version(classifier.model_repository, classifier.classifier_model)
-            version, untrained = newest.version, newest.untrained
-            with console.status(f"starting Triton (classifier version {version})"):
-                triton = stack.enter_context(TritonProcess(classifier.model_repository, workdir / "triton.log"))
-            settings = settings.updated(triton_grpc_url=triton.url)
-            console.print(f"Triton serving {classifier.classifier_model} v{version} from "
-                          f"{classifier.model_repository} on {triton.url} (pid {triton.proc.pid})")
-            if untrained:
-                console.print(
-                    "[yellow]the classifier is the untrained bootstrap model: its routing is close to "
-                    "random; the routing policy (C whenever P(C) >= its threshold) applies to its "
-                    "probabilities, and the rules fallback decides whenever Triton does not answer. "
-                    "Train one with `arag relabel` + `arag retrain` (or `arag classifier train|export`).[/]"
-                )
-
-        from workers.pools import WorkerPools
-
-        pools = WorkerPools(settings.workers, pools=("A", "B", "C", "shadow"), library=settings.library,
-                            log_dir=workdir / "logs" / "workers", extra_env={RUN_MARKER: marker})
-        stack.callback(pools.stop)
-        with console.status("applying migrations and starting the worker pools (each loads the LLM)"):
-            pools.start()
-        for name, pool in pools.pools.items():
-            console.print(f"pool {name:<6} queue {pool.queue:<7} pid {pool.pid} concurrency "
-                          f"{settings.workers.pool_concurrency(name)} prefetch {settings.workers.pool_prefetch(name)}")
-
-        from services.demo.stack import FrontDoorProcess
-
-        with console.status("starting the gRPC front door"):
-            frontdoor = stack.enter_context(
-                FrontDoorProcess(settings.env(**{RUN_MARKER: marker}), workdir / "logs" / "frontdoor.log",
-                                 settings.frontdoor.grpc_listen)
-            )
-        console.print(f"front door on {settings.frontdoor.grpc_listen} (pid {frontdoor.pid}), metrics on "
-                      f"http://127.0.0.1:{settings.frontdoor.metrics_port}/metrics")
-
+    console.rule("[bold]Adaptive-RAG demo: the real service on this machine")
+    with local_stack(args.workdir, knowledge_base=args.knowledge_base, console=console) as running:
         import grpc
 
-        from adaptive_rag.storage import RecordStore, make_engine
         from services.frontdoor.stubs import pb2_grpc
 
-        store = RecordStore(make_engine(settings.library.database_url))
-        stack.callback(store.engine.dispose)
-        key = store.create_api_key("demo")
+        key = running.create_api_key("demo")
         console.print(f"API key for tenant 'demo': {key[:12]}... (stored hashed)")
-        channel = grpc.insecure_channel(settings.frontdoor.grpc_listen)
-        stack.callback(channel.close)
-        stub = pb2_grpc.AdaptiveRagStub(channel)
-        auth = (("authorization", f"Bearer {key}"),)
+        channel = grpc.insecure_channel(running.address)
+        try:
+            stub = pb2_grpc.AdaptiveRagStub(channel)
+            auth = (("authorization", f"Bearer {key}"),)
 
-        questions = load_questions(args.questions, args.per_tier)
-        console.rule(f"{len(questions)} questions through gRPC")
-        for question in questions:
-            with console.status(f"[dim]{question['question']}"):
-                row = ask(stub, auth, question["question"], args.timeout)
-            row.update(question=question["question"], expected=question.get("expected_tier", "?"),
-                       reference=question.get("answer"))
-            rows.append(row)
-            console.print(f"  {row.get('tier', '-')} {row['status']:<3} {row['latency_s']:6.2f} s  "
-                          f"{question['question']}")
-        console.print(results_table(rows))
-        by_tier: dict[str, list[float]] = {}
-        for row in rows:
-            if row["status"] == "OK":
-                by_tier.setdefault(row["tier"], []).append(row["latency_s"])
-        console.print("per tier: " + ", ".join(
-            f"{tier}: {len(v)} answered, median {sorted(v)[len(v) // 2]:.2f} s"
-            for tier, v in sorted(by_tier.items())))
-        console.rule("stopping")
+            questions = load_questions(args.questions, args.per_tier)
+            console.rule(f"{len(questions)} questions through gRPC")
+            for question in questions:
+                with console.status(f"[dim]{question['question']}"):
+                    row = ask(stub, auth, question["question"], args.timeout)
+                row.update(question=question["question"], expected=question.get("expected_tier", "?"),
+                           reference=question.get("answer"))
+                rows.append(row)
+                console.print(f"  {row.get('tier', '-')} {row['status']:<3} {row['latency_s']:6.2f} s  "
+                              f"{question['question']}")
+            console.print(results_table(rows))
+            by_tier: dict[str, list[float]] = {}
+            for row in rows:
+                if row["status"] == "OK":
+                    by_tier.setdefault(row["tier"], []).append(row["latency_s"])
+            console.print("per tier: " + ", ".join(
+                f"{tier}: {len(v)} answered, median {sorted(v)[len(v) // 2]:.2f} s"
+                for tier, v in sorted(by_tier.items())))
+            console.rule("stopping")
+        finally:
+            channel.close()
+    leftovers = running.leftovers
     failed = [r for r in rows if r["status"] != "OK"]
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(json.dumps({"rows": rows, "leftovers": leftovers}, indent=2))
-    console.print(f"stopped the front door, the worker pools{' and Triton' if p.start_triton else ''}; "
+    console.print(f"stopped the front door, the worker pools{' and Triton' if running.plan.start_triton else ''}; "
                   + ("no process left" if not leftovers else
                      f"[red]{len(leftovers)} leftover process(es) killed: {leftovers}[/]"))
     console.print(f"{len(rows) - len(failed)}/{len(rows)} answered; demo took "
                   f"{time.perf_counter() - started:.1f} s")
     return 1 if failed or leftovers else 0
-
-
-def stop_leftovers(marker: str, wait_s: float = 5.0) -> list[tuple[int, str]]:
-    """Kill anything this run started that is still alive (after the orderly stops); returns it."""
-    deadline = time.monotonic() + wait_s
-    found = processes_with_marker(marker)
-    while found and time.monotonic() < deadline:  # exiting children may take a moment
-        time.sleep(0.2)
-        found = processes_with_marker(marker)
-    for pid, _ in found:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return found
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def _raise_interrupted(signum: int, _frame: Any) -> None:
-    """The first Ctrl-C / SIGTERM unwinds the run; further ones must not cut the cleanup short."""
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise Interrupted(signal.Signals(signum).name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -354,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="gRPC deadline per question (s)")
     parser.add_argument("--json-out", type=Path, default=None, help="also write the rows as JSON")
     args = parser.parse_args(argv)
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, _raise_interrupted)
+    install_stop_signals()
     try:
         return run(args)
     except (KeyboardInterrupt, Interrupted) as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import signal
 import sys
 
@@ -22,7 +23,7 @@ async def serve(listen: str | None = None) -> None:
     from workers.client import CeleryTaskQueue, open_result_waiter
 
     from services.frontdoor.metrics import FrontDoorMetrics, start_exporter
-    from services.frontdoor.routing import ClassifierRouter
+    from services.frontdoor.routing import ClassifierRouter, build_triton_classifier
     from services.frontdoor.server import start_server
 
     log = structlog.get_logger("frontdoor")
@@ -30,6 +31,7 @@ async def serve(listen: str | None = None) -> None:
     metrics = FrontDoorMetrics()
     router = ClassifierRouter(
         ClassifierSettings(), settings.model_poll_s,
+        build=functools.partial(build_triton_classifier, cache_size=settings.routing_cache),
         on_version=lambda model, version: metrics.model_version.labels(model).set(version),
     )
     router.refresh()

@@ -30,11 +30,13 @@ CLOSE_GRACE_S = 10.0
 KICK_INTERVAL_S = 1.0
 
 
-def build_triton_classifier(settings: ClassifierSettings, version: int):
-    """A batching Triton client pinned to `version` of the configured model."""
+def build_triton_classifier(settings: ClassifierSettings, version: int, cache_size: int = 0):
+    """A batching Triton client pinned to `version` of the configured model; with `cache_size`,
+    repeated queries are answered from its LRU (one cache per version: a new version starts empty)."""
     from adaptive_rag.routing.classifier_client import TritonClassifier
 
-    return TritonClassifier.from_settings(settings, version=version, model_version=str(version))
+    return TritonClassifier.from_settings(settings, version=version, model_version=str(version),
+                                          cache_size=cache_size)
 
 
 class ClassifierRouter:

@@ -111,6 +111,7 @@ def answer_service(
     config = AdmissionConfig(
         max_query_chars=library.max_query_chars, max_queue_depth=settings.max_queue_depth,
         strategy_for=lambda tier: strategy_for_tier(tier, library), shadow_share=settings.shadow_share,
+        key_cache_s=settings.key_cache_s,
     )
     return AnswerService(
         records, queue, waiter, router, config, sample=sample, on_routed=metrics.routed_decision,

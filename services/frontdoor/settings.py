@@ -40,6 +40,11 @@ class FrontDoorSettings(BaseSettings):
     )
     # How often the front door looks for a newly published classifier version.
     model_poll_s: float = Field(10.0, gt=0, validation_alias=_env("ARAG_MODEL_POLL", "model_poll_s"))
+    # How long a known API key's tenant is remembered before the records are asked again (a key
+    # revoked meanwhile keeps working that long on a replica that saw it); 0 asks every time.
+    key_cache_s: float = Field(30.0, ge=0, validation_alias=_env("ARAG_KEY_CACHE", "key_cache_s"))
+    # Repeated queries routed without a Triton round trip (per model version; 0 switches it off).
+    routing_cache: int = Field(10_000, ge=0, validation_alias=_env("ARAG_ROUTING_CACHE", "routing_cache"))
     # Threads that wait on results when the result backend is not Redis (each waiting Answer holds
     # one); with Redis, waits share one pub/sub connection on the event loop instead.
     wait_threads: int = Field(

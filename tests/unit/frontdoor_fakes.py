@@ -57,12 +57,15 @@ class FakeStore:
         r = self.requests.get(request_id)
         return replace(r) if r else None
 
-    def create_request(self, request_id, tenant, client_request_id, query, status=RequestStatus.QUEUED):
+    def create_request(self, request_id, tenant, client_request_id, query, status=RequestStatus.QUEUED,
+                       decision=None):
         with self.lock:
             if client_request_id is not None and self.find_request(tenant, client_request_id):
                 raise DuplicateRequestError(client_request_id)
             self.requests[request_id] = Request(request_id, tenant, client_request_id, query,
                                                 RequestStatus(status))
+            if decision is not None:
+                self.decisions[request_id] = decision
             return replace(self.requests[request_id])
 
     def record_decision(self, request_id: str, decision: RoutingDecision) -> None:

@@ -192,3 +192,10 @@ def test_async_callers_share_batches(tokenizer_json):
         decisions = asyncio.run(main(client))
         assert all(d.tier is Tier.C and not d.fallback for d in decisions)
         assert sum(client.requests) == 20 and len(client.requests) < 20
+
+
+def test_queries_differing_in_case_and_spacing_share_the_routing_cache():
+    from adaptive_rag.routing.classifier_client import cache_key
+
+    assert cache_key("  How LONG is the\tHub  warranty? ") == cache_key("how long is the hub warranty?")
+    assert cache_key("hub warranty") != cache_key("hub warranties")

@@ -267,3 +267,15 @@ def test_keys_cli_creates_lists_and_revokes(tmp_path, monkeypatch):
     assert runner.invoke(app, ["keys", "revoke", "1"]).exit_code == 0
     assert RecordStore(make_engine(url)).tenant_for_key(key) is None
     assert runner.invoke(app, ["keys", "revoke", "1"]).exit_code == 2
+
+
+def test_a_request_and_its_decision_are_recorded_in_one_transaction(store):
+    decision = RoutingDecision(tier=Tier.A, probabilities={"A": 0.9, "B": 0.05, "C": 0.05},
+                               model_name="complexity", model_version=3, strategy="no_retrieval")
+    store.create_request("req-1", "acme", "client-9", "hi", RequestStatus.QUEUED, decision)
+    assert store.decision_for("req-1") == decision
+    with pytest.raises(DuplicateRequestError):  # the same client id again: nothing half-written
+        store.create_request("req-2", "acme", "client-9", "hi", RequestStatus.QUEUED, decision)
+    assert store.get_request("req-2") is None and store.decision_for("req-2") is None
+    store.create_request("req-3", "acme", None, "hi", RequestStatus.ROUTED, decision)
+    assert store.get_request("req-3").status is RequestStatus.ROUTED

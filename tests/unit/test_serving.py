@@ -226,3 +226,32 @@ def test_route_records_a_decision_and_runs_nothing():
     assert run(svc.submit_feedback(KEY, decided.decision_id, 1, None, None, CallProgress())) == 1
     with pytest.raises(InvalidQueryError):
         run(svc.route(KEY, b"", CallProgress()))
+
+
+def test_known_keys_are_remembered_for_their_time_to_live_only():
+    from adaptive_rag.serving.admission import KeyCache
+
+    now = [0.0]
+    keys = KeyCache(ttl_s=30.0, max_keys=2, clock=lambda: now[0])
+    keys.put("k1", "acme")
+    assert keys.get("k1") == "acme" and keys.get("unknown") is None
+    now[0] = 30.0
+    assert keys.get("k1") is None  # expired: the records are asked again (a revocation shows)
+    keys.put("k1", "acme"), keys.put("k2", "globex"), keys.put("k3", "initech")
+    assert keys.get("k1") is None and keys.get("k3") == "initech"  # bounded, oldest out
+    assert KeyCache(ttl_s=0).get("k1") is None
+
+
+def test_with_a_key_cache_the_records_are_asked_once_per_key():
+    svc, store, _, _ = service()
+    svc._keys.ttl_s = 60.0
+    asked = []
+    original = store.tenant_for_key
+    store.tenant_for_key = lambda key: asked.append(key) or original(key)
+    for _ in range(3):
+        run(svc.answer(KEY, b"hi", None, soon(), CallProgress()))
+    with pytest.raises(UnauthenticatedError):
+        run(svc.answer("arag_unknown", b"hi", None, soon(), CallProgress()))
+    with pytest.raises(UnauthenticatedError):
+        run(svc.answer("arag_unknown", b"hi", None, soon(), CallProgress()))
+    assert asked == [KEY, "arag_unknown", "arag_unknown"]  # unknown keys are never cached

@@ -1,0 +1,276 @@
+"""The whole service on this machine as one context manager, `local_stack`: what `make demo`
+(`python -m services.demo`) and `make loadtest` (`python -m loadtest`) both start.
+
+Embedded defaults unless the environment configures a server (`plan`): the index of a knowledge
+base (tantivy, or OpenSearch with `OPENSEARCH_URL`), the local Triton serving the newest published
+classifier version (none published: the front door routes with the rules), SQLite (or
+`DATABASE_URL`), the tier worker pools on the server-less filesystem broker (or `REDIS_URL`), the
+gRPC front door as a subprocess. Everything it starts carries `ARAG_DEMO_RUN=<marker>` in its
+environment; leaving the block stops it all (also on an error or Ctrl-C) and kills whatever is
+still marked, recording it in `LocalStack.leftovers`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from adaptive_rag.routing.model_repository import open_version, versions
+from adaptive_rag.settings import Settings
+from infra.local.servers import free_port
+
+from services.demo.stack import FrontDoorProcess, StackSettings
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "demo"
+# Every process a local stack starts carries this variable, so leftovers can be found and removed.
+RUN_MARKER = "ARAG_DEMO_RUN"
+ALL_POOLS = ("A", "B", "C", "shadow")
+
+
+class Interrupted(Exception):
+    """SIGTERM (or SIGHUP) received: unwind and stop everything, like Ctrl-C."""
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _raise_interrupted(signum: int, _frame: Any) -> None:
+    """The first Ctrl-C / SIGTERM unwinds the run; further ones must not cut the cleanup short."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def install_stop_signals() -> None:
+    """Ctrl-C, SIGTERM and SIGHUP unwind the run (so `local_stack` stops everything)."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _raise_interrupted)
+
+
+@dataclass
+class Plan:
+    """What this run uses: configured servers, or what it starts itself."""
+
+    settings: StackSettings
+    start_triton: bool
+    using: dict[str, str] = field(default_factory=dict)
+
+
+def plan(workdir: Path) -> Plan:
+    """Settings for this run: the environment's servers where set, embedded parts otherwise."""
+    stack = StackSettings()
+    library = stack.library
+    overrides: dict[str, Any] = {
+        "grpc_listen": f"127.0.0.1:{free_port()}",
+        "metrics_port": stack.frontdoor.metrics_port if stack.configured("metrics_port") else free_port(),
+    }
+    using: dict[str, str] = {}
+    if stack.configured("redis_url"):
+        using["broker"] = f"Redis {stack.workers.redis_url}"
+    else:
+        overrides["broker_dir"] = workdir / "broker"
+        using["broker"] = f"filesystem broker {workdir / 'broker'} (no server)"
+    if stack.configured("database_url"):
+        using["records"] = library.database_url
+    else:
+        overrides["database_url"] = f"sqlite:///{(workdir / 'arag.db').resolve()}"
+        using["records"] = f"SQLite {workdir / 'arag.db'}"
+    if stack.configured("opensearch_url") and not stack.configured("retriever"):
+        overrides["retriever"] = "opensearch"
+    if (overrides.get("retriever") or library.retriever) == "opensearch":
+        if not stack.configured("opensearch_index"):
+            overrides["opensearch_index"] = "arag-demo"
+        using["retriever"] = f"OpenSearch {library.opensearch_url} index {overrides.get('opensearch_index', library.opensearch_index)}"
+    else:
+        overrides["index_dir"] = (workdir / "index").resolve()
+        using["retriever"] = f"embedded tantivy index {workdir / 'index'}"
+    using["llm"] = (f"OpenAI-compatible endpoint {library.llm_base_url}" if library.llm_base_url
+                    else "embedded llama.cpp (Gemma 3 270M)")
+    # One process per pool unless configured: two shared cores, one LLM copy per process.
+    if not stack.configured("concurrency"):
+        overrides["concurrency"] = {"A": 1, "B": 1, "C": 1, "shadow": 1}
+    repository = stack.classifier.model_repository.resolve()
+    if not stack.configured("model_repository"):
+        overrides["model_repository"] = repository
+    published = versions(repository / stack.classifier.classifier_model)
+    start_triton = not stack.configured("triton_grpc_url") and bool(published)
+    if stack.configured("triton_grpc_url"):
+        using["classifier"] = f"Triton {stack.classifier.triton_grpc_url}"
+    elif published:
+        using["classifier"] = f"local Triton (started here), model versions {published}"
+    else:
+        using["classifier"] = (
+            f"the rules (no classifier version in {repository}: every decision is the flagged "
+            "rules fallback; `arag retrain`, or `arag model bootstrap` with the train extras, "
+            "publishes one)"
+        )
+    return Plan(stack.updated(**overrides), start_triton, using)
+
+
+def build_demo_index(settings: Settings, knowledge_base: Path) -> int:
+    from adaptive_rag.evaluation.corpus import read_jsonl_corpus
+    from adaptive_rag.retrieval import build_index
+
+    passages = list(read_jsonl_corpus(knowledge_base))
+    build_index(settings, passages)
+    return len(passages)
+
+
+def processes_with_marker(marker: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process whose environment carries `marker`."""
+    needle = f"{RUN_MARKER}={marker}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found.append((int(entry.name), cmdline.strip()))
+        except OSError:
+            continue
+    return found
+
+
+def stop_leftovers(marker: str, wait_s: float = 5.0) -> list[tuple[int, str]]:
+    """Kill anything this run started that is still alive (after the orderly stops); returns it."""
+    deadline = time.monotonic() + wait_s
+    found = processes_with_marker(marker)
+    while found and time.monotonic() < deadline:  # exiting children may take a moment
+        time.sleep(0.2)
+        found = processes_with_marker(marker)
+    for pid, _ in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return found
+
+
+class _Quiet:
+    """A console stand-in that prints nothing (for callers without one)."""
+
+    def print(self, *_: Any, **__: Any) -> None:
+        pass
+
+    @contextmanager
+    def status(self, *_: Any, **__: Any) -> Iterator[None]:
+        yield
+
+
+@dataclass
+class LocalStack:
+    """A running local stack (inside `local_stack`)."""
+
+    plan: Plan
+    settings: StackSettings
+    marker: str
+    workdir: Path
+    pools: Any = None  # workers.pools.WorkerPools
+    frontdoor: FrontDoorProcess | None = None
+    triton: Any = None  # services.classifier.local.TritonProcess, when started here
+    store: Any = None  # adaptive_rag.storage.RecordStore
+    # Processes still marked after the orderly stop (killed then); filled when the block exits.
+    leftovers: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        return self.settings.frontdoor.grpc_listen
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.settings.frontdoor.metrics_port}/metrics"
+
+    def create_api_key(self, tenant: str) -> str:
+        return self.store.create_api_key(tenant)
+
+
+@contextmanager
+def local_stack(
+    workdir: Path,
+    *,
+    knowledge_base: Path = DEMO / "knowledge_base.jsonl",
+    pools: Iterable[str] = ALL_POOLS,
+    console: Any = None,
+    marker: str | None = None,
+) -> Iterator[LocalStack]:
+    """Start the stack `plan(workdir)` describes (printing each step on `console`, a rich Console),
+    yield it, then stop everything it started and any marked leftover."""
+    console = console or _Quiet()
+    workdir = workdir.resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    marker = marker or os.environ.get(RUN_MARKER) or uuid.uuid4().hex  # a caller may choose it (tests)
+    os.environ[RUN_MARKER] = marker  # inherited by every child process
+    p = plan(workdir)
+    settings = p.settings
+    running = LocalStack(plan=p, settings=settings, marker=marker, workdir=workdir)
+    with ExitStack() as stack:
+        stack.callback(lambda: running.leftovers.extend(stop_leftovers(marker)))
+        for part, what in p.using.items():
+            console.print(f"  {part:<10} {what}")
+        if not settings.configured("redis_url"):
+            shutil.rmtree(settings.workers.broker_dir, ignore_errors=True)  # messages of an earlier run
+
+        with console.status("building the demo index"):
+            count = build_demo_index(settings.library, knowledge_base)
+        shown = knowledge_base.relative_to(REPO) if knowledge_base.is_relative_to(REPO) else knowledge_base
+        console.print(f"indexed {count} help-center passages from {shown}")
+
+        if p.start_triton:
+            from services.classifier.local import TritonProcess
+
+            classifier = settings.classifier
+            newest = open_version(classifier.model_repository, classifier.classifier_model)
+            version, untrained = newest.version, newest.untrained
+            with console.status(f"starting Triton (classifier version {version})"):
+                triton = stack.enter_context(TritonProcess(classifier.model_repository, workdir / "triton.log"))
+            running.triton = triton
+            settings = settings.updated(triton_grpc_url=triton.url)
+            console.print(f"Triton serving {classifier.classifier_model} v{version} from "
+                          f"{classifier.model_repository} on {triton.url} (pid {triton.proc.pid})")
+            if untrained:
+                console.print(
+                    "[yellow]the classifier is the untrained bootstrap model: its routing is close to "
+                    "random; the routing policy (C whenever P(C) >= its threshold) applies to its "
+                    "probabilities, and the rules fallback decides whenever Triton does not answer. "
+                    "Train one with `arag relabel` + `arag retrain` (or `arag classifier train|export`).[/]"
+                )
+
+        from workers.pools import WorkerPools
+
+        worker_pools = WorkerPools(settings.workers, pools=tuple(pools), library=settings.library,
+                                   log_dir=workdir / "logs" / "workers", extra_env={RUN_MARKER: marker})
+        stack.callback(worker_pools.stop)
+        running.pools = worker_pools
+        with console.status("applying migrations and starting the worker pools (each loads the LLM)"):
+            worker_pools.start()
+        for name, pool in worker_pools.pools.items():
+            console.print(f"pool {name:<6} queue {pool.queue:<7} pid {pool.pid} concurrency "
+                          f"{settings.workers.pool_concurrency(name)} prefetch {settings.workers.pool_prefetch(name)}")
+
+        with console.status("starting the gRPC front door"):
+            frontdoor = stack.enter_context(
+                FrontDoorProcess(settings.env(**{RUN_MARKER: marker}), workdir / "logs" / "frontdoor.log",
+                                 settings.frontdoor.grpc_listen)
+            )
+        running.frontdoor = frontdoor
+        running.settings = settings
+        console.print(f"front door on {settings.frontdoor.grpc_listen} (pid {frontdoor.pid}), metrics on "
+                      f"{running.metrics_url}")
+
+        from adaptive_rag.storage import RecordStore, make_engine
+
+        running.store = RecordStore(make_engine(settings.library.database_url))
+        stack.callback(running.store.engine.dispose)
+        yield running
