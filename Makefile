@@ -203,3 +203,16 @@ test-demo: setup
 ## PostgreSQL, Triton, instant LLM endpoint), 1 and 4 clients; reports/frontdoor_overhead/ (~5 min)
 bench-frontdoor: setup
 	$(PY) -m benchmarks.frontdoor_overhead --out reports/frontdoor_overhead
+
+# --- load testing (locust over gRPC) -----------------------------------------------------------------
+.PHONY: loadtest
+
+## loadtest: a headless locust run (gRPC user, tier mix A 60 / B 30 / C 10 %) against a local stack it
+## starts (the demo's parts: embedded defaults, or the servers REDIS_URL, DATABASE_URL, ... point at),
+## then everything stopped; locust's CSV + HTML and report.md with PNG plots in var/loadtest/<run>/
+## (scratch, git-ignored). Default: a short steady run (4 users, 60 s). E.g.
+## LOADTEST_ARGS="--profile step --max-users 8", "--publish --name NAME" (-> reports/load/NAME/),
+## "--instant-llm" (no model cost). Any deployed front door: loadtest/README.md.
+LOADTEST_ARGS ?=
+loadtest: setup-demo setup-eval $(VENV)/.installed-loadtest
+	$(PY) -m loadtest $(LOADTEST_ARGS)

@@ -340,15 +340,43 @@ def settings_env(tree_name: str, shared: dict[str, str], redis_url: str, databas
                  metrics_port: int, broker_dir: Path) -> dict[str, str]:
     env = {**shared, "REDIS_URL": redis_url, "DATABASE_URL": database_url,
            "ARAG_METRICS_PORT": str(metrics_port), "ARAG_BROKER_DIR": str(broker_dir)}
-    if tree_name == "before":
-        for tier in ("A", "B", "C"):
-            env[f"ARAG_CONCURRENCY_{tier}"] = "1"
-            env[f"ARAG_MAX_QUEUE_DEPTH_{tier}"] = "100000"
-        env["ARAG_CONCURRENCY_SHADOW"] = "1"
-    else:
-        env["ARAG_CONCURRENCY"] = json.dumps({"A": 1, "B": 1, "C": 1, "shadow": 1})
-        env["ARAG_MAX_QUEUE_DEPTH"] = json.dumps({"A": 100000, "B": 100000, "C": 100000})
+    # Both spellings, so any commit can be either tree: per-tier variables (7b14f11 and older)
+    # and JSON mappings (the redesigned settings); each tree reads only its own.
+    for tier in ("A", "B", "C"):
+        env[f"ARAG_CONCURRENCY_{tier}"] = "1"
+        env[f"ARAG_MAX_QUEUE_DEPTH_{tier}"] = "100000"
+    env["ARAG_CONCURRENCY_SHADOW"] = "1"
+    env["ARAG_CONCURRENCY"] = json.dumps({"A": 1, "B": 1, "C": 1, "shadow": 1})
+    env["ARAG_MAX_QUEUE_DEPTH"] = json.dumps({"A": 100000, "B": 100000, "C": 100000})
     return env
+
+
+def stage_means(env: dict[str, str]) -> dict[str, float]:
+    """Mean milliseconds per stage of Answer from a front door's `arag_frontdoor_stage_seconds`
+    histogram (front doors that do not export it give {})."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    url = f"http://127.0.0.1:{env['ARAG_METRICS_PORT']}/metrics"
+    try:
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+    except OSError:
+        return {}
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "arag_frontdoor_stage_seconds":
+            continue
+        for sample in family.samples:
+            if sample.labels.get("method") != "Answer":
+                continue
+            stage = sample.labels["stage"]
+            if sample.name.endswith("_sum"):
+                sums[stage] = sample.value
+            elif sample.name.endswith("_count"):
+                counts[stage] = sample.value
+    return {stage: round(1000 * sums[stage] / counts[stage], 3) for stage in sums if counts.get(stage)}
 
 
 def process_facts(pid: int) -> dict[str, Any]:
@@ -604,7 +632,7 @@ def markdown(report: dict[str, Any]) -> str:
     loaded = peak > 6
     trees = report["trees"]
     lines = [
-        "# Front-door overhead per Answer: before (7b14f11) vs after (redesigned serving core)",
+        f"# Front-door overhead per Answer: before ({trees['before']['commit'][:7]}) vs after (the working tree)",
         "",
         f"Command: `{report['command']}`  ",
         f"Run: {report['started']} -> {report['finished']}, {m['cpus']} CPU cores ({m['cpu']}, "
@@ -661,6 +689,16 @@ def markdown(report: dict[str, Any]) -> str:
         "(independently), ratio of the medians.",
         "",
     ]
+    stage_rows = report.get("stages_ms") or {}
+    names = sorted({stage for per in stage_rows.values() for stage in per})
+    if names:
+        lines += ["## Where the time goes (mean ms per Answer and stage, from each front door's "
+                  "`arag_frontdoor_stage_seconds`; all calls of the run)", "",
+                  "| tree | " + " | ".join(names) + " |", "| --- |" + " ---: |" * len(names)]
+        for tree, per in stage_rows.items():
+            if per:
+                lines.append(f"| {tree} | " + " | ".join(_f(per.get(n), 2) for n in names) + " |")
+        lines.append("")
     if report.get("notes"):
         lines += ["## Notes", "", *[f"- {n}" for n in report["notes"]], ""]
     lines += ["Per-block timings and load, settings and every sample: `report.json`.", ""]
@@ -813,6 +851,7 @@ def main(argv: list[str] | None = None) -> int:
                 finally:
                     for client in clients.values():
                         client.close()
+            stages = {name: stage_means(stacks[name].env) for name in TREES}
             for name in TREES:  # still alive at the end? (a crashed pool would show here)
                 pids = stacks[name].worker_pids
                 if not all(_alive(p["pid"]) for p in [pids["pools"], pids["frontdoor"]]):
@@ -847,7 +886,7 @@ def main(argv: list[str] | None = None) -> int:
                                  if k.startswith(("ARAG_", "LLM_", "TRITON_", "REDIS_", "DATABASE_"))
                                  or k == "PYTHONPATH"} if name in stacks else None}
                   for name in TREES},
-        "summary": summary, "blocks": blocks, "notes": notes,
+        "summary": summary, "blocks": blocks, "notes": notes, "stages_ms": stages,
         "samples": [{**asdict(s), "overhead_ms": s.overhead_ms} for s in samples],
     }
     print()

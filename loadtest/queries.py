@@ -100,6 +100,9 @@ def build_pools(source: str = "all", data_dir: Path | None = None,
             from adaptive_rag.settings import Settings
 
             data_dir = Settings().data_dir
+        data_dir = Path(data_dir)
+        if not data_dir.is_absolute() and not data_dir.is_dir() and (REPO / data_dir).is_dir():
+            data_dir = REPO / data_dir  # the default ../shared/data is relative to the repository
         try:
             queries += benchmark_queries(data_dir, per_dataset)
         except Exception as exc:  # noqa: BLE001 - a missing data dir only narrows the default pools

@@ -65,6 +65,8 @@ class FilesystemDepth:
         from workers.client import CeleryTaskQueue
         from workers.settings import WorkerSettings
 
+        # kombu's filesystem transport has no host; its "No hostname was supplied" warning is noise
+        logging.getLogger("kombu.connection").setLevel(logging.ERROR)
         settings = WorkerSettings.model_validate({"broker_dir": Path(broker_dir), "redis_url": None})
         self.queue = CeleryTaskQueue(create_app(settings))
 

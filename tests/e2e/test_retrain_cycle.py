@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,7 +93,9 @@ def test_feedback_relabel_retrain_publishes_version_2_used_by_the_next_query(
     env = {**os.environ, "DATABASE_URL": stack.settings.library.database_url,
            "ARAG_MODEL_REPOSITORY": str(model_repository), "ARAG_LLM_THREADS": "1"}
     out = arag("relabel", env=env)
-    assert "2 new labels" in out, out
+    # Other e2e modules share the database and leave feedback of their own: count at least ours.
+    new_labels = re.search(r"(\d+) new labels", out)
+    assert new_labels and int(new_labels.group(1)) >= 2, out
     live = {row.request_id: row for row in labels.labels(split=None, origin="live")}
     assert live[greeting.request_id].label == "A"  # right on A: A
     expected = {"A": "B", "B": "C", "C": "C"}[pb2.Tier.Name(lookup.tier)[-1]]
