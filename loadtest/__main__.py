@@ -186,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         "mix": args.mix, "query_source": args.query_source, "started": started_at.isoformat(timespec="seconds"),
         "command": shlex.join(["python", "-m", "loadtest", *(argv if argv is not None else sys.argv[1:])]),
         "expected_length_s": length_s,
+        "users_desc": {"step": f"1..{args.max_users} users, doubling every {args.step_seconds:g} s",
+                       "spike": f"{args.users} users, {args.spike_users} in the middle third"}.get(
+                           args.load_profile, f"{args.users} users"),
     }
     from loadtest.shapes import PROFILES as SHAPES
 
@@ -221,8 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                 info["target"] = f"local stack, front door {host}"
             cmd = locust_command(args, out, host, metrics_url, redis_url, broker_dir)
             info["locust_command"] = shlex.join(cmd)
-            console.rule(f"locust: profile {args.load_profile}, {args.users} users, "
-                         f"{length_s:.0f} s ({out / 'locust.log'})")
+            console.rule(f"locust: profile {args.load_profile}, {info['users_desc']}, {length_s:.0f} s ({out / 'locust.log'})")
             code = run_locust(cmd, env, out / "locust.log", timeout_s=length_s + 180)
             info["locust_exit_code"] = code
             console.print(f"locust exited with {code}")

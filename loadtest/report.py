@@ -17,6 +17,7 @@ import csv
 import json
 import math
 import sys
+from bisect import bisect_right
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,7 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
             "model_version": last_fd.get("model_version"),
         }
     return {
+        "by_users": by_users(requests, samples),
         "duration_s": duration, "requests": len(requests), "answered": len(all_ms),
         "rps": len(requests) / duration if duration > 0 else None,
         "answered_rps": len(all_ms) / duration if duration > 0 else None,
@@ -119,6 +121,33 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         "per_tier": per_tier, "failures": dict(failures), "routing": {f"{e}->{t}": n for (e, t), n in routing.items()},
         "queue_depth_max": dict(depth_max), "frontdoor": frontdoor, "samples": len(samples),
     }
+
+
+def by_users(requests: list[dict[str, Any]], samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Throughput and latency per number of running users (from the sampled user count): the
+    step profile's knee, the spike's before/during/after. Calls count where they finished."""
+    levels = [(s["time"], (s.get("locust") or {}).get("users")) for s in samples]
+    levels = [(t, u) for t, u in levels if u is not None]
+    if len(levels) < 2:
+        return []
+    seconds: dict[int, float] = defaultdict(float)
+    for (t, users), (t_next, _) in zip(levels, levels[1:]):
+        seconds[users] += t_next - t
+    done: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    times = [t for t, _ in levels]
+    for r in requests:
+        i = max(0, bisect_right(times, r["time"]) - 1)
+        done[levels[i][1]].append(r)
+    rows = []
+    for users in sorted(seconds):
+        if users <= 0 or seconds[users] <= 0:
+            continue
+        calls = done.get(users, [])
+        ok = [r["ms"] for r in calls if r.get("ok")]
+        rows.append({"users": users, "seconds": seconds[users], "calls": len(calls), "answered": len(ok),
+                     "answers_per_s": len(ok) / seconds[users], "failed": len(calls) - len(ok),
+                     "p50_ms": percentile(ok, 50), "p95_ms": percentile(ok, 95)})
+    return rows
 
 
 # --- plots ----------------------------------------------------------------------------------------
@@ -173,11 +202,18 @@ def plot(run: dict[str, Any], folder: Path) -> list[str]:
         series["all"][b] += 1
         series[r["tier"] if r.get("ok") and r.get("tier") in TIERS else "failed"][b] += 1
     xs = [(i + 0.5) * width for i in range(bins)]
+    # the last bin covers only the rest of the run: its rate over that part (dropped when tiny)
+    covered = [min(width, duration - i * width) for i in range(bins)]
+    keep = [i for i in range(bins) if covered[i] >= 0.4 * width]
+
+    def rate(key: str) -> list[float]:
+        return [series[key][i] / covered[i] for i in keep]
+
     fig, ax = plt.subplots(figsize=(9, 4))
-    ax.plot(xs, [v / width for v in series["all"]], color="black", label="all", linewidth=2)
+    ax.plot([xs[i] for i in keep], rate("all"), color="black", label="all", linewidth=2)
     for key in (*TIERS, "failed"):
         if any(series[key]):
-            ax.plot(xs, [v / width for v in series[key]], color=colors[key],
+            ax.plot([xs[i] for i in keep], rate(key), color=colors[key],
                     label=f"tier {key}" if key in TIERS else "failed")
     users = [(s["elapsed_s"], (s.get("locust") or {}).get("users")) for s in run["samples"]
              if (s.get("locust") or {}).get("users") is not None]
@@ -202,7 +238,6 @@ def plot(run: dict[str, Any], folder: Path) -> list[str]:
     # p95 (its histogram between two samples)
     trailing = max(15.0, 3 * width)
     fig, axes = plt.subplots(1, 3, figsize=(13, 4), sharex=True)
-    sample_t0 = (run["samples"][0]["time"] - run["samples"][0]["elapsed_s"]) if run["samples"] else t0
     for ax, tier in zip(axes, TIERS):
         done = sorted((r["time"] - t0, r["ms"]) for r in requests if r.get("ok") and r.get("tier") == tier)
         for q, style in ((50, "-"), (95, "--"), (99, ":")):
@@ -261,7 +296,7 @@ def markdown(run: dict[str, Any], summary: dict[str, Any], plots: list[str]) -> 
     lines = [f"# Load test `{info.get('name', '?')}`", ""]
     if info:
         lines += [
-            f"- profile **{info.get('profile')}**, users {info.get('users')}, run time "
+            f"- profile **{info.get('profile')}**, {info.get('users_desc') or str(info.get('users')) + ' users'}, run time "
             f"{info.get('run_time') or 'the profile default'}, mix {info.get('mix')}, queries {info.get('query_source')}",
             f"- target: {info.get('target')}",
         ]
@@ -292,6 +327,12 @@ def markdown(run: dict[str, Any], summary: dict[str, Any], plots: list[str]) -> 
         lines.append(
             f"| {row['Name']} | {row['Request Count']} | {row['Failure Count']} | {_f(row['Requests/s'], 2)} | "
             f"{_f(row['50%'])} | {_f(row['95%'])} | {_f(row['99%'])} | {_f(row['Max Response Time'])} |")
+    if len(summary["by_users"]) > 1:
+        lines += ["", "By number of running users (sampled; calls counted where they finished):", "",
+                  "| users | seconds | answers | answers/s | failed | p50 ms | p95 ms |",
+                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        lines += [f"| {row['users']} | {row['seconds']:.0f} | {row['answered']} | {row['answers_per_s']:.2f} | "
+                  f"{row['failed']} | {_f(row['p50_ms'])} | {_f(row['p95_ms'])} |" for row in summary["by_users"]]
     lines += ["", "## Failures by gRPC status code", ""]
     if run["failures"]:
         lines += ["| name | error | occurrences |", "| --- | --- | ---: |"]

@@ -27,6 +27,8 @@ from adaptive_rag.logs import configure_logging
 from workers.settings import WorkerSettings
 
 QUEUES = (*QUEUE_FOR_TIER.values(), SHADOW_QUEUE)
+# How often the server-less broker looks for new messages, and waiters for file results.
+FILESYSTEM_POLL_S = 0.1
 logger = logging.getLogger(__name__)
 
 
@@ -93,6 +95,9 @@ def celery_config(settings: WorkerSettings) -> dict[str, Any]:
                 "data_folder_out": str(folders["queue"]),
                 "processed_folder": str(folders["processed"]),
                 "store_processed": False,
+                # kombu polls the folder once a second by default: a one-second floor on every
+                # answer of the embedded setup. A listing every 0.1 s costs little.
+                "polling_interval": FILESYSTEM_POLL_S,
             },
             result_backend=f"file://{folders['results']}",
         )

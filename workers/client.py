@@ -118,7 +118,8 @@ class ThreadedResultWaiter:
     def _blocking_wait(self, task_id: str, timeout: float) -> AnswerResult:
         handle = self.app.AsyncResult(task_id)
         try:  # propagate=False: a failed task's exception is returned, not raised
-            value = handle.get(timeout=timeout, propagate=False, disable_sync_subtasks=False)
+            value = handle.get(timeout=timeout, propagate=False, disable_sync_subtasks=False,
+                               interval=_celery.FILESYSTEM_POLL_S)
         except CeleryTimeoutError as exc:
             raise TimeoutError(f"no result for task {task_id} within {timeout:.1f} s") from exc
         if handle.successful():
