@@ -41,6 +41,7 @@ $(VENV)/.installed: pyproject.toml infra/llama/build_wheel.sh | $(VENV)/.created
 	@command -v java >/dev/null && command -v mvn >/dev/null && command -v curl >/dev/null && command -v redis-server >/dev/null || \
 	  { echo "installing Java 17, Maven, curl and Redis (apt)"; apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven curl redis-server; }
 	$(call INSTALL_ROLE,all)
+	PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build_server.sh $(LLAMA_CPP_VERSION)
 	touch $@
 
 # one role's set: $(VENV)/.installed-demo, -frontdoor, -workers, -triton, -eval, -train, -dev
@@ -49,7 +50,8 @@ $(VENV)/.installed-%: pyproject.toml infra/llama/build_wheel.sh | $(VENV)/.creat
 	touch $@
 .PRECIOUS: $(VENV)/.installed-%
 
-## setup: virtualenv, portable llama.cpp wheel (cached), every extra (torch included), embedded model, gRPC stubs
+## setup: virtualenv, portable llama.cpp wheel and llama-server (both cached), every extra (torch
+## included), embedded model, gRPC stubs
 PROTO_STUBS := services/frontdoor/generated/adaptive_rag_pb2.py  # (its rule: front door section)
 setup: $(VENV)/.installed $(PROTO_STUBS)
 
@@ -216,3 +218,13 @@ bench-frontdoor: setup
 LOADTEST_ARGS ?=
 loadtest: setup-demo setup-eval $(VENV)/.installed-loadtest
 	$(PY) -m loadtest $(LOADTEST_ARGS)
+
+# --- shared LLM inference process (llama.cpp's llama-server) -------------------------------------
+.PHONY: llama-server
+
+## llama-server: build llama.cpp's llama-server once, portably (AVX2/FMA/F16C, no AMX), from the
+## llama.cpp sources vendored in the llama-cpp-python sdist (PyPI); ~5-8 minutes on 2 cores, niced,
+## then cached in $(ARAG_CACHE)/bin (seconds); prints the binary's path. Serve the Gemma GGUF on
+## loopback with `$(PY) -m infra.local.llama_server` (prints LLM_BASE_URL; LLM_API=completions).
+llama-server: | $(VENV)/.created
+	@PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build_server.sh $(LLAMA_CPP_VERSION)

@@ -160,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--knowledge-base", type=Path, default=REPO / "demo" / "knowledge_base.jsonl")
     parser.add_argument("--instant-llm", action="store_true",
                         help="an instant OpenAI-compatible LLM endpoint instead of the model (measures the service)")
+    parser.add_argument("--llm-server", action="store_true",
+                        help="serve the embedded model from ONE shared llama-server (parallel slots, "
+                             "continuous batching) that every worker calls, instead of a model per "
+                             "worker process (built once: make llama-server)")
     parser.add_argument("--host", default=None,
                         help="an already running front door (HOST:PORT): start nothing, key from ARAG_API_KEY")
     parser.add_argument("--metrics-url", default=os.environ.get("ARAG_LOAD_METRICS_URL"),
@@ -212,6 +216,19 @@ def main(argv: list[str] | None = None) -> int:
                     llm_url = stack.enter_context(instant_llm(out / "instant_llm.log"))
                     os.environ["LLM_BASE_URL"] = llm_url
                     console.print(f"instant LLM endpoint (measurement device) on {llm_url}")
+                elif args.llm_server:
+                    from infra.local.llama_server import LlamaServerProcess
+
+                    server = stack.enter_context(LlamaServerProcess(log_path=out / "llama_server.log"))
+                    # The project's prompts are few-shot completions: the completions API keeps
+                    # the embedded model's answers (the chat template would wrap them).
+                    os.environ.update(LLM_BASE_URL=server.base_url, LLM_API="completions")
+                    # Workers are now HTTP clients, not model copies: enough of them to fill the
+                    # server's slots (unless configured).
+                    os.environ.setdefault("ARAG_CONCURRENCY", json.dumps(
+                        {"A": server.parallel, "B": 2, "C": 2, "shadow": 1}))
+                    console.print(f"shared llama-server on {server.base_url} (-np {server.parallel} "
+                                  f"-t {server.threads})")
                 running = stack.enter_context(local_stack(
                     args.workdir, knowledge_base=args.knowledge_base, console=console,
                     pools=("A", "B", "C", *(("shadow",) if _shadow_share() > 0 else ())),
