@@ -89,6 +89,8 @@ def celery_config(settings: WorkerSettings) -> dict[str, Any]:
             folder.mkdir(parents=True, exist_ok=True)
         config.update(
             broker_url="filesystem://",
+            # kombu's filesystem transport, writing each message atomically (see the module)
+            broker_transport="workers.filesystem_broker:Transport",
             broker_transport_options={
                 "control_folder": str(folders["control"]),
                 "data_folder_in": str(folders["queue"]),

@@ -119,3 +119,31 @@ def test_waiting_times_out_as_the_builtin_timeout_error(tmp_path):
 
     with pytest.raises(TimeoutError):
         asyncio.run(wait())
+
+
+def test_the_server_less_broker_never_shows_a_partial_message(tmp_path, monkeypatch):
+    """kombu's own filesystem channel names the file before writing it, so a polling consumer
+    could read an empty message and stop the worker; ours renames a complete file into place."""
+    import os
+
+    from workers import filesystem_broker
+
+    app = create_app(WorkerSettings(_env_file=None, broker_dir=tmp_path / "broker"))
+    with app.connection() as connection:
+        assert isinstance(connection.transport, filesystem_broker.Transport)
+    queue_dir = tmp_path / "broker" / "queue"
+    seen_before_rename = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        seen_before_rename.append(sorted(p.name for p in queue_dir.glob("*.tier-a.msg")))
+        assert os.path.getsize(src) > 0
+        real_replace(src, dst)
+
+    monkeypatch.setattr(filesystem_broker.os, "replace", replace)
+    queue = CeleryTaskQueue(app)
+    queue.enqueue(task("req4", "A", "no_retrieval"))
+    assert seen_before_rename == [[]]  # nothing under a queue's name until the payload was complete
+    [message] = queue_dir.glob("*.tier-a.msg")
+    assert json.loads(message.read_text())["headers"]["id"] == "req4"
+    assert not [p for p in queue_dir.iterdir() if p.name.startswith(".partial-")]
