@@ -492,6 +492,24 @@ class Client:
         sample.model_version = reply.classifier.model_version
         return sample
 
+    def route_latencies(self, queries: list[str]) -> dict[str, Any]:
+        """Single-stream `Route` calls (the decision-only RPC): client-side ms per call; {} when
+        the tree's front door has no Route."""
+        stub, ms, errors = self.stubs[0], [], 0
+        for q in queries:
+            started = time.perf_counter()
+            try:
+                stub.Route(self.pb2.RouteRequest(query=q.encode("utf-8")), metadata=self.metadata,
+                           timeout=CALL_TIMEOUT_S)
+            except self.grpc.RpcError as exc:
+                if exc.code() is self.grpc.StatusCode.UNIMPLEMENTED:
+                    return {}
+                errors += 1
+                continue
+            ms.append(1000 * (time.perf_counter() - started))
+        return {"calls": len(queries), "errors": errors, "p50_ms": pct(ms, 50), "p95_ms": pct(ms, 95),
+                "p99_ms": pct(ms, 99)}
+
     def run(self, queries: list[str], concurrency: int, block: int) -> list[Sample]:
         """Closed loop: `concurrency` clients, each sends its next query when its reply is in."""
         todo: queue.SimpleQueue[str] = queue.SimpleQueue()
@@ -699,6 +717,13 @@ def markdown(report: dict[str, Any]) -> str:
             if per:
                 lines.append(f"| {tree} | " + " | ".join(_f(per.get(n), 2) for n in names) + " |")
         lines.append("")
+    route_rows = {t: r for t, r in (report.get("route") or {}).items() if r}
+    if route_rows:
+        lines += ["## Route (decision only), single stream, client-side ms", "",
+                  "| tree | calls | errors | p50 | p95 | p99 |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        lines += [f"| {t} | {r['calls']} | {r['errors']} | {_f(r['p50_ms'], 2)} | {_f(r['p95_ms'], 2)} | "
+                  f"{_f(r['p99_ms'], 2)} |" for t, r in route_rows.items()]
+        lines.append("")
     if report.get("notes"):
         lines += ["## Notes", "", *[f"- {n}" for n in report["notes"]], ""]
     lines += ["Per-block timings and load, settings and every sample: `report.json`.", ""]
@@ -750,6 +775,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=20, help="uncounted calls per tree and concurrency")
     parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--route-calls", type=int, default=300, help="single-stream Route calls per tree")
     parser.add_argument("--before-commit", default=BEFORE_COMMIT)
     parser.add_argument("--before-tree", type=Path, default=BEFORE_TREE)
     parser.add_argument("--workdir", type=Path, default=REPO / "var" / "bench-frontdoor")
@@ -851,6 +877,13 @@ def main(argv: list[str] | None = None) -> int:
                 finally:
                     for client in clients.values():
                         client.close()
+            route: dict[str, Any] = {}
+            for name in TREES:  # the decision-only RPC, single stream, distinct queries
+                client = Client(stacks[name], 1)
+                try:
+                    route[name] = client.route_latencies(queries.take(args.route_calls))
+                finally:
+                    client.close()
             stages = {name: stage_means(stacks[name].env) for name in TREES}
             for name in TREES:  # still alive at the end? (a crashed pool would show here)
                 pids = stacks[name].worker_pids
@@ -886,7 +919,7 @@ def main(argv: list[str] | None = None) -> int:
                                  if k.startswith(("ARAG_", "LLM_", "TRITON_", "REDIS_", "DATABASE_"))
                                  or k == "PYTHONPATH"} if name in stacks else None}
                   for name in TREES},
-        "summary": summary, "blocks": blocks, "notes": notes, "stages_ms": stages,
+        "summary": summary, "blocks": blocks, "notes": notes, "stages_ms": stages, "route": route,
         "samples": [{**asdict(s), "overhead_ms": s.overhead_ms} for s in samples],
     }
     print()
