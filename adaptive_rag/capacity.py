@@ -48,7 +48,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from adaptive_rag.contracts import TIERS, Tier
+from adaptive_rag.contracts import TIERS
 from adaptive_rag.errors import AdaptiveRagError
 
 PERCENTILE = 0.95
