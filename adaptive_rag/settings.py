@@ -17,6 +17,11 @@ from adaptive_rag.contracts import CLASSIFIER_MODEL
 CACHE_DIR = Path.home() / ".cache" / "adaptive-rag"
 
 
+def env_name(variable: str, field: str) -> AliasChoices:
+    """A setting read from environment `variable`, or passed by its field name in code."""
+    return AliasChoices(variable, field)
+
+
 class Settings(BaseSettings):
     """Retrieval, generator, strategies, evaluation data and records. Defaults run embedded."""
 

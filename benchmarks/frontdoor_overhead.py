@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptive_rag.contracts import CLASSIFIER_MODEL
+from infra.local.servers import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 BEFORE_COMMIT = "7b14f11"
@@ -314,12 +315,6 @@ def insert_api_key(url: str, tenant: str) -> str:
             (tenant, key[:8], hashlib.sha256(key.encode()).hexdigest(), datetime.now(timezone.utc)),
         )
     return key
-
-
-def free_port() -> int:
-    from infra.local.servers import free_port as _free
-
-    return _free()
 
 
 # --- one tree's stack ------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic_settings import BaseSettings
+
 from adaptive_rag.contracts import QUEUE_FOR_TIER, SHADOW_QUEUE, SHARED_QUEUE
 from adaptive_rag.settings import Settings, as_environment
 from workers.settings import WorkerSettings
@@ -33,6 +35,23 @@ POOL_QUEUES = {**{tier.value: queue for tier, queue in QUEUE_FOR_TIER.items()},
                "shadow": SHADOW_QUEUE, "shared": SHARED_QUEUE}
 READY_MARK = " ready."
 READY_TIMEOUT_S = 120.0
+
+
+def process_env(
+    *settings: BaseSettings, base: Mapping[str, str] | None = None, extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment of a child process (a pool, the front door) that reads `settings` back:
+    `base` (default: this process's) with their variables set or removed, the repository on
+    PYTHONPATH, and `extra` last."""
+    env = dict(os.environ if base is None else base)
+    for key, value in as_environment(*settings).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.update(extra or {})
+    return env
 
 
 @dataclass
@@ -97,15 +116,7 @@ class WorkerPools:
         self.stop()
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        for key, value in as_environment(self.settings, self.library).items():
-            if value is None:
-                env.pop(key, None)
-            else:
-                env[key] = value
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        env.update(self.extra_env)
-        return env
+        return process_env(self.settings, self.library, extra=self.extra_env)
 
     def command(self, name: str) -> list[str]:
         queue = POOL_QUEUES[name]

@@ -7,10 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adaptive_rag.contracts import TIERS, Tier
+from adaptive_rag.settings import env_name
 
 Pool = Literal["A", "B", "C", "shadow", "shared"]
 # Worker processes per pool and messages each reserves ahead (C: 1, a long task must not hold
@@ -20,48 +21,44 @@ DEFAULT_PREFETCH: dict[str, int] = {"A": 4, "B": 2, "C": 1, "shadow": 1}
 DEFAULT_TIME_LIMITS: dict[Tier, float] = {Tier.A: 60.0, Tier.B: 120.0, Tier.C: 300.0}
 
 
-def _env(name: str, field: str) -> AliasChoices:
-    return AliasChoices(name, field)
-
-
 class WorkerSettings(BaseSettings):
     """Celery broker and result backend, pool sizes, time limits, redelivery and retries."""
 
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
 
     # Celery broker and result backend; unset: a filesystem broker under `broker_dir` (no server).
-    redis_url: str | None = Field(None, validation_alias=_env("REDIS_URL", "redis_url"))
-    broker_dir: Path = Field(Path("var/broker"), validation_alias=_env("ARAG_BROKER_DIR", "broker_dir"))
+    redis_url: str | None = Field(None, validation_alias=env_name("REDIS_URL", "redis_url"))
+    broker_dir: Path = Field(Path("var/broker"), validation_alias=env_name("ARAG_BROKER_DIR", "broker_dir"))
     concurrency: dict[str, int] = Field(
         default_factory=lambda: dict(DEFAULT_CONCURRENCY),
-        validation_alias=_env("ARAG_CONCURRENCY", "concurrency"),
+        validation_alias=env_name("ARAG_CONCURRENCY", "concurrency"),
     )
     prefetch: dict[str, int] = Field(
-        default_factory=lambda: dict(DEFAULT_PREFETCH), validation_alias=_env("ARAG_PREFETCH", "prefetch")
+        default_factory=lambda: dict(DEFAULT_PREFETCH), validation_alias=env_name("ARAG_PREFETCH", "prefetch")
     )
     # Soft time limit per tier (the task records a `time_limit` error); the hard limit, which kills
     # the worker process, comes `time_limit_grace_s` later.
     time_limit_s: dict[Tier, float] = Field(
         default_factory=lambda: dict(DEFAULT_TIME_LIMITS),
-        validation_alias=_env("ARAG_TIME_LIMIT", "time_limit_s"),
+        validation_alias=env_name("ARAG_TIME_LIMIT", "time_limit_s"),
     )
     time_limit_grace_s: float = Field(
-        15.0, gt=0, validation_alias=_env("ARAG_TIME_LIMIT_GRACE", "time_limit_grace_s")
+        15.0, gt=0, validation_alias=env_name("ARAG_TIME_LIMIT_GRACE", "time_limit_grace_s")
     )
     # Redis broker: a message reserved by a worker that died is delivered again after this long.
     # Keep it above the longest C run (hard limit), or a slow task also runs a second time.
     visibility_timeout_s: float = Field(
-        900.0, gt=0, validation_alias=_env("ARAG_VISIBILITY_TIMEOUT", "visibility_timeout_s")
+        900.0, gt=0, validation_alias=env_name("ARAG_VISIBILITY_TIMEOUT", "visibility_timeout_s")
     )
     # Transient failures (retriever or LLM unreachable, index missing) retried with exponential
     # backoff from `task_retry_backoff_s`; after the last retry the error is recorded as the result.
-    task_max_retries: int = Field(3, ge=0, validation_alias=_env("ARAG_TASK_MAX_RETRIES", "task_max_retries"))
+    task_max_retries: int = Field(3, ge=0, validation_alias=env_name("ARAG_TASK_MAX_RETRIES", "task_max_retries"))
     task_retry_backoff_s: float = Field(
-        1.0, ge=0, validation_alias=_env("ARAG_TASK_RETRY_BACKOFF", "task_retry_backoff_s")
+        1.0, ge=0, validation_alias=env_name("ARAG_TASK_RETRY_BACKOFF", "task_retry_backoff_s")
     )
     # Comparison setup (benchmarks/queue_isolation.py): every tier's primary task goes to ONE
     # queue, `shared`, served by one pool with the tier pools' total concurrency and prefetch 1.
-    shared_queue: bool = Field(False, validation_alias=_env("ARAG_SHARED_QUEUE", "shared_queue"))
+    shared_queue: bool = Field(False, validation_alias=env_name("ARAG_SHARED_QUEUE", "shared_queue"))
 
     @field_validator("concurrency", "prefetch", mode="after")
     @classmethod

@@ -34,12 +34,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-# The stack itself (shared with `make loadtest`) lives in services.demo.local; these names stay
-# importable from here.
-from services.demo.local import (  # noqa: F401
-    DEMO, REPO, RUN_MARKER, STOP_SIGNALS, Interrupted, Plan, _raise_interrupted, build_demo_index,
-    install_stop_signals, local_stack, plan, processes_with_marker, stop_leftovers,
-)
+# The stack itself (shared with `make loadtest`) lives in services.demo.local.
+from services.demo.local import DEMO, Interrupted, install_stop_signals, local_stack
 
 TIER_NAME = {1: "A", 2: "B", 3: "C"}
 console = Console(width=None if sys.stdout.isatty() else 160)

@@ -20,10 +20,10 @@ from typing import Any
 
 from pydantic_settings import BaseSettings
 
-from adaptive_rag.settings import ClassifierSettings, Settings, as_environment
-from workers.settings import WorkerSettings
-
+from adaptive_rag.settings import ClassifierSettings, Settings
 from services.frontdoor.settings import FrontDoorSettings
+from workers.pools import process_env
+from workers.settings import WorkerSettings
 
 REPO = Path(__file__).resolve().parents[2]
 READY_MARK = "READY"
@@ -45,12 +45,6 @@ class StackSettings:
         """True when the field came from the environment (or .env), not from its default."""
         return any(name in part.model_fields_set for part in self._parts())
 
-    def value(self, name: str) -> Any:
-        for part in self._parts():
-            if name in type(part).model_fields:
-                return getattr(part, name)
-        raise KeyError(name)
-
     def updated(self, **values: Any) -> StackSettings:
         """A copy with `values` set on whichever component owns each field (marked as set, so
         child processes inherit them); mappings are merged into the current ones."""
@@ -68,15 +62,7 @@ class StackSettings:
 
     def env(self, base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
         """The environment of a child process that reads these settings back."""
-        env = dict(os.environ if base is None else base)
-        for key, value in as_environment(*self._parts()).items():
-            if value is None:
-                env.pop(key, None)
-            else:
-                env[key] = value
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        env.update(extra)
-        return env
+        return process_env(*self._parts(), base=base, extra=extra)
 
 
 class FrontDoorProcess:

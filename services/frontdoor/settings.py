@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adaptive_rag.contracts import Tier
+from adaptive_rag.settings import env_name
 
 DEFAULT_QUEUE_LIMITS = {Tier.A: 500, Tier.B: 200, Tier.C: 100}
-
-
-def _env(name: str, field: str) -> AliasChoices:
-    return AliasChoices(name, field)
 
 
 class FrontDoorSettings(BaseSettings):
@@ -19,36 +16,36 @@ class FrontDoorSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
 
-    grpc_listen: str = Field("127.0.0.1:50051", validation_alias=_env("ARAG_GRPC_LISTEN", "grpc_listen"))
+    grpc_listen: str = Field("127.0.0.1:50051", validation_alias=env_name("ARAG_GRPC_LISTEN", "grpc_listen"))
     # Prometheus exporter (HTTP /metrics); 0 switches it off.
-    metrics_port: int = Field(9108, ge=0, validation_alias=_env("ARAG_METRICS_PORT", "metrics_port"))
+    metrics_port: int = Field(9108, ge=0, validation_alias=env_name("ARAG_METRICS_PORT", "metrics_port"))
     # Queued tasks a tier may hold before new queries routed to it get RESOURCE_EXHAUSTED, as JSON
     # (`ARAG_MAX_QUEUE_DEPTH='{"C": 50}'`); tiers left out keep their default.
     max_queue_depth: dict[Tier, int] = Field(
         default_factory=lambda: dict(DEFAULT_QUEUE_LIMITS),
-        validation_alias=_env("ARAG_MAX_QUEUE_DEPTH", "max_queue_depth"),
+        validation_alias=env_name("ARAG_MAX_QUEUE_DEPTH", "max_queue_depth"),
     )
     # How long Answer waits when the client sent no deadline.
-    default_wait_s: float = Field(60.0, gt=0, validation_alias=_env("ARAG_DEFAULT_WAIT", "default_wait_s"))
+    default_wait_s: float = Field(60.0, gt=0, validation_alias=env_name("ARAG_DEFAULT_WAIT", "default_wait_s"))
     # Kept free of the client's deadline so DEADLINE_EXCEEDED is ours, sent before the client's.
     deadline_margin_s: float = Field(
-        0.2, ge=0, validation_alias=_env("ARAG_DEADLINE_MARGIN", "deadline_margin_s")
+        0.2, ge=0, validation_alias=env_name("ARAG_DEADLINE_MARGIN", "deadline_margin_s")
     )
     # Share of live queries also run on the neighbouring tier in the `shadow` queue (unbiased labels).
     shadow_share: float = Field(
-        0.0, ge=0.0, le=1.0, validation_alias=_env("ARAG_SHADOW_SHARE", "shadow_share")
+        0.0, ge=0.0, le=1.0, validation_alias=env_name("ARAG_SHADOW_SHARE", "shadow_share")
     )
     # How often the front door looks for a newly published classifier version.
-    model_poll_s: float = Field(10.0, gt=0, validation_alias=_env("ARAG_MODEL_POLL", "model_poll_s"))
+    model_poll_s: float = Field(10.0, gt=0, validation_alias=env_name("ARAG_MODEL_POLL", "model_poll_s"))
     # How long a known API key's tenant is remembered before the records are asked again (a key
     # revoked meanwhile keeps working that long on a replica that saw it); 0 asks every time.
-    key_cache_s: float = Field(30.0, ge=0, validation_alias=_env("ARAG_KEY_CACHE", "key_cache_s"))
+    key_cache_s: float = Field(30.0, ge=0, validation_alias=env_name("ARAG_KEY_CACHE", "key_cache_s"))
     # Repeated queries routed without a Triton round trip (per model version; 0 switches it off).
-    routing_cache: int = Field(10_000, ge=0, validation_alias=_env("ARAG_ROUTING_CACHE", "routing_cache"))
+    routing_cache: int = Field(10_000, ge=0, validation_alias=env_name("ARAG_ROUTING_CACHE", "routing_cache"))
     # Threads that wait on results when the result backend is not Redis (each waiting Answer holds
     # one); with Redis, waits share one pub/sub connection on the event loop instead.
     wait_threads: int = Field(
-        64, ge=1, validation_alias=_env("ARAG_FRONTDOOR_WAIT_THREADS", "wait_threads")
+        64, ge=1, validation_alias=env_name("ARAG_FRONTDOOR_WAIT_THREADS", "wait_threads")
     )
 
     @field_validator("max_queue_depth", mode="after")

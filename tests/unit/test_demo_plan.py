@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from services.demo.__main__ import load_questions, plan
+from services.demo.__main__ import load_questions
+from services.demo.local import plan
 
 SERVER_VARIABLES = ("REDIS_URL", "DATABASE_URL", "OPENSEARCH_URL", "TRITON_URL", "TRITON_GRPC_URL",
                     "LLM_BASE_URL", "ARAG_RETRIEVER", "ARAG_OPENSEARCH_INDEX", "ARAG_CONCURRENCY")
