@@ -109,8 +109,10 @@ def answer_task(
 
 
 def write_once(records: Records, result: AnswerResult, delivery: Delivery) -> AnswerResult:
-    """Write the result once; whoever wrote first decides what every delivery returns."""
-    records.save_result(result, delivery.worker, delivery.attempt)
+    """Write the result once; whoever wrote first decides what every delivery returns (the
+    stored row is read back only when another delivery wrote it first)."""
+    if records.save_result(result, delivery.worker, delivery.attempt):
+        return result
     return records.get_result(result.request_id, result.kind, result.tier) or result
 
 
