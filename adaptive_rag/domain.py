@@ -12,6 +12,9 @@ class Passage:
     title: str
     text: str
     score: float = 0.0
+    # A knowledge-base chunk's document and section (empty for benchmark corpus paragraphs).
+    doc_id: str = ""
+    section: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,3 +40,8 @@ class StrategyResult:
     timings: dict[str, float] = field(default_factory=dict)
     # Free-form trace (reasoning sentences, sub-questions) for debugging and reports.
     trace: list[str] = field(default_factory=list)
+    # False when the strategy declined to answer from the knowledge base (support semantics):
+    # `abstain_reason` says why (no passage above the retrieval threshold, or the reader said the
+    # passages do not contain the answer). Clients hand those to a human.
+    answerable: bool = True
+    abstain_reason: str = ""

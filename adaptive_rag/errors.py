@@ -74,3 +74,26 @@ class AnswerFailedError(AdaptiveRagError):
     def __init__(self, message: str, code: ErrorCode) -> None:
         super().__init__(message)
         self.code = code
+
+
+class PermissionDeniedError(AdaptiveRagError):
+    """The API key is valid but lacks the scope this call needs."""
+
+
+class KnowledgeBaseMissingError(AdaptiveRagError):
+    """The tenant has no knowledge base yet: nothing to retrieve from (import one first)."""
+
+
+class OverShareError(QueueFullError):
+    """The tenant is over its rate limit or its share of a tier queue; others are not.
+
+    `retry_after_s` is when a retry may be admitted (the front door sends it as a hint).
+    """
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class KnowledgeBaseBusyError(AdaptiveRagError):
+    """Another writer holds this tenant's knowledge base (an import or rebuild is running)."""

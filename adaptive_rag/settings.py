@@ -48,6 +48,31 @@ class Settings(BaseSettings):
     title_boost: float = Field(1.0, validation_alias=AliasChoices("ARAG_TITLE_BOOST", "title_boost"))
     top_k: int = Field(5, ge=1, le=100, validation_alias=AliasChoices("ARAG_TOP_K", "top_k"))
 
+    # --- tenants' knowledge bases ---------------------------------------------------------------
+    # Embedded: one tantivy directory per tenant under `kb_dir`; OpenSearch: one index per tenant
+    # behind the alias `<kb_index_prefix>-<tenant slug>`.
+    kb_dir: Path = Field(Path("var/kb"), validation_alias=env_name("ARAG_KB_DIR", "kb_dir"))
+    kb_index_prefix: str = Field(
+        "arag-kb", validation_alias=env_name("ARAG_KB_INDEX_PREFIX", "kb_index_prefix")
+    )
+    # Chunking of imported documents (words per passage, words shared with the previous one).
+    chunk_words: int = Field(160, ge=16, le=2000, validation_alias=env_name("ARAG_CHUNK_WORDS", "chunk_words"))
+    chunk_overlap_words: int = Field(
+        32, ge=0, le=1000, validation_alias=env_name("ARAG_CHUNK_OVERLAP_WORDS", "chunk_overlap_words")
+    )
+    # Retrievers a worker keeps open, one per tenant (least recently used closed first).
+    kb_open_retrievers: int = Field(
+        64, ge=1, validation_alias=env_name("ARAG_KB_OPEN_RETRIEVERS", "kb_open_retrievers")
+    )
+    # Support semantics: abstain (answerable = false) when no passage scores at least
+    # `abstain_min_score` (BM25; 0 disables), or when the reader says the passages lack the answer.
+    abstain_min_score: float = Field(
+        0.0, ge=0.0, validation_alias=env_name("ARAG_ABSTAIN_MIN_SCORE", "abstain_min_score")
+    )
+    reader_abstains: bool = Field(
+        False, validation_alias=env_name("ARAG_READER_ABSTAINS", "reader_abstains")
+    )
+
     # --- generator LLM -------------------------------------------------------------------------
     # With LLM_BASE_URL set, the OpenAI-compatible HTTP client is used; otherwise llama.cpp.
     llm_base_url: str | None = Field(

@@ -55,3 +55,22 @@ class Router(Protocol):
     """Classifier + policy; never raises (falls back to the rules, flagged)."""
 
     async def route(self, query: str) -> RoutingDecision: ...
+
+
+class FairShare(Protocol):
+    """Per-tenant admission: a rate limit (token bucket) and a share of each tier's queue (slots).
+
+    Adapters: `services.frontdoor.fair_share.RedisFairShare` (shared by every front door replica)
+    and `InMemoryFairShare` (one front door, embedded default). Blocking calls.
+    """
+
+    def acquire(self, tenant: str, tier: Tier, request_id: str) -> None:
+        """Take one token of `tenant`'s bucket and one of its slots on `tier` for `request_id`,
+        or take nothing and raise `OverShareError` with a retry-after hint. Acquiring again for a
+        request that holds its slot is a no-op (a replayed admission)."""
+        ...
+
+    def release(self, tenant: str, tier: Tier, request_id: str) -> None:
+        """Give the slot back (the answer arrived); unknown ids are ignored. A slot that is never
+        released expires after the tier's lease."""
+        ...
