@@ -47,6 +47,17 @@ class ResultKind(StrEnum):
     SHADOW = "shadow"  # a neighbouring tier's run, for unbiased labels
 
 
+class Scope(StrEnum):
+    """What an API key may do; the tenant always comes from the key, never from a request."""
+
+    ANSWER = "answer"  # Answer, Route, GetResult
+    FEEDBACK = "feedback"  # SubmitFeedback
+    KB_WRITE = "kb:write"  # change the tenant's knowledge base (reading its description needs any scope)
+
+
+DEFAULT_SCOPES: frozenset[Scope] = frozenset({Scope.ANSWER, Scope.FEEDBACK})
+
+
 class ErrorCode(StrEnum):
     """Why a worker recorded an error instead of an answer (the front door maps these to gRPC)."""
 
@@ -82,6 +93,16 @@ class _Message(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class Principal(_Message):
+    """Who is calling: the tenant an API key belongs to and what the key may do."""
+
+    tenant: str
+    scopes: frozenset[Scope] = DEFAULT_SCOPES
+
+    def allows(self, scope: Scope) -> bool:
+        return scope in self.scopes
+
+
 class RoutingDecision(_Message):
     """The tier chosen for one query and why; recorded with every request.
 
@@ -99,9 +120,11 @@ class RoutingDecision(_Message):
 
 
 class AnswerTask(_Message):
-    """What a worker is asked to do: run `strategy` for `tier` on `query`."""
+    """What a worker is asked to do: run `strategy` for `tier` on `query`, retrieving only from
+    `tenant`'s knowledge base."""
 
     request_id: str
+    tenant: str
     query: str
     tier: Tier
     strategy: str
@@ -145,6 +168,10 @@ class AnswerResult(_Message):
     timings: Timings = Timings()
     error: str | None = None
     error_code: ErrorCode | None = None
+    # False when the knowledge base does not support an answer (`abstain_reason` says why);
+    # `answer` then holds what the client may show while a human takes over.
+    answerable: bool = True
+    abstain_reason: str | None = None
 
     @property
     def ok(self) -> bool:

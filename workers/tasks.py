@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
+from cachetools import LRUCache
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 from celery.signals import task_failure, worker_process_init
 from celery.utils.time import get_exponential_backoff_interval
 
 from adaptive_rag.contracts import ANSWER_TASK, AnswerResult, AnswerTask, ErrorCode
+from adaptive_rag.knowledge.documents import KnowledgeIndex
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.serving.answering import Delivery, RetryLater, answer_task, failure, write_once
 from adaptive_rag.settings import Settings
@@ -33,22 +35,30 @@ MAX_BACKOFF_S = 60.0
 class WorkerResources:
     """What one worker process loads once and reuses for every task it runs.
 
-    The retriever and the LLM load on first use and are kept only once loaded, so a failed load
-    (index not there yet) is tried again by the next attempt instead of being cached.
+    The LLM and each tenant's retriever load on first use and are kept only once loaded, so a
+    failed load (a knowledge base not there yet) is tried again by the next attempt instead of
+    being cached. At most `kb_open_retrievers` tenants' retrievers stay open (least recently used
+    closed first); each follows its tenant's later imports and rebuilds by itself.
     """
 
     settings: Settings
     store: RecordStore
     pid: int = field(default_factory=os.getpid)
-    _retriever: Retriever | None = field(default=None, repr=False)
+    _knowledge: KnowledgeIndex | None = field(default=None, repr=False)
+    _retrievers: LRUCache | None = field(default=None, repr=False)
     _llm: LLM | None = field(default=None, repr=False)
 
-    def retriever(self) -> Retriever:
-        if self._retriever is None:
-            from adaptive_rag.retrieval import open_retriever
+    def retriever(self, tenant: str) -> Retriever:
+        if self._retrievers is None:
+            self._retrievers = LRUCache(maxsize=self.settings.kb_open_retrievers)
+        found = self._retrievers.get(tenant)
+        if found is None:
+            if self._knowledge is None:
+                from adaptive_rag.knowledge.indexes import open_knowledge_index
 
-            self._retriever = open_retriever(self.settings)
-        return self._retriever
+                self._knowledge = open_knowledge_index(self.settings)
+            found = self._retrievers[tenant] = self._knowledge.retriever(tenant)
+        return found
 
     def llm(self) -> LLM:
         if self._llm is None:
@@ -79,11 +89,10 @@ def resources() -> WorkerResources:
 
 @worker_process_init.connect
 def _preload(**_: Any) -> None:
-    """Load the LLM and open the index when a pool process starts, not on its first query."""
+    """Load the LLM when a pool process starts, not on its first query (tenants' retrievers open
+    on their first query)."""
     try:
-        res = resources()
-        res.llm()
-        res.retriever()
+        resources().llm()
     except Exception as exc:  # noqa: BLE001 - the task reports it, with retries, when it runs
         log.warning("worker.preload_failed", error=f"{type(exc).__name__}: {exc}")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.table import Table
@@ -25,20 +25,36 @@ def _store() -> RecordStore:
 
 
 @keys_app.command("create")
-def create(tenant: Annotated[str, typer.Option("--tenant", help="tenant the key belongs to")]) -> None:
+def create(
+    tenant: Annotated[str, typer.Option("--tenant", help="tenant the key belongs to")],
+    scope: Annotated[Optional[list[str]], typer.Option(
+        "--scope", help="answer | feedback | kb:write; repeat for several (default: answer and feedback)")] = None,
+) -> None:
     """Create a key for TENANT and print it once (it cannot be shown again)."""
-    key = _store().create_api_key(tenant)
+    from adaptive_rag.contracts import DEFAULT_SCOPES, Scope
+
+    try:
+        scopes = frozenset(Scope(s) for s in scope) if scope else DEFAULT_SCOPES
+    except ValueError:
+        raise typer.BadParameter(
+            f"unknown scope in {scope}; choose from {', '.join(s.value for s in Scope)}", param_hint="--scope"
+        ) from None
+    key = _store().create_api_key(tenant, scopes)
     print(key)
-    err_console.print(f"key for tenant {tenant!r}: store it now, only its hash is kept", highlight=False)
+    err_console.print(
+        f"key for tenant {tenant!r} ({', '.join(sorted(scopes))}): store it now, only its hash is kept",
+        highlight=False,
+    )
 
 
 @keys_app.command("list")
 def list_keys() -> None:
     """Every key: id, tenant, prefix, created, revoked."""
-    table = Table("id", "tenant", "prefix", "created", "revoked")
+    table = Table("id", "tenant", "scopes", "prefix", "created", "revoked")
     for key in _store().list_api_keys():
         table.add_row(
-            str(key.id), key.tenant, key.key_prefix + "...", key.created_at.isoformat(timespec="seconds"),
+            str(key.id), key.tenant, ",".join(sorted(key.scopes)), key.key_prefix + "...",
+            key.created_at.isoformat(timespec="seconds"),
             key.revoked_at.isoformat(timespec="seconds") if key.revoked_at else "-",
         )
     console.print(table)

@@ -1,14 +1,19 @@
 """BM25 retrieval over an OpenSearch index (opensearch-py): the production twin of
 `TantivyRetriever`; both pass one contract suite (`tests/integration/test_retriever_contract.py`).
 
-- One index per corpus: `id` (keyword, also `_id`), `title` and `text` with the `english`
-  analyzer, BM25 (k1 1.2, b 0.75), 1 shard and 0 replicas by default.
+- One index per corpus: `id` (keyword, also `_id`) and `doc_id` (keyword: deletes and filters by
+  document), `title`, `section` and `text` with the `english` analyzer, BM25 (k1 1.2, b 0.75),
+  1 shard and 0 replicas by default; `dynamic: strict`.
 - User text never reaches a query-string parser: it goes into a `multi_match` (`most_fields`,
-  operator OR) over `title^boost` and `text`, which adds the per-field BM25 scores like the
-  embedded retriever does.
-- Long queries are cut to `max_query_tokens` (Lucene bounds a query's clauses at 1024; two per
+  operator OR) over `title^boost`, `section^boost` and `text`, which adds the per-field BM25
+  scores like the embedded retriever does. A section heading names its chunk's subject the way a
+  title names its document, hence the same boost; indexes made before `section` existed answer
+  the same (a missing field matches nothing).
+- Long queries are cut to `max_query_tokens` (Lucene bounds a query's clauses at 1024; three per
   token here); a clause-limit rejection is retried once with fewer tokens, else answered empty:
   no query text raises.
+- `upsert`/`delete` go through bulk (429s retried with backoff) with `refresh=wait_for`, so a
+  returned call is visible to searches; the index may be an alias (`require_alias`).
 - An unreachable cluster raises `RetrieverUnavailableError`; a missing index `IndexNotFoundError`.
 """
 
@@ -42,6 +47,7 @@ _STANDARD_MAX_TOKEN_LENGTH = 255
 # Elasticsearch/OpenSearch hard limit on from + size.
 _MAX_RESULT_WINDOW = 10_000
 _BUILD_HINT = "build it with `arag index --retriever opensearch`"
+_SOURCE_FIELDS = ["id", "doc_id", "title", "section", "text"]
 
 # One token per CJK ideograph / kana / hangul syllable (the standard tokenizer emits them one by
 # one or in short words), one per other non-space symbol outside ASCII (emoji are tokens), and
@@ -66,7 +72,7 @@ def bound_query(text: str, max_tokens: int = MAX_QUERY_TOKENS, max_chars: int = 
     return text
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """`url` without a password, for error messages."""
     parts = urlsplit(url)
     if parts.password is None:
@@ -75,7 +81,7 @@ def _redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def _check_index_name(index: str) -> None:
+def check_index_name(index: str) -> None:
     if (
         not index
         or index in {".", ".."}
@@ -97,6 +103,57 @@ def _error_type(err: os_exc.TransportError) -> str:
     return str(err.error or "")
 
 
+@contextmanager
+def translate_errors(
+    url: str,
+    timeout_s: float,
+    index: str,
+    not_found: Callable[[], IndexNotFoundError],
+    passthrough: tuple[type[Exception], ...] = (),
+) -> Iterator[None]:
+    """Translate opensearch-py exceptions into the library's precise errors (`not_found()` for a
+    missing index); `url` is shown without its password."""
+    url = redact_url(url)
+    try:
+        yield
+    except passthrough:
+        raise
+    except os_exc.ConnectionTimeout as err:
+        raise RetrieverUnavailableError(
+            f"OpenSearch at {url} did not answer within {timeout_s:g} s ({err.error})"
+        ) from err
+    except os_exc.ConnectionError as err:
+        raise RetrieverUnavailableError(
+            f"OpenSearch at {url} is unreachable ({err.error}); is it running? "
+            "A local node starts with `infra/opensearch/start.sh PORT DIR`"
+        ) from err
+    except os_exc.NotFoundError as err:
+        if _error_type(err) == "index_not_found_exception":
+            raise not_found() from err
+        raise RetrieverUnavailableError(
+            f"OpenSearch at {url} answered 404 ({_error_type(err)}): is it an OpenSearch REST endpoint?"
+        ) from err
+    except (os_exc.AuthenticationException, os_exc.AuthorizationException) as err:
+        raise RetrieverUnavailableError(
+            f"OpenSearch at {url} refused the request ({err.status_code} {_error_type(err)}): check the credentials in OPENSEARCH_URL"
+        ) from err
+    except os_exc.TransportError as err:
+        status = err.status_code if isinstance(err.status_code, int) else 0
+        if status == 429 or status >= 500:
+            raise RetrieverUnavailableError(
+                f"OpenSearch at {url} failed ({status} {_error_type(err)}) on index '{index}'"
+            ) from err
+        raise
+
+
+def make_client(url: str, timeout_s: float, maxsize: int = 16) -> OpenSearch:
+    """The client a retriever uses: a pool of `maxsize` connections, one retry on a dropped
+    connection (a refused port fails fast either way)."""
+    return OpenSearch(
+        hosts=[url], timeout=timeout_s, pool_maxsize=maxsize, max_retries=1, retry_on_timeout=False,
+    )
+
+
 class _QueryRejected(Exception):
     """The cluster refused the query itself (as opposed to being unavailable)."""
 
@@ -111,10 +168,13 @@ def _query_rejected(err: os_exc.TransportError) -> bool:
 
 
 class OpenSearchRetriever:
-    """BM25 over one OpenSearch index: `build` fills it, `search` queries it.
+    """BM25 over one OpenSearch index or alias: `build` fills it, `upsert`/`delete` maintain it,
+    `search` queries it.
 
-    One `OpenSearch` client (a urllib3 pool of `maxsize` connections) per retriever; the
-    retriever is thread-safe and meant to be shared by a worker's threads.
+    One `OpenSearch` client (a urllib3 pool of `maxsize` connections) per retriever unless
+    `client` shares one (many tenants' retrievers over one pool; `close` leaves it open). The
+    retriever is thread-safe and meant to be shared by a worker's threads. `not_found_message`
+    replaces the default `IndexNotFoundError` text (a tenant's knowledge base names the tenant).
     """
 
     def __init__(
@@ -128,8 +188,10 @@ class OpenSearchRetriever:
         max_query_tokens: int = MAX_QUERY_TOKENS,
         number_of_shards: int = 1,
         number_of_replicas: int = 0,
+        client: OpenSearch | None = None,
+        not_found_message: str | None = None,
     ) -> None:
-        _check_index_name(index)
+        check_index_name(index)
         if not url:
             raise ConfigurationError("OpenSearchRetriever needs a URL such as http://127.0.0.1:9200")
         self.url = url
@@ -139,14 +201,9 @@ class OpenSearchRetriever:
         self.max_query_tokens = max_query_tokens
         self.number_of_shards = number_of_shards
         self.number_of_replicas = number_of_replicas
-        self._client = OpenSearch(
-            hosts=[url],
-            timeout=self.timeout_s,
-            pool_maxsize=maxsize,
-            # one retry on a dropped connection; a refused port fails fast either way
-            max_retries=1,
-            retry_on_timeout=False,
-        )
+        self.not_found_message = not_found_message
+        self._owns_client = client is None
+        self._client = client if client is not None else make_client(url, self.timeout_s, maxsize)
 
     # ---- construction ----------------------------------------------------------------------
 
@@ -179,12 +236,18 @@ class OpenSearchRetriever:
             },
             "mappings": {
                 "dynamic": "strict",
-                "properties": {
-                    "id": {"type": "keyword"},
-                    "title": {"type": "text", "analyzer": "english"},
-                    "text": {"type": "text", "analyzer": "english"},
-                },
+                "properties": self.field_mappings(),
             },
+        }
+
+    @staticmethod
+    def field_mappings() -> dict[str, Any]:
+        return {
+            "id": {"type": "keyword"},
+            "doc_id": {"type": "keyword"},
+            "title": {"type": "text", "analyzer": "english"},
+            "section": {"type": "text", "analyzer": "english"},
+            "text": {"type": "text", "analyzer": "english"},
         }
 
     def build(
@@ -212,22 +275,16 @@ class OpenSearchRetriever:
                 body["settings"]["index"]["refresh_interval"] = "-1"
                 indices.create(index=self.index, body=body)
             else:
+                # an index made before doc_id/section: adding fields to a mapping is allowed
+                indices.put_mapping(index=self.index, body={"properties": self.field_mappings()})
                 indices.put_settings(index=self.index, body={"index": {"refresh_interval": "-1"}})
 
             indexed = 0
             pending = 0
             failures: list[Any] = []
             try:
-                for ok, item in streaming_bulk(
-                    self._client,
-                    self._actions(passages),
-                    chunk_size=chunk_size,
-                    max_chunk_bytes=16 * 1024 * 1024,
-                    raise_on_error=False,
-                    max_retries=max_retries,
-                    initial_backoff=1,
-                    max_backoff=30,
-                    request_timeout=max(60.0, self.timeout_s),
+                for ok, item in self._bulk(
+                    self._actions(passages), chunk_size=chunk_size, max_retries=max_retries
                 ):
                     if ok:
                         indexed += 1
@@ -242,12 +299,106 @@ class OpenSearchRetriever:
             finally:
                 indices.put_settings(index=self.index, body={"index": {"refresh_interval": None}})
                 indices.refresh(index=self.index)
-        if failures:
-            raise AdaptiveRagError(
-                f"{len(failures)} passages could not be indexed into OpenSearch index "
-                f"'{self.index}' at {_redact(self.url)}; first failure: {failures[0]}"
-            )
+        self._raise_failures(failures, "indexed into")
         return indexed
+
+    def upsert(
+        self,
+        passages: Iterable[Passage],
+        *,
+        require_alias: bool = False,
+        chunk_size: int = 500,
+        max_retries: int = 5,
+    ) -> int:
+        """Add or replace `passages` by id; visible to searches when the call returns.
+
+        Bulk with `refresh=wait_for` (each request returns after the refresh that makes it
+        visible, without forcing one). `require_alias`: `index` must be an alias (else the
+        cluster refuses each item rather than auto-creating an index with guessed mappings);
+        without it the index must exist. Returns how many passages were written.
+        """
+        batch = list(passages)
+        for p in batch:
+            if not p.id:
+                raise ValueError(f"a passage needs an id to be upserted: {p!r}")
+        if not batch:
+            return 0
+        written = 0
+        failures: list[Any] = []
+        with self._errors():
+            if not require_alias and not self._client.indices.exists(index=self.index):
+                raise self._not_found()
+            for ok, item in self._bulk(
+                self._actions(batch), chunk_size=chunk_size, max_retries=max_retries,
+                refresh="wait_for", require_alias=require_alias,
+            ):
+                if ok:
+                    written += 1
+                else:
+                    failures.append(item)
+        self._raise_failures(failures, "upserted into")
+        return written
+
+    def delete(
+        self, ids: Iterable[str], *, require_alias: bool = False, chunk_size: int = 500,
+        max_retries: int = 5,
+    ) -> int:
+        """Remove the passages with these ids (unknown ids are ignored), visible on return;
+        returns how many existed."""
+        batch = [i for i in dict.fromkeys(ids) if i]
+        if not batch:
+            return 0
+        deleted = 0
+        failures: list[Any] = []
+        actions = ({"_op_type": "delete", "_index": self.index, "_id": i} for i in batch)
+        with self._errors():
+            if not require_alias and not self._client.indices.exists(index=self.index):
+                raise self._not_found()
+            for ok, item in self._bulk(
+                actions, chunk_size=chunk_size, max_retries=max_retries,
+                refresh="wait_for", require_alias=require_alias,
+            ):
+                result = next(iter(item.values()), {})
+                if ok:
+                    deleted += 1
+                elif result.get("status") == 404 and "error" not in result:
+                    continue  # an unknown id ("result": "not_found")
+                else:
+                    failures.append(item)
+        self._raise_failures(failures, "deleted from")
+        return deleted
+
+    def _bulk(
+        self, actions: Iterable[dict[str, Any]], *, chunk_size: int, max_retries: int,
+        **params: Any,
+    ) -> Iterator[tuple[bool, Any]]:
+        """`streaming_bulk` with per-item results; items refused with 429 retried with backoff."""
+        return streaming_bulk(
+            self._client,
+            actions,
+            chunk_size=chunk_size,
+            max_chunk_bytes=16 * 1024 * 1024,
+            raise_on_error=False,
+            max_retries=max_retries,
+            initial_backoff=1,
+            max_backoff=30,
+            request_timeout=max(60.0, self.timeout_s),
+            **params,
+        )
+
+    def _raise_failures(self, failures: list[Any], verb: str) -> None:
+        if not failures:
+            return
+        statuses = [next(iter(f.values()), {}).get("status", 0) for f in failures]
+        message = (
+            f"{len(failures)} passages could not be {verb} OpenSearch index '{self.index}' at "
+            f"{redact_url(self.url)}; first failure: {failures[0]}"
+        )
+        if any(s == 429 or s >= 500 for s in statuses):
+            raise RetrieverUnavailableError(message)
+        if all(s == 404 for s in statuses):
+            raise self._not_found()
+        raise AdaptiveRagError(message)
 
     def _actions(self, passages: Iterable[Passage]) -> Iterator[dict[str, Any]]:
         for p in passages:
@@ -255,7 +406,10 @@ class OpenSearchRetriever:
                 "_op_type": "index",
                 "_index": self.index,
                 "_id": p.id,
-                "_source": {"id": p.id, "title": p.title, "text": p.text},
+                "_source": {
+                    "id": p.id, "doc_id": p.doc_id, "title": p.title,
+                    "section": p.section, "text": p.text,
+                },
             }
 
     def delete_index(self) -> None:
@@ -275,12 +429,12 @@ class OpenSearchRetriever:
         return {
             "size": k,
             "track_total_hits": False,
-            "_source": ["id", "title", "text"],
+            "_source": _SOURCE_FIELDS,
             "query": {
                 "multi_match": {
                     "query": text,
                     "type": "most_fields",
-                    "fields": [f"title^{self.title_boost:g}", "text"],
+                    "fields": [f"title^{self.title_boost:g}", f"section^{self.title_boost:g}", "text"],
                     "operator": "or",
                     "zero_terms_query": "none",
                     "lenient": True,
@@ -316,6 +470,8 @@ class OpenSearchRetriever:
                     title=src.get("title") or "",
                     text=src.get("text") or "",
                     score=float(hit.get("_score") or 0.0),
+                    doc_id=src.get("doc_id") or "",
+                    section=src.get("section") or "",
                 )
             )
         return passages
@@ -339,44 +495,21 @@ class OpenSearchRetriever:
 
     @contextmanager
     def _errors(self, passthrough: tuple[type[Exception], ...] = ()) -> Iterator[None]:
-        """Translate opensearch-py exceptions into the library's precise errors."""
-        url = _redact(self.url)
-        try:
+        with translate_errors(
+            self.url, self.timeout_s, self.index, self._not_found, passthrough=passthrough
+        ):
             yield
-        except passthrough:
-            raise
-        except os_exc.ConnectionTimeout as err:
-            raise RetrieverUnavailableError(
-                f"OpenSearch at {url} did not answer within {self.timeout_s:g} s ({err.error})"
-            ) from err
-        except os_exc.ConnectionError as err:
-            raise RetrieverUnavailableError(
-                f"OpenSearch at {url} is unreachable ({err.error}); is it running? "
-                "A local node starts with `infra/opensearch/start.sh PORT DIR`"
-            ) from err
-        except os_exc.NotFoundError as err:
-            if _error_type(err) == "index_not_found_exception":
-                raise IndexNotFoundError(
-                    f"OpenSearch index '{self.index}' does not exist at {url}; {_BUILD_HINT}"
-                ) from err
-            raise RetrieverUnavailableError(
-                f"OpenSearch at {url} answered 404 ({_error_type(err)}): is it an OpenSearch REST endpoint?"
-            ) from err
-        except (os_exc.AuthenticationException, os_exc.AuthorizationException) as err:
-            raise RetrieverUnavailableError(
-                f"OpenSearch at {url} refused the request ({err.status_code} {_error_type(err)}): check the credentials in OPENSEARCH_URL"
-            ) from err
-        except os_exc.TransportError as err:
-            status = err.status_code if isinstance(err.status_code, int) else 0
-            if status == 429 or status >= 500:
-                raise RetrieverUnavailableError(
-                    f"OpenSearch at {url} failed ({status} {_error_type(err)}) on index '{self.index}'"
-                ) from err
-            raise
+
+    def _not_found(self) -> IndexNotFoundError:
+        return IndexNotFoundError(
+            self.not_found_message
+            or f"OpenSearch index '{self.index}' does not exist at {redact_url(self.url)}; {_BUILD_HINT}"
+        )
 
     def close(self) -> None:
-        """Release the connection pool."""
-        self._client.close()
+        """Release the connection pool (unless it is a shared client)."""
+        if self._owns_client:
+            self._client.close()
 
     def __enter__(self) -> OpenSearchRetriever:
         return self
@@ -385,4 +518,4 @@ class OpenSearchRetriever:
         self.close()
 
     def __repr__(self) -> str:
-        return f"OpenSearchRetriever(url={_redact(self.url)!r}, index={self.index!r})"
+        return f"OpenSearchRetriever(url={redact_url(self.url)!r}, index={self.index!r})"

@@ -1,11 +1,12 @@
 """Answering a client's query, reading a stored reply, taking feedback: the front door's use cases.
 
-One Answer: authenticate (API key -> tenant) -> validate -> idempotency check (tenant,
-client_request_id) -> record the request -> classify (router: Triton + policy, rules fallback)
--> record the decision -> check the tier queue's depth (`QueueFullError` when full) -> enqueue on
-the tier's queue (and, for a sampled share, a shadow run on the neighbouring tier) -> wait for the
-result within the deadline (`AnswerTimeoutError` while the work continues; `get_result` returns
-it later). A live reply and a replayed one are the same `Answered`, built from the same types.
+One Answer: authenticate (API key -> tenant and scopes) -> validate -> the tenant has a knowledge
+base (`KnowledgeBaseMissingError`) -> idempotency check (tenant, client_request_id) -> classify
+(router: Triton + policy, rules fallback) -> record the request and its decision -> check the tier
+queue's depth (`QueueFullError` when full) and the tenant's fair share (`OverShareError`) ->
+enqueue on the tier's queue (and, for a sampled share, a shadow run on the neighbouring tier) ->
+wait for the result within the deadline (`AnswerTimeoutError` while the work continues;
+`get_result` returns it later). A live reply and a replayed one are the same `Answered`, built from the same types.
 
 Records calls block (SQLAlchemy); they run on a small thread pool so the event loop stays free.
 """
@@ -23,19 +24,20 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import structlog
 
 from adaptive_rag.contracts import (
-    FINISHED, NEVER_RAN, SHADOW_TIER, AnswerResult, AnswerTask, RequestStatus, ResultKind,
-    RoutingDecision, Tier, task_id_for,
+    FINISHED, NEVER_RAN, SHADOW_TIER, AnswerResult, AnswerTask, Principal, RequestStatus,
+    ResultKind, RoutingDecision, Scope, Tier, task_id_for,
 )
 from adaptive_rag.errors import (
     AnswerFailedError, AnswerTimeoutError, ClientRequestIdReusedError, DuplicateRequestError,
-    QueueFullError, RequestNotFinishedError, RequestNotFoundError, UnauthenticatedError,
+    KnowledgeBaseMissingError, OverShareError, PermissionDeniedError, QueueFullError,
+    RequestNotFinishedError, RequestNotFoundError, UnauthenticatedError,
 )
-from adaptive_rag.serving.ports import Records, ResultWaiter, Router, TaskQueue
+from adaptive_rag.serving.ports import FairShare, Records, ResultWaiter, Router, TaskQueue
 from adaptive_rag.storage.records import RequestView
 from adaptive_rag.validation import (
     check_client_request_id, check_feedback, check_request_id, decode_query,
@@ -51,7 +53,8 @@ class AdmissionConfig:
     """What admission needs to know; the front door builds it from its settings once.
 
     `key_cache_s`: how long a known API key's tenant is remembered (0: ask the records every
-    time); a revoked key keeps working that long on a replica that saw it.
+    time); a revoked key keeps working that long on a replica that saw it. The same time bounds
+    how long a tenant's knowledge base is taken to exist once seen.
     """
 
     max_query_chars: int
@@ -61,34 +64,38 @@ class AdmissionConfig:
     key_cache_s: float = 0.0
 
 
-class KeyCache:
-    """Tenants of recently authenticated API keys (known keys only: an unknown key is always
-    looked up, so guessing keys cannot fill the cache)."""
+V = TypeVar("V")
 
-    def __init__(self, ttl_s: float, max_keys: int = 10_000,
+
+class TtlCache(Generic[V]):
+    """Recently confirmed facts (the principal of a known API key, a tenant that has a knowledge
+    base), each kept `ttl_s`. Only positive answers go in: an unknown key is always looked up,
+    so guessing keys cannot fill the cache, and a new knowledge base is seen at once."""
+
+    def __init__(self, ttl_s: float, max_items: int = 10_000,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl_s = ttl_s
-        self.max_keys = max_keys
+        self.max_items = max_items
         self._clock = clock
-        self._tenants: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._items: OrderedDict[str, tuple[V, float]] = OrderedDict()
 
-    def get(self, key: str) -> str | None:
-        found = self._tenants.get(key)
+    def get(self, key: str) -> V | None:
+        found = self._items.get(key)
         if found is None:
             return None
-        tenant, expires = found
+        value, expires = found
         if self._clock() >= expires:
-            del self._tenants[key]
+            del self._items[key]
             return None
-        return tenant
+        return value
 
-    def put(self, key: str, tenant: str) -> None:
+    def put(self, key: str, value: V) -> None:
         if self.ttl_s <= 0:
             return
-        self._tenants[key] = (tenant, self._clock() + self.ttl_s)
-        self._tenants.move_to_end(key)
-        while len(self._tenants) > self.max_keys:
-            self._tenants.popitem(last=False)
+        self._items[key] = (value, self._clock() + self.ttl_s)
+        self._items.move_to_end(key)
+        while len(self._items) > self.max_items:
+            self._items.popitem(last=False)
 
 
 @dataclass
@@ -144,7 +151,8 @@ class AnswerService:
 
     def __init__(
         self, records: Records, queue: TaskQueue, waiter: ResultWaiter, router: Router,
-        config: AdmissionConfig, sample: Callable[[], float] = random.random,
+        config: AdmissionConfig, has_knowledge_base: Callable[[str], bool],
+        fair_share: FairShare | None = None, sample: Callable[[], float] = random.random,
         on_routed: Callable[[RoutingDecision], None] = lambda decision: None,
         on_rejected: Callable[[Tier], None] = lambda tier: None,
         on_queue_depth: Callable[[str, int], None] = lambda queue, depth: None,
@@ -158,8 +166,11 @@ class AnswerService:
         self._on_routed = on_routed
         self._on_rejected = on_rejected
         self._on_queue_depth = on_queue_depth
+        self._has_knowledge_base = has_knowledge_base
+        self.fair_share = fair_share
         self._io_pool = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="serving-io")
-        self._keys = KeyCache(config.key_cache_s)
+        self._keys: TtlCache[Principal] = TtlCache(config.key_cache_s)
+        self._knowledge: TtlCache[bool] = TtlCache(config.key_cache_s)
 
     def close(self) -> None:
         self._io_pool.shutdown(wait=False, cancel_futures=True)
@@ -169,17 +180,31 @@ class AnswerService:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._io_pool, functools.partial(fn, *args))
 
-    async def authenticate(self, api_key: str, progress: CallProgress) -> str:
+    async def authenticate(self, api_key: str, progress: CallProgress, scope: Scope | None = None) -> Principal:
+        """The caller's tenant and scopes; with `scope`, a key without it is refused."""
         with progress.stage("authenticate"):
-            tenant = self._keys.get(api_key)
-            if tenant is None:
-                tenant = await self._io(self.records.tenant_for_key, api_key)
-                if tenant is not None:
-                    self._keys.put(api_key, tenant)
-        if tenant is None:
+            principal = self._keys.get(api_key)
+            if principal is None:
+                principal = await self._io(self.records.principal_for_key, api_key)
+                if principal is not None:
+                    self._keys.put(api_key, principal)
+        if principal is None:
             raise UnauthenticatedError("unknown or revoked API key")
-        progress.bind(tenant=tenant)
-        return tenant
+        progress.bind(tenant=principal.tenant)
+        if scope is not None and not principal.allows(scope):
+            granted = ", ".join(sorted(s.value for s in principal.scopes))
+            raise PermissionDeniedError(f"this API key may not {scope.value!r} (its scopes: {granted})")
+        return principal
+
+    async def require_knowledge_base(self, tenant: str) -> None:
+        if self._knowledge.get(tenant):
+            return
+        if not await self._io(self._has_knowledge_base, tenant):
+            raise KnowledgeBaseMissingError(
+                f"tenant {tenant!r} has no knowledge base yet: import its documents first "
+                "(KnowledgeBase.UpsertDocuments, or `arag kb import --tenant ...`)"
+            )
+        self._knowledge.put(tenant, True)
 
     # --- Answer ----------------------------------------------------------------------------------
 
@@ -189,11 +214,13 @@ class AnswerService:
     ) -> Answered:
         """`deadline` is a `time.monotonic()` instant by which the reply must be sent."""
         started = time.perf_counter()
-        tenant = await self.authenticate(api_key, progress)
+        tenant = (await self.authenticate(api_key, progress, Scope.ANSWER)).tenant
         with progress.stage("validate"):
             query = decode_query(raw_query, self.config.max_query_chars)
             if client_request_id is not None:
                 client_request_id = check_client_request_id(client_request_id)
+        with progress.stage("knowledge"):
+            await self.require_knowledge_base(tenant)
         if client_request_id is not None:
             with progress.stage("idempotency"):
                 existing = await self._io(self.records.find_request, tenant, client_request_id)
@@ -209,7 +236,7 @@ class AnswerService:
         except DuplicateRequestError:  # another replica took this client_request_id just now
             existing = await self._io(self.records.find_request, tenant, client_request_id)
             return await self._replay(existing, query, deadline, progress, started)
-        return await self._admit(request_id, query, decision, deadline, progress, started)
+        return await self._admit(request_id, tenant, query, decision, deadline, progress, started)
 
     async def _classify(self, query: str, progress: CallProgress) -> RoutingDecision:
         """The router's decision with the strategy and the time it took (not yet recorded)."""
@@ -236,10 +263,11 @@ class AnswerService:
         return decision
 
     async def _admit(
-        self, request_id: str, query: str, decision: RoutingDecision, deadline: float,
+        self, request_id: str, tenant: str, query: str, decision: RoutingDecision, deadline: float,
         progress: CallProgress, started: float,
     ) -> Answered:
-        """Queue-depth check, enqueue (+ shadow), wait; the decision is already recorded."""
+        """Queue-depth and fair-share checks, enqueue (+ shadow), wait; the decision is already
+        recorded."""
         tier = decision.tier
         progress.tier = tier
         queue = self.queue.queue_name(tier)
@@ -254,21 +282,44 @@ class AnswerService:
                 f"tier {tier.value} queue '{queue}' holds {depth} tasks (limit {limit}); retry later "
                 f"(with the same client_request_id to keep request {request_id})"
             )
-        task = AnswerTask(request_id=request_id, query=query, tier=tier, strategy=decision.strategy,
-                          enqueued_at=time.time())
-        with progress.stage("enqueue"):
-            await self._io(self.queue.enqueue, task)
-            await self._maybe_shadow(request_id, query, tier)
-        with progress.stage("wait"):
-            result = await self._wait(request_id, deadline)
+        if self.fair_share is not None:
+            with progress.stage("fair_share"):
+                try:
+                    await self._io(self.fair_share.acquire, tenant, tier, request_id)
+                except OverShareError:
+                    await self._io(self.records.set_status, request_id, RequestStatus.REJECTED)
+                    self._on_rejected(tier)
+                    raise
+        try:
+            task = AnswerTask(request_id=request_id, tenant=tenant, query=query, tier=tier,
+                              strategy=decision.strategy, enqueued_at=time.time())
+            with progress.stage("enqueue"):
+                await self._io(self.queue.enqueue, task)
+                await self._maybe_shadow(request_id, tenant, query, tier)
+            with progress.stage("wait"):
+                result = await self._wait(request_id, deadline)
+        except AnswerTimeoutError:
+            raise  # the work goes on holding its slot; the slot's lease ends it at the latest
+        except BaseException:
+            await self._release(tenant, tier, request_id)
+            raise
+        await self._release(tenant, tier, request_id)
         return Answered(request_id, decision, result, 1000 * (time.perf_counter() - started), False)
 
-    async def _maybe_shadow(self, request_id: str, query: str, tier: Tier) -> None:
+    async def _release(self, tenant: str, tier: Tier, request_id: str) -> None:
+        if self.fair_share is None:
+            return
+        try:
+            await self._io(self.fair_share.release, tenant, tier, request_id)
+        except Exception as exc:  # noqa: BLE001 - the lease expires on its own
+            LOG.warning("fair_share_release_failed", error=str(exc))
+
+    async def _maybe_shadow(self, request_id: str, tenant: str, query: str, tier: Tier) -> None:
         share = self.config.shadow_share
         if share <= 0.0 or self._sample() >= share:
             return
         shadow = SHADOW_TIER[tier]
-        task = AnswerTask(request_id=request_id, query=query, tier=shadow,
+        task = AnswerTask(request_id=request_id, tenant=tenant, query=query, tier=shadow,
                           strategy=self.config.strategy_for(shadow), kind=ResultKind.SHADOW,
                           enqueued_at=time.time())
         try:
@@ -309,7 +360,8 @@ class AnswerService:
             if decision is None:
                 decision = await self._classify_and_record(request_id, query, progress)
             await self._io(self.records.set_status, request_id, RequestStatus.QUEUED)
-            return await self._admit(request_id, query, decision, deadline, progress, started)
+            return await self._admit(request_id, existing.tenant, query, decision, deadline,
+                                     progress, started)
         progress.tier = decision.tier
         if existing.status in FINISHED:
             result = await self._stored_result(request_id)
@@ -327,7 +379,7 @@ class AnswerService:
 
     async def route(self, api_key: str, raw_query: bytes, progress: CallProgress) -> Routed:
         """Classify and record the decision; nothing is enqueued (the client runs the strategy)."""
-        tenant = await self.authenticate(api_key, progress)
+        tenant = (await self.authenticate(api_key, progress, Scope.ANSWER)).tenant
         query = decode_query(raw_query, self.config.max_query_chars)
         request_id = uuid.uuid4().hex
         progress.bind(request_id=request_id)
@@ -340,7 +392,7 @@ class AnswerService:
     # --- GetResult -------------------------------------------------------------------------------
 
     async def get_result(self, api_key: str, request_id: str, progress: CallProgress) -> Answered:
-        tenant = await self.authenticate(api_key, progress)
+        tenant = (await self.authenticate(api_key, progress, Scope.ANSWER)).tenant
         request_id = check_request_id(request_id)
         view = await self._io(self.records.get_request, request_id)
         if view is None or view.tenant != tenant:
@@ -370,7 +422,7 @@ class AnswerService:
         self, api_key: str, request_id: str, rating: int, correct_answer: str | None,
         comment: str | None, progress: CallProgress,
     ) -> int:
-        tenant = await self.authenticate(api_key, progress)
+        tenant = (await self.authenticate(api_key, progress, Scope.FEEDBACK)).tenant
         request_id = check_request_id(request_id)
         check_feedback(rating, correct_answer, comment)
         progress.bind(request_id=request_id)

@@ -27,7 +27,7 @@ from adaptive_rag.errors import IndexNotFoundError, LLMUnavailableError, Retriev
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.serving.ports import Records
 from adaptive_rag.settings import Settings
-from adaptive_rag.strategies import build_strategy
+from adaptive_rag.strategies import build_strategy, uses_retrieval
 
 LOG = structlog.get_logger("serving.answering")
 # Failures that may pass: the same task can succeed a little later.
@@ -42,7 +42,10 @@ class StrategyResources(Protocol):
 
     settings: Settings
 
-    def retriever(self) -> Retriever: ...
+    def retriever(self, tenant: str) -> Retriever:
+        """A retriever over `tenant`'s knowledge base only."""
+        ...
+
     def llm(self) -> LLM: ...
 
 
@@ -85,7 +88,7 @@ def answer_task(
         if task.kind is ResultKind.PRIMARY:
             records.set_status(task.request_id, RequestStatus.RUNNING)
         log.info("task.started")
-        retriever = resources.retriever() if task.strategy != "no_retrieval" else None
+        retriever = resources.retriever(task.tenant) if uses_retrieval(task.strategy) else None
         runner = build_strategy(task.strategy, retriever, resources.llm(), resources.settings)  # type: ignore[arg-type]
         outcome = runner.run(task.query)
         result = AnswerResult(
@@ -93,6 +96,7 @@ def answer_task(
             answer=outcome.answer, steps=outcome.steps,
             sources=tuple(Source(id=p.id, title=p.title, score=float(p.score)) for p in outcome.passages),
             timings=_timings(task, outcome, started, clock()),
+            answerable=outcome.answerable, abstain_reason=outcome.abstain_reason or None,
         )
         stored = write_once(records, result, delivery)
         log.info("task.done", steps=outcome.steps, ms=stored.timings.strategy_ms)

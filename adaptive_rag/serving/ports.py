@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from adaptive_rag.contracts import AnswerResult, AnswerTask, RequestStatus, ResultKind, RoutingDecision, Tier
+from adaptive_rag.contracts import (
+    AnswerResult, AnswerTask, Principal, RequestStatus, ResultKind, RoutingDecision, Tier,
+)
 from adaptive_rag.storage.records import RequestView
 
 
 class Records(Protocol):
     """Requests, routing decisions, results and feedback (blocking calls)."""
 
-    def tenant_for_key(self, key: str) -> str | None: ...
+    def principal_for_key(self, key: str) -> Principal | None: ...
     def find_request(self, tenant: str, client_request_id: str) -> RequestView | None: ...
     def get_request(self, request_id: str) -> RequestView | None: ...
     def create_request(

@@ -4,6 +4,7 @@ Schema changes go through Alembic (`migrations/`); `upgrade_database(url)` appli
 """
 
 from adaptive_rag.storage.db import make_engine, session_factory, upgrade_database
+from adaptive_rag.storage.knowledge import KnowledgeRecords
 from adaptive_rag.storage.labels import LabelStore
 from adaptive_rag.storage.models import (
     ApiKey, Base, Feedback, QueryRequest, QueryResult, RoutingDecision, TrainingLabel,
@@ -11,7 +12,7 @@ from adaptive_rag.storage.models import (
 from adaptive_rag.storage.records import ApiKeyView, RecordStore, RequestView, StoredResult
 
 __all__ = [
-    "ApiKey", "ApiKeyView", "Base", "Feedback", "LabelStore", "QueryRequest", "QueryResult",
+    "ApiKey", "ApiKeyView", "Base", "Feedback", "KnowledgeRecords", "LabelStore", "QueryRequest", "QueryResult",
     "RecordStore", "RequestView", "RoutingDecision", "StoredResult", "TrainingLabel",
     "make_engine", "session_factory", "upgrade_database",
 ]

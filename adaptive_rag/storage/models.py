@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON, BigInteger, Boolean, CheckConstraint, DateTime, Float, ForeignKey, Index, Integer, String,
-    Text, UniqueConstraint, func,
+    Text, UniqueConstraint, func, true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -87,6 +87,8 @@ class ApiKey(Base):
     tenant: Mapped[str] = mapped_column(String(64), index=True)
     key_prefix: Mapped[str] = mapped_column(String(16))
     key_hash: Mapped[str] = mapped_column(String(64))
+    # Comma-separated `Scope` values (answer, feedback, kb:write).
+    scopes: Mapped[str] = mapped_column(String(128), default="answer,feedback", server_default="answer,feedback")
     created_at: Mapped[datetime] = _created_at()
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
@@ -171,6 +173,8 @@ class QueryResult(Base):
     timings: Mapped[dict[str, float]] = mapped_column(JSONType, default=dict)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     error_code: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    answerable: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    abstain_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     attempts: Mapped[int] = mapped_column(Integer, default=1)
     worker: Mapped[str] = mapped_column(String(255), default="")
     created_at: Mapped[datetime] = _created_at()
@@ -191,3 +195,43 @@ class Feedback(Base):
     correct_answer: Mapped[str | None] = mapped_column(Text, nullable=True)
     comment: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = _created_at()
+
+
+# --- tenants' knowledge bases ------------------------------------------------------------------------
+
+
+class KnowledgeBaseRow(Base):
+    """One tenant's knowledge base: its index generation (a rebuild makes the next one) and size."""
+
+    __tablename__ = "knowledge_bases"
+
+    tenant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    generation: Mapped[int] = mapped_column(Integer, default=1)
+    documents: Mapped[int] = mapped_column(Integer, default=0)
+    chunks: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = _created_at()
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, server_default=func.now()
+    )
+
+
+class KnowledgeDocument(Base):
+    """One document of a tenant's knowledge base: what its chunks in the index came from.
+
+    `chunks` tells which chunk ids (`<doc_id>#0` ... `#chunks-1`) the index holds for it, so an
+    update that shortens a document removes exactly the chunks that are left over;
+    `content_sha256` lets an unchanged document skip re-indexing.
+    """
+
+    __tablename__ = "kb_documents"
+    __table_args__ = (Index("ix_kb_documents_tenant_source", "tenant", "source"),)
+
+    tenant: Mapped[str] = mapped_column(String(64), primary_key=True)
+    doc_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    source: Mapped[str] = mapped_column(String(512), default="")
+    title: Mapped[str] = mapped_column(Text, default="")
+    chunks: Mapped[int] = mapped_column(Integer, default=0)
+    content_sha256: Mapped[str] = mapped_column(String(64))
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utcnow, server_default=func.now()
+    )

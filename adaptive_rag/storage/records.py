@@ -18,8 +18,8 @@ from sqlalchemy import Engine, exists, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from adaptive_rag.contracts import (
-    IN_FLIGHT, NEVER_RAN, AnswerResult, ErrorCode, RequestStatus, ResultKind, RoutingDecision,
-    Source, Tier, Timings,
+    DEFAULT_SCOPES, IN_FLIGHT, NEVER_RAN, AnswerResult, ErrorCode, Principal, RequestStatus,
+    ResultKind, RoutingDecision, Scope, Source, Tier, Timings,
 )
 from adaptive_rag.errors import ConfigurationError, DuplicateRequestError, RequestNotFoundError
 from adaptive_rag.storage.models import (
@@ -42,6 +42,14 @@ def _utc(value: datetime | None) -> datetime | None:
     return value
 
 
+def _scopes_column(scopes: frozenset[Scope]) -> str:
+    return ",".join(sorted(s.value for s in scopes))
+
+
+def _parse_scopes(column: str) -> frozenset[Scope]:
+    return frozenset(Scope(s) for s in column.split(",") if s)
+
+
 @dataclass(frozen=True, slots=True)
 class ApiKeyView:
     id: int
@@ -49,6 +57,7 @@ class ApiKeyView:
     key_prefix: str
     created_at: datetime
     revoked_at: datetime | None
+    scopes: frozenset[Scope] = DEFAULT_SCOPES
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,38 +97,50 @@ class RecordStore:
         self._insert = insert
 
     # --- API keys -------------------------------------------------------------------------------
-    def create_api_key(self, tenant: str) -> str:
-        """A new key for `tenant`; the plaintext is returned once and never stored."""
+    def create_api_key(self, tenant: str, scopes: frozenset[Scope] = DEFAULT_SCOPES) -> str:
+        """A new key for `tenant` with `scopes`; the plaintext is returned once and never stored."""
         if not tenant.strip():
             raise ValueError("tenant must not be empty")
+        if len(tenant) > 64:
+            raise ValueError(f"tenant must be at most 64 characters, not {len(tenant)}")
+        if not scopes:
+            raise ValueError("a key needs at least one scope")
         key = KEY_PREFIX + secrets.token_urlsafe(24)
         with self.engine.begin() as conn:
             conn.execute(
                 self._insert(ApiKey).values(
-                    tenant=tenant, key_prefix=key[:8], key_hash=hash_key(key), created_at=utcnow()
+                    tenant=tenant, key_prefix=key[:8], key_hash=hash_key(key),
+                    scopes=_scopes_column(frozenset(Scope(s) for s in scopes)), created_at=utcnow(),
                 )
             )
         return key
 
-    def tenant_for_key(self, key: str) -> str | None:
-        """The tenant owning `key`, or None for an unknown or revoked key."""
+    def principal_for_key(self, key: str) -> Principal | None:
+        """The tenant owning `key` and the key's scopes, or None for an unknown or revoked key."""
         with self.engine.connect() as conn:
-            return conn.scalar(
-                select(ApiKey.tenant).where(
+            row = conn.execute(
+                select(ApiKey.tenant, ApiKey.scopes).where(
                     ApiKey.key_hash == hash_key(key), ApiKey.revoked_at.is_(None)
                 )
-            )
+            ).first()
+        return None if row is None else Principal(tenant=row.tenant, scopes=_parse_scopes(row.scopes))
+
+    def tenant_for_key(self, key: str) -> str | None:
+        """The tenant owning `key`, or None for an unknown or revoked key."""
+        principal = self.principal_for_key(key)
+        return principal.tenant if principal else None
 
     def list_api_keys(self) -> list[ApiKeyView]:
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(
                     ApiKey.id, ApiKey.tenant, ApiKey.key_prefix, ApiKey.created_at,
-                    ApiKey.revoked_at,
+                    ApiKey.revoked_at, ApiKey.scopes,
                 ).order_by(ApiKey.id)
             )
             return [
-                ApiKeyView(r.id, r.tenant, r.key_prefix, _utc(r.created_at), _utc(r.revoked_at))
+                ApiKeyView(r.id, r.tenant, r.key_prefix, _utc(r.created_at), _utc(r.revoked_at),
+                           _parse_scopes(r.scopes))
                 for r in rows
             ]
 
@@ -296,6 +317,7 @@ class RecordStore:
                     sources=tuple(Source(**s) for s in r.sources or ()),
                     timings=Timings(**(r.timings or {})), error=r.error,
                     error_code=ErrorCode(r.error_code) if r.error_code else None,
+                    answerable=bool(r.answerable), abstain_reason=r.abstain_reason,
                 ),
                 r.attempts, r.worker, _utc(r.created_at),
             )

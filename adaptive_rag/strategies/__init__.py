@@ -22,12 +22,23 @@ def strategy_for_tier(tier: Tier, settings: Settings) -> str:
     return {Tier.A: "no_retrieval", Tier.B: "single_step", Tier.C: settings.multi_step}[tier]
 
 
+# Strategies that never search the knowledge base (a tenant without one could still run them).
+RETRIEVAL_FREE = frozenset({"no_retrieval", "small_talk"})
+
+
+def uses_retrieval(name: str) -> bool:
+    return name not in RETRIEVAL_FREE
+
+
 def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings) -> Strategy:
     """Instantiate a strategy by name (`STRATEGY_NAMES`) with the settings' bounds."""
     if name == "no_retrieval":
         return NoRetrieval(llm)
     if name == "single_step":
-        return SingleStep(retriever, llm, top_k=settings.top_k)
+        return SingleStep(
+            retriever, llm, top_k=settings.top_k, min_score=settings.abstain_min_score,
+            reader_abstains=settings.reader_abstains,
+        )
     if name == "ircot":
         return IRCoT(
             retriever, llm, top_k=settings.top_k, max_steps=settings.max_steps,
@@ -40,5 +51,5 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
 
 __all__ = [
     "COST_RANK", "STRATEGY_NAMES", "Decompose", "IRCoT", "NoRetrieval", "SingleStep", "Strategy",
-    "build_strategy", "strategy_for_tier",
+    "build_strategy", "strategy_for_tier", "uses_retrieval",
 ]

@@ -19,8 +19,11 @@ from services.frontdoor.settings import FrontDoorSettings
 
 async def serve(listen: str | None = None) -> None:
     """Read the settings once, build the real adapters, serve until a signal."""
+    from adaptive_rag.knowledge.service import open_knowledge_service
     from adaptive_rag.storage import RecordStore, make_engine
     from workers.client import CeleryTaskQueue, open_result_waiter
+
+    from services.frontdoor.fair_share import open_fair_share
 
     from services.frontdoor.metrics import FrontDoorMetrics, start_exporter
     from services.frontdoor.routing import ClassifierRouter, build_triton_classifier
@@ -39,9 +42,12 @@ async def serve(listen: str | None = None) -> None:
         host = (listen or settings.grpc_listen).rpartition(":")[0].strip("[]") or "127.0.0.1"
         start_exporter(metrics, settings.metrics_port, host)
         log.info("metrics_exporter", address=f"{host}:{settings.metrics_port}")
+    engine = make_engine(library.database_url)
     running = await start_server(
-        library, settings, RecordStore(make_engine(library.database_url)), CeleryTaskQueue(),
-        open_result_waiter(threads=settings.wait_threads), router, metrics, listen=listen,
+        library, settings, RecordStore(engine), CeleryTaskQueue(),
+        open_result_waiter(threads=settings.wait_threads), router,
+        open_knowledge_service(library, engine), metrics, listen=listen,
+        fair_share=open_fair_share(settings),
     )
     print(f"READY front door on port {running.port}", flush=True)
     stop = asyncio.Event()

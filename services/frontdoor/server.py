@@ -22,27 +22,34 @@ from grpc_reflection.v1alpha import reflection
 from adaptive_rag.contracts import QUEUE_FOR_TIER, SHADOW_QUEUE, ErrorCode, RoutingDecision, Tier
 from adaptive_rag.errors import (
     AnswerFailedError, AnswerTimeoutError, ClientRequestIdReusedError, InvalidRequestError,
+    KnowledgeBaseBusyError, KnowledgeBaseMissingError, OverShareError, PermissionDeniedError,
     QueueFullError, RequestNotFinishedError, RequestNotFoundError, UnauthenticatedError,
 )
+from adaptive_rag.knowledge.service import KnowledgeBaseService
 from adaptive_rag.serving.admission import AdmissionConfig, Answered, AnswerService, CallProgress, Routed
-from adaptive_rag.serving.ports import Records, ResultWaiter, TaskQueue
+from adaptive_rag.serving.ports import FairShare, Records, ResultWaiter, TaskQueue
 from adaptive_rag.settings import Settings
 from adaptive_rag.strategies import strategy_for_tier
 
 from services.frontdoor.auth import bearer_token
+from services.frontdoor.knowledge import KnowledgeBaseServicer
 from services.frontdoor.metrics import FrontDoorMetrics
 from services.frontdoor.routing import ClassifierRouter
 from services.frontdoor.settings import FrontDoorSettings
-from services.frontdoor.stubs import SERVICE_NAME, pb2, pb2_grpc
+from services.frontdoor.stubs import KB_SERVICE_NAME, SERVICE_NAME, pb2, pb2_grpc
 
 LOG = structlog.get_logger("frontdoor")
 REQUEST_ID_METADATA = "x-request-id"
+RETRY_AFTER_METADATA = "retry-after"  # seconds, for a tenant over its share
 TIER_ENUM = {Tier.A: pb2.TIER_A, Tier.B: pb2.TIER_B, Tier.C: pb2.TIER_C}  # the wire's names
 
 # The one exception -> status table of this boundary (first match wins: subclasses first).
 STATUS_FOR_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
+    (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
+    (KnowledgeBaseMissingError, grpc.StatusCode.FAILED_PRECONDITION),
+    (KnowledgeBaseBusyError, grpc.StatusCode.ABORTED),
     (QueueFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (AnswerTimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
     (RequestNotFoundError, grpc.StatusCode.NOT_FOUND),
@@ -56,6 +63,8 @@ STATUS_FOR_CODE: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 INTERNAL_MESSAGE = "internal error in the front door (see its logs)"
+# Knowledge-base batches are larger than queries: 32 MB per message.
+MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 
 
 def status_for(exc: Exception) -> tuple[grpc.StatusCode, str]:
@@ -84,6 +93,8 @@ def build_reply(answered: Answered) -> pb2.AnswerReply:
             strategy_ms=result.timings.strategy_ms, total_ms=answered.total_ms,
         ),
         replayed=answered.replayed,
+        answerable=result.answerable,
+        unanswerable_reason=result.abstain_reason or "",
     )
 
 
@@ -105,6 +116,7 @@ def _classifier_info(decision: RoutingDecision) -> pb2.ClassifierInfo:
 def answer_service(
     library: Settings, settings: FrontDoorSettings, records: Records, queue: TaskQueue,
     waiter: ResultWaiter, router: ClassifierRouter, metrics: FrontDoorMetrics,
+    knowledge: KnowledgeBaseService, fair_share: FairShare | None = None,
     sample: Callable[[], float] = random.random,
 ) -> AnswerService:
     """The use cases wired to this front door's settings and metrics."""
@@ -114,20 +126,22 @@ def answer_service(
         key_cache_s=settings.key_cache_s,
     )
     return AnswerService(
-        records, queue, waiter, router, config, sample=sample, on_routed=metrics.routed_decision,
+        records, queue, waiter, router, config, has_knowledge_base=knowledge.has_knowledge_base,
+        fair_share=fair_share, sample=sample, on_routed=metrics.routed_decision,
         on_rejected=metrics.rejected_query, on_queue_depth=metrics.queue_depth_seen,
     )
 
 
 class FrontDoor(pb2_grpc.AdaptiveRagServicer):
-    """The servicer: every method runs through `_run` (status mapping, metrics, logs)."""
+    """The servicer: every method runs through `run_call` (status mapping, metrics, logs); the
+    `KnowledgeBase` servicer (`services.frontdoor.knowledge`) runs its calls through it too."""
 
     def __init__(self, service: AnswerService, settings: FrontDoorSettings, metrics: FrontDoorMetrics) -> None:
         self.service = service
         self.settings = settings
         self.metrics = metrics
 
-    async def _run(
+    async def run_call(
         self, method: str, context: grpc.aio.ServicerContext,
         body: Callable[[CallProgress], Awaitable[Any]],
     ) -> Any:
@@ -136,6 +150,7 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(method=method)
         code, message, reply = grpc.StatusCode.OK, "", None
+        retry_after: float | None = None
         try:
             reply = await body(progress)
         except asyncio.CancelledError:
@@ -143,6 +158,8 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
             raise
         except Exception as exc:  # noqa: BLE001 - every failure becomes a precise status
             code, message = status_for(exc)
+            if isinstance(exc, OverShareError):
+                retry_after = exc.retry_after_s
             if message == INTERNAL_MESSAGE:
                 LOG.exception("rpc_failed")
         finally:
@@ -154,7 +171,11 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
             log("rpc", code=code.name, tier=tier, ms=round(1000 * elapsed, 2),
                 stages_ms={k: round(v, 2) for k, v in progress.stages.items()},
                 **({"detail": message} if message else {}))
-        trailing = ((REQUEST_ID_METADATA, progress.request_id),) if progress.request_id else ()
+        trailing: tuple[tuple[str, str], ...] = (
+            ((REQUEST_ID_METADATA, progress.request_id),) if progress.request_id else ()
+        )
+        if retry_after is not None:
+            trailing += ((RETRY_AFTER_METADATA, f"{retry_after:.3f}"),)
         if code is grpc.StatusCode.OK:
             if trailing:
                 context.set_trailing_metadata(trailing)
@@ -178,7 +199,7 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
             with progress.stage("reply"):
                 return build_reply(answered)
 
-        return await self._run("Answer", context, body)
+        return await self.run_call("Answer", context, body)
 
     async def GetResult(self, request, context):  # noqa: N802
         async def body(progress: CallProgress) -> pb2.AnswerReply:
@@ -187,7 +208,7 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
             )
             return build_reply(answered)
 
-        return await self._run("GetResult", context, body)
+        return await self.run_call("GetResult", context, body)
 
     async def SubmitFeedback(self, request, context):  # noqa: N802
         async def body(progress: CallProgress) -> pb2.FeedbackReply:
@@ -198,7 +219,7 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
             )
             return pb2.FeedbackReply(feedback_id=feedback_id)
 
-        return await self._run("SubmitFeedback", context, body)
+        return await self.run_call("SubmitFeedback", context, body)
 
     async def Route(self, request, context):  # noqa: N802
         async def body(progress: CallProgress) -> pb2.RouteReply:
@@ -207,7 +228,7 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
             )
             return build_route_reply(routed)
 
-        return await self._run("Route", context, body)
+        return await self.run_call("Route", context, body)
 
     async def watch_queues(self, interval_s: float = 5.0) -> None:
         """Keep the queue-depth gauge current for every queue, not only the ones queried."""
@@ -241,9 +262,9 @@ class RunningServer:
 
 async def start_server(
     library: Settings, settings: FrontDoorSettings, records: Records, queue: TaskQueue, waiter: Any,
-    router: ClassifierRouter, metrics: FrontDoorMetrics | None = None, listen: str | None = None,
-    poll_models: bool = True, queue_watch_s: float | None = 5.0,
-    sample: Callable[[], float] = random.random,
+    router: ClassifierRouter, knowledge: KnowledgeBaseService, metrics: FrontDoorMetrics | None = None,
+    listen: str | None = None, poll_models: bool = True, queue_watch_s: float | None = 5.0,
+    sample: Callable[[], float] = random.random, fair_share: FairShare | None = None,
 ) -> RunningServer:
     """Build, bind and start the server (health + reflection included); `listen` may end in :0.
 
@@ -251,20 +272,22 @@ async def start_server(
     """
     metrics = metrics or FrontDoorMetrics()
     await waiter.start()
-    service = answer_service(library, settings, records, queue, waiter, router, metrics, sample)
+    service = answer_service(library, settings, records, queue, waiter, router, metrics, knowledge,
+                             fair_share, sample)
     servicer = FrontDoor(service, settings, metrics)
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
     pb2_grpc.add_AdaptiveRagServicer_to_server(servicer, server)
+    pb2_grpc.add_KnowledgeBaseServicer_to_server(KnowledgeBaseServicer(servicer, knowledge), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        (SERVICE_NAME, KB_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
     port = server.add_insecure_port(listen or settings.grpc_listen)
     if port == 0:
         raise RuntimeError(f"cannot listen on {listen or settings.grpc_listen}")
     await server.start()
-    for name in ("", SERVICE_NAME):
+    for name in ("", SERVICE_NAME, KB_SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     tasks = []
     if poll_models:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -9,6 +11,9 @@ from adaptive_rag.contracts import Tier
 from adaptive_rag.settings import env_name
 
 DEFAULT_QUEUE_LIMITS = {Tier.A: 500, Tier.B: 200, Tier.C: 100}
+# A tenant's share of each tier queue: half of it, so two busy tenants can always both run.
+DEFAULT_TENANT_SLOTS = {tier: limit // 2 for tier, limit in DEFAULT_QUEUE_LIMITS.items()}
+DEFAULT_TENANT_LEASES = {Tier.A: 120.0, Tier.B: 300.0, Tier.C: 600.0}
 
 
 class FrontDoorSettings(BaseSettings):
@@ -47,6 +52,43 @@ class FrontDoorSettings(BaseSettings):
     wait_threads: int = Field(
         64, ge=1, validation_alias=env_name("ARAG_FRONTDOOR_WAIT_THREADS", "wait_threads")
     )
+
+    # --- fair share between tenants (per tenant: a token bucket over all tiers, and slots = the
+    # queued + running tasks it may hold per tier). Shared through Redis when REDIS_URL is set,
+    # else kept in this process. 0 = unlimited.
+    redis_url: str | None = Field(None, validation_alias=env_name("REDIS_URL", "redis_url"))
+    tenant_rate_per_s: float = Field(
+        50.0, ge=0, validation_alias=env_name("ARAG_TENANT_RATE", "tenant_rate_per_s")
+    )
+    tenant_burst: int = Field(100, ge=1, validation_alias=env_name("ARAG_TENANT_BURST", "tenant_burst"))
+    tenant_slots: dict[Tier, int] = Field(
+        default_factory=lambda: dict(DEFAULT_TENANT_SLOTS),
+        validation_alias=env_name("ARAG_TENANT_SLOTS", "tenant_slots"),
+    )
+    # A slot never given back (the client's deadline passed before the answer) ends after this:
+    # the tier's worker time limit plus a margin.
+    tenant_lease_s: dict[Tier, float] = Field(
+        default_factory=lambda: dict(DEFAULT_TENANT_LEASES),
+        validation_alias=env_name("ARAG_TENANT_LEASE", "tenant_lease_s"),
+    )
+    # Per-tenant overrides as JSON: '{"acme": {"rate_per_s": 5, "burst": 10, "slots": {"C": 1}}}'.
+    tenant_limits: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, validation_alias=env_name("ARAG_TENANT_LIMITS", "tenant_limits")
+    )
+
+    @field_validator("tenant_slots", mode="after")
+    @classmethod
+    def _slots_for_every_tier(cls, slots: dict[Tier, int]) -> dict[Tier, int]:
+        if any(n < 0 for n in slots.values()):
+            raise ValueError(f"tenant slots must be >= 0: {slots}")
+        return {**DEFAULT_TENANT_SLOTS, **slots}
+
+    @field_validator("tenant_lease_s", mode="after")
+    @classmethod
+    def _lease_for_every_tier(cls, leases: dict[Tier, float]) -> dict[Tier, float]:
+        if any(s <= 0 for s in leases.values()):
+            raise ValueError(f"tenant leases must be > 0 s: {leases}")
+        return {**DEFAULT_TENANT_LEASES, **leases}
 
     @field_validator("max_queue_depth", mode="after")
     @classmethod

@@ -18,5 +18,6 @@ from services.frontdoor.generated import adaptive_rag_pb2 as pb2  # noqa: E402
 from services.frontdoor.generated import adaptive_rag_pb2_grpc as pb2_grpc  # noqa: E402
 
 SERVICE_NAME = pb2.DESCRIPTOR.services_by_name["AdaptiveRag"].full_name
+KB_SERVICE_NAME = pb2.DESCRIPTOR.services_by_name["KnowledgeBase"].full_name
 
-__all__ = ["SERVICE_NAME", "pb2", "pb2_grpc"]
+__all__ = ["KB_SERVICE_NAME", "SERVICE_NAME", "pb2", "pb2_grpc"]

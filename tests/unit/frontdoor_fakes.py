@@ -12,9 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from adaptive_rag.contracts import (
-    QUEUE_FOR_TIER, AnswerResult, AnswerTask, RequestStatus, ResultKind, RoutingDecision, Source,
+    DEFAULT_SCOPES, QUEUE_FOR_TIER, Principal, Scope, AnswerResult, AnswerTask, RequestStatus, ResultKind, RoutingDecision, Source,
     Tier, Timings,
 )
+from adaptive_rag.domain import Passage
 from adaptive_rag.errors import DuplicateRequestError, RequestNotFoundError
 from adaptive_rag.routing.policy import fallback_decision
 
@@ -41,10 +42,10 @@ class FakeStore:
         self._ids = itertools.count(1)
         self.lock = threading.Lock()
 
-    def add_key(self, key: str, tenant: str) -> None:
-        self.keys[hashlib.sha256(key.encode()).hexdigest()] = tenant
+    def add_key(self, key: str, tenant: str, scopes: frozenset[Scope] = DEFAULT_SCOPES) -> None:
+        self.keys[hashlib.sha256(key.encode()).hexdigest()] = Principal(tenant=tenant, scopes=scopes)
 
-    def tenant_for_key(self, key: str) -> str | None:
+    def principal_for_key(self, key: str) -> Principal | None:
         return self.keys.get(hashlib.sha256(key.encode()).hexdigest())
 
     def find_request(self, tenant, client_request_id):
@@ -187,3 +188,52 @@ class FakeRouter:
 
     def close(self) -> None:
         return None
+
+
+class FakeKnowledgeIndex:
+    """Per-tenant dicts of chunks with the KnowledgeIndex contract (no BM25: substring match)."""
+
+    def __init__(self) -> None:
+        self.chunks: dict[str, dict[str, Passage]] = {}
+        self.generations: dict[str, int] = {}
+
+    def upsert(self, tenant: str, chunks) -> None:
+        self.chunks.setdefault(tenant, {}).update({c.id: c for c in chunks})
+        self.generations.setdefault(tenant, 1)
+
+    def delete(self, tenant: str, chunk_ids) -> None:
+        for chunk_id in chunk_ids:
+            self.chunks.get(tenant, {}).pop(chunk_id, None)
+
+    def rebuild(self, tenant: str, chunks) -> int:
+        self.chunks[tenant] = {c.id: c for c in chunks}
+        self.generations[tenant] = self.generations.get(tenant, 0) + 1
+        return self.generations[tenant]
+
+    def exists(self, tenant: str) -> bool:
+        return tenant in self.chunks
+
+    def count(self, tenant: str) -> int:
+        return len(self.chunks.get(tenant, {}))
+
+    def retriever(self, tenant: str):
+        raise NotImplementedError("the front door never searches")
+
+
+def knowledge_service(tenants_with_kb=("acme", "globex")):
+    """A real KnowledgeBaseService over the fake index and SQLite records, with a document for
+    each of `tenants_with_kb`."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import StaticPool
+
+    from adaptive_rag.knowledge.documents import Document, Section
+    from adaptive_rag.knowledge.service import KnowledgeBaseService
+    from adaptive_rag.storage import Base, KnowledgeRecords
+
+    engine = create_engine("sqlite://", poolclass=StaticPool,
+                           connect_args={"check_same_thread": False})
+    Base.metadata.create_all(engine)
+    service = KnowledgeBaseService(FakeKnowledgeIndex(), KnowledgeRecords(engine), backend="fake")
+    for tenant in tenants_with_kb:
+        service.upsert(tenant, [Document("welcome", "Welcome", (Section("", f"{tenant} help centre"),))])
+    return service

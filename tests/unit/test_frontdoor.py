@@ -12,7 +12,7 @@ import time
 
 import grpc
 import pytest
-from frontdoor_fakes import FakeQueue, FakeRouter, FakeStore, FakeWaiter
+from frontdoor_fakes import FakeQueue, FakeRouter, FakeStore, FakeWaiter, knowledge_service
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -40,6 +40,7 @@ class Harness:
         self.store.add_key(OTHER_KEY, "globex")
         self.queue = FakeQueue(self.store, work=work, delay_s=delay_s)
         self.router = FakeRouter(TIERS)
+        self.knowledge = knowledge_service()
         self.metrics = FrontDoorMetrics()
         self.samples = [0.0]
         self.loop = asyncio.new_event_loop()
@@ -47,7 +48,7 @@ class Harness:
         self.thread.start()
         self.running = asyncio.run_coroutine_threadsafe(
             start_server(LIBRARY, settings, self.store, self.queue, FakeWaiter(self.queue), self.router,
-                         self.metrics, listen="127.0.0.1:0", poll_models=False, queue_watch_s=None,
+                         self.knowledge, self.metrics, listen="127.0.0.1:0", poll_models=False, queue_watch_s=None,
                          sample=lambda: self.samples[0]),
             self.loop,
         ).result(10)

@@ -19,7 +19,7 @@ from workers.settings import WorkerSettings
 
 
 def task(request_id: str, tier: str, strategy: str, kind: ResultKind = ResultKind.PRIMARY) -> AnswerTask:
-    return AnswerTask(request_id=request_id, query="How do I pair a bulb?", tier=tier,
+    return AnswerTask(request_id=request_id, tenant="acme", query="How do I pair a bulb?", tier=tier,
                       strategy=strategy, kind=kind, enqueued_at=time.time())
 
 

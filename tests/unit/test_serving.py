@@ -11,9 +11,10 @@ from fakes import FakeLLM, FakeRetriever, make_passages
 from frontdoor_fakes import FakeQueue, FakeRouter, FakeStore, FakeWaiter
 
 from adaptive_rag.contracts import (
-    AnswerResult, AnswerTask, ErrorCode, RequestStatus, ResultKind, Tier,
+    AnswerResult, AnswerTask, ErrorCode, RequestStatus, ResultKind, Scope, Tier,
 )
 from adaptive_rag.errors import (
+    KnowledgeBaseMissingError, OverShareError, PermissionDeniedError,
     AnswerFailedError, AnswerTimeoutError, ClientRequestIdReusedError, IndexNotFoundError,
     InvalidQueryError, QueueFullError, RequestNotFinishedError, RequestNotFoundError,
     UnauthenticatedError,
@@ -36,7 +37,8 @@ def service(delay_s: float = 0.0, work=None, shadow_share: float = 0.0, sample: 
                              max_queue_depth=limits or {Tier.A: 5, Tier.B: 5, Tier.C: 2},
                              shadow_share=shadow_share)
     svc = AnswerService(store, queue, FakeWaiter(queue), FakeRouter({"hi": "A", "compare": "C"}),
-                        config, sample=lambda: sample, on_routed=routed.append)
+                        config, has_knowledge_base=lambda tenant: tenant == "acme",
+                        sample=lambda: sample, on_routed=routed.append)
     return svc, store, queue, routed
 
 
@@ -61,8 +63,8 @@ def test_answer_records_routes_enqueues_and_returns_the_workers_result():
     assert decision.strategy == "decompose" and decision.classify_ms > 0
     assert store.requests[answered.request_id].status is RequestStatus.DONE
     # Where the time went, stage by stage (the front door exports them as a histogram).
-    assert set(progress.stages) == {"authenticate", "validate", "classify", "record", "admit",
-                                    "enqueue", "wait"}
+    assert set(progress.stages) == {"authenticate", "validate", "knowledge", "classify", "record",
+                                    "admit", "enqueue", "wait"}
     assert all(ms >= 0 for ms in progress.stages.values())
     assert sum(progress.stages.values()) <= answered.total_ms + 1e-6
 
@@ -155,8 +157,10 @@ class Resources:
         self.settings = Settings(_env_file=None, top_k=2)
         self._retriever = retriever
         self._llm = FakeLLM(lambda prompt: "Lumora Lighting")
+        self.tenants: list[str] = []
 
-    def retriever(self):
+    def retriever(self, tenant: str):
+        self.tenants.append(tenant)
         if isinstance(self._retriever, Exception):
             raise self._retriever
         return self._retriever
@@ -167,7 +171,7 @@ class Resources:
 
 def recorded_task(store: FakeStore, tier: Tier = Tier.B) -> AnswerTask:
     store.create_request("r1", "acme", None, "Who makes Lumora lamps?")
-    return AnswerTask(request_id="r1", query="Who makes Lumora lamps?", tier=tier,
+    return AnswerTask(request_id="r1", tenant="acme", query="Who makes Lumora lamps?", tier=tier,
                       strategy=STRATEGY[tier], enqueued_at=time.time() - 0.05)
 
 
@@ -177,6 +181,7 @@ def test_answer_task_runs_the_strategy_and_writes_the_result_once():
     resources = Resources(FakeRetriever(make_passages(4)))
     result = answer_task(task, store, resources, Delivery("tier-b@h/1", 1, may_retry=True))
     assert result.ok and result.steps == 1 and len(result.sources) == 2
+    assert resources.tenants == ["acme"]  # retrieval is scoped to the task's tenant
     assert result.timings.queue_wait_ms >= 50 and result.timings.strategy_ms >= 0
     assert store.requests["r1"].status is RequestStatus.DONE
     assert (RequestStatus.RUNNING in [s for _, s in store.statuses])
@@ -229,25 +234,25 @@ def test_route_records_a_decision_and_runs_nothing():
 
 
 def test_known_keys_are_remembered_for_their_time_to_live_only():
-    from adaptive_rag.serving.admission import KeyCache
+    from adaptive_rag.serving.admission import TtlCache
 
     now = [0.0]
-    keys = KeyCache(ttl_s=30.0, max_keys=2, clock=lambda: now[0])
+    keys = TtlCache(ttl_s=30.0, max_items=2, clock=lambda: now[0])
     keys.put("k1", "acme")
     assert keys.get("k1") == "acme" and keys.get("unknown") is None
     now[0] = 30.0
     assert keys.get("k1") is None  # expired: the records are asked again (a revocation shows)
     keys.put("k1", "acme"), keys.put("k2", "globex"), keys.put("k3", "initech")
     assert keys.get("k1") is None and keys.get("k3") == "initech"  # bounded, oldest out
-    assert KeyCache(ttl_s=0).get("k1") is None
+    assert TtlCache(ttl_s=0).get("k1") is None
 
 
 def test_with_a_key_cache_the_records_are_asked_once_per_key():
     svc, store, _, _ = service()
     svc._keys.ttl_s = 60.0
     asked = []
-    original = store.tenant_for_key
-    store.tenant_for_key = lambda key: asked.append(key) or original(key)
+    original = store.principal_for_key
+    store.principal_for_key = lambda key: asked.append(key) or original(key)
     for _ in range(3):
         run(svc.answer(KEY, b"hi", None, soon(), CallProgress()))
     with pytest.raises(UnauthenticatedError):
@@ -255,3 +260,65 @@ def test_with_a_key_cache_the_records_are_asked_once_per_key():
     with pytest.raises(UnauthenticatedError):
         run(svc.answer("arag_unknown", b"hi", None, soon(), CallProgress()))
     assert asked == [KEY, "arag_unknown", "arag_unknown"]  # unknown keys are never cached
+
+
+# --- scopes, knowledge bases, fair share --------------------------------------------------------------
+
+
+def test_each_call_needs_its_scope_and_the_tenant_comes_from_the_key():
+    svc, store, queue, _ = service()
+    store.add_key("arag_feedback_only", "acme", frozenset({Scope.FEEDBACK}))
+    store.add_key("arag_writer", "acme", frozenset({Scope.KB_WRITE}))
+    for key in ("arag_feedback_only", "arag_writer"):
+        with pytest.raises(PermissionDeniedError, match="may not 'answer'"):
+            run(svc.answer(key, b"hi", None, soon(), CallProgress()))
+        with pytest.raises(PermissionDeniedError):
+            run(svc.route(key, b"hi", CallProgress()))
+    answered = run(svc.answer(KEY, b"hi", None, soon(), CallProgress()))
+    assert queue.tasks[-1].tenant == "acme"
+    with pytest.raises(PermissionDeniedError, match="may not 'feedback'"):
+        run(svc.submit_feedback("arag_writer", answered.request_id, 1, None, None, CallProgress()))
+    assert run(svc.submit_feedback("arag_feedback_only", answered.request_id, 1, None, None, CallProgress())) == 1
+
+
+def test_a_tenant_without_a_knowledge_base_is_refused_before_anything_is_recorded():
+    svc, store, queue, _ = service()
+    store.add_key("arag_newcomer", "initech")
+    with pytest.raises(KnowledgeBaseMissingError, match="'initech' has no knowledge base"):
+        run(svc.answer("arag_newcomer", b"hi", None, soon(), CallProgress()))
+    assert store.requests == {} and queue.tasks == []
+
+
+class CountingFairShare:
+    """Admits `allowed` requests per tenant at once; records acquires and releases."""
+
+    def __init__(self, allowed: int) -> None:
+        self.allowed = allowed
+        self.held: dict[str, set[str]] = {}
+        self.released: list[str] = []
+
+    def acquire(self, tenant, tier, request_id):
+        held = self.held.setdefault(tenant, set())
+        if request_id not in held and len(held) >= self.allowed:
+            raise OverShareError(f"tenant over its share of tier {tier.value}", retry_after_s=2.5)
+        held.add(request_id)
+
+    def release(self, tenant, tier, request_id):
+        self.held.get(tenant, set()).discard(request_id)
+        self.released.append(request_id)
+
+
+def test_a_tenant_over_its_share_is_rejected_and_a_finished_answer_gives_its_slot_back():
+    svc, store, queue, _ = service()
+    share = svc.fair_share = CountingFairShare(allowed=1)
+    first = run(svc.answer(KEY, b"hi", "c-1", soon(), CallProgress()))
+    assert share.released == [first.request_id] and share.held["acme"] == set()
+    share.held["acme"] = {"someone-else"}  # the tenant's one slot is taken
+    with pytest.raises(OverShareError) as refused:
+        run(svc.answer(KEY, b"compare", "c-2", soon(), CallProgress()))
+    assert refused.value.retry_after_s == 2.5
+    rejected = store.find_request("acme", "c-2")
+    assert rejected.status is RequestStatus.REJECTED and len(queue.tasks) == 1  # nothing ran
+    share.held["acme"] = set()
+    again = run(svc.answer(KEY, b"compare", "c-2", soon(), CallProgress()))  # the resend runs
+    assert again.request_id == rejected.request_id and again.result.answer == "answer to compare"

@@ -16,7 +16,7 @@ from workers.settings import WorkerSettings
 
 
 def task(request_id: str, tier: str, strategy: str, kind: ResultKind = ResultKind.PRIMARY) -> AnswerTask:
-    return AnswerTask(request_id=request_id, query="q", tier=tier, strategy=strategy, kind=kind,
+    return AnswerTask(request_id=request_id, tenant="acme", query="q", tier=tier, strategy=strategy, kind=kind,
                       enqueued_at=time.time())
 
 

@@ -1,0 +1,112 @@
+"""`arag kb`: a tenant's knowledge base from the operator's side: import, describe, delete.
+
+These commands write the configured backend's index (tantivy under ARAG_KB_DIR, or OpenSearch)
+and the records of DATABASE_URL directly; clients use the KnowledgeBase gRPC service instead.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from adaptive_rag.cli.common import DbUrl, Retr, console, load_settings, progress_bar
+
+if TYPE_CHECKING:
+    from adaptive_rag.knowledge.service import ChangeSummary, KnowledgeBaseService
+
+kb_app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+Tenant = Annotated[str, typer.Option("--tenant", help="the tenant whose knowledge base this is")]
+KbDir = Annotated[Optional[Path], typer.Option("--kb-dir", help="tantivy knowledge bases (default: ARAG_KB_DIR)")]
+
+
+def _service(retriever: str | None, kb_dir: Path | None, database_url: str | None) -> KnowledgeBaseService:
+    from adaptive_rag.knowledge.service import open_knowledge_service
+    from adaptive_rag.storage import make_engine, upgrade_database
+
+    settings = load_settings(retriever=retriever, kb_dir=kb_dir, database_url=database_url)
+    upgrade_database(settings.database_url)
+    return open_knowledge_service(settings, make_engine(settings.database_url))
+
+
+def _summary_table(summary: ChangeSummary) -> Table:
+    table = Table("added", "updated", "unchanged", "deleted", "chunks written", "chunks removed", "generation")
+    table.add_row(*(str(v) for v in (
+        summary.added, summary.updated, summary.unchanged, summary.deleted, summary.chunks_written,
+        summary.chunks_removed, summary.generation)))
+    return table
+
+
+@kb_app.command("import")
+def import_documents(
+    tenant: Tenant,
+    paths: Annotated[list[Path], typer.Argument(help="JSONL, CSV, Markdown or HTML files, or directories of them")],
+    csv_columns: Annotated[Optional[str], typer.Option(
+        help="CSV column mapping, e.g. 'title=question,text=answer,url=link' (that is the default)")] = None,
+    rebuild: Annotated[bool, typer.Option(
+        help="replace the whole knowledge base: build a new index beside the live one and switch "
+             "atomically (queries keep being answered)")] = False,
+    retriever: Retr = None,
+    kb_dir: KbDir = None,
+    database_url: DbUrl = None,
+) -> None:
+    """Import documents into TENANT's knowledge base.
+
+    Without --rebuild each file is synchronised: its documents are added or updated in place (by
+    id), and documents an earlier import of the same file had that are gone now are removed.
+    """
+    from adaptive_rag.knowledge.importers import CsvColumns, import_paths
+
+    columns = CsvColumns.parse(csv_columns) if csv_columns else None
+    for path in paths:
+        if not path.exists():
+            raise typer.BadParameter(f"{path} does not exist", param_hint="PATHS")
+    documents = import_paths(paths, csv_columns=columns)
+    service = _service(retriever, kb_dir, database_url)
+    if rebuild:
+        with console.status(f"rebuilding {tenant!r}'s knowledge base from {len(documents)} documents"):
+            summary = service.rebuild(tenant, documents)
+    else:
+        by_source: dict[str, list] = defaultdict(list)
+        for doc in documents:
+            by_source[doc.source].append(doc)
+        from adaptive_rag.knowledge.service import ChangeSummary
+
+        summary = ChangeSummary()
+        with progress_bar(f"importing into {tenant!r}", len(documents)) as advance:
+            for source, docs in by_source.items():
+                summary = summary.plus(service.sync_source(tenant, source, docs, advance))
+    console.print(_summary_table(summary))
+    _print_info(service, tenant)
+
+
+@kb_app.command("describe")
+def describe(tenant: Tenant, retriever: Retr = None, kb_dir: KbDir = None, database_url: DbUrl = None) -> None:
+    """Documents, chunks, index generation and last update of TENANT's knowledge base."""
+    _print_info(_service(retriever, kb_dir, database_url), tenant)
+
+
+@kb_app.command("delete")
+def delete(
+    tenant: Tenant,
+    document_ids: Annotated[list[str], typer.Argument(help="ids of the documents to remove")],
+    retriever: Retr = None, kb_dir: KbDir = None, database_url: DbUrl = None,
+) -> None:
+    """Remove documents (and all their chunks) from TENANT's knowledge base."""
+    service = _service(retriever, kb_dir, database_url)
+    summary = service.delete(tenant, document_ids)
+    console.print(_summary_table(summary))
+    if summary.not_found:
+        console.print(f"{summary.not_found} of the ids were not in the knowledge base")
+
+
+def _print_info(service: KnowledgeBaseService, tenant: str) -> None:
+    info = service.describe(tenant)
+    updated = info.updated_at.isoformat(timespec="seconds") if info.updated_at else "-"
+    console.print(
+        f"tenant {tenant!r}: {info.documents} documents, {info.chunks} chunks, generation "
+        f"{info.generation}, updated {updated} ({info.backend})", highlight=False,
+    )

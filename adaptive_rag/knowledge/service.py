@@ -1,0 +1,235 @@
+"""The knowledge-base use cases: upsert, delete, sync a source, rebuild, describe.
+
+Each write holds the tenant's writer lock, chunks documents (`chunking`), writes the index first
+and then the records, so a search never finds a chunk the records do not know about for long,
+and a failed write leaves records that a retry of the same call repairs. The gRPC service
+(`services.frontdoor.knowledge`) and the CLI (`arag kb`) are thin edges over this class.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Engine
+
+from adaptive_rag.domain import Passage
+from adaptive_rag.errors import InvalidRequestError, KnowledgeBaseMissingError
+from adaptive_rag.knowledge.documents import Document, KnowledgeIndex
+from adaptive_rag.settings import Settings
+from adaptive_rag.storage.knowledge import DocumentRecord, KnowledgeRecords
+
+MAX_DOCUMENT_ID_CHARS = 256
+MAX_DOCUMENT_CHARS = 2_000_000
+WRITE_BATCH = 200  # documents per index write
+
+
+@dataclass(frozen=True)
+class ChangeSummary:
+    """What one write did to a tenant's knowledge base."""
+
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    not_found: int = 0  # deletes of ids the knowledge base does not have
+    chunks_written: int = 0
+    chunks_removed: int = 0
+    generation: int = 0
+
+    def plus(self, other: ChangeSummary) -> ChangeSummary:
+        """Both summaries added up (the later generation kept)."""
+        counts = {name: getattr(self, name) + getattr(other, name) for name in (
+            "added", "updated", "unchanged", "deleted", "not_found", "chunks_written", "chunks_removed")}
+        return ChangeSummary(**counts, generation=max(self.generation, other.generation))
+
+
+@dataclass(frozen=True)
+class KnowledgeBaseInfo:
+    tenant: str
+    documents: int
+    chunks: int
+    generation: int
+    updated_at: datetime | None
+    backend: str
+
+
+def check_document(doc: Document) -> None:
+    """A document the service can index, or `InvalidRequestError` saying what is wrong."""
+    if not doc.id or not doc.id.strip():
+        raise InvalidRequestError("a document needs a non-empty id")
+    if len(doc.id) > MAX_DOCUMENT_ID_CHARS:
+        raise InvalidRequestError(f"document id {doc.id[:40]!r}... is longer than {MAX_DOCUMENT_ID_CHARS} characters")
+    if "#" in doc.id:
+        raise InvalidRequestError(f"document id {doc.id!r} contains '#', which separates chunk positions")
+    if any(ord(c) < 32 for c in doc.id):
+        raise InvalidRequestError(f"document id {doc.id!r} contains a control character")
+    if not doc.title.strip() and not doc.text.strip():
+        raise InvalidRequestError(f"document {doc.id!r} has neither title nor text")
+    size = len(doc.title) + sum(len(s.heading) + len(s.text) for s in doc.sections)
+    if size > MAX_DOCUMENT_CHARS:
+        raise InvalidRequestError(f"document {doc.id!r} has {size} characters; the limit is {MAX_DOCUMENT_CHARS}")
+
+
+def chunk_ids(doc_id: str, start: int, stop: int) -> list[str]:
+    return [f"{doc_id}#{position}" for position in range(start, stop)]
+
+
+class KnowledgeBaseService:
+    """Keeps each tenant's index and its records in step; every call is scoped to one tenant."""
+
+    def __init__(self, index: KnowledgeIndex, records: KnowledgeRecords, *, chunk_words: int = 160,
+                 overlap_words: int = 32, backend: str = "") -> None:
+        self.index = index
+        self.records = records
+        self.chunk_words = chunk_words
+        self.overlap_words = overlap_words
+        self.backend = backend or type(index).__name__
+
+    # --- writes ----------------------------------------------------------------------------------
+
+    def upsert(self, tenant: str, documents: Sequence[Document],
+               on_progress: Callable[[int], None] | None = None) -> ChangeSummary:
+        """Add or replace `documents` (by id); unchanged ones are skipped."""
+        with self.records.writer_lock(tenant):
+            return self._apply(tenant, _unique(documents), (), on_progress)
+
+    def delete(self, tenant: str, doc_ids: Iterable[str]) -> ChangeSummary:
+        """Remove these documents and all their chunks."""
+        with self.records.writer_lock(tenant):
+            return self._apply(tenant, (), delete_ids=list(dict.fromkeys(doc_ids)))
+
+    def sync_source(self, tenant: str, source: str, documents: Sequence[Document],
+                    on_progress: Callable[[int], None] | None = None) -> ChangeSummary:
+        """Make the documents imported from `source` exactly `documents`: upsert them and delete
+        the ones an earlier import of `source` had that are gone now."""
+        documents = _unique(documents)
+        with self.records.writer_lock(tenant):
+            present = {d.id for d in documents}
+            gone = [doc_id for doc_id in self.records.documents(tenant, source=source) if doc_id not in present]
+            return self._apply(tenant, documents, gone, on_progress)
+
+    def rebuild(self, tenant: str, documents: Sequence[Document]) -> ChangeSummary:
+        """Replace the whole knowledge base with `documents`: a new index generation is built
+        beside the live one and switched to atomically; searches answer throughout."""
+        documents = _unique(documents)
+        for doc in documents:
+            check_document(doc)
+        with self.records.writer_lock(tenant):
+            records: list[DocumentRecord] = []
+            chunks: list[Passage] = []
+            for doc in documents:
+                doc_chunks = self._chunks(doc)
+                chunks.extend(doc_chunks)
+                records.append(self._record(doc, len(doc_chunks)))
+            generation = self.index.rebuild(tenant, chunks)
+            self.records.save(tenant, records, replace_all=True, generation=generation)
+            return ChangeSummary(added=len(records), chunks_written=len(chunks), generation=generation)
+
+    def _apply(self, tenant: str, documents: Sequence[Document], delete_ids: Sequence[str],
+               on_progress: Callable[[int], None] | None = None) -> ChangeSummary:
+        """Documents in batches (index, then records, per batch), then the deletes."""
+        for doc in documents:
+            check_document(doc)
+        total = ChangeSummary()
+        for start in range(0, len(documents), WRITE_BATCH):
+            batch = documents[start:start + WRITE_BATCH]
+            total = total.plus(self._apply_batch(tenant, batch, ()))
+            if on_progress:
+                on_progress(len(batch))
+        if delete_ids or not documents:
+            total = total.plus(self._apply_batch(tenant, (), delete_ids))
+        return total
+
+    def _apply_batch(self, tenant: str, documents: Sequence[Document], delete_ids: Sequence[str]) -> ChangeSummary:
+        known = self.records.documents(tenant, [d.id for d in documents] + list(delete_ids))
+        write: list[Passage] = []
+        remove: list[str] = []
+        saved: list[DocumentRecord] = []
+        added = updated = unchanged = 0
+        for doc in documents:
+            sha = self._sha(doc)
+            before = known.get(doc.id)
+            if before is not None and before.content_sha256 == sha:
+                unchanged += 1
+                if before.source != doc.source:  # moved between sources: keep the new owner
+                    saved.append(self._record(doc, before.chunks))
+                continue
+            doc_chunks = self._chunks(doc)
+            write.extend(doc_chunks)
+            saved.append(self._record(doc, len(doc_chunks), sha))
+            if before is None:
+                added += 1
+            else:
+                updated += 1
+                remove.extend(chunk_ids(doc.id, len(doc_chunks), before.chunks))
+        deleted = [doc_id for doc_id in delete_ids if doc_id in known]
+        for doc_id in deleted:
+            remove.extend(chunk_ids(doc_id, 0, known[doc_id].chunks))
+        if write:
+            self.index.upsert(tenant, write)
+        if remove:
+            self.index.delete(tenant, remove)
+        state = self.records.save(tenant, saved, deleted)
+        return ChangeSummary(
+            added=added, updated=updated, unchanged=unchanged, deleted=len(deleted),
+            not_found=len(delete_ids) - len(deleted), chunks_written=len(write),
+            chunks_removed=len(remove), generation=state.generation,
+        )
+
+    # --- reads -----------------------------------------------------------------------------------
+
+    def describe(self, tenant: str) -> KnowledgeBaseInfo:
+        state = self.records.state(tenant)
+        if state is None:
+            raise KnowledgeBaseMissingError(
+                f"tenant {tenant!r} has no knowledge base yet; import documents first "
+                "(KnowledgeBase.UpsertDocuments, or `arag kb import --tenant ...`)"
+            )
+        return KnowledgeBaseInfo(tenant, state.documents, state.chunks, state.generation,
+                                 state.updated_at, self.backend)
+
+    def document_ids(self, tenant: str, source: str | None = None) -> list[str]:
+        return sorted(self.records.documents(tenant, source=source))
+
+    def has_knowledge_base(self, tenant: str) -> bool:
+        """True when the tenant's knowledge base has at least one chunk to retrieve from."""
+        state = self.records.state(tenant)
+        return state is not None and state.chunks > 0
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def _chunks(self, doc: Document) -> list[Passage]:
+        from adaptive_rag.knowledge.chunking import chunk_document
+
+        return chunk_document(doc, max_words=self.chunk_words, overlap_words=self.overlap_words)
+
+    def _sha(self, doc: Document) -> str:
+        """Content hash of everything that ends up in the index (chunking settings included)."""
+        payload = json.dumps(
+            [doc.title, [[s.heading, s.text] for s in doc.sections], doc.url,
+             self.chunk_words, self.overlap_words],
+            ensure_ascii=False,
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+    def _record(self, doc: Document, chunks: int, sha: str | None = None) -> DocumentRecord:
+        return DocumentRecord(doc.id, doc.source, doc.title[:2000], chunks, sha or self._sha(doc))
+
+
+def _unique(documents: Sequence[Document]) -> list[Document]:
+    """The last document of each id wins (a batch that repeats an id updates it twice)."""
+    return list({doc.id: doc for doc in documents}.values())
+
+
+def open_knowledge_service(settings: Settings, engine: Engine) -> KnowledgeBaseService:
+    """The service over the configured backend's per-tenant indexes and `engine`'s records."""
+    from adaptive_rag.knowledge.indexes import open_knowledge_index
+
+    return KnowledgeBaseService(
+        open_knowledge_index(settings), KnowledgeRecords(engine), chunk_words=settings.chunk_words,
+        overlap_words=settings.chunk_overlap_words, backend=settings.retriever,
+    )

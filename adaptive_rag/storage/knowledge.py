@@ -1,0 +1,153 @@
+"""What the records know about each tenant's knowledge base: its documents, sizes and generation.
+
+The index (OpenSearch or tantivy) holds the chunks; these rows say which chunks each document has
+(`<doc_id>#0` .. `#chunks-1`) and what its content hash was, so the service can skip unchanged
+documents, remove left-over chunks and the documents a source no longer has, and describe the
+knowledge base without asking the index. Writers of one tenant are serialised by `writer_lock`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Engine, delete, func, select, text, update
+
+from adaptive_rag.errors import KnowledgeBaseBusyError
+from adaptive_rag.storage.models import KnowledgeBaseRow, KnowledgeDocument, utcnow
+from adaptive_rag.storage.records import _utc
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentRecord:
+    doc_id: str
+    source: str
+    title: str
+    chunks: int
+    content_sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class KnowledgeBaseState:
+    tenant: str
+    generation: int
+    documents: int
+    chunks: int
+    updated_at: datetime | None
+
+
+def _lock_key(tenant: str) -> int:
+    """A signed 64-bit key for PostgreSQL's advisory locks, from the tenant name."""
+    return int.from_bytes(hashlib.sha256(f"arag-kb:{tenant}".encode()).digest()[:8], "big", signed=True)
+
+
+class KnowledgeRecords:
+    """Rows of `knowledge_bases` and `kb_documents` through one engine (SQLite or PostgreSQL)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._local_locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+        if engine.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
+        self._insert = insert
+
+    @contextmanager
+    def writer_lock(self, tenant: str) -> Iterator[None]:
+        """Exclusive right to change `tenant`'s knowledge base, or `KnowledgeBaseBusyError` at once.
+
+        PostgreSQL: a session advisory lock, so every process and replica agrees; SQLite (one
+        machine, embedded): a lock per process (the tantivy writer lock covers other processes).
+        """
+        with self._guard:
+            local = self._local_locks.setdefault(tenant, threading.Lock())
+        if not local.acquire(blocking=False):
+            raise KnowledgeBaseBusyError(f"tenant {tenant!r}'s knowledge base is being changed; retry shortly")
+        try:
+            if self.engine.dialect.name != "postgresql":
+                yield
+                return
+            with self.engine.connect() as conn:
+                key = _lock_key(tenant)
+                if not conn.scalar(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}):
+                    raise KnowledgeBaseBusyError(
+                        f"tenant {tenant!r}'s knowledge base is being changed by another process; retry shortly"
+                    )
+                conn.commit()
+                try:
+                    yield
+                finally:
+                    conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+                    conn.commit()
+        finally:
+            local.release()
+
+    def state(self, tenant: str) -> KnowledgeBaseState | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(KnowledgeBaseRow).where(KnowledgeBaseRow.tenant == tenant)).first()
+        if row is None:
+            return None
+        return KnowledgeBaseState(tenant, row.generation, row.documents, row.chunks, _utc(row.updated_at))
+
+    def documents(self, tenant: str, doc_ids: Iterable[str] | None = None,
+                  source: str | None = None) -> dict[str, DocumentRecord]:
+        """The tenant's documents (those of `doc_ids` or `source` only, when given), by id."""
+        condition = KnowledgeDocument.tenant == tenant
+        if source is not None:
+            condition &= KnowledgeDocument.source == source
+        ids = None if doc_ids is None else list(dict.fromkeys(doc_ids))
+        found: dict[str, DocumentRecord] = {}
+        with self.engine.connect() as conn:
+            for batch in _batches(ids) if ids is not None else [None]:
+                where = condition if batch is None else condition & KnowledgeDocument.doc_id.in_(batch)
+                for r in conn.execute(select(KnowledgeDocument).where(where)):
+                    found[r.doc_id] = DocumentRecord(r.doc_id, r.source, r.title, r.chunks, r.content_sha256)
+        return found
+
+    def save(self, tenant: str, upserted: Sequence[DocumentRecord], deleted: Iterable[str] = (),
+             *, replace_all: bool = False, generation: int | None = None) -> KnowledgeBaseState:
+        """Write document rows (and drop `deleted`, or every other row with `replace_all`), then
+        recount the knowledge base, in one transaction; `generation`: the index generation a
+        rebuild switched to."""
+        now = utcnow()
+        deleted = list(deleted)
+        with self.engine.begin() as conn:
+            if replace_all:
+                conn.execute(delete(KnowledgeDocument).where(KnowledgeDocument.tenant == tenant))
+            for batch in _batches(deleted):
+                conn.execute(delete(KnowledgeDocument).where(
+                    KnowledgeDocument.tenant == tenant, KnowledgeDocument.doc_id.in_(batch)))
+            for record in upserted:
+                values = dict(tenant=tenant, doc_id=record.doc_id, source=record.source,
+                              title=record.title, chunks=record.chunks,
+                              content_sha256=record.content_sha256, updated_at=now)
+                conn.execute(self._insert(KnowledgeDocument).values(**values).on_conflict_do_update(
+                    index_elements=["tenant", "doc_id"], set_=values))
+            documents, chunks = conn.execute(
+                select(func.count(), func.coalesce(func.sum(KnowledgeDocument.chunks), 0))
+                .where(KnowledgeDocument.tenant == tenant)
+            ).one()
+            conn.execute(self._insert(KnowledgeBaseRow).values(
+                tenant=tenant, generation=1, documents=documents, chunks=chunks, created_at=now,
+                updated_at=now,
+            ).on_conflict_do_nothing(index_elements=["tenant"]))
+            changes = dict(documents=documents, chunks=chunks, updated_at=now)
+            if generation is not None:
+                changes["generation"] = generation
+            conn.execute(update(KnowledgeBaseRow).where(KnowledgeBaseRow.tenant == tenant).values(**changes))
+        state = self.state(tenant)
+        assert state is not None
+        return state
+
+
+def _batches(items: Sequence[str] | None, size: int = 500) -> Iterator[list[str]]:
+    if not items:
+        return
+    for start in range(0, len(items), size):
+        yield list(items[start:start + size])

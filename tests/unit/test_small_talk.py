@@ -1,0 +1,108 @@
+"""The small-talk detector: whole utterances of chit-chat get a canned reply; anything that carries
+a real request, even after a greeting or a thank-you, is a query (None)."""
+
+from __future__ import annotations
+
+import pytest
+
+from adaptive_rag.routing.small_talk import REPLIES, SmallTalk, normalise, small_talk_intent
+
+POSITIVE = {
+    "greeting": [
+        "hi", "Hi!", "HI THERE", "hello", "Hello 👋", "hey", "heyyy", "Hey there!!", "hiya",
+        "good morning", "Good Evening :)", "morning!", "hello again", "Hi everyone",
+        "hello, is anyone there?", "yo", "what's up?", "Whats up", "nice to meet you",
+        "  hello   ", "hello...", "¡hola!",
+    ],
+    "thanks": [
+        "thanks", "Thanks!", "thank you", "Thank you so much!", "thank you very much for your help",
+        "thanks a lot 🙏", "thx", "ty", "TYSM!!!", "many thanks", "cheers", "much appreciated",
+        "thanks for the info", "thank u", "that was really helpful", "ok thanks", "great, thank you!",
+        "Thanks 4 the help",
+    ],
+    "goodbye": [
+        "bye", "Bye!", "bye bye", "goodbye", "good bye 👋", "see you", "see you later", "see ya",
+        "take care", "have a nice day", "Have a great weekend!", "ok bye", "thanks, bye!",
+        "that's all for now, thanks", "good night", "Tschüss!",
+    ],
+    "identity": [
+        "who are you?", "What are you?", "who are u", "what's your name?", "what is your name",
+        "who am I talking to?", "introduce yourself",
+    ],
+    "capabilities": ["what can you do?", "how can you help me?", "can you help me?", "help", "I need help"],
+    "wellbeing": [
+        "how are you?", "How are you doing today?", "hi, how are you?", "how's it going?",
+        "Hey! How are you doing?", "you ok?",
+    ],
+    "bot_or_human": [
+        "are you a bot?", "Are you a real person?", "are you human??", "is this a chatbot",
+        "Is this an AI?", "am I talking to a human or a machine?", "are you a robot or a human",
+        "I want to talk to a real person", "can I speak to an agent?", "hello, are you a bot?",
+    ],
+    "acknowledgement": ["ok", "okay!", "Got it.", "cool", "perfect 👍", "sounds good", "alright"],
+}
+
+NEGATIVE = [
+    "hi, how do I reset my hub?",
+    "Hello, what is a novel coronavirus?",
+    "hey can you tell me how the virus spreads",
+    "good morning, can I get tested at a pharmacy?",
+    "thanks, but how long does the virus survive on surfaces?",
+    "thank you for nothing, my order never arrived",
+    "who are you supposed to call if you have symptoms?",
+    "what are you doing about refunds?",
+    "how are you tested for COVID-19?",
+    "how are masks cleaned?",
+    "are you open on sundays?",
+    "are you able to ship to Canada?",
+    "help me find a testing site",
+    "I need help with my invoice",
+    "bye the way, where do I get a test",
+    "hello world",
+    "Goodbye letter template",
+    "What is the source of the virus?",
+    "ok so what about masks?",
+    "Is this a scam?",
+    "thanks! also, can pets spread it?",
+    "hi hi hi hi hi hi hi hi hi hi hi hi hi hi hi hi hi hi",  # a paste, not a greeting
+    "",
+    "   ",
+    "?!",
+    "👋",
+]
+
+
+@pytest.mark.parametrize(
+    ("intent", "text"), [(intent, text) for intent, texts in POSITIVE.items() for text in texts]
+)
+def test_small_talk_is_recognised_with_its_intent(intent: str, text: str) -> None:
+    found = small_talk_intent(text)
+    assert found == SmallTalk(intent, REPLIES[intent]), text
+
+
+@pytest.mark.parametrize("text", NEGATIVE)
+def test_real_questions_and_non_talk_are_not_small_talk(text: str) -> None:
+    assert small_talk_intent(text) is None
+
+
+def test_every_intent_has_a_short_reply() -> None:
+    assert set(REPLIES) == set(POSITIVE)
+    assert all(0 < len(reply) <= 120 for reply in REPLIES.values())
+
+
+def test_the_most_specific_intent_answers_a_mixed_turn() -> None:
+    assert small_talk_intent("hi! are you a bot?").intent == "bot_or_human"
+    assert small_talk_intent("hello, who are you?").intent == "identity"
+    assert small_talk_intent("thanks, bye").intent == "goodbye"
+    assert small_talk_intent("hi, thanks").intent == "thanks"
+
+
+def test_case_punctuation_and_typographic_apostrophes_do_not_matter() -> None:
+    assert small_talk_intent("WHAT’S YOUR NAME???") == small_talk_intent("what's your name")
+    assert small_talk_intent("Thank-you!") == small_talk_intent("thank you")
+
+
+def test_normalise_splits_clauses_on_punctuation_and_emoji() -> None:
+    assert normalise("Hi 👋 How are you?") == ["hi", "how are you"]
+    assert normalise("Whats up, youre a bot") == ["what's up", "you're a bot"]
+    assert normalise("!!!") == []
