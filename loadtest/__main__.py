@@ -230,8 +230,8 @@ def main(argv: list[str] | None = None) -> int:
                     console.print(f"shared llama-server on {server.base_url} (-np {server.parallel} "
                                   f"-t {server.threads})")
                 running = stack.enter_context(local_stack(
-                    args.workdir, knowledge_base=args.knowledge_base, console=console,
-                    pools=("A", "B", "C", *(("shadow",) if _shadow_share() > 0 else ())),
+                    args.workdir, knowledge_base=args.knowledge_base, tenants=("loadtest",),
+                    console=console, pools=("A", "B", "C", *(("shadow",) if _shadow_share() > 0 else ())),
                 ))
                 info["stack"] = running.plan.using
                 host, metrics_url = running.address, running.metrics_url

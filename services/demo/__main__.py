@@ -1,22 +1,23 @@
 """`python -m services.demo` (`make demo`): the real service on one machine, end to end.
 
 On a fresh machine, with no server running, it
-1. builds the demo index (the fictional Lumora help center, `demo/knowledge_base.jsonl`);
-2. starts the local Triton serving the newest classifier version of the model repository; with no
+1. starts the local Triton serving the newest classifier version of the model repository; with no
    version published (a fresh clone) nothing is served and the front door routes with the rules,
    each decision flagged as a fallback (the demo install has no torch to export a model);
-3. applies the migrations to SQLite and starts the tier worker pools (tier-a, tier-b, tier-c and
+2. applies the migrations to SQLite and starts the tier worker pools (tier-a, tier-b, tier-c and
    shadow) as real `celery worker` processes on the server-less filesystem broker, each loading the
-   embedded index and LLM;
-4. starts the gRPC front door (`python -m services.frontdoor`) as a subprocess and creates an API key;
+   embedded LLM (and each tenant's index on its first query);
+3. starts the gRPC front door (`python -m services.frontdoor`) as a subprocess;
+4. imports the demo help centre (the fictional Lumora, `demo/knowledge_base.jsonl`) into tenant
+   'demo' through the KnowledgeBase gRPC API (a `kb:write` key), and creates an API key to ask;
 5. sends the example questions of every tier (`demo/questions.json`) through a real gRPC channel
    and prints, per query, tier, strategy, who routed it (model version or rules fallback), answer,
    sources and latency;
 6. stops everything, also on Ctrl-C, SIGTERM and errors, and checks no process it started is left.
 
 Whatever is configured is used instead of being started: `REDIS_URL` (broker + results),
-`DATABASE_URL` (records), `OPENSEARCH_URL` (retriever; the demo index goes to `ARAG_OPENSEARCH_INDEX`,
-default `arag-demo`), `TRITON_GRPC_URL`/`TRITON_URL` (classifier; its model repository is
+`DATABASE_URL` (records), `OPENSEARCH_URL` (retriever; tenants' indexes go behind the aliases
+`<ARAG_KB_INDEX_PREFIX>-<tenant>`, prefix `arag-demo` by default), `TRITON_GRPC_URL`/`TRITON_URL` (classifier; its model repository is
 `ARAG_MODEL_REPOSITORY`), `LLM_BASE_URL` (generator).
 
 The in-process demo without any service (rules routing) remains `arag demo`.

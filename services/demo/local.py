@@ -1,8 +1,8 @@
 """The whole service on this machine as one context manager, `local_stack`: what `make demo`
 (`python -m services.demo`) and `make loadtest` (`python -m loadtest`) both start.
 
-Embedded defaults unless the environment configures a server (`plan`): the index of a knowledge
-base (tantivy, or OpenSearch with `OPENSEARCH_URL`), the local Triton serving the newest published
+Embedded defaults unless the environment configures a server (`plan`): each tenant's knowledge
+base (tantivy, or OpenSearch with `OPENSEARCH_URL`), filled through the KnowledgeBase gRPC API, the local Triton serving the newest published
 classifier version (none published: the front door routes with the rules), SQLite (or
 `DATABASE_URL`), the tier worker pools on the server-less filesystem broker (or `REDIS_URL`), the
 gRPC front door as a subprocess. Everything it starts carries `ARAG_DEMO_RUN=<marker>` in its
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adaptive_rag.contracts import DEFAULT_SCOPES, Scope
 from adaptive_rag.routing.model_repository import open_version, versions
-from adaptive_rag.settings import Settings
 from infra.local.servers import free_port
 
 from services.demo.stack import FrontDoorProcess, StackSettings
@@ -89,12 +89,13 @@ def plan(workdir: Path) -> Plan:
     if stack.configured("opensearch_url") and not stack.configured("retriever"):
         overrides["retriever"] = "opensearch"
     if (overrides.get("retriever") or library.retriever) == "opensearch":
-        if not stack.configured("opensearch_index"):
-            overrides["opensearch_index"] = "arag-demo"
-        using["retriever"] = f"OpenSearch {library.opensearch_url} index {overrides.get('opensearch_index', library.opensearch_index)}"
+        if not stack.configured("kb_index_prefix"):
+            overrides["kb_index_prefix"] = "arag-demo"
+        prefix = overrides.get("kb_index_prefix", library.kb_index_prefix)
+        using["retriever"] = f"OpenSearch {library.opensearch_url}, one index per tenant behind the aliases {prefix}-<tenant>"
     else:
-        overrides["index_dir"] = (workdir / "index").resolve()
-        using["retriever"] = f"embedded tantivy index {workdir / 'index'}"
+        overrides["kb_dir"] = (workdir / "kb").resolve()
+        using["retriever"] = f"embedded tantivy, one index per tenant under {workdir / 'kb'}"
     using["llm"] = (f"OpenAI-compatible endpoint {library.llm_base_url}" if library.llm_base_url
                     else "embedded llama.cpp (Gemma 3 270M)")
     # One process per pool unless configured: two shared cores, one LLM copy per process.
@@ -116,15 +117,6 @@ def plan(workdir: Path) -> Plan:
             "publishes one)"
         )
     return Plan(stack.updated(**overrides), start_triton, using)
-
-
-def build_demo_index(settings: Settings, knowledge_base: Path) -> int:
-    from adaptive_rag.evaluation.corpus import read_jsonl_corpus
-    from adaptive_rag.retrieval import build_index
-
-    passages = list(read_jsonl_corpus(knowledge_base))
-    build_index(settings, passages)
-    return len(passages)
 
 
 def processes_with_marker(marker: str) -> list[tuple[int, str]]:
@@ -192,8 +184,20 @@ class LocalStack:
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.settings.frontdoor.metrics_port}/metrics"
 
-    def create_api_key(self, tenant: str) -> str:
-        return self.store.create_api_key(tenant)
+    def create_api_key(self, tenant: str, scopes: frozenset[Scope] = DEFAULT_SCOPES) -> str:
+        return self.store.create_api_key(tenant, scopes)
+
+    def import_knowledge(self, tenant: str, path: Path) -> Any:
+        """Import the documents of `path` into `tenant`'s knowledge base the way a client does:
+        a `kb:write` key and the KnowledgeBase gRPC service. Returns its ChangeReply."""
+        import grpc
+
+        from adaptive_rag.knowledge.importers import import_path
+        from services.frontdoor.knowledge import upload_documents
+
+        key = self.create_api_key(tenant, frozenset({Scope.KB_WRITE}))
+        with grpc.insecure_channel(self.address) as channel:
+            return upload_documents(channel, key, import_path(path))
 
 
 @contextmanager
@@ -201,12 +205,14 @@ def local_stack(
     workdir: Path,
     *,
     knowledge_base: Path = DEMO / "knowledge_base.jsonl",
+    tenants: Iterable[str] = ("demo",),
     pools: Iterable[str] = ALL_POOLS,
     console: Any = None,
     marker: str | None = None,
 ) -> Iterator[LocalStack]:
     """Start the stack `plan(workdir)` describes (printing each step on `console`, a rich Console),
-    yield it, then stop everything it started and any marked leftover."""
+    import `knowledge_base` into each of `tenants` through the KnowledgeBase API, yield it, then
+    stop everything it started and any marked leftover."""
     console = console or _Quiet()
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -221,11 +227,6 @@ def local_stack(
             console.print(f"  {part:<10} {what}")
         if not settings.configured("redis_url"):
             shutil.rmtree(settings.workers.broker_dir, ignore_errors=True)  # messages of an earlier run
-
-        with console.status("building the demo index"):
-            count = build_demo_index(settings.library, knowledge_base)
-        shown = knowledge_base.relative_to(REPO) if knowledge_base.is_relative_to(REPO) else knowledge_base
-        console.print(f"indexed {count} help-center passages from {shown}")
 
         if p.start_triton:
             from services.classifier.local import TritonProcess
@@ -273,4 +274,11 @@ def local_stack(
 
         running.store = RecordStore(make_engine(settings.library.database_url))
         stack.callback(running.store.engine.dispose)
+        shown = knowledge_base.relative_to(REPO) if knowledge_base.is_relative_to(REPO) else knowledge_base
+        for tenant in tenants:
+            with console.status(f"importing {shown} into tenant {tenant!r} through the KnowledgeBase API"):
+                reply = running.import_knowledge(tenant, knowledge_base)
+            console.print(f"tenant {tenant!r}: {reply.added + reply.updated + reply.unchanged} help-centre "
+                          f"documents from {shown} ({reply.chunks_written} chunks written, "
+                          f"{reply.unchanged} unchanged)")
         yield running

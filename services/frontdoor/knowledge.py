@@ -41,6 +41,23 @@ def document_from_message(message: Any) -> Document:
                     source=API_SOURCE, metadata=dict(message.metadata))
 
 
+def document_message(doc: Document) -> pb2.Document:
+    """The protobuf form of `doc` (what a client sends; `document_from_message` reads it back)."""
+    return pb2.Document(
+        id=doc.id, title=doc.title, url=doc.url, metadata=dict(doc.metadata),
+        sections=[pb2.Section(heading=s.heading, text=s.text) for s in doc.sections],
+    )
+
+
+def upload_documents(channel: grpc.Channel, api_key: str, documents: Iterable[Document],
+                     timeout_s: float = 300.0) -> pb2.ChangeReply:
+    """Stream `documents` into the key's tenant's knowledge base (the client side, for the demo,
+    load tests and end-to-end tests; the key needs the `kb:write` scope)."""
+    stub = pb2_grpc.KnowledgeBaseStub(channel)
+    return stub.StreamDocuments((document_message(d) for d in documents), timeout=timeout_s,
+                                metadata=(("authorization", f"Bearer {api_key}"),))
+
+
 def change_reply(summary: ChangeSummary) -> pb2.ChangeReply:
     return pb2.ChangeReply(
         added=summary.added, updated=summary.updated, unchanged=summary.unchanged,

@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 from e2e_stack import C_QUEUE_LIMIT, REPO, Stack, frontdoor_stack, publish_version
 
-from adaptive_rag.evaluation.corpus import read_jsonl_corpus
-from adaptive_rag.retrieval import build_index
+from adaptive_rag.contracts import Scope
+from adaptive_rag.knowledge.importers import import_path
 from adaptive_rag.settings import ClassifierSettings, Settings
 from adaptive_rag.storage import RecordStore, make_engine
 from infra.local.servers import free_port
 from services.classifier.local import TritonProcess
 from services.demo.stack import StackSettings
+from services.frontdoor.knowledge import upload_documents
 from services.frontdoor.settings import FrontDoorSettings
 from workers.pools import WorkerPools
 from workers.settings import WorkerSettings
@@ -50,14 +51,13 @@ def stack(redis_url, postgres_url, triton, model_repository, tmp_path_factory) -
         frontdoor=FrontDoorSettings(**ignore_dotenv), workers=WorkerSettings(**ignore_dotenv),
     ).updated(
         redis_url=redis_url, database_url=postgres_url,
-        index_dir=base / "index", model_repository=model_repository,
+        kb_dir=base / "kb", model_repository=model_repository,
         triton_grpc_url=triton.url, classifier_timeout_s=2.0, model_poll_s=1.0,
         concurrency={"A": 1, "B": 1, "C": 1},
         top_k=3, max_passages=4, max_steps=2, max_query_chars=500,
         max_queue_depth={"C": C_QUEUE_LIMIT}, metrics_port=free_port(),
         grpc_listen=f"127.0.0.1:{free_port()}", task_retry_backoff_s=0.5,
     )
-    build_index(settings.library, list(read_jsonl_corpus(REPO / "demo" / "knowledge_base.jsonl")))
     pools = WorkerPools(settings.workers, pools=("A", "B", "C"), library=settings.library,
                         log_dir=base / "workers")
     pools.start()
@@ -67,6 +67,9 @@ def stack(redis_url, postgres_url, triton, model_repository, tmp_path_factory) -
         key = store.create_api_key("acme")
         built, stop = frontdoor_stack(settings, pools, store, (("authorization", f"Bearer {key}"),),
                                       base / "frontdoor.log")
+        # The help centre goes in the way a tenant's client sends it: the KnowledgeBase API.
+        writer = store.create_api_key("acme", frozenset({Scope.KB_WRITE}))
+        upload_documents(built.channel, writer, import_path(REPO / "demo" / "knowledge_base.jsonl"))
         yield built
     finally:
         if stop is not None:

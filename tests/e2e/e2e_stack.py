@@ -1,7 +1,7 @@
 """Helpers of the end-to-end tests (the fixtures are in `conftest.py`).
 
 The whole serving stack on loopback: real Redis, PostgreSQL, Triton, Celery worker pools (embedded
-Gemma model, tantivy index of the demo help center) and the gRPC front door
+Gemma model, the demo help centre in tenant acme's knowledge base) and the gRPC front door
 (`python -m services.frontdoor`). The classifier served is `publish_length_router`: a real ONNX
 graph whose routing the tests can rely on (logits from the token count: short -> A, medium -> B,
 long -> C, MiniLM tokenizer).

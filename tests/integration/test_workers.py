@@ -27,7 +27,8 @@ from adaptive_rag.contracts import (
     Tier,
 )
 from adaptive_rag.evaluation.corpus import read_jsonl_corpus
-from adaptive_rag.retrieval.tantivy_index import TantivyRetriever
+from adaptive_rag.knowledge.importers import import_path
+from adaptive_rag.knowledge.service import open_knowledge_service
 from adaptive_rag.settings import Settings
 from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
 from workers.celery_app import create_app
@@ -39,6 +40,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.model]
 
 REPO = Path(__file__).resolve().parents[2]
 KB = REPO / "demo" / "knowledge_base.jsonl"
+TENANT = "acme"
 QUESTIONS = {
     "A": ("What is the capital of France?", "no_retrieval"),
     "B": ("How do I factory reset a Lumora bulb?", "single_step"),
@@ -53,9 +55,12 @@ def redis_db(url: str, db: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def demo_index(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("workers-index") / "index"
-    TantivyRetriever.build(path, read_jsonl_corpus(KB))
+def kb_dir(tmp_path_factory, postgres_url) -> Path:
+    """Tenant acme's knowledge base (the demo help centre) under a fresh ARAG_KB_DIR."""
+    path = tmp_path_factory.mktemp("workers-kb")
+    upgrade_database(postgres_url)
+    library = Settings(_env_file=None, kb_dir=path, database_url=postgres_url)
+    open_knowledge_service(library, make_engine(postgres_url)).upsert(TENANT, import_path(KB))
     return path
 
 
@@ -77,9 +82,9 @@ class Setup:
 
 
 @pytest.fixture(scope="module")
-def make_settings(redis_url, postgres_url, demo_index):
+def make_settings(redis_url, postgres_url, kb_dir):
     def make(db: int, library: dict | None = None, **workers) -> Setup:
-        library_values = dict(database_url=postgres_url, index_dir=demo_index, llm_threads=1,
+        library_values = dict(database_url=postgres_url, kb_dir=kb_dir, llm_threads=1,
                               top_k=2, max_passages=3, max_steps=2, multi_step="decompose")
         library_values.update(library or {})
         worker_values = dict(redis_url=redis_db(redis_url, db), task_max_retries=2,
@@ -109,9 +114,9 @@ def app(settings):
 
 
 def send(app, request_id: str, tier: str, query: str | None = None, strategy: str | None = None,
-         kind: ResultKind = ResultKind.PRIMARY) -> AnswerTask:
+         kind: ResultKind = ResultKind.PRIMARY, tenant: str = "acme") -> AnswerTask:
     default_query, default_strategy = QUESTIONS[tier]
-    task = AnswerTask(request_id=request_id, query=query or default_query, tier=tier,
+    task = AnswerTask(request_id=request_id, tenant=tenant, query=query or default_query, tier=tier,
                       strategy=strategy or default_strategy, kind=kind, enqueued_at=time.time())
     CeleryTaskQueue(app).enqueue(task)
     return task
@@ -170,7 +175,7 @@ def test_each_tier_is_answered_by_its_own_pool(pools, store, app):
             assert result.steps == 0 and result.sources == ()
         else:
             assert result.steps >= 1 and result.sources
-            assert {s.id for s in result.sources} <= kb_ids
+            assert {s.id.split("#")[0] for s in result.sources} <= kb_ids  # chunks of acme's documents
         stored = store.stored_result(request_id)
         assert stored is not None and stored.result == result and stored.attempts == 1
         assert stored.worker.startswith(f"{QUEUE_FOR_TIER[Tier(tier)]}@")  # the tier's own pool
@@ -250,8 +255,8 @@ def test_whole_worker_killed_mid_c_task_is_redelivered_after_visibility_timeout(
 
 
 def test_a_strategy_that_keeps_failing_ends_as_a_recorded_error(make_settings, store, tmp_path):
-    """A B pool whose index directory does not exist: retried with backoff, then recorded."""
-    settings = make_settings(1, library={"index_dir": tmp_path / "no-such-index"})
+    """A B pool whose knowledge bases are not there: retried with backoff, then recorded."""
+    settings = make_settings(1, library={"kb_dir": tmp_path / "no-such-kb"})
     app = create_app(settings.workers)
     with settings.pools(("B",), log_dir=tmp_path):
         request_id, handle = submit(store, app, "B")

@@ -7,6 +7,7 @@ import pytest
 from fakes import FakeLLM, FakeRetriever
 
 from adaptive_rag.domain import Passage
+from adaptive_rag.prompts import format_passages
 from adaptive_rag.prompts import single_step as prompt
 from adaptive_rag.settings import Settings
 from adaptive_rag.strategies import SingleStep, build_strategy
@@ -19,12 +20,10 @@ def scored(*scores: float) -> list[Passage]:
 
 
 def test_defaults_keep_the_plain_reader_and_never_abstain() -> None:
-    llm = FakeLLM(["Answer: the Danube"])
-    result = SingleStep(FakeRetriever(scored(0.1, 0.05)), llm).run("which river?")
+    llm, passages = FakeLLM(["Answer: the Danube"]), scored(0.1, 0.05)
+    result = SingleStep(FakeRetriever(passages), llm).run("which river?")
     assert (result.answer, result.answerable, result.abstain_reason) == ("the Danube", True, "")
-    assert llm.prompts[0] == prompt.PROMPT.format(
-        passages=llm.prompts[0].split("\n\nAnswer each")[0], question="which river?"
-    )
+    assert llm.prompts == [prompt.PROMPT.format(passages=format_passages(passages), question="which river?")]
     assert prompt.NO_ANSWER_MARKER not in llm.prompts[0]
 
 

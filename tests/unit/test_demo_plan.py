@@ -29,7 +29,7 @@ def test_embedded_defaults_start_everything_locally(tmp_path):
     assert not chosen.start_triton and "the rules" in chosen.using["classifier"]  # nothing published
     assert workers.redis_url is None and workers.broker_dir == tmp_path / "demo" / "broker"
     assert library.database_url == f"sqlite:///{(tmp_path / 'demo' / 'arag.db').resolve()}"
-    assert library.retriever == "tantivy" and library.index_dir == (tmp_path / "demo" / "index").resolve()
+    assert library.retriever == "tantivy" and library.kb_dir == (tmp_path / "demo" / "kb").resolve()
     assert {workers.pool_concurrency(p) for p in ("A", "B", "C", "shadow")} == {1}
     # Child processes (pools, front door) read the same choices back from their environment.
     env = settings.env(base={})
@@ -51,7 +51,7 @@ def test_configured_servers_are_used_and_not_started(tmp_path, monkeypatch):
     assert not chosen.start_triton and settings.classifier.triton_grpc_url == "127.0.0.1:8101"
     assert workers.redis_url == "redis://127.0.0.1:6399/0"
     assert library.database_url.startswith("postgresql+psycopg://")
-    assert (library.retriever, library.opensearch_index) == ("opensearch", "arag-demo")
+    assert (library.retriever, library.kb_index_prefix) == ("opensearch", "arag-demo")
     assert library.llm_base_url == "http://127.0.0.1:8080/v1"
     assert workers.concurrency["A"] == 3 and workers.concurrency["B"] == 2  # configured: kept as is
     assert "Redis" in chosen.using["broker"] and "OpenSearch" in chosen.using["retriever"]

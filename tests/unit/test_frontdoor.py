@@ -16,14 +16,14 @@ from frontdoor_fakes import FakeQueue, FakeRouter, FakeStore, FakeWaiter, knowle
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from adaptive_rag.contracts import AnswerResult, ErrorCode, RequestStatus, ResultKind
+from adaptive_rag.contracts import AnswerResult, ErrorCode, RequestStatus, ResultKind, Scope
 from adaptive_rag.errors import AnswerFailedError
 from adaptive_rag.logs import configure_logging
 from adaptive_rag.settings import Settings
 from services.frontdoor.metrics import FrontDoorMetrics
 from services.frontdoor.server import start_server, status_for
 from services.frontdoor.settings import FrontDoorSettings
-from services.frontdoor.stubs import SERVICE_NAME, pb2, pb2_grpc
+from services.frontdoor.stubs import KB_SERVICE_NAME, SERVICE_NAME, pb2, pb2_grpc
 
 KEY, OTHER_KEY = "arag_key-of-acme", "arag_key-of-globex"
 AUTH = (("authorization", f"Bearer {KEY}"),)
@@ -34,7 +34,8 @@ TIERS = {"hi": "A", "Who makes Lumora lamps?": "B", "Which is older, X or Y?": "
 class Harness:
     """The aio server on its own event loop thread; tests talk to it with the sync client."""
 
-    def __init__(self, settings: FrontDoorSettings, delay_s: float = 0.0, work=None) -> None:
+    def __init__(self, settings: FrontDoorSettings, delay_s: float = 0.0, work=None,
+                 fair_share=None) -> None:
         self.store = FakeStore()
         self.store.add_key(KEY, "acme")
         self.store.add_key(OTHER_KEY, "globex")
@@ -49,11 +50,12 @@ class Harness:
         self.running = asyncio.run_coroutine_threadsafe(
             start_server(LIBRARY, settings, self.store, self.queue, FakeWaiter(self.queue), self.router,
                          self.knowledge, self.metrics, listen="127.0.0.1:0", poll_models=False, queue_watch_s=None,
-                         sample=lambda: self.samples[0]),
+                         sample=lambda: self.samples[0], fair_share=fair_share),
             self.loop,
         ).result(10)
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.running.port}")
         self.stub = pb2_grpc.AdaptiveRagStub(self.channel)
+        self.kb = pb2_grpc.KnowledgeBaseStub(self.channel)
 
     def answer(self, query: str | bytes, metadata=AUTH, timeout: float = 5.0, **fields):
         raw = query.encode() if isinstance(query, str) else query
@@ -327,7 +329,7 @@ def test_route_returns_the_recorded_decision_without_running_anything(harness):
 
 def test_health_checking_reports_serving(harness):
     health = health_pb2_grpc.HealthStub(harness.channel)
-    for service in ("", SERVICE_NAME):
+    for service in ("", SERVICE_NAME, KB_SERVICE_NAME):
         response = health.Check(health_pb2.HealthCheckRequest(service=service))
         assert response.status == health_pb2.HealthCheckResponse.SERVING
 
@@ -347,6 +349,7 @@ def test_reflection_lists_and_describes_the_service(harness):
         described.file_descriptor_response.file_descriptor_proto[0])
     assert proto.name == "adaptive_rag/v1/adaptive_rag.proto"
     assert [m.name for m in proto.service[0].method] == ["Answer", "GetResult", "SubmitFeedback", "Route"]
+    assert KB_SERVICE_NAME in names
 
 
 def test_logs_are_json_lines_carrying_request_id_and_tenant(harness):
@@ -376,5 +379,103 @@ def test_waiting_answers_do_not_hold_up_other_calls():
         assert error.code() is grpc.StatusCode.NOT_FOUND
         assert time.monotonic() - started < 0.5
         slow.join()
+    finally:
+        h.close()
+
+
+# --- knowledge bases, scopes, fair share ----------------------------------------------------------
+
+WRITER_KEY = "arag_writer-of-initech"
+WRITER = (("authorization", f"Bearer {WRITER_KEY}"),)
+INITECH_READER = (("authorization", "Bearer arag_reader-of-initech"),)
+
+
+def test_a_tenant_brings_its_knowledge_base_through_the_api_and_can_then_ask(harness):
+    harness.store.add_key(WRITER_KEY, "initech", frozenset({Scope.KB_WRITE}))
+    harness.store.add_key("arag_reader-of-initech", "initech")
+    missing = status_of(harness.answer, "hi", metadata=INITECH_READER)
+    assert missing.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert "'initech' has no knowledge base" in missing.details() and harness.queue.tasks == []
+    assert status_of(harness.kb.DescribeKnowledgeBase, pb2.DescribeKnowledgeBaseRequest(),
+                     metadata=INITECH_READER).code() is grpc.StatusCode.FAILED_PRECONDITION
+    docs = [pb2.Document(id="warranty", title="Warranty", text="Two years on every Initech stapler."),
+            pb2.Document(id="setup", title="Setup", sections=[
+                pb2.Section(heading="Unboxing", text="Remove the stapler from its box."),
+                pb2.Section(heading="Loading", text="Open the top and insert staples.")])]
+    reply = harness.kb.UpsertDocuments(pb2.UpsertDocumentsRequest(documents=docs), metadata=WRITER)
+    assert (reply.added, reply.updated, reply.chunks_written) == (2, 0, 3)
+    again = harness.kb.UpsertDocuments(pb2.UpsertDocumentsRequest(documents=docs), metadata=WRITER)
+    assert (again.added, again.unchanged, again.chunks_written) == (0, 2, 0)
+    chunks = harness.knowledge.index.chunks["initech"]
+    assert {c.doc_id for c in chunks.values()} == {"warranty", "setup"}
+    assert {c.section for c in chunks.values() if c.doc_id == "setup"} == {"Unboxing", "Loading"}
+    info = harness.kb.DescribeKnowledgeBase(pb2.DescribeKnowledgeBaseRequest(), metadata=INITECH_READER)
+    assert (info.documents, info.chunks, info.generation, info.backend) == (2, 3, 1, "fake") and info.updated_at
+    assert harness.answer("hi", metadata=INITECH_READER)[0].answer
+    assert harness.queue.tasks[-1].tenant == "initech"
+    streamed = harness.kb.StreamDocuments(iter(
+        [pb2.Document(id=f"faq-{i}", title=f"Question {i}", text=f"Answer {i}.") for i in range(250)]),
+        metadata=WRITER)
+    assert streamed.added == 250
+    deleted = harness.kb.DeleteDocuments(pb2.DeleteDocumentsRequest(document_ids=["setup", "nope"]),
+                                         metadata=WRITER)
+    assert (deleted.deleted, deleted.not_found, deleted.chunks_removed) == (1, 1, 2)
+    assert not any(c.doc_id == "setup" for c in harness.knowledge.index.chunks["initech"].values())
+
+
+def test_writes_need_the_write_scope_and_never_touch_another_tenant(harness):
+    doc = pb2.Document(id="x", title="X", text="x")
+    denied = status_of(harness.kb.UpsertDocuments, pb2.UpsertDocumentsRequest(documents=[doc]), metadata=AUTH)
+    assert denied.code() is grpc.StatusCode.PERMISSION_DENIED and "'kb:write'" in denied.details()
+    assert status_of(harness.kb.DeleteDocuments, pb2.DeleteDocumentsRequest(document_ids=["welcome"]),
+                     metadata=AUTH).code() is grpc.StatusCode.PERMISSION_DENIED
+    harness.store.add_key(WRITER_KEY, "initech", frozenset({Scope.KB_WRITE}))
+    gone = harness.kb.DeleteDocuments(pb2.DeleteDocumentsRequest(document_ids=["welcome"]), metadata=WRITER)
+    assert (gone.deleted, gone.not_found) == (0, 1)  # acme's "welcome" is not initech's
+    assert "welcome#0" in harness.knowledge.index.chunks["acme"]
+    writer_cannot_answer = status_of(harness.answer, "hi", metadata=WRITER)
+    assert writer_cannot_answer.code() is grpc.StatusCode.PERMISSION_DENIED
+
+
+@pytest.mark.parametrize("doc, message", [
+    (pb2.Document(id="", title="T", text="t"), "non-empty id"),
+    (pb2.Document(id="a#1", title="T", text="t"), "contains '#'"),
+    (pb2.Document(id="a", title="", text=""), "neither title nor text"),
+    (pb2.Document(id="x" * 300, title="T", text="t"), "longer than 256"),
+])
+def test_bad_documents_are_invalid_arguments_and_change_nothing(harness, doc, message):
+    harness.store.add_key(WRITER_KEY, "acme", frozenset({Scope.KB_WRITE}))
+    good = pb2.Document(id="good", title="Good", text="fine")
+    error = status_of(harness.kb.UpsertDocuments, pb2.UpsertDocumentsRequest(documents=[good, doc]), metadata=WRITER)
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and message in error.details()
+    assert "good#0" not in harness.knowledge.index.chunks["acme"]
+
+
+def test_a_tenant_over_its_share_gets_resource_exhausted_with_a_retry_after_hint():
+    from services.frontdoor.fair_share import FairShareConfig, FairShareLimits, InMemoryFairShare
+
+    limits = FairShareLimits(rate_per_s=0.0, burst=1, slots={"C": 1}, lease_s={"A": 60, "B": 60, "C": 60})
+    h = Harness(make_settings(), delay_s=0.3, fair_share=InMemoryFairShare(FairShareConfig(limits)))
+    try:
+        results: dict[str, object] = {}
+
+        def ask(name, metadata):
+            try:
+                results[name] = h.answer("Which is older, X or Y?", metadata=metadata)[0]
+            except grpc.RpcError as exc:
+                results[name] = exc
+
+        first = threading.Thread(target=ask, args=("first", AUTH))
+        first.start()
+        time.sleep(0.1)  # acme's one tier-C slot is now held
+        ask("second", AUTH)
+        ask("other tenant", OTHER_AUTH)
+        first.join(5)
+        second = results["second"]
+        assert isinstance(second, grpc.RpcError) and second.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "share of tier C (1 of 1 slots in use)" in second.details()
+        assert 0 < float(trailing(second.trailing_metadata())["retry-after"]) <= 60
+        assert results["first"].answer and results["other tenant"].answer  # globex is not held back
+        assert h.answer("Which is older, X or Y?")[0].answer  # the slot came back with the answer
     finally:
         h.close()
