@@ -329,8 +329,9 @@ class OpenSearchKnowledgeIndex:
     Writers of one tenant are not serialised across processes here: an upsert that runs while a
     rebuild of the same tenant is filling the next generation lands in the old one and is gone
     after the swap, so callers serialise a tenant's writes (the knowledge-base service does).
-    Two rebuilds at once: the loser fails (its index exists, or its alias swap finds the alias
-    moved) and the live index stays whole.
+    Two rebuilds at once: the loser fails with `KnowledgeBaseBusyError` (its index name is taken,
+    or its swap finds the alias already moved: the removal carries `must_exist`) and the alias
+    keeps exactly one index.
     """
 
     def __init__(
@@ -345,7 +346,7 @@ class OpenSearchKnowledgeIndex:
         number_of_replicas: int = 0,
         chunk_size: int = 500,
         max_retries: int = 5,
-        old_index_grace_s: float = 2.0,
+        old_index_grace_s: float = 1.0,
     ) -> None:
         from adaptive_rag.retrieval.opensearch import check_index_name, make_client
 
@@ -403,14 +404,13 @@ class OpenSearchKnowledgeIndex:
             yield
 
     def _holders(self, tenant: str) -> list[str]:
-        """Indices the tenant's alias points to (one, except in a broken state)."""
-        from opensearchpy import exceptions as os_exc
-
+        """Indices the tenant's alias points to: one, or none for a tenant without an index."""
         with self._errors(tenant):
-            try:
-                return sorted(self._client.indices.get_alias(name=self.alias(tenant)))
-            except os_exc.NotFoundError:
-                return []
+            # a missing alias is an expected answer here, not a failure to log
+            found = self._client.indices.get_alias(name=self.alias(tenant), params={"ignore": 404})
+        if found.get("status") == 404 and "error" in found:
+            return []
+        return sorted(found)
 
     def _generations(self, tenant: str) -> dict[int, str]:
         """Every generation index of the tenant, live or not, by number (exact names only: a
@@ -481,6 +481,9 @@ class OpenSearchKnowledgeIndex:
         from opensearchpy import exceptions as os_exc
 
         alias = self.alias(tenant)
+        # A new tenant gets an empty g1 first, so the swap below always removes a holder with
+        # `must_exist`: two racing rebuilds cannot both add their index to the alias.
+        self._ensure(tenant)
         holders = self._holders(tenant)
         generation = max(self._generations(tenant), default=0) + 1
         target = self.index_name(tenant, generation)
@@ -501,15 +504,18 @@ class OpenSearchKnowledgeIndex:
             # fills, restores the refresh interval and refreshes: searchable before the swap
             builder.build(_validated(chunks), recreate=False, chunk_size=self.chunk_size,
                           max_retries=self.max_retries)
-            actions: list[dict[str, Any]] = [{"remove": {"index": h, "alias": alias}} for h in holders]
+            actions: list[dict[str, Any]] = [
+                {"remove": {"index": h, "alias": alias, "must_exist": True}} for h in holders
+            ]
             actions.append({"add": {"index": target, "alias": alias}})
             with self._errors(tenant):
                 try:
                     self._client.indices.update_aliases(body={"actions": actions})
                 except os_exc.NotFoundError as err:
+                    # `must_exist` failed, or the old index is gone: nothing was applied
                     raise KnowledgeBaseBusyError(
                         f"tenant {tenant!r}'s knowledge base changed during the rebuild (another "
-                        "rebuild swapped it first); the live index is unchanged, retry"
+                        "rebuild swapped it first); this rebuild was discarded, retry"
                     ) from err
         except BaseException:
             self._drop(tenant, [target])

@@ -241,8 +241,8 @@ def _corpus(tag: str, n: int) -> Iterator[Passage]:
 
 
 def test_rebuild_with_zero_downtime(factory: Factory, storage: dict[str, str]) -> None:
-    # OpenSearch: the default grace before the old index is dropped
-    kb = factory(old_index_grace_s=2.0) if storage["backend"] == "opensearch" else factory()
+    # OpenSearch: the default grace before the old index is dropped (the fixture shortens it)
+    kb = factory(old_index_grace_s=1.0) if storage["backend"] == "opensearch" else factory()
     kb.upsert("acme", list(_corpus("legacy", 200)))
     retriever = kb.retriever("acme")
     stop = threading.Event()
@@ -287,7 +287,9 @@ def test_rebuild_with_zero_downtime(factory: Factory, storage: dict[str, str]) -
 
 
 def test_rebuild_of_a_new_tenant_creates_it(kb: KnowledgeIndex) -> None:
-    assert kb.rebuild("newco", [RESET, INVOICE]) == 1
+    generation = kb.rebuild("newco", [RESET, INVOICE])
+    assert generation >= 1
+    assert kb.rebuild("newco", [RESET, INVOICE]) == generation + 1
     assert kb.count("newco") == 2
     kb.upsert("newco", [REFUND])
     assert kb.count("newco") == 3
@@ -306,6 +308,45 @@ def test_failed_rebuild_leaves_the_live_index_whole(kb: KnowledgeIndex) -> None:
     assert ids(kb.retriever("acme").search("reset password", 1)) == [RESET.id]
     assert kb.rebuild("acme", [REFUND]) == 2  # the failed attempt left nothing in the way
     assert kb.count("acme") == 1
+
+
+def test_two_rebuilds_at_once_leave_one_whole_index(factory: Factory, storage: dict[str, str]) -> None:
+    # tantivy: the second waits for the writer lock, then gives up; OpenSearch: the second swaps
+    # first and the slow one's swap finds the alias moved. Either way one fails, none mixes.
+    kb = factory(busy_timeout_s=0.3) if storage["backend"] == "tantivy" else factory()
+    kb.upsert("acme", [RESET])
+    started, release = threading.Event(), threading.Event()
+
+    def slow_chunks() -> Iterator[Passage]:
+        yield from _corpus("slow", 20)
+        started.set()
+        release.wait(60)
+        yield from _corpus("slower", 20)
+
+    outcome: dict[str, object] = {}
+
+    def rebuild(name: str, chunks: Iterator[Passage]) -> None:
+        try:
+            outcome[name] = kb.rebuild("acme", chunks)
+        except KnowledgeBaseBusyError as err:
+            outcome[name] = err
+
+    slow = threading.Thread(target=rebuild, args=("slow", slow_chunks()))
+    slow.start()
+    assert started.wait(60)
+    rebuild("fast", _corpus("fast", 10))
+    release.set()
+    slow.join(120)
+    failed = [name for name, result in outcome.items() if isinstance(result, KnowledgeBaseBusyError)]
+    assert len(failed) == 1, outcome
+    winner, expected = ("fast", 10) if failed == ["slow"] else ("slow", 40)
+    assert kb.count("acme") == expected
+    titles = {p.title.split()[1] for p in kb.retriever("acme").search("widget manual bolt", 100)}
+    assert titles == ({"slow", "slower"} if winner == "slow" else {"fast"})
+    if isinstance(kb, OpenSearchKnowledgeIndex):
+        live = kb.generation("acme")
+        assert kb._holders("acme") == [kb.index_name("acme", live or 0)]
+        assert list(kb._generations("acme")) == [live]  # the loser's index is gone too
 
 
 # ---- other writers -------------------------------------------------------------------------------
