@@ -25,7 +25,7 @@ from adaptive_rag.knowledge.documents import Document, Section
 from adaptive_rag.knowledge.importers import import_path
 from adaptive_rag.knowledge.service import open_knowledge_service
 from adaptive_rag.settings import ClassifierSettings, Settings
-from adaptive_rag.storage import RecordStore, make_engine
+from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
 from infra.local.servers import free_port
 from services.demo.stack import StackSettings
 from services.frontdoor.knowledge import upload_documents
@@ -37,12 +37,12 @@ from workers.settings import WorkerSettings
 pytestmark = [pytest.mark.integration, pytest.mark.model]
 
 # Globex's secret: a sentence no other tenant has. The query quoting it is long (tier C: the
-# multi-step strategy retrieves several times) and a short one goes to B.
+# multi-step strategy retrieves several times) and a medium one goes to B (the length router).
 SECRET = "The Globex orbital toaster ships with a titanium heat shield rated for re-entry."
 SECRET_DOC = Document("orbital-toaster", "Globex orbital toaster",
                       (Section("Shipping", SECRET),), source="api")
 QUOTE = f'What does this mean: "{SECRET}"'
-SHORT = "orbital toaster heat shield?"
+SHORT = "What kind of heat shield does the Globex orbital toaster ship with?"  # tier B
 
 
 class Tenants:
@@ -79,6 +79,7 @@ def tenants(request, redis_url, postgres_url, triton, model_repository,
         top_k=3, max_passages=4, max_steps=2, max_query_chars=500, metrics_port=free_port(),
         grpc_listen=f"127.0.0.1:{free_port()}", task_retry_backoff_s=0.5, **library,
     )
+    upgrade_database(postgres_url)
     store = RecordStore(make_engine(postgres_url))
     run = uuid.uuid4().hex[:6]
     names = {"acme": f"acme-{run}", "globex": f"globex-{run}"}
