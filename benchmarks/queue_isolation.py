@@ -57,8 +57,8 @@ from rich.console import Console
 from rich.table import Table
 
 from adaptive_rag.contracts import SHARED_QUEUE, AnswerTask, RequestStatus, RoutingDecision, Tier
-from adaptive_rag.evaluation.corpus import read_jsonl_corpus
-from adaptive_rag.retrieval import build_index
+from adaptive_rag.knowledge.importers import import_path
+from adaptive_rag.knowledge.service import open_knowledge_service
 from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
 from adaptive_rag.strategies import strategy_for_tier
 from infra.local.servers import free_port, local_postgres, local_redis
@@ -206,6 +206,9 @@ def running_stack(mode: str, base: StackSettings, workdir: Path) -> Iterator[Sta
         stack.callback(channel.close)
         tenant = f"bench-{mode}"
         key = store.create_api_key(tenant)
+        knowledge = open_knowledge_service(settings.library, store.engine)
+        for owner in (tenant, BACKLOG_TENANT):
+            knowledge.upsert(owner, import_path(DEMO / "knowledge_base.jsonl"))
         yield Stack(mode, settings, store, pools, frontdoor, pb2_grpc.AdaptiveRagStub(channel),
                     (("authorization", f"Bearer {key}"),), tenant,
                     CeleryTaskQueue(create_app(settings.workers)))
@@ -287,7 +290,7 @@ def enqueue_backlog(stack: Stack, queries: list[str], n: int) -> list[str]:
         stack.store.create_request(request_id, BACKLOG_TENANT, None, query)
         stack.store.record_decision(request_id, RoutingDecision(
             tier=Tier.C, fallback=True, reason="queue benchmark backlog", strategy=strategy))
-        stack.queue.enqueue(AnswerTask(request_id=request_id, query=query, tier=Tier.C,
+        stack.queue.enqueue(AnswerTask(request_id=request_id, tenant=BACKLOG_TENANT, query=query, tier=Tier.C,
                                        strategy=strategy, enqueued_at=time.time()))
         ids.append(request_id)
     return ids
@@ -526,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         repository = length_router_repository(args.workdir / "model_repository")
         triton = stack.enter_context(TritonProcess(repository, args.workdir / "triton.log"))
         base = StackSettings().updated(
-            database_url=postgres_url, index_dir=args.workdir / "index",
+            database_url=postgres_url, kb_dir=args.workdir / "kb",
             model_repository=repository, triton_grpc_url=triton.url, classifier_timeout_s=2.0,
             concurrency={t: concurrency[t] for t in TIERS}, llm_threads=1, top_k=3,
             max_passages=4, max_steps=2,
@@ -534,7 +537,6 @@ def main(argv: list[str] | None = None) -> int:
             max_queue_depth={t: 100_000 for t in TIERS},
             model_poll_s=3600.0, default_wait_s=600.0,
         )
-        build_index(base.library, list(read_jsonl_corpus(DEMO / "knowledge_base.jsonl")))
         for number, mode in enumerate(modes):
             settings = base.updated(redis_url=f"{redis_url.rsplit('/', 1)[0]}/{number}")
             rng = random.Random(args.seed)  # the same query sequence for every configuration
