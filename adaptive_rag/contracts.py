@@ -84,6 +84,7 @@ CLASSIFIER_MODEL = "complexity"  # the model's name in the Triton model reposito
 CLASSIFIER_INPUTS = ("input_ids", "attention_mask")  # INT64 [batch, sequence]
 CLASSIFIER_OUTPUT = "logits"  # FP32 [batch, 3], in `TIERS` order
 RULES_MODEL = "rules"  # the model name recorded when the rules fallback decided
+SMALL_TALK_MODEL = "small_talk"  # ... when the small-talk detector decided (tier A, no classifier)
 
 
 # --- messages --------------------------------------------------------------------------------------

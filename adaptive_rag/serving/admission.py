@@ -29,7 +29,7 @@ from typing import Any, Generic, TypeVar
 import structlog
 
 from adaptive_rag.contracts import (
-    FINISHED, NEVER_RAN, SHADOW_TIER, AnswerResult, AnswerTask, Principal, RequestStatus,
+    FINISHED, NEVER_RAN, SHADOW_TIER, SMALL_TALK_MODEL, AnswerResult, AnswerTask, Principal, RequestStatus,
     ResultKind, RoutingDecision, Scope, Tier, task_id_for,
 )
 from adaptive_rag.errors import (
@@ -37,7 +37,9 @@ from adaptive_rag.errors import (
     KnowledgeBaseMissingError, OverShareError, PermissionDeniedError, QueueFullError,
     RequestNotFinishedError, RequestNotFoundError, UnauthenticatedError,
 )
+from adaptive_rag.routing.small_talk import small_talk_intent
 from adaptive_rag.serving.ports import FairShare, Records, ResultWaiter, Router, TaskQueue
+from adaptive_rag.strategies import SMALL_TALK
 from adaptive_rag.storage.records import RequestView
 from adaptive_rag.validation import (
     check_client_request_id, check_feedback, check_request_id, decode_query,
@@ -62,6 +64,7 @@ class AdmissionConfig:
     strategy_for: Callable[[Tier], str]
     shadow_share: float = 0.0
     key_cache_s: float = 0.0
+    small_talk: bool = True
 
 
 V = TypeVar("V")
@@ -239,12 +242,21 @@ class AnswerService:
         return await self._admit(request_id, tenant, query, decision, deadline, progress, started)
 
     async def _classify(self, query: str, progress: CallProgress) -> RoutingDecision:
-        """The router's decision with the strategy and the time it took (not yet recorded)."""
+        """The router's decision with the strategy and the time it took (not yet recorded).
+
+        A small-talk turn ("hi", "thanks!", "are you a bot?") is tier A without asking the
+        classifier, answered by the small-talk strategy (a short reply, no retrieval, no LLM).
+        """
         start = time.perf_counter()
         with progress.stage("classify"):
-            routed = await self.router.route(query)
+            chat = small_talk_intent(query) if self.config.small_talk else None
+            if chat is not None:
+                routed = RoutingDecision(tier=Tier.A, model_name=SMALL_TALK_MODEL,
+                                         reason=f"small talk ({chat.intent})", strategy=SMALL_TALK)
+            else:
+                routed = await self.router.route(query)
         decision = routed.model_copy(update={
-            "strategy": self.config.strategy_for(routed.tier),
+            "strategy": routed.strategy or self.config.strategy_for(routed.tier),
             "classify_ms": 1000 * (time.perf_counter() - start),
         })
         self._on_routed(decision)
@@ -295,7 +307,8 @@ class AnswerService:
                               strategy=decision.strategy, enqueued_at=time.time())
             with progress.stage("enqueue"):
                 await self._io(self.queue.enqueue, task)
-                await self._maybe_shadow(request_id, tenant, query, tier)
+                if decision.strategy != SMALL_TALK:  # nothing to learn from a greeting
+                    await self._maybe_shadow(request_id, tenant, query, tier)
             with progress.stage("wait"):
                 result = await self._wait(request_id, deadline)
         except AnswerTimeoutError:

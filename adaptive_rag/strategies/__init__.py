@@ -11,6 +11,7 @@ from adaptive_rag.strategies.decompose import Decompose
 from adaptive_rag.strategies.ircot import IRCoT
 from adaptive_rag.strategies.no_retrieval import NoRetrieval
 from adaptive_rag.strategies.single_step import SingleStep
+from adaptive_rag.strategies.small_talk import SmallTalkReply
 
 STRATEGY_NAMES = ("no_retrieval", "single_step", "ircot", "decompose")
 # Cost order, cheapest first: used to pick the cheapest correct strategy (oracle, labels).
@@ -22,8 +23,10 @@ def strategy_for_tier(tier: Tier, settings: Settings) -> str:
     return {Tier.A: "no_retrieval", Tier.B: "single_step", Tier.C: settings.multi_step}[tier]
 
 
+# Tier A's answer to a recognised small-talk turn (chosen at admission, not by the classifier).
+SMALL_TALK = "small_talk"
 # Strategies that never search the knowledge base (a tenant without one could still run them).
-RETRIEVAL_FREE = frozenset({"no_retrieval", "small_talk"})
+RETRIEVAL_FREE = frozenset({"no_retrieval", SMALL_TALK})
 
 
 def uses_retrieval(name: str) -> bool:
@@ -34,6 +37,8 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
     """Instantiate a strategy by name (`STRATEGY_NAMES`) with the settings' bounds."""
     if name == "no_retrieval":
         return NoRetrieval(llm)
+    if name == SMALL_TALK:
+        return SmallTalkReply()
     if name == "single_step":
         return SingleStep(
             retriever, llm, top_k=settings.top_k, min_score=settings.abstain_min_score,
@@ -46,10 +51,12 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
         )
     if name == "decompose":
         return Decompose(retriever, llm, top_k=settings.top_k, max_passages=settings.max_passages)
-    raise ConfigurationError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGY_NAMES)}")
+    raise ConfigurationError(
+        f"unknown strategy {name!r}; choose one of {', '.join((*STRATEGY_NAMES, SMALL_TALK))}")
 
 
 __all__ = [
-    "COST_RANK", "STRATEGY_NAMES", "Decompose", "IRCoT", "NoRetrieval", "SingleStep", "Strategy",
+    "COST_RANK", "SMALL_TALK", "STRATEGY_NAMES", "Decompose", "IRCoT", "NoRetrieval", "SingleStep",
+    "SmallTalkReply", "Strategy",
     "build_strategy", "strategy_for_tier", "uses_retrieval",
 ]

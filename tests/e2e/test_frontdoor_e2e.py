@@ -36,7 +36,7 @@ from workers.client import IDLE_CHANNEL
 pytestmark = [pytest.mark.integration, pytest.mark.model]
 
 QUERIES = {
-    "A": "hi there!",
+    "A": "What is 2+2?",
     "B": "How long is the Lumora Hub H2 warranty?",
     "C": "What is the maximum brightness of the A19 Color bulb and of the Flex Strip starter kit?",
 }
@@ -251,3 +251,10 @@ def test_rules_fallback_when_triton_is_stopped(own_frontdoor):
     assert metric(door.metrics(), "arag_classifier_fallback_total") >= 1
     routed = [line for line in json_logs(door) if line.get("event") == "routed" and line.get("request_id") == reply.request_id]
     assert routed and routed[0]["fallback"] is True and routed[0]["tenant"] == "acme"
+
+
+def test_small_talk_is_answered_briefly_at_tier_a_without_the_classifier(stack: Stack) -> None:
+    reply, _ = stack.answer("hi there!")
+    assert (reply.tier, reply.strategy, reply.steps) == (pb2.TIER_A, "small_talk", 0)
+    assert reply.classifier.model_name == "small_talk" and reply.classifier.reason == "small talk (greeting)"
+    assert reply.answer.startswith("Hello") and not reply.sources and reply.answerable

@@ -80,8 +80,8 @@ def test_feedback_relabel_retrain_publishes_version_2_used_by_the_next_query(
             outcomes={},
         ))
 
-    # Live traffic with feedback: a greeting confirmed right, a lookup whose answer was wrong.
-    greeting, _ = stack.answer("hi there!")
+    # Live traffic with feedback: a short question confirmed right, a lookup whose answer was wrong.
+    greeting, _ = stack.answer("What is 2+2?")
     lookup, _ = stack.answer("How long is the Lumora Hub H2 warranty?")
     assert greeting.classifier.model_version == 1 and lookup.classifier.model_version == 1
     stack.stub.SubmitFeedback(pb2.FeedbackRequest(request_id=greeting.request_id, rating=1),

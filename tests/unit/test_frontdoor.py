@@ -28,7 +28,7 @@ from services.frontdoor.stubs import KB_SERVICE_NAME, SERVICE_NAME, pb2, pb2_grp
 KEY, OTHER_KEY = "arag_key-of-acme", "arag_key-of-globex"
 AUTH = (("authorization", f"Bearer {KEY}"),)
 OTHER_AUTH = (("authorization", f"Bearer {OTHER_KEY}"),)
-TIERS = {"hi": "A", "Who makes Lumora lamps?": "B", "Which is older, X or Y?": "C"}
+TIERS = {"What is 2+2?": "A", "Who makes Lumora lamps?": "B", "Which is older, X or Y?": "C"}
 
 
 class Harness:
@@ -138,7 +138,7 @@ def test_invalid_queries_get_invalid_argument_with_a_precise_message(harness, qu
 def test_bad_client_request_ids_are_invalid_arguments(harness):
     for value, message in [("", "client_request_id is empty"), ("a b", "U+0020 at position 1"),
                            ("k" * 129, "129 characters; the limit is 128")]:
-        error = status_of(harness.answer, "hi", client_request_id=value)
+        error = status_of(harness.answer, "What is 2+2?", client_request_id=value)
         assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and message in error.details()
 
 
@@ -148,7 +148,7 @@ def test_bad_client_request_ids_are_invalid_arguments(harness):
     ((("authorization", "Bearer arag_not-a-key"),), "unknown or revoked API key"),
 ])
 def test_missing_or_wrong_keys_are_unauthenticated(harness, metadata, message):
-    error = status_of(harness.answer, "hi", metadata=metadata)
+    error = status_of(harness.answer, "What is 2+2?", metadata=metadata)
     assert error.code() is grpc.StatusCode.UNAUTHENTICATED and message in error.details()
     assert KEY not in error.details()
 
@@ -165,7 +165,7 @@ def test_repeated_client_request_id_replays_the_stored_reply(harness):
         pb2.AnswerRequest(query=b"Who makes Lumora lamps?", client_request_id="order-1"),
         metadata=OTHER_AUTH)
     assert other.request_id != first.request_id and not other.replayed
-    error = status_of(harness.answer, "hi", client_request_id="order-1")
+    error = status_of(harness.answer, "What is 2+2?", client_request_id="order-1")
     assert error.code() is grpc.StatusCode.ALREADY_EXISTS and "different query" in error.details()
 
 
@@ -175,7 +175,7 @@ def test_replay_of_a_request_still_running_waits_for_it():
         replies = {}
 
         def send(name: str) -> None:
-            replies[name] = h.answer("hi", client_request_id="same", timeout=5)[0]
+            replies[name] = h.answer("What is 2+2?", client_request_id="same", timeout=5)[0]
 
         first = threading.Thread(target=send, args=("first",))
         first.start()
@@ -184,7 +184,7 @@ def test_replay_of_a_request_still_running_waits_for_it():
         first.join()
         assert replies["second"].replayed and not replies["first"].replayed
         assert replies["second"].request_id == replies["first"].request_id
-        assert replies["second"].answer == "answer to hi"
+        assert replies["second"].answer == "answer to What is 2+2?"
         assert len(h.queue.tasks) == 1
     finally:
         h.close()
@@ -213,7 +213,7 @@ def test_deadline_exceeded_then_get_result_returns_the_answer():
 
 
 def test_get_result_is_not_found_for_unknown_ids_and_other_tenants(harness):
-    reply, _ = harness.answer("hi")
+    reply, _ = harness.answer("What is 2+2?")
     for request_id, metadata in [("0" * 32, AUTH), (reply.request_id, OTHER_AUTH)]:
         error = status_of(harness.stub.GetResult, pb2.GetResultRequest(request_id=request_id), metadata=metadata)
         assert error.code() is grpc.StatusCode.NOT_FOUND and request_id in error.details()
@@ -232,7 +232,7 @@ def test_full_queue_is_resource_exhausted_and_the_same_key_retries_later(harness
     rejected = status_of(harness.stub.GetResult, pb2.GetResultRequest(request_id=request_id), metadata=AUTH)
     assert rejected.code() is grpc.StatusCode.FAILED_PRECONDITION and "rejected" in rejected.details()
     # Tier A is not held back by C's backlog.
-    assert harness.answer("hi")[0].tier == pb2.TIER_A
+    assert harness.answer("What is 2+2?")[0].tier == pb2.TIER_A
     harness.queue.depths["tier-c"] = 0
     reply, _ = harness.answer("Which is older, X or Y?", client_request_id="c-1")
     assert reply.request_id == request_id and reply.answer
@@ -271,7 +271,7 @@ def test_shadow_runs_go_to_the_neighbouring_tier_for_the_sampled_share():
         shadows = [(t.tier, t.strategy) for t in h.queue.tasks if t.kind is ResultKind.SHADOW]
         assert shadows == [("B", "single_step"), ("C", "decompose"), ("B", "single_step")]
         h.samples[0] = 0.7  # outside
-        h.answer("hi")
+        h.answer("What is 2+2?")
         assert sum(t.kind is ResultKind.SHADOW for t in h.queue.tasks) == 3
     finally:
         h.close()
@@ -290,7 +290,7 @@ def test_rules_fallback_is_flagged_in_the_reply_and_counted(harness):
 
 
 def test_feedback_is_stored_for_the_tenants_own_requests(harness):
-    reply, _ = harness.answer("hi")
+    reply, _ = harness.answer("What is 2+2?")
     ack = harness.stub.SubmitFeedback(
         pb2.FeedbackRequest(request_id=reply.request_id, rating=-1, correct_answer="Hello!", comment="terse"),
         metadata=AUTH)
@@ -324,7 +324,7 @@ def test_route_returns_the_recorded_decision_without_running_anything(harness):
         "arag_frontdoor_requests_total", {"method": "Route", "tier": "C", "code": "OK"}) == 1.0
     bad = status_of(harness.stub.Route, pb2.RouteRequest(query=b"\xff"), metadata=AUTH)
     assert bad.code() is grpc.StatusCode.INVALID_ARGUMENT
-    assert status_of(harness.stub.Route, pb2.RouteRequest(query=b"hi")).code() is grpc.StatusCode.UNAUTHENTICATED
+    assert status_of(harness.stub.Route, pb2.RouteRequest(query=b"What is 2+2?")).code() is grpc.StatusCode.UNAUTHENTICATED
 
 
 def test_health_checking_reports_serving(harness):
@@ -356,7 +356,7 @@ def test_logs_are_json_lines_carrying_request_id_and_tenant(harness):
     stream = io.StringIO()
     configure_logging("INFO", stream)
     try:
-        reply, _ = harness.answer("hi")
+        reply, _ = harness.answer("What is 2+2?")
         status_of(harness.answer, "")
     finally:
         configure_logging("WARNING")
@@ -393,7 +393,7 @@ INITECH_READER = (("authorization", "Bearer arag_reader-of-initech"),)
 def test_a_tenant_brings_its_knowledge_base_through_the_api_and_can_then_ask(harness):
     harness.store.add_key(WRITER_KEY, "initech", frozenset({Scope.KB_WRITE}))
     harness.store.add_key("arag_reader-of-initech", "initech")
-    missing = status_of(harness.answer, "hi", metadata=INITECH_READER)
+    missing = status_of(harness.answer, "What is 2+2?", metadata=INITECH_READER)
     assert missing.code() is grpc.StatusCode.FAILED_PRECONDITION
     assert "'initech' has no knowledge base" in missing.details() and harness.queue.tasks == []
     assert status_of(harness.kb.DescribeKnowledgeBase, pb2.DescribeKnowledgeBaseRequest(),
@@ -411,7 +411,7 @@ def test_a_tenant_brings_its_knowledge_base_through_the_api_and_can_then_ask(har
     assert {c.section for c in chunks.values() if c.doc_id == "setup"} == {"Unboxing", "Loading"}
     info = harness.kb.DescribeKnowledgeBase(pb2.DescribeKnowledgeBaseRequest(), metadata=INITECH_READER)
     assert (info.documents, info.chunks, info.generation, info.backend) == (2, 3, 1, "fake") and info.updated_at
-    assert harness.answer("hi", metadata=INITECH_READER)[0].answer
+    assert harness.answer("What is 2+2?", metadata=INITECH_READER)[0].answer
     assert harness.queue.tasks[-1].tenant == "initech"
     streamed = harness.kb.StreamDocuments(iter(
         [pb2.Document(id=f"faq-{i}", title=f"Question {i}", text=f"Answer {i}.") for i in range(250)]),
@@ -433,7 +433,7 @@ def test_writes_need_the_write_scope_and_never_touch_another_tenant(harness):
     gone = harness.kb.DeleteDocuments(pb2.DeleteDocumentsRequest(document_ids=["welcome"]), metadata=WRITER)
     assert (gone.deleted, gone.not_found) == (0, 1)  # acme's "welcome" is not initech's
     assert "welcome#0" in harness.knowledge.index.chunks["acme"]
-    writer_cannot_answer = status_of(harness.answer, "hi", metadata=WRITER)
+    writer_cannot_answer = status_of(harness.answer, "What is 2+2?", metadata=WRITER)
     assert writer_cannot_answer.code() is grpc.StatusCode.PERMISSION_DENIED
 
 

@@ -36,7 +36,7 @@ def service(delay_s: float = 0.0, work=None, shadow_share: float = 0.0, sample: 
     config = AdmissionConfig(max_query_chars=100, strategy_for=STRATEGY.__getitem__,
                              max_queue_depth=limits or {Tier.A: 5, Tier.B: 5, Tier.C: 2},
                              shadow_share=shadow_share)
-    svc = AnswerService(store, queue, FakeWaiter(queue), FakeRouter({"hi": "A", "compare": "C"}),
+    svc = AnswerService(store, queue, FakeWaiter(queue), FakeRouter({"What is 2+2?": "A", "compare": "C"}),
                         config, has_knowledge_base=lambda tenant: tenant == "acme",
                         sample=lambda: sample, on_routed=routed.append)
     return svc, store, queue, routed
@@ -72,7 +72,7 @@ def test_answer_records_routes_enqueues_and_returns_the_workers_result():
 def test_the_request_is_refused_before_anything_is_recorded():
     svc, store, queue, _ = service()
     with pytest.raises(UnauthenticatedError):
-        run(svc.answer("arag_wrong", b"hi", None, soon(), CallProgress()))
+        run(svc.answer("arag_wrong", b"What is 2+2?", None, soon(), CallProgress()))
     with pytest.raises(InvalidQueryError, match="not valid UTF-8"):
         run(svc.answer(KEY, b"\xff", None, soon(), CallProgress()))
     assert store.requests == {} and queue.tasks == []
@@ -94,8 +94,8 @@ def test_a_full_queue_rejects_and_a_resend_runs_under_the_same_request_id():
 
 def test_a_replayed_request_is_the_stored_reply_built_from_the_same_types():
     svc, _, queue, _ = service()
-    live = run(svc.answer(KEY, b"hi", "k1", soon(), CallProgress()))
-    replay = run(svc.answer(KEY, b"hi", "k1", soon(), CallProgress()))
+    live = run(svc.answer(KEY, b"What is 2+2?", "k1", soon(), CallProgress()))
+    replay = run(svc.answer(KEY, b"What is 2+2?", "k1", soon(), CallProgress()))
     stored = run(svc.get_result(KEY, live.request_id, CallProgress()))
     assert replay.replayed and stored.replayed and len(queue.tasks) == 1
     assert replay.result == stored.result == live.result and replay.decision == live.decision
@@ -109,12 +109,12 @@ def test_no_result_within_the_deadline_names_the_request_that_keeps_running():
     svc, store, _, _ = service(delay_s=0.5)
     progress = CallProgress()
     with pytest.raises(AnswerTimeoutError) as info:
-        run(svc.answer(KEY, b"hi", None, soon(0.1), progress))
+        run(svc.answer(KEY, b"What is 2+2?", None, soon(0.1), progress))
     assert info.value.request_id == progress.request_id
     with pytest.raises(RequestNotFinishedError, match="still queued"):
         run(svc.get_result(KEY, progress.request_id, CallProgress()))
     time.sleep(0.6)
-    assert run(svc.get_result(KEY, progress.request_id, CallProgress())).result.answer == "answer to hi"
+    assert run(svc.get_result(KEY, progress.request_id, CallProgress())).result.answer == "answer to What is 2+2?"
 
 
 def test_a_recorded_worker_error_is_raised_with_its_code():
@@ -124,24 +124,24 @@ def test_a_recorded_worker_error_is_raised_with_its_code():
 
     svc, *_ = service(work=fail)
     with pytest.raises(AnswerFailedError) as info:
-        run(svc.answer(KEY, b"hi", None, soon(), CallProgress()))
+        run(svc.answer(KEY, b"What is 2+2?", None, soon(), CallProgress()))
     assert info.value.code is ErrorCode.DEPENDENCY_UNAVAILABLE and "refused" in str(info.value)
 
 
 def test_shadow_runs_are_sampled_onto_the_neighbouring_tier():
     svc, _, queue, _ = service(shadow_share=0.5, sample=0.1)
-    run(svc.answer(KEY, b"hi", None, soon(), CallProgress()))
+    run(svc.answer(KEY, b"What is 2+2?", None, soon(), CallProgress()))
     shadow = [t for t in queue.tasks if t.kind is ResultKind.SHADOW]
     assert [(t.tier, t.strategy) for t in shadow] == [(Tier.B, "single_step")]
     svc, _, queue, _ = service(shadow_share=0.5, sample=0.9)
-    run(svc.answer(KEY, b"hi", None, soon(), CallProgress()))
+    run(svc.answer(KEY, b"What is 2+2?", None, soon(), CallProgress()))
     assert all(t.kind is ResultKind.PRIMARY for t in queue.tasks)
 
 
 def test_other_tenants_requests_are_not_found():
     svc, store, _, _ = service()
     store.add_key("arag_other", "globex")
-    answered = run(svc.answer(KEY, b"hi", None, soon(), CallProgress()))
+    answered = run(svc.answer(KEY, b"What is 2+2?", None, soon(), CallProgress()))
     with pytest.raises(RequestNotFoundError):
         run(svc.get_result("arag_other", answered.request_id, CallProgress()))
     with pytest.raises(RequestNotFoundError):
@@ -254,11 +254,11 @@ def test_with_a_key_cache_the_records_are_asked_once_per_key():
     original = store.principal_for_key
     store.principal_for_key = lambda key: asked.append(key) or original(key)
     for _ in range(3):
-        run(svc.answer(KEY, b"hi", None, soon(), CallProgress()))
+        run(svc.answer(KEY, b"What is 2+2?", None, soon(), CallProgress()))
     with pytest.raises(UnauthenticatedError):
-        run(svc.answer("arag_unknown", b"hi", None, soon(), CallProgress()))
+        run(svc.answer("arag_unknown", b"What is 2+2?", None, soon(), CallProgress()))
     with pytest.raises(UnauthenticatedError):
-        run(svc.answer("arag_unknown", b"hi", None, soon(), CallProgress()))
+        run(svc.answer("arag_unknown", b"What is 2+2?", None, soon(), CallProgress()))
     assert asked == [KEY, "arag_unknown", "arag_unknown"]  # unknown keys are never cached
 
 
@@ -271,10 +271,10 @@ def test_each_call_needs_its_scope_and_the_tenant_comes_from_the_key():
     store.add_key("arag_writer", "acme", frozenset({Scope.KB_WRITE}))
     for key in ("arag_feedback_only", "arag_writer"):
         with pytest.raises(PermissionDeniedError, match="may not 'answer'"):
-            run(svc.answer(key, b"hi", None, soon(), CallProgress()))
+            run(svc.answer(key, b"What is 2+2?", None, soon(), CallProgress()))
         with pytest.raises(PermissionDeniedError):
-            run(svc.route(key, b"hi", CallProgress()))
-    answered = run(svc.answer(KEY, b"hi", None, soon(), CallProgress()))
+            run(svc.route(key, b"What is 2+2?", CallProgress()))
+    answered = run(svc.answer(KEY, b"What is 2+2?", None, soon(), CallProgress()))
     assert queue.tasks[-1].tenant == "acme"
     with pytest.raises(PermissionDeniedError, match="may not 'feedback'"):
         run(svc.submit_feedback("arag_writer", answered.request_id, 1, None, None, CallProgress()))
@@ -285,7 +285,7 @@ def test_a_tenant_without_a_knowledge_base_is_refused_before_anything_is_recorde
     svc, store, queue, _ = service()
     store.add_key("arag_newcomer", "initech")
     with pytest.raises(KnowledgeBaseMissingError, match="'initech' has no knowledge base"):
-        run(svc.answer("arag_newcomer", b"hi", None, soon(), CallProgress()))
+        run(svc.answer("arag_newcomer", b"What is 2+2?", None, soon(), CallProgress()))
     assert store.requests == {} and queue.tasks == []
 
 
@@ -311,7 +311,7 @@ class CountingFairShare:
 def test_a_tenant_over_its_share_is_rejected_and_a_finished_answer_gives_its_slot_back():
     svc, store, queue, _ = service()
     share = svc.fair_share = CountingFairShare(allowed=1)
-    first = run(svc.answer(KEY, b"hi", "c-1", soon(), CallProgress()))
+    first = run(svc.answer(KEY, b"What is 2+2?", "c-1", soon(), CallProgress()))
     assert share.released == [first.request_id] and share.held["acme"] == set()
     share.held["acme"] = {"someone-else"}  # the tenant's one slot is taken
     with pytest.raises(OverShareError) as refused:
@@ -322,3 +322,26 @@ def test_a_tenant_over_its_share_is_rejected_and_a_finished_answer_gives_its_slo
     share.held["acme"] = set()
     again = run(svc.answer(KEY, b"compare", "c-2", soon(), CallProgress()))  # the resend runs
     assert again.request_id == rejected.request_id and again.result.answer == "answer to compare"
+
+
+def test_small_talk_is_tier_a_without_the_classifier_and_without_a_shadow_run():
+    svc, store, queue, routed = service(shadow_share=1.0)
+    asked = []
+    original = svc.router.route
+    svc.router.route = lambda query: asked.append(query) or original(query)
+    answered = run(svc.answer(KEY, "Thanks a lot!".encode(), None, soon(), CallProgress()))
+    [task] = queue.tasks  # no shadow run for small talk
+    assert (task.tier, task.strategy) == (Tier.A, "small_talk") and asked == []
+    decision = store.decisions[answered.request_id]
+    assert decision.model_name == "small_talk" and decision.reason == "small talk (thanks)"
+    run(svc.answer(KEY, b"hi, how do I reset my hub?", None, soon(), CallProgress()))
+    assert asked == ["hi, how do I reset my hub?"]  # a question that starts with a greeting
+
+
+def test_the_small_talk_strategy_replies_briefly_without_retrieval_or_llm():
+    from adaptive_rag.strategies import build_strategy, uses_retrieval
+
+    strategy = build_strategy("small_talk", None, None, Settings(_env_file=None))
+    result = strategy.run("Are you a bot?")
+    assert result.answer.startswith("I'm a virtual assistant") and result.steps == 0
+    assert not uses_retrieval("small_talk") and uses_retrieval("single_step")
