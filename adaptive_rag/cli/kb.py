@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.table import Table
 
 from adaptive_rag.cli.common import DbUrl, Retr, console, load_settings, progress_bar
 
@@ -32,12 +31,10 @@ def _service(retriever: str | None, kb_dir: Path | None, database_url: str | Non
     return open_knowledge_service(settings, make_engine(settings.database_url))
 
 
-def _summary_table(summary: ChangeSummary) -> Table:
-    table = Table("added", "updated", "unchanged", "deleted", "chunks written", "chunks removed", "generation")
-    table.add_row(*(str(v) for v in (
-        summary.added, summary.updated, summary.unchanged, summary.deleted, summary.chunks_written,
-        summary.chunks_removed, summary.generation)))
-    return table
+def _summary_line(summary: ChangeSummary) -> str:
+    return (f"added {summary.added}, updated {summary.updated}, unchanged {summary.unchanged}, "
+            f"deleted {summary.deleted}; chunks written {summary.chunks_written}, removed "
+            f"{summary.chunks_removed}")
 
 
 @kb_app.command("import")
@@ -79,7 +76,7 @@ def import_documents(
         with progress_bar(f"importing into {tenant!r}", len(documents)) as advance:
             for source, docs in by_source.items():
                 summary = summary.plus(service.sync_source(tenant, source, docs, advance))
-    console.print(_summary_table(summary))
+    console.print(_summary_line(summary), highlight=False)
     _print_info(service, tenant)
 
 
@@ -98,7 +95,7 @@ def delete(
     """Remove documents (and all their chunks) from TENANT's knowledge base."""
     service = _service(retriever, kb_dir, database_url)
     summary = service.delete(tenant, document_ids)
-    console.print(_summary_table(summary))
+    console.print(_summary_line(summary), highlight=False)
     if summary.not_found:
         console.print(f"{summary.not_found} of the ids were not in the knowledge base")
 
