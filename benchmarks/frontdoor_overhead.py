@@ -74,9 +74,14 @@ class _InstantLLM(BaseHTTPRequestHandler):
     """POST /v1/chat/completions and /v1/completions: a fixed short answer, at once."""
 
     protocol_version = "HTTP/1.1"  # keep-alive: the workers' httpx clients reuse connections
+    # `--llm-latency-ms`: a fixed wait per completion that uses no CPU (a stand-in for a remote
+    # inference endpoint with its own capacity); 0, the default, answers at once.
+    latency_s = 0.0
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.latency_s > 0:
+            time.sleep(self.latency_s)  # each request on its own thread: no queueing here
         try:
             request = json.loads(body or b"{}")
         except ValueError:
@@ -110,8 +115,11 @@ class _InstantLLM(BaseHTTPRequestHandler):
         pass
 
 
-def serve_instant_llm(port: int) -> int:
-    server = ThreadingHTTPServer(("127.0.0.1", port), _InstantLLM)
+def serve_instant_llm(port: int, latency_ms: float = 0.0) -> int:
+    handler = _InstantLLM
+    if latency_ms > 0:
+        handler = type("_FixedLatencyLLM", (_InstantLLM,), {"latency_s": latency_ms / 1000.0})
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
     server.daemon_threads = True
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     print(f"READY instant LLM on port {port}", flush=True)
@@ -778,9 +786,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render", type=Path, default=None,
                         help="only write report.md again from this report.json")
     parser.add_argument("--serve-llm", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--llm-latency-ms", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_llm is not None:
-        return serve_instant_llm(args.serve_llm)
+        return serve_instant_llm(args.serve_llm, args.llm_latency_ms)
     if args.render:  # the summary is computed again from the samples
         report = json.loads(args.render.read_text())
         cfg = report["config"]
