@@ -65,6 +65,8 @@ class AdmissionConfig:
     shadow_share: float = 0.0
     key_cache_s: float = 0.0
     small_talk: bool = True
+    # How long a fair-share slot may stay held by work still running (the tier's lease).
+    slot_lease_s: Mapping[Tier, float] = field(default_factory=dict)
 
 
 V = TypeVar("V")
@@ -174,8 +176,11 @@ class AnswerService:
         self._io_pool = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="serving-io")
         self._keys: TtlCache[Principal] = TtlCache(config.key_cache_s)
         self._knowledge: TtlCache[bool] = TtlCache(config.key_cache_s)
+        self._watchers: set[asyncio.Task] = set()
 
     def close(self) -> None:
+        for watcher in list(self._watchers):
+            watcher.cancel()
         self._io_pool.shutdown(wait=False, cancel_futures=True)
 
     async def _io(self, fn: Callable[..., T], *args: Any) -> T:
@@ -296,28 +301,68 @@ class AnswerService:
             )
         if self.fair_share is not None:
             with progress.stage("fair_share"):
-                try:
-                    await self._io(self.fair_share.acquire, tenant, tier, request_id)
-                except OverShareError:
-                    await self._io(self.records.set_status, request_id, RequestStatus.REJECTED)
-                    self._on_rejected(tier)
-                    raise
+                await self._acquire(tenant, tier, request_id)
+        task = AnswerTask(request_id=request_id, tenant=tenant, query=query, tier=tier,
+                          strategy=decision.strategy, enqueued_at=time.time())
         try:
-            task = AnswerTask(request_id=request_id, tenant=tenant, query=query, tier=tier,
-                              strategy=decision.strategy, enqueued_at=time.time())
             with progress.stage("enqueue"):
                 await self._io(self.queue.enqueue, task)
-                if decision.strategy != SMALL_TALK:  # nothing to learn from a greeting
-                    await self._maybe_shadow(request_id, tenant, query, tier)
+        except asyncio.CancelledError:  # the enqueue may still happen in its thread
+            self._release_when_done(tenant, tier, request_id)
+            raise
+        except BaseException:  # nothing was queued: the slot is free at once
+            await self._release(tenant, tier, request_id)
+            raise
+        try:
+            if decision.strategy != SMALL_TALK:  # nothing to learn from a greeting
+                await self._maybe_shadow(request_id, tenant, query, tier)
             with progress.stage("wait"):
                 result = await self._wait(request_id, deadline)
-        except AnswerTimeoutError:
-            raise  # the work goes on holding its slot; the slot's lease ends it at the latest
-        except BaseException:
+        except AnswerFailedError:  # the worker finished, with an error
             await self._release(tenant, tier, request_id)
+            raise
+        except BaseException:  # the deadline passed or the client left: the work goes on
+            self._release_when_done(tenant, tier, request_id)
             raise
         await self._release(tenant, tier, request_id)
         return Answered(request_id, decision, result, 1000 * (time.perf_counter() - started), False)
+
+    async def _acquire(self, tenant: str, tier: Tier, request_id: str) -> None:
+        """The tenant's token and slot, or `OverShareError` (the request is then `rejected`)."""
+        assert self.fair_share is not None
+        acquiring = asyncio.ensure_future(self._io(self.fair_share.acquire, tenant, tier, request_id))
+        try:
+            await asyncio.shield(acquiring)
+        except OverShareError:
+            await self._io(self.records.set_status, request_id, RequestStatus.REJECTED)
+            self._on_rejected(tier)
+            raise
+        except asyncio.CancelledError:  # the client left while the slot was being taken
+            share = self.fair_share
+
+            def give_back(done: asyncio.Future) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    self._io_pool.submit(share.release, tenant, tier, request_id)
+
+            acquiring.add_done_callback(give_back)
+            raise
+
+    def _release_when_done(self, tenant: str, tier: Tier, request_id: str) -> None:
+        """Give the slot back when the work that still runs ends (in the background: the caller's
+        deadline passed or it left); if no result comes within the lease, the lease ends it."""
+        if self.fair_share is None:
+            return
+
+        async def when_done() -> None:
+            try:
+                await self.waiter.wait(task_id_for(request_id), self.config.slot_lease_s.get(tier, 600.0))
+            except Exception:  # noqa: BLE001 - no result within the lease: the lease frees the slot
+                return
+            await self._release(tenant, tier, request_id)
+
+        watcher = asyncio.get_running_loop().create_task(when_done(), name=f"release-{request_id}")
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
 
     async def _release(self, tenant: str, tier: Tier, request_id: str) -> None:
         if self.fair_share is None:
@@ -380,6 +425,7 @@ class AnswerService:
             result = await self._stored_result(request_id)
         else:
             result = await self._wait(request_id, deadline)
+            await self._release(existing.tenant, decision.tier, request_id)
         return Answered.stored(request_id, decision, result)
 
     async def _stored_result(self, request_id: str) -> AnswerResult:

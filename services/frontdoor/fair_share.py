@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 # Shortest retry-after hint: a hint of 0 s invites a busy loop.
 MIN_RETRY_AFTER_S = 0.001
+DEFAULT_SLOT_RETRY_S = {Tier.A: 1.0, Tier.B: 2.0, Tier.C: 5.0}
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,9 @@ class FairShareLimits:
     burst: int
     slots: Mapping[Tier, int]
     lease_s: Mapping[Tier, float]
+    # The retry-after hint when a tier's slots are full: about one run of the tier, when a slot
+    # is likely free again (a lease's expiry would be minutes: the worst case, not the likely one).
+    slot_retry_s: Mapping[Tier, float] = field(default_factory=lambda: dict(DEFAULT_SLOT_RETRY_S))
 
     def __post_init__(self) -> None:
         if not (self.rate_per_s >= 0 and math.isfinite(self.rate_per_s)):
@@ -73,6 +77,10 @@ class FairShareLimits:
             raise ConfigurationError(f"lease_s needs every tier; missing: {', '.join(missing)}")
         if not all(v > 0 and math.isfinite(v) for v in lease_s.values()):
             raise ConfigurationError(f"lease_s must be finite and > 0: {lease_s}")
+        retry = {**DEFAULT_SLOT_RETRY_S, **_by_tier(self.slot_retry_s, "slot_retry_s")}
+        if not all(v > 0 and math.isfinite(v) for v in retry.values()):
+            raise ConfigurationError(f"slot_retry_s must be finite and > 0: {retry}")
+        object.__setattr__(self, "slot_retry_s", MappingProxyType(retry))
         object.__setattr__(self, "slots", MappingProxyType({t: slots.get(t, 0) for t in TIERS}))
         object.__setattr__(self, "lease_s", MappingProxyType(lease_s))
 
@@ -120,7 +128,8 @@ def _over_share(limits: FairShareLimits, tier: Tier, reason: str, retry_after_s:
 
 # KEYS[1]: the tenant's bucket (hash: tokens, ts in ms); KEYS[2]: its leases on the tier (sorted
 # set: request id -> expiry in ms). ARGV: request id, rate per s (0 = none), burst, slots (0 = none),
-# lease in ms. Returns {status, wait_ms, slots_in_use}: status "ok" (token and slot taken), "replay"
+# lease in ms, slot retry hint in ms. Returns {status, wait_ms, slots_in_use}: status "ok" (token and
+# slot taken), "replay"
 # (this request already holds its slot: nothing taken), "slots" or "rate" (nothing taken; wait_ms as
 # a string, Lua numbers would be truncated to integers). Time comes from the server (TIME) so every
 # replica agrees; scripts replicate by their effects (Redis >= 5), so TIME before writes is fine.
@@ -132,6 +141,7 @@ local rate = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
 local slots = tonumber(ARGV[4])
 local lease = tonumber(ARGV[5])
+local slot_retry = tonumber(ARGV[6])
 
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 if redis.call('ZSCORE', KEYS[2], id) then
@@ -146,7 +156,7 @@ if slots > 0 then
   if in_use >= slots then
     local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
     reason = 'slots'
-    wait = math.min(tonumber(first[2]) - now, lease)
+    wait = math.min(tonumber(first[2]) - now, lease, slot_retry)
   end
 end
 
@@ -220,7 +230,8 @@ class RedisFairShare:
             status, wait_ms, in_use = self._script(
                 keys=[self.bucket_key(tenant), self.slots_key(tenant, tier)],
                 args=[request_id, repr(float(limits.rate_per_s)), limits.burst,
-                      limits.slots[tier], repr(limits.lease_s[tier] * 1000.0)],
+                      limits.slots[tier], repr(limits.lease_s[tier] * 1000.0),
+                      repr(limits.slot_retry_s[tier] * 1000.0)],
             )
         except redis.RedisError as exc:
             if not self._fail_open:
@@ -295,7 +306,8 @@ class InMemoryFairShare:
             if slots > 0:
                 in_use = len(leases)
                 if in_use >= slots:
-                    reason, wait = "slots", min(min(leases.values()) - now, lease_s)
+                    reason, wait = "slots", min(min(leases.values()) - now, lease_s,
+                                                limits.slot_retry_s[tier])
             tokens = float(limits.burst)
             if limits.rate_limited:
                 tokens = self._tokens(tenant, limits, now)
@@ -346,16 +358,17 @@ def config_from_settings(settings: FrontDoorSettings) -> FairShareConfig:
     """The limits of `settings` (tenant_rate_per_s, tenant_burst, tenant_slots, tenant_lease_s),
     with each `tenant_limits` override applied over them field by field."""
     default = FairShareLimits(settings.tenant_rate_per_s, settings.tenant_burst,
-                              settings.tenant_slots, settings.tenant_lease_s)
+                              settings.tenant_slots, settings.tenant_lease_s,
+                              settings.tenant_slot_retry_s)
     tenants = {}
     for tenant, override in settings.tenant_limits.items():
-        unknown = set(override) - {"rate_per_s", "burst", "slots", "lease_s"}
+        unknown = set(override) - {"rate_per_s", "burst", "slots", "lease_s", "slot_retry_s"}
         if unknown:
             raise ConfigurationError(
                 f"ARAG_TENANT_LIMITS[{tenant!r}]: unknown field(s) {sorted(unknown)}; "
-                "use rate_per_s, burst, slots, lease_s")
+                "use rate_per_s, burst, slots, lease_s, slot_retry_s")
         merged = {**override}
-        for name in ("slots", "lease_s"):
+        for name in ("slots", "lease_s", "slot_retry_s"):
             if name in merged:
                 merged[name] = {**getattr(default, name), **_by_tier(merged[name], name)}
         tenants[tenant] = replace(default, **merged)

@@ -71,6 +71,11 @@ class FrontDoorSettings(BaseSettings):
         default_factory=lambda: dict(DEFAULT_TENANT_LEASES),
         validation_alias=env_name("ARAG_TENANT_LEASE", "tenant_lease_s"),
     )
+    # The retry-after hint when a tenant's slots on a tier are full (about one run of the tier).
+    tenant_slot_retry_s: dict[Tier, float] = Field(
+        default_factory=lambda: {Tier.A: 1.0, Tier.B: 2.0, Tier.C: 5.0},
+        validation_alias=env_name("ARAG_TENANT_SLOT_RETRY", "tenant_slot_retry_s"),
+    )
     # Per-tenant overrides as JSON: '{"acme": {"rate_per_s": 5, "burst": 10, "slots": {"C": 1}}}'.
     tenant_limits: dict[str, dict[str, Any]] = Field(
         default_factory=dict, validation_alias=env_name("ARAG_TENANT_LIMITS", "tenant_limits")

@@ -105,9 +105,11 @@ def test_slots_cap_what_a_tenant_holds_on_one_tier(clock):
     clock.advance(3.0)
     fs.acquire("acme", Tier.C, "r2")
     err = refused(fs, "acme", Tier.C, "r3")
-    assert str(err) == "tenant over its share of tier C (2 of 2 slots in use); retry after 57.0 s"
-    assert err.retry_after_s == pytest.approx(57.0)  # the earliest lease (r1) expires first
+    assert str(err) == "tenant over its share of tier C (2 of 2 slots in use); retry after 5.0 s"
+    assert err.retry_after_s == pytest.approx(5.0)  # about one C run, not the 57 s left on r1's lease
     fs.acquire("acme", Tier.B, "r4")  # another tier's share is separate
+    clock.advance(56.0)  # r1's lease has 1 s left: that is sooner than the hint
+    assert refused(fs, "acme", Tier.C, "r3").retry_after_s == pytest.approx(1.0)
 
 
 def test_release_gives_the_slot_back_and_unknown_ids_are_ignored(clock):

@@ -345,3 +345,27 @@ def test_the_small_talk_strategy_replies_briefly_without_retrieval_or_llm():
     result = strategy.run("Are you a bot?")
     assert result.answer.startswith("I'm a virtual assistant") and result.steps == 0
     assert not uses_retrieval("small_talk") and uses_retrieval("single_step")
+
+
+def test_a_slot_is_held_while_the_work_runs_even_after_the_caller_stopped_waiting():
+    svc, store, queue, _ = service(delay_s=0.4)
+    share = svc.fair_share = CountingFairShare(allowed=1)
+
+    async def scenario() -> None:
+        with pytest.raises(AnswerTimeoutError):  # the deadline passes; the work goes on
+            await svc.answer(KEY, b"compare", None, soon(0.1), CallProgress())
+        [held] = share.held["acme"]
+        with pytest.raises(OverShareError):  # still the tenant's one slot
+            await svc.answer(KEY, b"compare", None, soon(), CallProgress())
+        await asyncio.sleep(0.6)  # the work finished: its slot came back
+        assert share.held["acme"] == set() and share.released[0] == held
+        cancelled = asyncio.create_task(svc.answer(KEY, b"compare", None, soon(), CallProgress()))
+        await asyncio.sleep(0.1)
+        cancelled.cancel()  # the client left; its task is queued and runs
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        assert len(share.held["acme"]) == 1  # not given back while the work runs
+        await asyncio.sleep(0.6)
+        assert share.held["acme"] == set()
+
+    run(scenario())
