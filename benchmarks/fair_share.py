@@ -57,19 +57,18 @@ import os
 import platform
 import shlex
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import time
 import uuid
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
+from benchmarks.instant_llm import cpu_model, mem_total_gb, running_instant_llm
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "demo"
@@ -88,34 +87,9 @@ TIER_NAME = {1: "A", 2: "B", 3: "C"}  # pb2.TIER_A.. (checked against the stubs 
 
 # --- the fixed-latency LLM endpoint (measurement device) -------------------------------------------
 
-@contextmanager
-def fixed_latency_llm(latency_ms: float, log_path: Path) -> Iterator[str]:
-    """benchmarks/frontdoor_overhead.py's instant LLM with `--llm-latency-ms`, as its own process."""
-    from infra.local.servers import free_port
-
-    port = free_port()
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.frontdoor_overhead", "--serve-llm", str(port),
-             "--llm-latency-ms", str(latency_ms)],
-            cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while "READY" not in log_path.read_text(errors="replace"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the LLM endpoint did not start:\n{log_path.read_text()[-2000:]}")
-            time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+def fixed_latency_llm(latency_ms: float, log_path: Path):
+    """The instant LLM endpoint with a fixed wait per completion (no CPU), as its own process."""
+    return running_instant_llm(log_path, latency_ms)
 
 
 # --- calls ------------------------------------------------------------------------------------------
@@ -369,26 +343,6 @@ def schedule(rounds: int) -> list[tuple[int, str]]:
         order = PHASES if r % 2 == 0 else tuple(reversed(PHASES))
         out += [(r, p) for p in order]
     return out
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def mem_total_gb() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                return int(line.split()[1]) / 1024 / 1024
-    except OSError:
-        pass
-    return None
 
 
 def _fmt(v: float | None, digits: int = 0) -> str:
@@ -814,7 +768,7 @@ def markdown(report: dict[str, Any], phases: list[dict[str, Any]]) -> str:
         run.get("command", ".venv/bin/python -m benchmarks.fair_share"),
         "```",
         "",
-        f"Source: `benchmarks/fair_share.py`. Raw data: `phases.jsonl` (every call), summary: `report.json`.",
+        "Source: `benchmarks/fair_share.py`. Raw data: `phases.jsonl` (every call), summary: `report.json`.",
         "",
         "## Result",
         "",
@@ -864,7 +818,7 @@ def markdown(report: dict[str, Any], phases: list[dict[str, Any]]) -> str:
     lines += [
         "## Setup",
         "",
-        f"- One local stack (`services.demo.local.local_stack`) for all phases: "
+        "- One local stack (`services.demo.local.local_stack`) for all phases: "
         + "; ".join(f"{k}: {v}" for k, v in (run.get("stack") or {}).items()) + ".",
         f"- Worker pools A, B, C (`celery worker`, prefork), concurrency A 1, B 1, C "
         f"{cfg['c_concurrency']} (prefetch C 1): two tier-C processes, so there is a worker to share.",
@@ -876,7 +830,7 @@ def markdown(report: dict[str, Any], phases: list[dict[str, Any]]) -> str:
         f"{_fmt(statistics.median(cal['strategy_ms']) if cal.get('strategy_ms') else None)} ms, i.e. "
         f"about {_fmt(statistics.median(cal['strategy_ms']) / cfg['llm_latency_ms'] if cal.get('strategy_ms') else None)} "
         "waits plus retrieval), so its service time is set by the endpoint's latency, not by these two cores.",
-        f"- Fair share: `ARAG_TENANT_SLOTS='{{\"C\": 1}}'` (every tenant may hold 1 queued + running "
+        "- Fair share: `ARAG_TENANT_SLOTS='{\"C\": 1}'` (every tenant may hold 1 queued + running "
         "tier-C task), rate limit and other tiers at their defaults (50/s, burst 100). Fair share off: "
         "tenants `quiet-nofs` and `flood-nofs` with `ARAG_TENANT_LIMITS` overrides `{\"rate_per_s\": 0, "
         "\"slots\": {\"C\": 0}}` (no limit at all), on the same stack, with the same knowledge base. "

@@ -50,11 +50,11 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from adaptive_rag.contracts import CLASSIFIER_MODEL
+from benchmarks.instant_llm import LLM_ANSWER, READY, cpu_model
 from infra.local.servers import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,72 +63,8 @@ BEFORE_TREE = Path("/tmp/arag-before")
 PYTHON = Path(sys.executable)
 TREES = ("before", "after")
 POOLS = "A,B,C"
-LLM_ANSWER = "Lumora."
 START_TIMEOUT_S = 180.0
 CALL_TIMEOUT_S = 30.0
-
-
-# --- the instant LLM endpoint (measurement device), run as its own process ------------------------
-
-class _InstantLLM(BaseHTTPRequestHandler):
-    """POST /v1/chat/completions and /v1/completions: a fixed short answer, at once."""
-
-    protocol_version = "HTTP/1.1"  # keep-alive: the workers' httpx clients reuse connections
-    # `--llm-latency-ms`: a fixed wait per completion that uses no CPU (a stand-in for a remote
-    # inference endpoint with its own capacity); 0, the default, answers at once.
-    latency_s = 0.0
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if self.latency_s > 0:
-            time.sleep(self.latency_s)  # each request on its own thread: no queueing here
-        try:
-            request = json.loads(body or b"{}")
-        except ValueError:
-            request = {}
-        prompt = request.get("prompt") or " ".join(
-            str(m.get("content", "")) for m in request.get("messages") or [])
-        usage = {"prompt_tokens": max(1, len(prompt) // 4), "completion_tokens": 2, "total_tokens": 0}
-        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        logprobs = [{"token": LLM_ANSWER, "logprob": -0.01, "bytes": None, "top_logprobs": []}]
-        if self.path.rstrip("/").endswith("/chat/completions"):
-            choice = {"index": 0, "finish_reason": "stop", "logprobs": {"content": logprobs},
-                      "message": {"role": "assistant", "content": LLM_ANSWER}}
-            kind = "chat.completion"
-        elif self.path.rstrip("/").endswith("/completions"):
-            choice = {"index": 0, "finish_reason": "stop", "text": LLM_ANSWER,
-                      "logprobs": {"tokens": [LLM_ANSWER], "token_logprobs": [-0.01]}}
-            kind = "text_completion"
-        else:
-            self.send_error(404)
-            return
-        out = json.dumps({"id": "cmpl-bench", "object": kind, "created": int(time.time()),
-                          "model": request.get("model", "instant"), "choices": [choice],
-                          "usage": usage}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *_: Any) -> None:  # quiet
-        pass
-
-
-def serve_instant_llm(port: int, latency_ms: float = 0.0) -> int:
-    handler = _InstantLLM
-    if latency_ms > 0:
-        handler = type("_FixedLatencyLLM", (_InstantLLM,), {"latency_s": latency_ms / 1000.0})
-    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
-    server.daemon_threads = True
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
-    print(f"READY instant LLM on port {port}", flush=True)
-    try:
-        server.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
-        pass
-    server.server_close()
-    return 0
 
 
 # --- processes this benchmark starts --------------------------------------------------------------
@@ -301,6 +237,18 @@ def build_index(index_dir: Path, log: Path) -> Path:
     return index_dir
 
 
+def import_knowledge(tree: Path, env: dict[str, str], tenant: str, log: Path) -> None:
+    """The demo help centre into `tenant`'s knowledge base, for trees that have one per tenant
+    (older trees read the shared index of `build_index`)."""
+    if not (tree / "adaptive_rag" / "cli" / "kb.py").exists():
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        subprocess.run([str(PYTHON), "-c", "from adaptive_rag.cli import main; main()", "kb", "import",
+                        "--tenant", tenant, str(REPO / "demo" / "knowledge_base.jsonl")],
+                       cwd=tree, check=True, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=300)
+
+
 def plain_pg(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://", 1)
 
@@ -400,6 +348,7 @@ def start_tree(procs: Processes, name: str, tree: Path, commit: str, env: dict[s
     run_in_tree(tree, env, "import os; from adaptive_rag.storage import upgrade_database; "
                            "upgrade_database(os.environ['DATABASE_URL'])")
     key = insert_api_key(env["DATABASE_URL"], f"bench-{name}")
+    import_knowledge(tree, env, f"bench-{name}", logs / name / "kb.log")
     pools = procs.start(f"{name} worker pools", [str(PYTHON), "-m", "workers.pools", "--pools", POOLS],
                         cwd=tree, env=env, log=logs / name / "pools.log")
     port = free_port()
@@ -749,25 +698,15 @@ def _interrupt(signum: int, _frame: Any) -> None:
 @contextmanager
 def instant_llm(procs: Processes, logs: Path) -> Iterator[str]:
     port = free_port()
-    started = procs.start("instant LLM", [str(PYTHON), "-m", "benchmarks.frontdoor_overhead",
-                                          "--serve-llm", str(port)],
+    started = procs.start("instant LLM", [str(PYTHON), "-m", "benchmarks.instant_llm",
+                                          "--port", str(port)],
                           cwd=REPO, env=tree_env(REPO, {}), log=logs / "instant_llm.log")
-    procs.wait_for(started, "READY instant LLM", 30)
+    procs.wait_for(started, READY, 30)
     yield f"http://127.0.0.1:{port}/v1"
 
 
 def git(args: list[str], cwd: Path) -> str:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True).stdout.strip()
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -785,11 +724,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "reports" / "frontdoor_overhead")
     parser.add_argument("--render", type=Path, default=None,
                         help="only write report.md again from this report.json")
-    parser.add_argument("--serve-llm", type=int, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--llm-latency-ms", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.serve_llm is not None:
-        return serve_instant_llm(args.serve_llm, args.llm_latency_ms)
     if args.render:  # the summary is computed again from the samples
         report = json.loads(args.render.read_text())
         cfg = report["config"]
@@ -841,7 +776,8 @@ def main(argv: list[str] | None = None) -> int:
             stack.callback(lambda: left.extend(procs.stop_all()))  # before the servers stop
             shared = {
                 "TRITON_GRPC_URL": triton.url, "ARAG_MODEL_REPOSITORY": str(repository),
-                "ARAG_INDEX_DIR": str(index_dir), "ARAG_RETRIEVER": "tantivy",
+                "ARAG_INDEX_DIR": str(index_dir), "ARAG_KB_DIR": str(args.workdir / "kb"),
+                "ARAG_RETRIEVER": "tantivy",
                 "LLM_BASE_URL": llm_url, "LLM_API": "chat", "ARAG_MODEL_POLL": str(model_poll_s),
             }
             for name in TREES:

@@ -24,11 +24,12 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from benchmarks.instant_llm import running_instant_llm
 
 REPO = Path(__file__).resolve().parents[1]
 LOCUSTFILE = REPO / "loadtest" / "locustfile.py"
@@ -53,34 +54,6 @@ def expected_length_s(args: argparse.Namespace) -> float:
                              step_seconds=args.step_seconds, max_users=args.max_users,
                              spike_users=args.spike_users)
     return make_profile(args.load_profile, options).run_time_s
-
-
-@contextmanager
-def instant_llm(log_path: Path):
-    """The instant OpenAI-compatible endpoint (benchmarks/frontdoor_overhead.py) as LLM_BASE_URL."""
-    from infra.local.servers import free_port
-
-    port = free_port()
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "benchmarks.frontdoor_overhead", "--serve-llm", str(port)],
-                                cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while "READY" not in log_path.read_text(errors="replace"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the instant LLM did not start:\n{log_path.read_text()[-2000:]}")
-            time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
 
 
 def locust_command(args: argparse.Namespace, out: Path, host: str, metrics_url: str | None,
@@ -213,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 console.rule(f"[bold]load test {name}: starting the local stack")
                 if args.instant_llm:
-                    llm_url = stack.enter_context(instant_llm(out / "instant_llm.log"))
+                    llm_url = stack.enter_context(running_instant_llm(out / "instant_llm.log"))
                     os.environ["LLM_BASE_URL"] = llm_url
                     console.print(f"instant LLM endpoint (measurement device) on {llm_url}")
                 elif args.llm_server:
