@@ -1,4 +1,5 @@
-"""`arag eval`, `arag retrieval-bench`: strategies and retrieval measured on the benchmark data."""
+"""`arag eval`, `arag retrieval-bench`: strategies and retrieval measured on the benchmark data;
+`arag eval --suite support`: the router and abstention measured on the support suite."""
 
 from __future__ import annotations
 

@@ -677,7 +677,9 @@ def threshold_sweep(
 ) -> dict[str, Any]:
     """The retrieval threshold's trade-off, from BM25 top scores alone (no LLM): per threshold,
     the share of out-of-KB queries that would abstain and of in-KB queries that would abstain
-    wrongly. `best` maximises their difference (Youden's J); run it on `train` only."""
+    wrongly. `best` maximises their difference (Youden's J) over every distinct top score (or
+    over `thresholds` when given); `points` is the curve on a grid of whole scores (or at
+    `thresholds`). Run it on `train` only."""
     top: dict[str, list[float]] = defaultdict(list)
     for query in queries:
         if query.kind == SMALL_TALK:
@@ -686,17 +688,22 @@ def threshold_sweep(
         top["out" if query.kind == OUT_OF_KB else "in"].append(max((p.score for p in found), default=0.0))
     if not top["in"] or not top["out"]:
         return {"points": [], "best": None}
-    if thresholds is None:
-        candidates = sorted(set(top["in"]) | set(top["out"]))
-        thresholds = sorted({round(s + 1e-6, 4) for s in candidates} | {0.0})
-    points = []
-    for threshold in thresholds:
+
+    def point(threshold: float) -> dict[str, float]:
         abstain_out = sum(s < threshold for s in top["out"]) / len(top["out"])
         false_in = sum(s < threshold for s in top["in"]) / len(top["in"])
-        points.append({"threshold": threshold, "out_of_kb_abstain": abstain_out,
-                       "false_abstain": false_in, "j": abstain_out - false_in})
-    best = max(points, key=lambda p: (p["j"], -p["threshold"]))
-    return {"points": points, "best": best, "n_in": len(top["in"]), "n_out": len(top["out"])}
+        return {"threshold": threshold, "out_of_kb_abstain": abstain_out,
+                "false_abstain": false_in, "j": abstain_out - false_in}
+
+    if thresholds is None:
+        # Just above each observed top score: the queries scoring exactly that abstain.
+        candidates = sorted({0.0} | {round(s + 1e-4, 4) for s in top["in"] + top["out"]})
+        grid = [float(t) for t in range(0, int(max(top["in"] + top["out"])) + 2)]
+    else:
+        candidates = grid = [float(t) for t in thresholds]
+    best = max((point(t) for t in candidates), key=lambda p: (p["j"], -p["threshold"]))
+    return {"points": [point(t) for t in grid], "best": best,
+            "n_in": len(top["in"]), "n_out": len(top["out"])}
 
 
 # --- report ------------------------------------------------------------------------------------
@@ -735,10 +742,11 @@ def support_markdown(report: Mapping[str, Any]) -> str:
             f"{_pct(o['rouge_l'])} | {_pct(o['false_abstain'])} | {_pct(o['out_of_kb_abstain'])} | "
             f"{_pct(o['small_talk_abstain'])} | {_pct(o['tier_accuracy'])} | {_secs(o['seconds'])} | {by_tier} |"
         )
-    for name, diff in report.get("differences", {}).items():
-        if diff:
-            lines.append("")
-            lines.append(f"- {name}: {diff['mean']:+.3f} [{diff['low']:+.3f}, {diff['high']:+.3f}] (n={diff['n']}, paired bootstrap)")
+    differences = [(name, d) for name, d in report.get("differences", {}).items() if d]
+    if differences:
+        lines += ["", "Paired differences (bootstrap 95 % interval over the same queries):", ""]
+    for name, diff in differences:
+        lines.append(f"- {name}: {diff['mean']:+.3f} [{diff['low']:+.3f}, {diff['high']:+.3f}] (n={diff['n']})")
     for kind in KINDS:
         present = [(row, data["kinds"][kind]) for row, data in rows.items() if kind in data["kinds"]]
         if not present:
@@ -895,20 +903,36 @@ def evaluate_support(
     meta: Mapping[str, Any] | None = None,
     progress: Callable[[str, int], Any] | None = None,
 ) -> SupportRun:
-    """Build the suite, index the FAQ (tantivy under `out_dir/kb_index` unless `retriever` is
-    given), run `rows` on `split` (at most `limit` per kind) and write the report.
+    """Build the suite, index the FAQ (tantivy in a temporary directory, rebuilt each run in
+    about a second, unless `retriever` is given), run `rows` on `split` (at most `limit` per
+    kind) and write the report.
 
     With `auto_threshold` the single-step retrieval threshold is the best of the sweep over the
     `train` split (retrieval only, so no `test` query shapes it); otherwise the settings' own.
     `progress(description, total)` is a context manager yielding `advance(n)` (the CLI's bar).
     """
-    from adaptive_rag.strategies import build_strategy, strategy_for_tier
-
-    suite = build_suite(settings.data_dir, settings)
     if retriever is None:
+        import tempfile
+
         from adaptive_rag.retrieval.tantivy_index import TantivyRetriever
 
-        retriever = TantivyRetriever.build(out_dir / "kb_index", suite.passages, title_boost=settings.title_boost)
+        suite = build_suite(settings.data_dir, settings)
+        with tempfile.TemporaryDirectory(prefix="arag-support-kb-") as work:
+            index = TantivyRetriever.build(Path(work) / "index", suite.passages, title_boost=settings.title_boost)
+            return _evaluate(suite, settings, out_dir, rows, split, limit, llm, index, router, run,
+                             auto_threshold, meta, progress)
+    return _evaluate(build_suite(settings.data_dir, settings), settings, out_dir, rows, split, limit,
+                     llm, retriever, router, run, auto_threshold, meta, progress)
+
+
+def _evaluate(
+    suite: SupportSuite, settings: Settings, out_dir: Path, rows: Sequence[str], split: str,
+    limit: int | None, llm: LLM | None, retriever: Retriever, router: RouterFn, run: bool,
+    auto_threshold: bool, meta: Mapping[str, Any] | None,
+    progress: Callable[[str, int], Any] | None,
+) -> SupportRun:
+    from adaptive_rag.strategies import build_strategy, strategy_for_tier
+
     sweep = threshold_sweep(suite.select("train"), retriever, max(HIT_K, settings.top_k))
     threshold_note = "settings"
     if auto_threshold and sweep["best"] is not None:

@@ -354,7 +354,7 @@ def test_cli_runs_the_support_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert report["meta"]["rows"] == ["router", "always_b"]
     assert report["meta"]["queries_per_kind"] == {kind: 1 for kind in KINDS}
     assert "auto" in report["meta"]["abstain_min_score"]
-    assert (out / "support.png").exists()
+    assert (out / "support.png").exists() and not (out / "kb_index").exists()  # index in a temp dir
     assert f"Command: `arag eval --suite support --limit 1 --out {out}" in (out / "report.md").read_text()
 
 
