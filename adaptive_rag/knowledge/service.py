@@ -146,6 +146,9 @@ class KnowledgeBaseService:
 
     def _apply_batch(self, tenant: str, documents: Sequence[Document], delete_ids: Sequence[str]) -> ChangeSummary:
         known = self.records.documents(tenant, [d.id for d in documents] + list(delete_ids))
+        # Records without an index (its directory or cluster was wiped, or another deployment's
+        # index shares these records): nothing counts as unchanged, nothing is there to remove.
+        index_there = self.index.exists(tenant)
         write: list[Passage] = []
         remove: list[str] = []
         saved: list[DocumentRecord] = []
@@ -153,7 +156,7 @@ class KnowledgeBaseService:
         for doc in documents:
             sha = self._sha(doc)
             before = known.get(doc.id)
-            if before is not None and before.content_sha256 == sha:
+            if before is not None and before.content_sha256 == sha and index_there:
                 unchanged += 1
                 if before.source != doc.source:  # moved between sources: keep the new owner
                     saved.append(self._record(doc, before.chunks))
@@ -169,15 +172,21 @@ class KnowledgeBaseService:
         deleted = [doc_id for doc_id in delete_ids if doc_id in known]
         for doc_id in deleted:
             remove.extend(chunk_ids(doc_id, 0, known[doc_id].chunks))
+        if not index_there:
+            remove = []
         if write:
             self.index.upsert(tenant, write)
         if remove:
             self.index.delete(tenant, remove)
-        state = self.records.save(tenant, saved, deleted)
+        if saved or deleted:
+            generation = self.records.save(tenant, saved, deleted).generation
+        else:  # nothing changed: a tenant without a knowledge base does not get an empty one
+            state = self.records.state(tenant)
+            generation = state.generation if state else 0
         return ChangeSummary(
             added=added, updated=updated, unchanged=unchanged, deleted=len(deleted),
             not_found=len(delete_ids) - len(deleted), chunks_written=len(write),
-            chunks_removed=len(remove), generation=state.generation,
+            chunks_removed=len(remove), generation=generation,
         )
 
     # --- reads -----------------------------------------------------------------------------------
