@@ -11,7 +11,8 @@ On a fresh machine, with no server running, it
 4. imports the demo help centre (the fictional Lumora, `demo/knowledge_base.jsonl`) into tenant
    'demo' through the KnowledgeBase gRPC API (a `kb:write` key), and creates an API key to ask;
 5. sends the example questions of every tier (`demo/questions.json`) through a real gRPC channel
-   and prints, per query, tier, strategy, who routed it (model version or rules fallback), answer,
+   and prints, per query, tier, strategy, who routed it (model version, rules fallback or the
+   small-talk detector), answer,
    sources and latency;
 6. stops everything, also on Ctrl-C, SIGTERM and errors, and checks no process it started is left.
 
@@ -34,6 +35,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from adaptive_rag.contracts import SMALL_TALK_MODEL
 
 # The stack itself (shared with `make loadtest`) lives in services.demo.local.
 from services.demo.local import DEMO, Interrupted, install_stop_signals, local_stack
@@ -74,6 +77,7 @@ def ask(stub: Any, auth: tuple, question: str, timeout_s: float) -> dict[str, An
         "strategy": reply.strategy, "steps": reply.steps, "answer": reply.answer,
         "sources": [{"id": s.id, "title": s.title, "score": s.score} for s in reply.sources],
         "routed_by": (f"rules fallback ({info.reason})" if info.fallback
+                      else info.reason if info.model_name == SMALL_TALK_MODEL
                       else f"{info.model_name} v{info.model_version}"),
         "fallback": info.fallback, "model_version": info.model_version,
         "probabilities": dict(info.probabilities),

@@ -113,6 +113,8 @@ def test_demo_answers_every_tier_through_grpc_and_leaves_nothing_running(tmp_pat
         assert row["timings_ms"]["total"] > 0
         if row["fallback"]:
             assert row["routed_by"].startswith("rules fallback"), row
+        elif row["strategy"] == "small_talk":  # "hi there!": the small-talk detector, no classifier
+            assert row["routed_by"] == "small talk (greeting)" and row["answer"].startswith("Hello"), row
         else:  # routed by the model Triton serves, with its probabilities
             assert row["model_version"] == served_version, row
             assert row["routed_by"] == f"complexity v{served_version}", row
@@ -124,7 +126,8 @@ def test_demo_answers_every_tier_through_grpc_and_leaves_nothing_running(tmp_pat
         # The routing decision and the result recorded for the request say the same.
         decision = decisions[row["request_id"]]
         assert decision["tier"] == row["tier"] and bool(decision["fallback"]) == row["fallback"], (decision, row)
-        assert decision["model_version"] == (None if row["fallback"] else served_version), decision
+        by_model = not row["fallback"] and row["strategy"] != "small_talk"
+        assert decision["model_version"] == (served_version if by_model else None), decision
         assert decision["result_tier"] == row["tier"] and decision["answer"] == row["answer"], decision
         for source in row["sources"]:  # help-center passages (a greeting may match none)
             assert source["id"].startswith("kb-") and source["title"], source
