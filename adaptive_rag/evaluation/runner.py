@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 from adaptive_rag.evaluation.datasets import Question
 from adaptive_rag.evaluation.metrics import score
@@ -38,19 +39,28 @@ class Outcome:
         return self.em > 0 or self.acc > 0
 
 
-def load_outcomes(path: Path) -> dict[tuple[str, str, str], Outcome]:
-    """Outcomes already on disk; a line cut short by a crash is ignored (and redone)."""
-    outcomes: dict[tuple[str, str, str], Outcome] = {}
+R = TypeVar("R")
+
+
+def load_keyed_jsonl(path: Path, record: Callable[..., R]) -> dict[Any, R]:
+    """Records of a resumable results file by their `.key`; a line cut short by a crash is
+    ignored (and its work redone)."""
+    records: dict[Any, R] = {}
     if not path.exists():
-        return outcomes
+        return records
     with path.open(encoding="utf-8") as handle:
         for line in handle:
             try:
-                outcome = Outcome(**json.loads(line))
+                item = record(**json.loads(line))
             except (json.JSONDecodeError, TypeError):
                 continue
-            outcomes[outcome.key] = outcome
-    return outcomes
+            records[item.key] = item  # type: ignore[attr-defined]
+    return records
+
+
+def load_outcomes(path: Path) -> dict[tuple[str, str, str], Outcome]:
+    """Outcomes already on disk (see `load_keyed_jsonl`)."""
+    return load_keyed_jsonl(path, Outcome)
 
 
 def _end_last_line(path: Path) -> None:

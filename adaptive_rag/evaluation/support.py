@@ -47,6 +47,7 @@ from adaptive_rag.domain import Passage
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.evaluation.datasets import load_questions, split_of
 from adaptive_rag.evaluation.metrics import f1_score
+from adaptive_rag.evaluation.runner import load_keyed_jsonl
 from adaptive_rag.knowledge.documents import Document, Section, derived_document_id, normalise_title
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.routing.small_talk import small_talk_intent
@@ -454,15 +455,7 @@ def route(
 
 def load_support_outcomes(path: Path) -> dict[tuple[str, str], SupportOutcome]:
     """Outcomes already on disk; a line cut short by a crash is ignored (and redone)."""
-    outcomes: dict[tuple[str, str], SupportOutcome] = {}
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                outcome = SupportOutcome(**json.loads(line))
-            except (json.JSONDecodeError, TypeError):
-                continue
-            outcomes[outcome.key] = outcome
-    return outcomes
+    return load_keyed_jsonl(path, SupportOutcome)
 
 
 def _small_talk_outcome(query: SupportQuery) -> SupportOutcome:

@@ -18,8 +18,7 @@ from datetime import datetime
 from sqlalchemy import Engine, delete, func, select, text, update
 
 from adaptive_rag.errors import KnowledgeBaseBusyError
-from adaptive_rag.storage.models import KnowledgeBaseRow, KnowledgeDocument, utcnow
-from adaptive_rag.storage.records import _utc
+from adaptive_rag.storage.models import KnowledgeBaseRow, KnowledgeDocument, as_utc, utcnow
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +92,7 @@ class KnowledgeRecords:
             row = conn.execute(select(KnowledgeBaseRow).where(KnowledgeBaseRow.tenant == tenant)).first()
         if row is None:
             return None
-        return KnowledgeBaseState(tenant, row.generation, row.documents, row.chunks, _utc(row.updated_at))
+        return KnowledgeBaseState(tenant, row.generation, row.documents, row.chunks, as_utc(row.updated_at))
 
     def documents(self, tenant: str, doc_ids: Iterable[str] | None = None,
                   source: str | None = None) -> dict[str, DocumentRecord]:

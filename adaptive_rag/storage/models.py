@@ -73,6 +73,13 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def as_utc(value: datetime | None) -> datetime | None:
+    """SQLite returns naive datetimes; every timestamp these models write is UTC."""
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
 def _created_at() -> Mapped[datetime]:
     return mapped_column(DateTime(timezone=True), default=utcnow, server_default=func.now())
 

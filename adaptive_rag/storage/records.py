@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, exists, func, select, update
@@ -23,7 +23,7 @@ from adaptive_rag.contracts import (
 )
 from adaptive_rag.errors import ConfigurationError, DuplicateRequestError, RequestNotFoundError
 from adaptive_rag.storage.models import (
-    FEEDBACK_RATINGS, ApiKey, Feedback, QueryRequest, QueryResult, utcnow,
+    FEEDBACK_RATINGS, ApiKey, Feedback, QueryRequest, QueryResult, as_utc, utcnow,
 )
 from adaptive_rag.storage.models import RoutingDecision as DecisionRow
 
@@ -33,13 +33,6 @@ KEY_PREFIX = "arag_"
 def hash_key(key: str) -> str:
     """The stored form of an API key (sha256 hex): a database leak does not leak usable keys."""
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    """SQLite returns naive datetimes; every timestamp this store writes is UTC."""
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
 
 
 def _scopes_column(scopes: frozenset[Scope]) -> str:
@@ -139,7 +132,7 @@ class RecordStore:
                 ).order_by(ApiKey.id)
             )
             return [
-                ApiKeyView(r.id, r.tenant, r.key_prefix, _utc(r.created_at), _utc(r.revoked_at),
+                ApiKeyView(r.id, r.tenant, r.key_prefix, as_utc(r.created_at), as_utc(r.revoked_at),
                            _parse_scopes(r.scopes))
                 for r in rows
             ]
@@ -208,7 +201,7 @@ class RecordStore:
             return None
         return RequestView(
             row.request_id, row.tenant, row.client_request_id, row.query, RequestStatus(row.status),
-            _utc(row.created_at), _utc(row.updated_at),
+            as_utc(row.created_at), as_utc(row.updated_at),
         )
 
     def set_status(self, request_id: str, status: RequestStatus) -> None:
@@ -319,7 +312,7 @@ class RecordStore:
                     error_code=ErrorCode(r.error_code) if r.error_code else None,
                     answerable=bool(r.answerable), abstain_reason=r.abstain_reason,
                 ),
-                r.attempts, r.worker, _utc(r.created_at),
+                r.attempts, r.worker, as_utc(r.created_at),
             )
             for r in rows
         ]
