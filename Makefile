@@ -101,6 +101,10 @@ eval: setup-eval
 	$(ARAG) index --benchmark --data-dir $(DATA_DIR) --index-dir var/bench-index
 	$(ARAG) eval --data-dir $(DATA_DIR) --index-dir var/bench-index --limit 100 --out reports/eval
 
+## eval-support: the support suite on the test split (COVID FAQ knowledge base; ~10 min)
+eval-support: setup-eval
+	$(ARAG) eval --suite support --data-dir $(DATA_DIR) --out reports/support
+
 ## bench: retrieval recall/latency (embedded) and both retrieval backends side by side
 bench: bench-retrieval
 bench-retrieval: setup
@@ -205,6 +209,13 @@ test-demo: setup
 ## PostgreSQL, Triton, instant LLM endpoint), 1 and 4 clients; reports/frontdoor_overhead/ (~5 min)
 bench-frontdoor: setup
 	$(PY) -m benchmarks.frontdoor_overhead --out reports/frontdoor_overhead
+
+## bench-fair-share: two tenants, one flooding tier C at 10x its share; the other's latency alone,
+## with the flood and fair share on, and with it off, interleaved (Redis, workers, front door, a
+## fixed-latency LLM endpoint); reports/fair_share/ (~17 min)
+.PHONY: bench-fair-share eval-support
+bench-fair-share: setup
+	$(PY) -m benchmarks.fair_share
 
 # --- load testing (locust over gRPC) -----------------------------------------------------------------
 .PHONY: loadtest
