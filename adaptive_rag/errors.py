@@ -97,3 +97,8 @@ class OverShareError(QueueFullError):
 
 class KnowledgeBaseBusyError(AdaptiveRagError):
     """Another writer holds this tenant's knowledge base (an import or rebuild is running)."""
+
+
+class DependencyUnavailableError(AdaptiveRagError):
+    """A service the call needs (the records database, the task queue) is unreachable right now;
+    nothing was lost and the same call may be sent again (with its client_request_id)."""

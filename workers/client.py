@@ -28,21 +28,33 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
 import structlog
 from celery import Celery, states
 from celery.exceptions import TimeoutError as CeleryTimeoutError
+from kombu.exceptions import KombuError
 
 from adaptive_rag.contracts import (
     ANSWER_TASK, QUEUE_FOR_TIER, SHADOW_QUEUE, SHARED_QUEUE, AnswerResult, AnswerTask, ErrorCode,
     ResultKind, Tier,
 )
+from adaptive_rag.errors import DependencyUnavailableError
 from workers import celery_app as _celery
 from workers.celery_app import QUEUES
 
 LOG = structlog.get_logger("workers.client")
 # Subscribed from the start so the reader always has a connection to read from.
 IDLE_CHANNEL = "arag-frontdoor-idle"
+
+
+@contextlib.contextmanager
+def _broker_errors(what: str):
+    """The broker's own exceptions (kombu, redis, sockets) as the library's precise error."""
+    try:
+        yield
+    except (KombuError, redis.RedisError, OSError) as exc:
+        raise DependencyUnavailableError(f"the task queue is unreachable ({what}: {type(exc).__name__}: {exc})") from exc
 
 
 class CeleryTaskQueue:
@@ -60,13 +72,14 @@ class CeleryTaskQueue:
 
     def enqueue(self, task: AnswerTask) -> None:
         """Send the task to its tier's queue (shadow runs: the shadow queue) with that tier's
-        soft/hard time limits."""
+        soft/hard time limits; `DependencyUnavailableError` when the broker cannot take it."""
         soft, hard = self.settings.time_limits(task.tier)
         queue = self.queue_name(task.tier) if task.kind is ResultKind.PRIMARY else SHADOW_QUEUE
-        self._sender.send_task(
-            ANSWER_TASK, kwargs={"task": task.model_dump(mode="json")}, task_id=task.task_id,
-            queue=queue, routing_key=queue, soft_time_limit=soft, time_limit=hard,
-        )
+        with _broker_errors(f"enqueue on '{queue}'"):
+            self._sender.send_task(
+                ANSWER_TASK, kwargs={"task": task.model_dump(mode="json")}, task_id=task.task_id,
+                queue=queue, routing_key=queue, soft_time_limit=soft, time_limit=hard,
+            )
 
     def depth(self, queue: str) -> int:
         """Messages waiting in `queue` (not the ones workers already reserved).
@@ -76,7 +89,7 @@ class CeleryTaskQueue:
         """
         if queue not in (*QUEUES, SHARED_QUEUE):
             raise ValueError(f"unknown queue {queue!r}; one of {', '.join(QUEUES)}")
-        with self.app.pool.acquire(block=True) as connection:
+        with _broker_errors(f"depth of '{queue}'"), self.app.pool.acquire(block=True) as connection:
             channel = connection.default_channel
             try:
                 return int(channel.queue_declare(queue=queue, passive=True).message_count)

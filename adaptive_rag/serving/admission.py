@@ -27,13 +27,15 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import structlog
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from adaptive_rag.contracts import (
     FINISHED, NEVER_RAN, SHADOW_TIER, SMALL_TALK_MODEL, AnswerResult, AnswerTask, Principal, RequestStatus,
     ResultKind, RoutingDecision, Scope, Tier, task_id_for,
 )
 from adaptive_rag.errors import (
-    AnswerFailedError, AnswerTimeoutError, ClientRequestIdReusedError, DuplicateRequestError,
+    AnswerFailedError, AnswerTimeoutError, ClientRequestIdReusedError, DependencyUnavailableError,
+    DuplicateRequestError,
     KnowledgeBaseMissingError, OverShareError, PermissionDeniedError, QueueFullError,
     RequestNotFinishedError, RequestNotFoundError, UnauthenticatedError,
 )
@@ -184,9 +186,14 @@ class AnswerService:
         self._io_pool.shutdown(wait=False, cancel_futures=True)
 
     async def _io(self, fn: Callable[..., T], *args: Any) -> T:
-        """A short blocking call (records, broker) off the event loop."""
+        """A short blocking call (records, broker) off the event loop; a database that does not
+        answer is `DependencyUnavailableError` (the caller may retry), not a bug."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._io_pool, functools.partial(fn, *args))
+        try:
+            return await loop.run_in_executor(self._io_pool, functools.partial(fn, *args))
+        except (OperationalError, InterfaceError) as exc:
+            raise DependencyUnavailableError(
+                f"the records database is unreachable ({type(exc.orig or exc).__name__})") from exc
 
     async def authenticate(self, api_key: str, progress: CallProgress, scope: Scope | None = None) -> Principal:
         """The caller's tenant and scopes; with `scope`, a key without it is refused."""
@@ -289,8 +296,11 @@ class AnswerService:
         progress.tier = tier
         queue = self.queue.queue_name(tier)
         limit = self.config.max_queue_depth[tier]
-        with progress.stage("admit"):
-            depth = await self._io(self.queue.depth, queue)
+        try:
+            with progress.stage("admit"):
+                depth = await self._io(self.queue.depth, queue)
+        except DependencyUnavailableError as exc:
+            raise await self._did_not_run(request_id, exc) from exc
         self._on_queue_depth(queue, depth)
         if depth >= limit:
             await self._io(self.records.set_status, request_id, RequestStatus.REJECTED)
@@ -310,8 +320,10 @@ class AnswerService:
         except asyncio.CancelledError:  # the enqueue may still happen in its thread
             self._release_when_done(tenant, tier, request_id)
             raise
-        except BaseException:  # nothing was queued: the slot is free at once
+        except BaseException as exc:  # nothing was queued: the slot is free at once
             await self._release(tenant, tier, request_id)
+            if isinstance(exc, DependencyUnavailableError):
+                raise await self._did_not_run(request_id, exc) from exc
             raise
         try:
             if decision.strategy != SMALL_TALK:  # nothing to learn from a greeting
@@ -326,6 +338,17 @@ class AnswerService:
             raise
         await self._release(tenant, tier, request_id)
         return Answered(request_id, decision, result, 1000 * (time.perf_counter() - started), False)
+
+    async def _did_not_run(self, request_id: str, cause: Exception) -> DependencyUnavailableError:
+        """Mark a request that could not be queued as never run (a resend with its
+        client_request_id admits it again) and say so to the caller."""
+        try:
+            await self._io(self.records.set_status, request_id, RequestStatus.REJECTED)
+        except Exception as exc:  # noqa: BLE001 - the records may be down too; the resend fixes it
+            LOG.warning("mark_not_run_failed", error=str(exc))
+        return DependencyUnavailableError(
+            f"{cause}; request {request_id} did not run: send it again (with the same "
+            "client_request_id to keep this request id)")
 
     async def _acquire(self, tenant: str, tier: Tier, request_id: str) -> None:
         """The tenant's token and slot, or `OverShareError` (the request is then `rejected`)."""

@@ -21,7 +21,7 @@ from grpc_reflection.v1alpha import reflection
 
 from adaptive_rag.contracts import QUEUE_FOR_TIER, SHADOW_QUEUE, ErrorCode, RoutingDecision, Tier
 from adaptive_rag.errors import (
-    AnswerFailedError, AnswerTimeoutError, ClientRequestIdReusedError, InvalidRequestError,
+    AnswerFailedError, AnswerTimeoutError, DependencyUnavailableError, ClientRequestIdReusedError, InvalidRequestError,
     KnowledgeBaseBusyError, KnowledgeBaseMissingError, OverShareError, PermissionDeniedError,
     QueueFullError, RequestNotFinishedError, RequestNotFoundError, UnauthenticatedError,
 )
@@ -50,6 +50,7 @@ STATUS_FOR_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
     (KnowledgeBaseMissingError, grpc.StatusCode.FAILED_PRECONDITION),
     (KnowledgeBaseBusyError, grpc.StatusCode.ABORTED),
+    (DependencyUnavailableError, grpc.StatusCode.UNAVAILABLE),
     (QueueFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (AnswerTimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
     (RequestNotFoundError, grpc.StatusCode.NOT_FOUND),

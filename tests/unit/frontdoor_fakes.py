@@ -116,11 +116,14 @@ class FakeQueue:
         self.depths: dict[str, int] = {}
         self.tasks: list[AnswerTask] = []
         self.done: dict[str, threading.Event] = {}
+        self.down: Exception | None = None  # raised by enqueue and depth while set (broker away)
 
     def queue_name(self, tier: Tier) -> str:
         return QUEUE_FOR_TIER[Tier(tier)]
 
     def enqueue(self, task: AnswerTask) -> None:
+        if self.down is not None:
+            raise self.down
         self.tasks.append(task)
         done = self.done.setdefault(task.task_id, threading.Event())
 
@@ -132,6 +135,8 @@ class FakeQueue:
         threading.Thread(target=run, daemon=True).start()
 
     def depth(self, queue: str) -> int:
+        if self.down is not None:
+            raise self.down
         return self.depths.get(queue, 0)
 
 

@@ -479,3 +479,16 @@ def test_a_tenant_over_its_share_gets_resource_exhausted_with_a_retry_after_hint
         assert h.answer("Which is older, X or Y?")[0].answer  # the slot came back with the answer
     finally:
         h.close()
+
+
+def test_a_broker_that_is_away_is_unavailable_and_the_resend_runs(harness):
+    from adaptive_rag.errors import DependencyUnavailableError
+
+    harness.queue.down = DependencyUnavailableError("the task queue is unreachable (depth: ConnectionError)")
+    error = status_of(harness.answer, "Which is older, X or Y?", client_request_id="c-down")
+    assert error.code() is grpc.StatusCode.UNAVAILABLE and "did not run: send it again" in error.details()
+    request_id = trailing(error.trailing_metadata())["x-request-id"]
+    assert harness.store.requests[request_id].status is RequestStatus.REJECTED
+    harness.queue.down = None
+    reply, _ = harness.answer("Which is older, X or Y?", client_request_id="c-down")
+    assert reply.request_id == request_id and reply.answer

@@ -14,7 +14,7 @@ from adaptive_rag.contracts import (
     AnswerResult, AnswerTask, ErrorCode, RequestStatus, ResultKind, Scope, Tier,
 )
 from adaptive_rag.errors import (
-    KnowledgeBaseMissingError, OverShareError, PermissionDeniedError,
+    DependencyUnavailableError, KnowledgeBaseMissingError, OverShareError, PermissionDeniedError,
     AnswerFailedError, AnswerTimeoutError, ClientRequestIdReusedError, IndexNotFoundError,
     InvalidQueryError, QueueFullError, RequestNotFinishedError, RequestNotFoundError,
     UnauthenticatedError,
@@ -369,3 +369,28 @@ def test_a_slot_is_held_while_the_work_runs_even_after_the_caller_stopped_waitin
         assert share.held["acme"] == set()
 
     run(scenario())
+
+
+def test_a_request_the_queue_could_not_take_is_never_lost_and_runs_when_resent():
+    svc, store, queue, _ = service()
+    queue.down = DependencyUnavailableError("the task queue is unreachable (enqueue: ConnectionError)")
+    with pytest.raises(DependencyUnavailableError, match="did not run: send it again") as info:
+        run(svc.answer(KEY, b"compare", "c-9", soon(), CallProgress()))
+    stored = store.find_request("acme", "c-9")
+    assert stored.status is RequestStatus.REJECTED and stored.request_id in str(info.value)
+    queue.down = None  # the broker is back: the resend runs under the same request id
+    again = run(svc.answer(KEY, b"compare", "c-9", soon(), CallProgress()))
+    assert again.request_id == stored.request_id and again.result.answer == "answer to compare"
+
+
+def test_a_records_database_that_does_not_answer_is_unavailable_not_a_bug():
+    from sqlalchemy.exc import OperationalError
+
+    svc, store, _, _ = service()
+
+    def down(*_args):
+        raise OperationalError("SELECT 1", {}, ConnectionRefusedError("connection refused"))
+
+    store.principal_for_key = down
+    with pytest.raises(DependencyUnavailableError, match="records database is unreachable"):
+        run(svc.answer(KEY, b"compare", None, soon(), CallProgress()))
