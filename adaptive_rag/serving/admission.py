@@ -517,6 +517,20 @@ class AnswerService:
         LOG.info("feedback", rating=rating, feedback_id=feedback_id)
         return feedback_id
 
+    # --- health ----------------------------------------------------------------------------------
+
+    async def dependency_problems(self) -> list[str]:
+        """What keeps this front door from answering right now (empty: nothing): the records
+        database and the task queue are each asked once."""
+        problems = []
+        for name, check in (("records database", self.records.ping),
+                            ("task queue", lambda: self.queue.depth(self.queue.queue_name(Tier.A)))):
+            try:
+                await self._io(check)
+            except Exception as exc:  # noqa: BLE001 - any failure means not serving
+                problems.append(f"{name}: {exc}")
+        return problems
+
     # --- queues ----------------------------------------------------------------------------------
 
     async def queue_depths(self, queues: list[str]) -> dict[str, int]:

@@ -89,6 +89,11 @@ class RecordStore:
             )
         self._insert = insert
 
+    def ping(self) -> None:
+        """One round trip to the database (health checks); raises when it does not answer."""
+        with self.engine.connect() as conn:
+            conn.execute(select(1))
+
     # --- API keys -------------------------------------------------------------------------------
     def create_api_key(self, tenant: str, scopes: frozenset[Scope] = DEFAULT_SCOPES) -> str:
         """A new key for `tenant` with `scopes`; the plaintext is returned once and never stored."""

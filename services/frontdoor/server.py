@@ -231,6 +231,21 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
 
         return await self.run_call("Route", context, body)
 
+    async def watch_health(self, health_servicer: health.aio.HealthServicer, interval_s: float = 5.0) -> None:
+        """Health says NOT_SERVING while the records database or the task queue is away (a load
+        balancer then sends calls to another replica), SERVING again when both answer."""
+        serving = True
+        while True:
+            problems = await self.service.dependency_problems()
+            if serving != (not problems):
+                serving = not problems
+                status = (health_pb2.HealthCheckResponse.SERVING if serving
+                          else health_pb2.HealthCheckResponse.NOT_SERVING)
+                for name in ("", SERVICE_NAME, KB_SERVICE_NAME):
+                    await health_servicer.set(name, status)
+                (LOG.info if serving else LOG.warning)("health", serving=serving, problems=problems)
+            await asyncio.sleep(interval_s)
+
     async def watch_queues(self, interval_s: float = 5.0) -> None:
         """Keep the queue-depth gauge current for every queue, not only the ones queried."""
         queues = [*QUEUE_FOR_TIER.values(), SHADOW_QUEUE]
@@ -265,6 +280,7 @@ async def start_server(
     library: Settings, settings: FrontDoorSettings, records: Records, queue: TaskQueue, waiter: Any,
     router: ClassifierRouter, knowledge: KnowledgeBaseService, metrics: FrontDoorMetrics | None = None,
     listen: str | None = None, poll_models: bool = True, queue_watch_s: float | None = 5.0,
+    health_watch_s: float | None = 5.0,
     sample: Callable[[], float] = random.random, fair_share: FairShare | None = None,
 ) -> RunningServer:
     """Build, bind and start the server (health + reflection included); `listen` may end in :0.
@@ -295,5 +311,8 @@ async def start_server(
         tasks.append(asyncio.create_task(router.poll_forever(), name="model-poll"))
     if queue_watch_s:
         tasks.append(asyncio.create_task(servicer.watch_queues(queue_watch_s), name="queue-watch"))
+    if health_watch_s:
+        tasks.append(asyncio.create_task(servicer.watch_health(health_servicer, health_watch_s),
+                                         name="health-watch"))
     LOG.info("listening", port=port, model_version=router.version)
     return RunningServer(server, port, servicer, health_servicer, tasks, router, waiter)

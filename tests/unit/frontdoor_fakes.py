@@ -42,6 +42,10 @@ class FakeStore:
         self._ids = itertools.count(1)
         self.lock = threading.Lock()
 
+    def ping(self) -> None:
+        if getattr(self, "down", None) is not None:
+            raise self.down
+
     def add_key(self, key: str, tenant: str, scopes: frozenset[Scope] = DEFAULT_SCOPES) -> None:
         self.keys[hashlib.sha256(key.encode()).hexdigest()] = Principal(tenant=tenant, scopes=scopes)
 

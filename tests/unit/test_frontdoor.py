@@ -35,7 +35,7 @@ class Harness:
     """The aio server on its own event loop thread; tests talk to it with the sync client."""
 
     def __init__(self, settings: FrontDoorSettings, delay_s: float = 0.0, work=None,
-                 fair_share=None) -> None:
+                 fair_share=None, health_watch_s: float | None = None) -> None:
         self.store = FakeStore()
         self.store.add_key(KEY, "acme")
         self.store.add_key(OTHER_KEY, "globex")
@@ -50,7 +50,8 @@ class Harness:
         self.running = asyncio.run_coroutine_threadsafe(
             start_server(LIBRARY, settings, self.store, self.queue, FakeWaiter(self.queue), self.router,
                          self.knowledge, self.metrics, listen="127.0.0.1:0", poll_models=False, queue_watch_s=None,
-                         sample=lambda: self.samples[0], fair_share=fair_share),
+                         sample=lambda: self.samples[0], fair_share=fair_share,
+                         health_watch_s=health_watch_s),
             self.loop,
         ).result(10)
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.running.port}")
@@ -492,3 +493,35 @@ def test_a_broker_that_is_away_is_unavailable_and_the_resend_runs(harness):
     harness.queue.down = None
     reply, _ = harness.answer("Which is older, X or Y?", client_request_id="c-down")
     assert reply.request_id == request_id and reply.answer
+
+
+def test_health_is_not_serving_while_the_database_or_the_broker_is_away():
+    from adaptive_rag.errors import DependencyUnavailableError
+
+    h = Harness(make_settings(), health_watch_s=0.05)
+    try:
+        health = health_pb2_grpc.HealthStub(h.channel)
+
+        def status(service: str = SERVICE_NAME) -> int:
+            return health.Check(health_pb2.HealthCheckRequest(service=service)).status
+
+        def becomes(expected: int) -> bool:
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                if status() == expected and status("") == expected:
+                    return True
+                time.sleep(0.05)
+            return False
+
+        assert becomes(health_pb2.HealthCheckResponse.SERVING)
+        h.queue.down = DependencyUnavailableError("broker away")
+        assert becomes(health_pb2.HealthCheckResponse.NOT_SERVING)
+        h.queue.down = None
+        assert becomes(health_pb2.HealthCheckResponse.SERVING)
+        h.store.down = ConnectionRefusedError("database away")
+        assert becomes(health_pb2.HealthCheckResponse.NOT_SERVING)
+        assert status(KB_SERVICE_NAME) == health_pb2.HealthCheckResponse.NOT_SERVING
+        h.store.down = None
+        assert becomes(health_pb2.HealthCheckResponse.SERVING)
+    finally:
+        h.close()
