@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import signal
@@ -36,6 +37,19 @@ LOCUSTFILE = REPO / "loadtest" / "locustfile.py"
 PROFILES = ("steady", "step", "spike", "soak")
 DEFAULT_USERS = 4
 DEFAULT_RUN_TIME = "60s"
+DEFAULT_USER_PERIOD_S = 4.0
+
+
+def resolve_users(args: argparse.Namespace) -> None:
+    """`--users`/`--spawn-rate` defaults; with `--rate`, enough users to offer it (each user one
+    call per `--user-period` s, so a call may take that long without the rate dropping)."""
+    if args.rate < 0:
+        raise SystemExit(f"--rate must be >= 0, got {args.rate}")
+    if args.users is None:
+        args.users = max(1, math.ceil(args.rate * args.user_period)) if args.rate > 0 else DEFAULT_USERS
+    if args.spawn_rate is None:
+        args.spawn_rate = (max(2.0, args.users / max(1.0, min(args.user_period, 10.0)))
+                           if args.rate > 0 else 2.0)
 
 
 def _parse_seconds(text: str | None) -> float | None:
@@ -75,6 +89,8 @@ def locust_command(args: argparse.Namespace, out: Path, host: str, metrics_url: 
         cmd += ["--broker-dir", str(broker_dir)]
     if args.expect_failures is not None:
         cmd += ["--expect-failures", args.expect_failures]
+    if getattr(args, "rate", 0):
+        cmd += ["--rate", f"{args.rate:g}"]
     return cmd + list(args.locust_args)
 
 
@@ -110,9 +126,18 @@ def main(argv: list[str] | None = None) -> int:
         epilog="Anything after `--` goes to locust as is (e.g. -- --wait 0.5 --per-dataset 50).")
     parser.add_argument("--load-profile", "--profile", dest="load_profile", choices=PROFILES,
                         default=os.environ.get("ARAG_LOAD_PROFILE", "steady"))
-    parser.add_argument("--users", "-u", type=int, default=DEFAULT_USERS,
-                        help=f"users (steady/soak, spike's base) (default {DEFAULT_USERS})")
-    parser.add_argument("--spawn-rate", "-r", type=float, default=2.0)
+    parser.add_argument("--users", "-u", type=int, default=None,
+                        help=f"users (steady/soak, spike's base) (default {DEFAULT_USERS}; with --rate: "
+                             f"enough for it, ceil(RATE x --user-period))")
+    parser.add_argument("--spawn-rate", "-r", type=float, default=None,
+                        help="users started per s (default 2; with --rate: all users within one --user-period)")
+    parser.add_argument("--rate", type=float, default=float(os.environ.get("ARAG_LOAD_RATE", "0") or 0),
+                        help="open loop: offer RATE Answers/s in all, each user paced by locust's "
+                             "constant_throughput(RATE/users) (default 0: closed loop)")
+    parser.add_argument("--user-period", type=float, default=DEFAULT_USER_PERIOD_S,
+                        help="with --rate: seconds between one user's calls, i.e. users = "
+                             "ceil(RATE x this); keep it above the worst latency expected "
+                             f"(default {DEFAULT_USER_PERIOD_S:g})")
     parser.add_argument("--run-time", "-t", default=None,
                         help=f"e.g. 60s, 5m (default: steady {DEFAULT_RUN_TIME}, others their own length)")
     parser.add_argument("--mix", default=os.environ.get("ARAG_LOAD_MIX", "A=60,B=30,C=10"))
@@ -147,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         args.locust_args = args.locust_args[1:]
     if args.run_time is None and args.load_profile == "steady":
         args.run_time = DEFAULT_RUN_TIME
+    resolve_users(args)
 
     from rich.console import Console
 
@@ -160,12 +186,13 @@ def main(argv: list[str] | None = None) -> int:
     length_s = expected_length_s(args)
     info: dict[str, Any] = {
         "name": name, "profile": args.load_profile, "users": args.users, "run_time": args.run_time,
-        "mix": args.mix, "query_source": args.query_source, "started": started_at.isoformat(timespec="seconds"),
+        "mix": args.mix, "query_source": args.query_source, "rate": args.rate or None, "started": started_at.isoformat(timespec="seconds"),
         "command": shlex.join(["python", "-m", "loadtest", *(argv if argv is not None else sys.argv[1:])]),
         "expected_length_s": length_s,
         "users_desc": {"step": f"1..{args.max_users} users, doubling every {args.step_seconds:g} s",
                        "spike": f"{args.users} users, {args.spike_users} in the middle third"}.get(
-                           args.load_profile, f"{args.users} users"),
+                           args.load_profile, f"{args.users} users")
+        + (f", open loop at {args.rate:g} Answers/s" if args.rate else ""),
     }
     from loadtest.shapes import PROFILES as SHAPES
 
@@ -202,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
                         {"A": server.parallel, "B": 2, "C": 2, "shadow": 1}))
                     console.print(f"shared llama-server on {server.base_url} (-np {server.parallel} "
                                   f"-t {server.threads})")
+                # The run measures the service, not one tenant's rate limit (unless configured):
+                # the load-test tenant gets no token bucket; its tier shares still apply.
+                os.environ.setdefault("ARAG_TENANT_LIMITS", json.dumps({"loadtest": {"rate_per_s": 0}}))
                 running = stack.enter_context(local_stack(
                     args.workdir, knowledge_base=args.knowledge_base, tenants=("loadtest",),
                     console=console, pools=("A", "B", "C", *(("shadow",) if _shadow_share() > 0 else ())),

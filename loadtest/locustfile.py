@@ -4,7 +4,8 @@
         --users 4 --run-time 60s --csv var/loadtest/run/locust --html var/loadtest/run/locust.html
 
 One user = one gRPC channel sending `Answer` calls back to back (closed loop; `--wait` adds think
-time): the query from the pools of `loadtest/queries.py` in the tier mix (`--mix`, default
+time; `--rate R` makes it open loop at R Answers/s in all, each user paced by locust's
+`constant_throughput(R/users)`): the query from the pools of `loadtest/queries.py` in the tier mix (`--mix`, default
 A=60,B=30,C=10), `query` as UTF-8 bytes, a fresh uuid4 `client_request_id`, the API key of
 `ARAG_API_KEY` as `authorization: Bearer ...`. Stats rows are per tier the reply reports
 (`Answer tier=A`); failures are grouped by gRPC status code. The load shape is a profile
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import sys
 import threading
 import time
@@ -31,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `locust -f loadtest/locustfile.py` from anywhere
     sys.path.insert(0, str(REPO))
 
-from locust import LoadTestShape, events, task  # noqa: E402  (locust monkey-patches on import)
+from locust import LoadTestShape, constant_throughput, events, task  # noqa: E402  (locust monkey-patches on import)
 from locust.exception import LocustError  # noqa: E402
 from locust.runners import MasterRunner, WorkerRunner  # noqa: E402
 
@@ -72,6 +74,10 @@ def _options(parser) -> None:
                        help="gRPC deadline of one Answer in s [ARAG_LOAD_TIMEOUT] (default 120)")
     group.add_argument("--wait", type=float, default=0.0, env_var="ARAG_LOAD_WAIT",
                        help="think time between a user's calls in s [ARAG_LOAD_WAIT] (default 0)")
+    group.add_argument("--rate", type=float, default=0.0, env_var="ARAG_LOAD_RATE",
+                       help="open-loop offered rate in Answers/s over all users [ARAG_LOAD_RATE]: each "
+                            "user paced by locust's constant_throughput(RATE/users); 0 = closed loop "
+                            "(default). Needs users >= RATE x latency (s) to be sustained; overrides --wait")
     group.add_argument("--step-seconds", type=float, default=30.0, env_var="ARAG_LOAD_STEP_SECONDS",
                        help="step profile: seconds per step [ARAG_LOAD_STEP_SECONDS] (default 30)")
     group.add_argument("--max-users", type=int, default=16, env_var="ARAG_LOAD_MAX_USERS",
@@ -145,6 +151,8 @@ def _setup(environment, **_kwargs) -> None:
 
 
 def _configure(environment, options) -> None:
+    if (getattr(options, "rate", 0.0) or 0.0) < 0:
+        raise ValueError(f"--rate must be >= 0 (0: closed loop), got {options.rate}")
     profile = shapes.make_profile(options.load_profile, profile_options(options, options.num_users))
     STATE["profile"] = profile
     if isinstance(environment.shape_class, ProfileShape):
@@ -157,7 +165,9 @@ def _configure(environment, options) -> None:
                                     options.per_dataset)
         STATE["picker"] = queries.QueryPicker(pools, queries.parse_mix(options.mix), seed=options.seed)
         sizes = ", ".join(f"{t}: {len(p)}" for t, p in pools.items())
-        LOG.info("profile %s, mix %s, query pools %s", profile.name, options.mix, sizes)
+        LOG.info("profile %s, mix %s, query pools %s, %s", profile.name, options.mix, sizes,
+                 f"open loop at {options.rate:g} Answers/s over {options.num_users} users"
+                 if getattr(options, "rate", 0.0) else "closed loop")
         log_path = _output_path(options.requests_log, options.csv_prefix, "requests.jsonl")
         if log_path:
             log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -256,7 +266,15 @@ class AdaptiveRagUser(GrpcUser):
 
     def wait_time(self) -> float:
         options = self.environment.parsed_options
-        return options.wait if options is not None else 0.0
+        if options is None:
+            return 0.0
+        rate = getattr(options, "rate", 0.0) or 0.0
+        if rate > 0:  # open loop at a fixed rate: locust's own pacing, RATE/users per user
+            pacer = getattr(self, "_pacer", None)
+            if pacer is None:
+                pacer = self._pacer = constant_throughput(rate / max(1, options.num_users or 1))
+            return pacer(self)
+        return options.wait
 
     def on_start(self) -> None:
         options = self.environment.parsed_options
@@ -267,6 +285,14 @@ class AdaptiveRagUser(GrpcUser):
         self.timeout = options.answer_timeout if options is not None else 120.0
         if STATE["picker"] is None:
             STATE["picker"] = queries.QueryPicker(queries.build_pools("demo"), queries.parse_mix(queries.DEFAULT_MIX))
+        rate = (getattr(options, "rate", 0.0) or 0.0) if options is not None else 0.0
+        if rate > 0:
+            # locust starts users in batches (once a second); without a random phase each batch
+            # would call at the same instant every period (bursts, not a steady rate)
+            import gevent
+
+            gevent.sleep(random.uniform(0.0, max(1, options.num_users or 1) / rate))
+            self._cp_last_run = time.perf_counter()  # constant_throughput's clock starts now
 
     @task
     def answer(self) -> None:
