@@ -114,24 +114,10 @@ def quick_plans() -> list[ModePlan]:
 
 def scrape(url: str) -> dict[str, tuple[float, float]]:
     """stage -> (sum s, count) of `arag_frontdoor_stage_seconds{method="Answer"}`."""
-    from prometheus_client.parser import text_string_to_metric_families
+    from services.frontdoor.metrics import stage_totals
 
     with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
-    out: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name != "arag_frontdoor_stage_seconds":
-            continue
-        for sample in family.samples:
-            if sample.labels.get("method") != "Answer":
-                continue
-            stage = sample.labels.get("stage", "?")
-            slot = out.setdefault(stage, [0.0, 0.0])
-            if sample.name.endswith("_sum"):
-                slot[0] = sample.value
-            elif sample.name.endswith("_count"):
-                slot[1] = sample.value
-    return {k: (v[0], v[1]) for k, v in out.items()}
+        return stage_totals(response.read().decode())
 
 
 def stage_delta(before: dict, after: dict) -> dict[str, dict[str, float]]:

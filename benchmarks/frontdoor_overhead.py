@@ -307,27 +307,15 @@ def stage_means(env: dict[str, str]) -> dict[str, float]:
     histogram (front doors that do not export it give {})."""
     import urllib.request
 
-    from prometheus_client.parser import text_string_to_metric_families
+    from services.frontdoor.metrics import stage_totals
 
     url = f"http://127.0.0.1:{env['ARAG_METRICS_PORT']}/metrics"
     try:
         text = urllib.request.urlopen(url, timeout=10).read().decode()
     except OSError:
         return {}
-    sums: dict[str, float] = {}
-    counts: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name != "arag_frontdoor_stage_seconds":
-            continue
-        for sample in family.samples:
-            if sample.labels.get("method") != "Answer":
-                continue
-            stage = sample.labels["stage"]
-            if sample.name.endswith("_sum"):
-                sums[stage] = sample.value
-            elif sample.name.endswith("_count"):
-                counts[stage] = sample.value
-    return {stage: round(1000 * sums[stage] / counts[stage], 3) for stage in sums if counts.get(stage)}
+    return {stage: round(1000 * total / calls, 3)
+            for stage, (total, calls) in stage_totals(text).items() if calls}
 
 
 def process_facts(pid: int) -> dict[str, Any]:

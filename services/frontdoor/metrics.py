@@ -7,6 +7,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from adaptive_rag.contracts import RoutingDecision, Tier
 
+STAGE_METRIC = "arag_frontdoor_stage_seconds"
+
 # Seconds; tier A answers in well under a second, C can take a minute.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 # Seconds; most stages take a millisecond or a few, waiting for a result can take a minute.
@@ -43,7 +45,7 @@ class FrontDoorMetrics:
             ["model"], registry=self.registry,
         )
         self.stages = Histogram(
-            "arag_frontdoor_stage_seconds", "Time per stage of a front-door call (authenticate, "
+            STAGE_METRIC, "Time per stage of a front-door call (authenticate, "
             "validate, idempotency, classify, record, admit, enqueue, wait, reply)",
             ["method", "stage"], buckets=STAGE_BUCKETS, registry=self.registry,
         )
@@ -76,3 +78,22 @@ class FrontDoorMetrics:
 def start_exporter(metrics: FrontDoorMetrics, port: int, address: str = "127.0.0.1"):
     """Serve `/metrics` on `address:port` in a daemon thread; returns (server, thread)."""
     return start_http_server(port, addr=address, registry=metrics.registry)
+
+
+def stage_totals(exposition: str, method: str = "Answer") -> dict[str, tuple[float, float]]:
+    """stage -> (seconds summed, calls) of `method` from a /metrics page (benchmarks read it)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(exposition):
+        if family.name != STAGE_METRIC:
+            continue
+        for sample in family.samples:
+            if sample.labels.get("method") != method:
+                continue
+            slot = totals.setdefault(sample.labels.get("stage", "?"), [0.0, 0.0])
+            if sample.name.endswith("_sum"):
+                slot[0] = sample.value
+            elif sample.name.endswith("_count"):
+                slot[1] = sample.value
+    return {stage: (total, calls) for stage, (total, calls) in totals.items()}
