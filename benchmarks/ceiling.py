@@ -54,6 +54,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
+from infra.local.servers import stop_process
+
 REPO = Path(__file__).resolve().parents[1]
 LOCUSTFILE = "loadtest/locustfile.py"
 TIERS = ("A", "B", "C")
@@ -319,13 +321,7 @@ def run_point(st: Stack, *, out: Path, tier: str, rate: float, users: int, ramp_
         t1 = time.time(); cpu1 = st.cpu.snapshot(); st1 = scrape(running.metrics_url)
         code = proc.wait(timeout=run_time + 120)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+        stop_process(proc, signal.SIGINT, 30.0)
         log.close()
     window = t1 - t0
     rows = [r for r in read_jsonl(out / "locust_requests.jsonl")]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import signal
 import subprocess
@@ -26,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from infra.local.servers import free_port
+from infra.local.servers import free_port, stop_process
 
 REPO = Path(__file__).resolve().parents[1]
 LLM_ANSWER = "Lumora."
@@ -114,13 +113,7 @@ def running_instant_llm(log_path: Path, latency_ms: float = 0.0) -> Iterator[str
             time.sleep(0.1)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+        stop_process(proc, signal.SIGTERM, 10.0)
 
 
 def cpu_model() -> str:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.instant_llm import running_instant_llm
+from infra.local.servers import stop_process
 
 REPO = Path(__file__).resolve().parents[1]
 LOCUSTFILE = REPO / "loadtest" / "locustfile.py"
@@ -110,13 +111,7 @@ def run_locust(cmd: list[str], env: dict[str, str], log_path: Path, timeout_s: f
             return_code = 130
             raise
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)  # locust writes its CSV/HTML on the way out
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
+            stop_process(proc, signal.SIGINT, 30.0)  # locust writes its CSV/HTML on the way out
         return return_code
 
 

@@ -10,6 +10,7 @@ Durability is switched off (no RDB/AOF, `fsync=off`): these servers hold test da
 from __future__ import annotations
 
 import os
+import signal
 import pwd
 import shutil
 import socket
@@ -37,6 +38,19 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = 10.0) -> None:
+    """Ask a child started in its own session to stop with `sig`; its whole process group is
+    killed if it is still there after `grace_s`."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
 
 
 def _tail(path: Path, chars: int = 3000) -> str:
