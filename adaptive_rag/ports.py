@@ -6,7 +6,7 @@ harness, workers and tests only ever see these protocols.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from adaptive_rag.domain import Completion, Passage
@@ -27,8 +27,20 @@ class Retriever(Protocol):
 
 @runtime_checkable
 class LLM(Protocol):
-    """A text-completion backend."""
+    """A generator: text completion for base models, chat for instruction models.
+
+    `prompt_style` says which of the two the strategies should use ("completion" or "chat").
+    """
+
+    prompt_style: str
 
     def generate(self, prompt: str, max_tokens: int, stop: Sequence[str] = ()) -> Completion:
         """Complete `prompt` greedily, up to `max_tokens`, cut at the first stop string."""
+        ...
+
+    def chat(
+        self, messages: Sequence[Mapping[str, str]], max_tokens: int, stop: Sequence[str] = ()
+    ) -> Completion:
+        """Answer the last of `messages` (role/content dicts) greedily, through the model's
+        chat template, up to `max_tokens`, cut at the first stop string."""
         ...

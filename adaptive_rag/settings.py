@@ -13,6 +13,7 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adaptive_rag.contracts import CLASSIFIER_MODEL
+from adaptive_rag.llm.readers import DEFAULT_READER, ReaderName, reader_model
 
 CACHE_DIR = Path.home() / ".cache" / "adaptive-rag"
 
@@ -91,6 +92,13 @@ class Settings(BaseSettings):
     llm_max_retries: int = Field(
         3, ge=0, validation_alias=AliasChoices("LLM_MAX_RETRIES", "llm_max_retries")
     )
+    # The embedded reader (`adaptive_rag.llm.readers`): which pinned GGUF llama.cpp loads. With
+    # LLM_BASE_URL set it still names the model family, which decides the prompt form.
+    reader: ReaderName = Field(DEFAULT_READER, validation_alias=env_name("ARAG_READER", "reader"))
+    # "auto": the reader's own form (few-shot completion for base models, chat for instruct ones).
+    prompt_style: Literal["auto", "completion", "chat"] = Field(
+        "auto", validation_alias=env_name("ARAG_PROMPT_STYLE", "prompt_style")
+    )
     gguf_path: Path | None = Field(
         None, validation_alias=AliasChoices("ARAG_GGUF_PATH", "gguf_path")
     )
@@ -157,6 +165,13 @@ class ClassifierSettings(BaseSettings):
     label_correct: Literal["em", "acc", "em_or_acc"] = Field(
         "em_or_acc", validation_alias=AliasChoices("ARAG_LABEL_CORRECT", "label_correct")
     )
+
+
+def prompt_style(settings: Settings) -> Literal["completion", "chat"]:
+    """The prompt form the generator gets: the configured one, or the reader's own."""
+    if settings.prompt_style != "auto":
+        return settings.prompt_style
+    return reader_model(settings.reader).prompt_style
 
 
 def as_environment(*settings: BaseSettings) -> dict[str, str | None]:

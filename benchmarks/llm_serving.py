@@ -74,13 +74,13 @@ class Prompt:
 
 
 def _tier_a(question: str) -> Prompt:
-    return Prompt(no_retrieval.PROMPT.format(question=question), no_retrieval.MAX_TOKENS,
-                  tuple(no_retrieval.STOP))
+    return Prompt(no_retrieval.PROMPT.text(question=question), no_retrieval.PROMPT.max_tokens,
+                  no_retrieval.PROMPT.stop)
 
 
 def _tier_b(question: str, passages: list[Passage]) -> Prompt:
-    return Prompt(single_step.PROMPT.format(passages=format_passages(passages), question=question),
-                  single_step.MAX_TOKENS, tuple(single_step.STOP))
+    return Prompt(single_step.PROMPT.text(passages=format_passages(passages), question=question),
+                  single_step.PROMPT.max_tokens, single_step.PROMPT.stop)
 
 
 def load_prompts(data_dir: Path) -> tuple[dict[str, list[Prompt]], str]:

@@ -2,7 +2,7 @@
 train, export and promote the routing classifier; manage API keys and tenants' knowledge bases.
 
 The commands live in the modules of this package (`answering`, `evaluation`, `classifier`,
-`model`, `keys`, `kb`); they import `common` (and `classifier` imports `model`), never this module,
+`model`, `keys`, `kb`, `reader`); they import `common` (and `classifier` imports `model`), never this module,
 which assembles them into one Typer `app`. Heavy libraries (torch, transformers, matplotlib)
 are imported inside the commands that need them.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typer
 
-from adaptive_rag.cli import answering, capacity, classifier, evaluation, kb, keys, model
+from adaptive_rag.cli import answering, capacity, classifier, evaluation, kb, keys, model, reader
 from adaptive_rag.cli.common import run_app
 
 app = typer.Typer(
@@ -31,6 +31,7 @@ for _name in classifier.TOP_LEVEL:
     app.command(name=_name)(getattr(classifier, _name))
 app.add_typer(model.model_app, name="model", help="classifier model versions: bootstrap, promote")
 app.add_typer(keys.keys_app, name="keys", help="API keys of tenants: create, list, revoke")
+app.add_typer(reader.reader_app, name="reader", help="embedded readers: list, fetch, assemble")
 app.add_typer(kb.kb_app, name="kb", help="tenants' knowledge bases: import, describe, delete")
 
 

@@ -1,14 +1,15 @@
 """Generator over any OpenAI-compatible HTTP endpoint (vLLM, TGI, llama.cpp server, hosted APIs).
 
-`api="chat"` (default) sends the prompt as one user message to `/v1/chat/completions`, which every
-such server and hosted API offers; `api="completions"` sends it as raw text to `/v1/completions`,
-the right choice for base models. Greedy decoding; token log-probabilities are requested and kept
+Chat prompts (instruction models, `prompt_style="chat"`) always go as their messages to
+`/v1/chat/completions`. Completion prompts (base models) go, with `api="chat"` (default), as one
+user message to the same endpoint, which every such server and hosted API offers; with
+`api="completions"` as raw text to `/v1/completions`, the right choice for base models. Greedy decoding; token log-probabilities are requested and kept
 when the server returns them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import httpx
@@ -57,7 +58,9 @@ class OpenAICompatibleLLM:
         api: Literal["chat", "completions"] = "chat",
         logprobs: bool = True,
         transport: httpx.BaseTransport | None = None,
+        prompt_style: Literal["completion", "chat"] = "completion",
     ) -> None:
+        self.prompt_style = prompt_style
         base = base_url.rstrip("/")
         if not base.endswith("/v1"):
             base += "/v1"
@@ -79,21 +82,30 @@ class OpenAICompatibleLLM:
         )(self._post_once)
 
     def _post_once(self, payload: dict) -> dict:
-        path = "/chat/completions" if self.api == "chat" else "/completions"
+        path = "/chat/completions" if "messages" in payload else "/completions"
         response = self._client.post(path, json=payload)
         response.raise_for_status()
         return response.json()
 
     def generate(self, prompt: str, max_tokens: int, stop: Sequence[str] = ()) -> Completion:
-        payload: dict = {"model": self.model, "max_tokens": max_tokens, "temperature": 0.0}
         if self.api == "chat":
-            payload["messages"] = [{"role": "user", "content": prompt}]
-        else:
-            payload["prompt"] = prompt
+            return self._complete({"messages": [{"role": "user", "content": prompt}]}, max_tokens, stop)
+        return self._complete({"prompt": prompt}, max_tokens, stop)
+
+    def chat(
+        self, messages: Sequence[Mapping[str, str]], max_tokens: int, stop: Sequence[str] = ()
+    ) -> Completion:
+        return self._complete({"messages": [dict(m) for m in messages]}, max_tokens, stop)
+
+    def _complete(self, prompt: dict, max_tokens: int, stop: Sequence[str]) -> Completion:
+        """POST one request: `prompt` holds `messages` (chat endpoint) or `prompt` (completions)."""
+        payload: dict = {
+            "model": self.model, "max_tokens": max_tokens, "temperature": 0.0, **prompt
+        }
         if stop:
             payload["stop"] = list(stop)[:4]  # the OpenAI API accepts at most four
         if self.logprobs:
-            payload["logprobs"] = True if self.api == "chat" else 1
+            payload["logprobs"] = True if "messages" in payload else 1
         try:
             body = self._post(payload)
         except (httpx.HTTPError, ValueError) as exc:

@@ -8,7 +8,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol
 
-from adaptive_rag.domain import Passage, StrategyResult
+from adaptive_rag.domain import Completion, Passage, StrategyResult
+from adaptive_rag.ports import LLM
+from adaptive_rag.prompts import Prompt
 
 
 class Strategy(Protocol):
@@ -17,6 +19,14 @@ class Strategy(Protocol):
     name: str
 
     def run(self, question: str) -> StrategyResult: ...
+
+
+def ask(llm: LLM, prompt: Prompt, **fields: str) -> Completion:
+    """Run one prompt in the form the generator wants: chat for instruction models, few-shot
+    completion for base models."""
+    if getattr(llm, "prompt_style", "completion") == "chat":
+        return llm.chat(prompt.messages(**fields), prompt.max_tokens, prompt.chat_stop)
+    return llm.generate(prompt.text(**fields), prompt.max_tokens, prompt.stop)
 
 
 # "Answer:", "Answer -", "So the answer is:", "A:" (but not the "A-" of "A-ha").

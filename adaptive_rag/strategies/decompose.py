@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from adaptive_rag.domain import StrategyResult
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.prompts import decompose as prompt
-from adaptive_rag.strategies.base import PhaseTimer, merge_passages
+from adaptive_rag.strategies.base import PhaseTimer, ask, merge_passages
 from adaptive_rag.strategies.single_step import read_answer
 
 _LIST_PREFIX = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|q\d*[:.])\s*", re.IGNORECASE)
@@ -22,8 +22,7 @@ _LIST_PREFIX = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|q\d*[:.])\s*", re.IGNORECA
 
 _WORD = re.compile(r"\w+")
 _FUNCTION_WORDS = frozenset(
-    "what which who whom whose when where why how is was are were the a an of in on at to for by "
-    "and or did does do from with that this film song".split()
+    ["what", "which", "who", "whom", "whose", "when", "where", "why", "how", "is", "was", "are", "were", "the", "a", "an", "of", "in", "on", "at", "to", "for", "by", "and", "or", "did", "does", "do", "from", "with", "that", "this", "film", "song"]
 )
 
 
@@ -62,9 +61,7 @@ class Decompose:
     def run(self, question: str) -> StrategyResult:
         timer = PhaseTimer()
         with timer.phase("generate"):
-            completion = self.llm.generate(
-                prompt.PROMPT.format(question=question), prompt.MAX_TOKENS, prompt.STOP
-            )
+            completion = ask(self.llm, prompt.PROMPT, question=question)
         subquestions = parse_subquestions(completion.text, question, prompt.MAX_SUBQUESTIONS)
         per_query = max(2, self.top_k // (len(subquestions) + 1) + 1)
         with timer.phase("retrieve"):

@@ -15,7 +15,7 @@ from adaptive_rag.domain import Passage, StrategyResult
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.prompts import format_passages
 from adaptive_rag.prompts import ircot as prompt
-from adaptive_rag.strategies.base import PhaseTimer, clean_answer, merge_passages
+from adaptive_rag.strategies.base import PhaseTimer, ask, clean_answer, merge_passages
 from adaptive_rag.strategies.single_step import read_answer
 
 # Leading "1." / "2)" / "-" the small model likes to start a line with; not a sentence.
@@ -59,14 +59,9 @@ class IRCoT:
                     passages, self.retriever.search(query, self.top_k), self.max_passages
                 )
             with timer.phase("generate"):
-                completion = self.llm.generate(
-                    prompt.PROMPT.format(
-                        passages=format_passages(passages),
-                        question=question,
-                        reasoning=" ".join(reasoning),
-                    ),
-                    prompt.MAX_TOKENS,
-                    prompt.STOP,
+                completion = ask(
+                    self.llm, prompt.PROMPT, passages=format_passages(passages),
+                    question=question, reasoning=" ".join(reasoning),
                 )
             sentence = first_sentence(completion.text)
             if prompt.ANSWER_MARKER in sentence:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from adaptive_rag.domain import StrategyResult
 from adaptive_rag.ports import LLM
 from adaptive_rag.prompts import no_retrieval as prompt
-from adaptive_rag.strategies.base import PhaseTimer, clean_answer
+from adaptive_rag.strategies.base import PhaseTimer, ask, clean_answer
 
 
 @dataclass
@@ -18,9 +18,7 @@ class NoRetrieval:
     def run(self, question: str) -> StrategyResult:
         timer = PhaseTimer()
         with timer.phase("generate"):
-            completion = self.llm.generate(
-                prompt.PROMPT.format(question=question), prompt.MAX_TOKENS, prompt.STOP
-            )
+            completion = ask(self.llm, prompt.PROMPT, question=question)
         return StrategyResult(
             strategy=self.name, answer=clean_answer(completion.text), steps=0,
             timings=timer.finish(),

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from adaptive_rag.domain import Passage, StrategyResult
 from adaptive_rag.ports import LLM, Retriever
-from adaptive_rag.prompts import format_passages
+from adaptive_rag.prompts import Prompt, format_passages
 from adaptive_rag.prompts import single_step as prompt
-from adaptive_rag.strategies.base import PhaseTimer, clean_answer
+from adaptive_rag.strategies.base import PhaseTimer, ask, clean_answer
 
 BELOW_THRESHOLD = "no passage above the retrieval threshold"
 READER_FOUND_NONE = "the reader found no answer in the passages"
@@ -26,14 +26,10 @@ _NON_WORD = re.compile(r"[^\w]+")
 
 
 def read_answer(
-    llm: LLM, question: str, passages: Sequence[Passage], template: str = prompt.PROMPT
+    llm: LLM, question: str, passages: Sequence[Passage], template: Prompt = prompt.PROMPT
 ) -> str:
     """The shared reader: answer `question` from `passages` in a few words."""
-    completion = llm.generate(
-        template.format(passages=format_passages(passages), question=question),
-        prompt.MAX_TOKENS,
-        prompt.STOP,
-    )
+    completion = ask(llm, template, passages=format_passages(passages), question=question)
     return clean_answer(completion.text)
 
 
@@ -66,7 +62,7 @@ class SingleStep:
                 strategy=self.name, answer="", steps=1, passages=passages,
                 timings=timer.finish(), answerable=False, abstain_reason=BELOW_THRESHOLD,
             )
-        template = prompt.PROMPT_ABSTAIN if self.reader_abstains else prompt.PROMPT
+        template = prompt.ABSTAIN if self.reader_abstains else prompt.PROMPT
         with timer.phase("generate"):
             answer = read_answer(self.llm, question, passages, template)
         if self.reader_abstains and says_no_answer(answer):

@@ -39,7 +39,7 @@ LLAMA_CPP_VERSION = "0.3.36"
 # Per slot: the embedded model's default context (Settings.llm_context); the strategies' prompts
 # are at most ~2,000 tokens. llama-server splits `ctx_size` evenly over the slots.
 CTX_PER_SLOT = 4096
-MODEL_ALIAS = "gemma-3-270m"
+MODEL_ALIAS = "arag-reader"
 # Host-memory prompt cache of idle slots (llama-server's default is up to 8 GiB): bounded here on
 # a shared machine; 0 switches it off (slot-level prefix reuse stays on).
 CACHE_RAM_MIB = 1024
@@ -82,12 +82,11 @@ def server_binary(version: str = LLAMA_CPP_VERSION, *, build: bool = True) -> Pa
 
 
 def default_model_path() -> Path:
-    """The assembled Gemma 3 270M GGUF (`ARAG_GGUF_PATH`, else the embedded model's default)."""
-    from adaptive_rag.llm.llama_cpp import default_gguf_path
+    """The configured reader's verified GGUF (`ARAG_GGUF_PATH`, else `ARAG_READER`)."""
+    from adaptive_rag.llm import embedded_model_path
     from adaptive_rag.settings import Settings
 
-    settings = Settings()
-    return settings.gguf_path or default_gguf_path(settings.cache_dir)
+    return embedded_model_path(Settings())
 
 
 def _tail(path: Path, chars: int = 3000) -> str:

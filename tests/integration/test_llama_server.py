@@ -47,8 +47,8 @@ QUESTIONS = (
 
 
 def tier_a(question: str) -> tuple[str, int, tuple[str, ...]]:
-    return (no_retrieval.PROMPT.format(question=question), no_retrieval.MAX_TOKENS,
-            tuple(no_retrieval.STOP))
+    return (no_retrieval.PROMPT.text(question=question), no_retrieval.PROMPT.max_tokens,
+            no_retrieval.PROMPT.stop)
 
 
 @pytest.fixture(scope="module")

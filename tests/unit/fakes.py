@@ -6,7 +6,7 @@ no `__init__.py`, so every test module here can import this file by its basename
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from adaptive_rag.domain import Completion, Passage
@@ -26,7 +26,10 @@ class FakeLLM:
     fails the test loudly instead of inventing text.
     """
 
-    def __init__(self, replies: Sequence[str] | Callable[[str], str] = ()) -> None:
+    def __init__(
+        self, replies: Sequence[str] | Callable[[str], str] = (), prompt_style: str = "completion"
+    ) -> None:
+        self.prompt_style = prompt_style
         self._script: Callable[[str], str] | None = replies if callable(replies) else None
         self._replies = [] if callable(replies) else list(replies)
         self.calls: list[LLMCall] = []
@@ -42,6 +45,12 @@ class FakeLLM:
         return Completion(
             text=text, prompt_tokens=len(prompt.split()), completion_tokens=len(text.split())
         )
+
+    def chat(
+        self, messages: Sequence[Mapping[str, str]], max_tokens: int, stop: Sequence[str] = ()
+    ) -> Completion:
+        """Chat calls are recorded as their messages' contents joined by blank lines."""
+        return self.generate("\n\n".join(m["content"] for m in messages), max_tokens, stop)
 
     @property
     def prompts(self) -> list[str]:

@@ -23,7 +23,7 @@ def test_defaults_keep_the_plain_reader_and_never_abstain() -> None:
     llm, passages = FakeLLM(["Answer: the Danube"]), scored(0.1, 0.05)
     result = SingleStep(FakeRetriever(passages), llm).run("which river?")
     assert (result.answer, result.answerable, result.abstain_reason) == ("the Danube", True, "")
-    assert llm.prompts == [prompt.PROMPT.format(passages=format_passages(passages), question="which river?")]
+    assert llm.prompts == [prompt.PROMPT.text(passages=format_passages(passages), question="which river?")]
     assert prompt.NO_ANSWER_MARKER not in llm.prompts[0]
 
 
@@ -61,7 +61,7 @@ def test_the_reader_marker_abstains(reply: str) -> None:
     assert result.abstain_reason == READER_FOUND_NONE == "the reader found no answer in the passages"
     assert result.answer == ""
     assert "If the passages above do not answer the question" in llm.prompts[0]
-    assert llm.calls[0].max_tokens == prompt.MAX_TOKENS and llm.calls[0].stop == prompt.STOP
+    assert llm.calls[0].max_tokens == prompt.PROMPT.max_tokens and llm.calls[0].stop == prompt.PROMPT.stop
 
 
 def test_the_abstaining_reader_still_answers_when_it_can() -> None:
@@ -90,8 +90,8 @@ def test_says_no_answer_needs_the_marker_words_in_order() -> None:
 
 
 def test_abstain_prompt_is_a_separate_constant_with_both_placeholders() -> None:
-    assert prompt.PROMPT_ABSTAIN != prompt.PROMPT
-    text = prompt.PROMPT_ABSTAIN.format(passages="[1] T: x", question="Q?")
+    assert prompt.ABSTAIN != prompt.PROMPT
+    text = prompt.ABSTAIN.text(passages="[1] T: x", question="Q?")
     assert text.startswith("[1] T: x") and text.endswith("Question: Q?\nAnswer:")
     assert text.count(prompt.NO_ANSWER_MARKER) == 2  # the instruction and the worked example
 

@@ -202,3 +202,19 @@ def test_timeouts(timeout_s: float, connect: float) -> None:
     llm = make_llm(Server((200, CHAT_BODY)), timeout_s=timeout_s)
     assert llm._client.timeout.read == timeout_s
     assert llm._client.timeout.connect == connect
+
+
+def test_chat_prompts_go_as_their_messages() -> None:
+    server = Server((200, CHAT_BODY))
+    llm = make_llm(server, prompt_style="chat")
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital?"}]
+    assert llm.chat(messages, 8, stop=("\n",)).text == "Paris"
+    assert server.payloads[0]["messages"] == messages
+    assert server.payloads[0]["stop"] == ["\n"]
+
+
+def test_chat_prompts_use_the_chat_endpoint_whatever_the_completion_api() -> None:
+    server = Server((200, CHAT_BODY))
+    llm = make_llm(server, api="completions", prompt_style="chat")
+    assert llm.chat([{"role": "user", "content": "Capital?"}], 8).text == "Paris"
+    assert server.requests[0].url.path.endswith("/chat/completions")

@@ -146,8 +146,8 @@ def test_no_retrieval(settings) -> None:
     assert len(llm.calls) == 1
     call = llm.calls[0]
     assert call.prompt.endswith("Question: What is the capital of France?\nAnswer:")
-    assert call.max_tokens == no_retrieval_prompt.MAX_TOKENS
-    assert call.stop == tuple(no_retrieval_prompt.STOP)
+    assert call.max_tokens == no_retrieval_prompt.PROMPT.max_tokens
+    assert call.stop == no_retrieval_prompt.PROMPT.stop
     assert_timings(result, {"generate"})
 
 
@@ -170,8 +170,8 @@ def test_single_step() -> None:
         assert p.title in prompt and p.text in prompt
     assert docs[3].title not in prompt
     assert prompt.endswith("Question: Which river?\nAnswer:")
-    assert llm.calls[0].max_tokens == single_step_prompt.MAX_TOKENS
-    assert llm.calls[0].stop == tuple(single_step_prompt.STOP)
+    assert llm.calls[0].max_tokens == single_step_prompt.PROMPT.max_tokens
+    assert llm.calls[0].stop == single_step_prompt.PROMPT.stop
     assert_timings(result, {"retrieve", "generate"})
 
 
@@ -213,8 +213,8 @@ def test_ircot_stops_at_the_answer_marker() -> None:
     # The reasoning so far is fed back into the next prompt, with the passages gathered so far.
     assert llm.calls[1].prompt.endswith("Reasoning: Jaws was directed by Steven Spielberg.")
     assert llm.calls[1].prompt.startswith(format_passages(result.passages))
-    assert all(c.max_tokens == ircot_prompt.MAX_TOKENS for c in llm.calls)
-    assert all(c.stop == tuple(ircot_prompt.STOP) for c in llm.calls)
+    assert all(c.max_tokens == ircot_prompt.PROMPT.max_tokens for c in llm.calls)
+    assert all(c.stop == ircot_prompt.PROMPT.stop for c in llm.calls)
     assert_timings(result, {"retrieve", "generate"})
 
 
@@ -248,7 +248,7 @@ def test_ircot_runs_to_max_steps_then_the_reader_answers() -> None:
     assert retriever.query_texts == [QUESTION, "Fact number 0 is noted.", "Fact number 1 is noted."]
     # The reader sees exactly the passages gathered.
     assert llm.prompts[-1].startswith(format_passages(result.passages))
-    assert llm.calls[-1].max_tokens == single_step_prompt.MAX_TOKENS
+    assert llm.calls[-1].max_tokens == single_step_prompt.PROMPT.max_tokens
 
 
 def test_ircot_query_with_question() -> None:
@@ -372,8 +372,8 @@ def test_decompose_runs_one_search_per_subquestion() -> None:
     assert len(llm.calls) == 2
     assert DECOMPOSE_MARK in llm.prompts[0]
     assert llm.prompts[0].endswith(f"Question: {HEAT}\n")
-    assert llm.calls[0].max_tokens == decompose_prompt.MAX_TOKENS
-    assert llm.calls[0].stop == tuple(decompose_prompt.STOP)
+    assert llm.calls[0].max_tokens == decompose_prompt.PROMPT.max_tokens
+    assert llm.calls[0].stop == decompose_prompt.PROMPT.stop
     assert is_reader(llm.prompts[1])
     assert llm.prompts[1].startswith(format_passages(result.passages))
     # The question's own hits come first.
