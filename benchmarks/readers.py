@@ -28,11 +28,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from adaptive_rag.evaluation.datasets import (
-    MULTI_HOP,
-    limit_per_dataset,
-    load_questions,
-)
+from adaptive_rag.evaluation.bootstrap import Interval, difference_interval, mean_interval
+from adaptive_rag.evaluation.datasets import MULTI_HOP, limit_per_dataset, load_questions
 from adaptive_rag.evaluation.runner import Outcome, load_outcomes, run_evaluation
 from adaptive_rag.llm import build_llm
 from adaptive_rag.llm.readers import READERS
@@ -71,39 +68,37 @@ def run(args: argparse.Namespace) -> None:
         )
 
 
-def _rows(outcomes: dict[tuple[str, str, str], Outcome]) -> dict[str, dict[str, Outcome]]:
-    """Outcomes by row name (`reader/strategy`), then by `dataset/question id`."""
-    rows: dict[str, dict[str, Outcome]] = {}
+Key = tuple[str, str]  # (dataset, question id)
+
+
+def _rows(outcomes: dict[tuple[str, str, str], Outcome]) -> dict[str, dict[Key, Outcome]]:
+    """Outcomes by row name (`reader/strategy`), then by (dataset, question id)."""
+    rows: dict[str, dict[Key, Outcome]] = {}
     for (dataset, qid, name), outcome in outcomes.items():
-        rows.setdefault(name, {})[f"{dataset}/{qid}"] = outcome
+        rows.setdefault(name, {})[(dataset, qid)] = outcome
     return rows
 
 
-def _cell(values: Sequence[float]) -> str:
-    from adaptive_rag.evaluation.bootstrap import mean_interval
-
-    low, high = mean_interval(values)
-    return f"{100 * statistics.fmean(values):.1f} [{100 * low:.1f}, {100 * high:.1f}]"
+def _points(interval: Interval) -> str:
+    return f"{100 * interval.estimate:.1f} [{100 * interval.low:.1f}, {100 * interval.high:.1f}]"
 
 
 def report(out: Path, command: str) -> dict:
-    from adaptive_rag.evaluation.bootstrap import difference_interval, mean_interval
-
     rows = _rows(load_outcomes(out / "results.jsonl"))
     readers = [r for r in READERS if any(name.startswith(r + "/") for name in rows)]
     common = set.intersection(*(set(found) for found in rows.values())) if rows else set()
     groups = {
         "all": sorted(common),
-        "single-hop": sorted(k for k in common if k.split("/")[0] not in MULTI_HOP),
-        "multi-hop": sorted(k for k in common if k.split("/")[0] in MULTI_HOP),
+        "single-hop": sorted(k for k in common if k[0] not in MULTI_HOP),
+        "multi-hop": sorted(k for k in common if k[0] in MULTI_HOP),
     }
     summary: dict = {"command": command, "questions": len(common), "rows": {}, "claims": []}
     lines = [
         "# Reader selection on the `train` split", "",
         f"Command: `{command}`", "",
         f"- questions: {len(common)} (`train`, the same for every row; datasets: "
-        + ", ".join(f"{d} {sum(1 for k in common if k.startswith(d + '/'))}"
-                    for d in sorted({k.split('/')[0] for k in common})) + ")",
+        + ", ".join(f"{d} {sum(1 for k in common if k[0] == d)}"
+                    for d in sorted({k[0] for k in common})) + ")",
         (f"- machine: {platform.machine()}, Python {platform.python_version()}, "
         "2 cores shared with other jobs; every (reader, strategy) ran back to back per question"),
         ("- F1 in points with a bootstrap 95 % interval (questions resampled); time is wall clock "
@@ -123,7 +118,7 @@ def report(out: Path, command: str) -> dict:
                 found = rows.get(f"{reader}/{strategy}")
                 if not found:
                     continue
-                f1 = [found[k].f1 for k in keys]
+                f1 = mean_interval({k: found[k].f1 for k in keys})
                 seconds = statistics.fmean(found[k].seconds for k in keys)
                 vs_b = seconds / statistics.fmean(own_b[k].seconds for k in keys) if own_b else None
                 vs_g = (seconds / statistics.fmean(gemma_b[k].seconds for k in keys)
@@ -131,14 +126,14 @@ def report(out: Path, command: str) -> dict:
                 em = 100 * statistics.fmean(found[k].em for k in keys)
                 steps = statistics.fmean(found[k].steps for k in keys)
                 summary["rows"].setdefault(group, {})[f"{reader}/{strategy}"] = {
-                    "f1": statistics.fmean(f1), "f1_interval": mean_interval(f1), "em": em / 100,
+                    "f1": f1.estimate, "f1_interval": [f1.low, f1.high], "em": em / 100,
                     "seconds": seconds, "vs_single_step": vs_b, "vs_gemma_single_step": vs_g,
                     "steps": steps,
                 }
                 lines.append(
-                    f"| {reader} | {strategy} | {_cell(f1)} | {em:.1f} | {seconds:.2f} | "
+                    f"| {reader} | {strategy} | {_points(f1)} | {em:.1f} | {seconds:.2f} | "
                     f"{vs_b:.2f} | {vs_g:.2f} | {steps:.2f} |" if vs_b and vs_g else
-                    f"| {reader} | {strategy} | {_cell(f1)} | {em:.1f} | {seconds:.2f} | - | - | "
+                    f"| {reader} | {strategy} | {_points(f1)} | {em:.1f} | {seconds:.2f} | - | - | "
                     f"{steps:.2f} |"
                 )
         lines.append("")
@@ -153,13 +148,14 @@ def report(out: Path, command: str) -> dict:
             keys = groups[group]
             if not a or not b or not keys:
                 continue
-            diffs = [a[k].f1 - b[k].f1 for k in keys]
-            low, high = difference_interval([a[k].f1 for k in keys], [b[k].f1 for k in keys])
-            verdict = "yes (better)" if low > 0 else "yes (worse)" if high < 0 else "no"
+            diff = difference_interval({k: a[k].f1 for k in keys}, {k: b[k].f1 for k in keys})
+            verdict = ("yes (better)" if diff.low > 0 else "yes (worse)" if diff.high < 0
+                       else "no")
             summary["claims"].append({"reader": reader, "claim": label, "group": group,
-                                      "difference": statistics.fmean(diffs), "interval": [low, high]})
+                                      **diff.as_dict()})
             lines.append(f"| {reader} | {label} ({group}) | {len(keys)} | "
-                         f"{100 * statistics.fmean(diffs):+.1f} | [{100 * low:+.1f}, {100 * high:+.1f}] {verdict} |")
+                         f"{100 * diff.estimate:+.1f} | [{100 * diff.low:+.1f}, "
+                         f"{100 * diff.high:+.1f}] {verdict} |")
     lines.append("")
     (out / "report.md").write_text("\n".join(lines) + "\n")
     (out / "report.json").write_text(json.dumps(summary, indent=2) + "\n")

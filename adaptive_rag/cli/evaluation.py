@@ -8,8 +8,9 @@ import platform
 import shlex
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.table import Table
@@ -21,6 +22,8 @@ from adaptive_rag.cli.common import (
 from adaptive_rag.contracts import Tier
 
 if TYPE_CHECKING:
+    from adaptive_rag.evaluation.datasets import Question
+    from adaptive_rag.evaluation.runner import Outcome
     from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
 
 
@@ -46,9 +49,12 @@ def evaluate(
 ) -> None:
     """Evaluate strategies on the `test` split; writes report.json, report.md, f1_vs_time.png.
 
-    When every tier's strategy ran, the report adds "oracle", "adaptive, rules only" and, if a
-    trained classifier version is exported, "adaptive" (that classifier + its calibrated policy,
-    run in-process through ONNX Runtime: the same graph Triton serves).
+    When every tier's strategy ran, the report's rows are routings of the same outcomes: always
+    A / B / C, the dataset-identity rule, the question-form rules ("adaptive, rules only"), the
+    oracle and, if a trained classifier version is exported, "adaptive" (that classifier + its
+    calibrated policy, run in-process through ONNX Runtime: the same graph Triton serves; its
+    routes are recorded in routes.json and replayed when the model is absent). Every F1 and every
+    claimed difference has a bootstrap 95 % interval.
 
     `--suite support` runs the support suite instead (`adaptive_rag.evaluation.support`): the
     small-talk detector + rules router and the fixed-tier rows over the FAQ knowledge base;
@@ -76,7 +82,9 @@ def evaluate(
     out = out or Path("reports/eval")
     strategies = strategies or BENCHMARK_STRATEGIES
     from adaptive_rag.evaluation.datasets import limit_per_dataset, load_questions
-    from adaptive_rag.evaluation.report import markdown, oracle_outcomes, summarise, write_report
+    from adaptive_rag.evaluation.report import (
+        add_intervals, claims, markdown, points, standard_claims, summarise, write_report,
+    )
     from adaptive_rag.evaluation.runner import load_outcomes, run_evaluation
     from adaptive_rag.strategies import build_strategy, strategy_for_tier
 
@@ -104,22 +112,30 @@ def evaluate(
         for name in names
     }
     tiers = [strategy_for_tier(t, settings) for t in Tier]
+    described = {name: {"label": name, "kind": "strategy",
+                         "description": f"`{name}` for every question (not a tier of the routing rows)"}
+                 for name in names}
+    absent: dict[str, str] = {}
+    agreement: dict[str, dict] = {}
+    adaptive_meta: str | None = None
     if all(t in names for t in tiers):
-        from adaptive_rag.evaluation.adaptive import routed_outcomes
-        from adaptive_rag.routing.local_classifier import rules_router
-
-        rows["oracle"] = oracle_outcomes(outcomes, questions, tiers)
-        rows["adaptive, rules only"], _ = routed_outcomes(
-            outcomes, questions, tiers, rules_router, "adaptive, rules only"
+        rows, described, absent, agreement, adaptive_meta = _routing_rows(
+            rows, described, outcomes, questions, tiers, out, classifier_version,
         )
-        classifier = _trained_classifier(classifier_version)
-        if classifier is not None:
-            rows["adaptive"], routed = routed_outcomes(outcomes, questions, tiers, classifier)
-            console.print(f"adaptive row: classifier version {classifier.version.version}, routed {routed}")
     rows = {row: found for row, found in rows.items() if found}
-    table = summarise(rows)
+    described = {row: d for row, d in described.items() if row in rows}
+    table = add_intervals(summarise(rows), rows)
+    labels = {row: d["label"] for row, d in described.items()}
+    specs = standard_claims(
+        table, tiers, routers=[row for row, d in described.items() if d["kind"] == "router"],
+        multi_step_rows=[tiers[2], *(n for n in names if n not in tiers)],
+        fixed_rows=[n for n in names if n in rows], labels=labels,
+    )
+    date = time.strftime("%Y-%m-%d")
     meta = {
         "command": "arag eval " + shlex.join(a for a in sys.argv[2:] if a != "--report-only"),
+        **({"regeneration": f"Report-only regeneration from {out / 'results.jsonl'} (no answers were "
+                            f"re-run) on {date}."} if report_only else {}),
         "split": "test",
         "questions": len(questions),
         "retriever": settings.retriever,
@@ -128,12 +144,74 @@ def evaluate(
         "max_passages": settings.max_passages,
         "oracle_tiers": tiers,
         "multi_step_row": tiers[2],
+        **({"adaptive_row": adaptive_meta} if adaptive_meta else {}),
         "machine": f"{platform.machine()}, {platform.python_version()}",
-        "date": time.strftime("%Y-%m-%d"),
+        "date": date,
+        **({"absent_rows": absent} if absent else {}),
     }
-    for path in write_report(table, out, meta):
+    found_claims = claims(specs, rows)
+    for path in write_report(table, out, meta, described, found_claims, agreement):
         console.print(f"wrote {path}")
-    console.print(markdown({row: {"average": c["average"]} for row, c in table.items() if "average" in c}))
+    console.print(markdown({row: {"average": c["average"]} for row, c in table.items() if "average" in c}, labels))
+    for claim in found_claims:
+        d = claim["f1_difference"]
+        console.print(f"{claim['title']} ({claim['scope']}): {points(d['estimate'])} "
+                      f"[{points(d['low'])}, {points(d['high'])}] F1 points; {claim['verdict']}")
+
+
+def _routing_rows(
+    rows: dict[str, list[Outcome]], described: dict[str, dict], outcomes: Mapping[tuple[str, str, str], Outcome],
+    questions: Sequence[Question], tiers: Sequence[str], out: Path, classifier_version: int | None,
+) -> tuple[dict[str, list[Outcome]], dict[str, dict], dict[str, str], dict[str, dict], str | None]:
+    """The routing rows over the tier outcomes (always A/B/C, the dataset-identity rule, the
+    question-form rules, the trained classifier, the oracle), in report order, with what made
+    each; the trained classifier's routes are recorded, and replayed when the model is absent."""
+    from adaptive_rag.evaluation.adaptive import (
+        ADAPTIVE, ORACLE, ROUTES_FILE, classifier_row, dataset_rule_row, fixed_rows, oracle_row,
+        question_form_row, replayed_row, route_row, save_routes,
+    )
+    from adaptive_rag.evaluation.report import tier_agreement
+
+    routing = [*fixed_rows(tiers), dataset_rule_row(), question_form_row()]
+    classifier, missing = _trained_classifier(classifier_version)
+    routes_path = out / ROUTES_FILE
+    trained = classifier_row(classifier) if classifier is not None else replayed_row(routes_path)
+    absent: dict[str, str] = {}
+    if trained is not None:
+        routing.append(trained)
+    else:
+        absent[ADAPTIVE] = f"{missing}, and {routes_path} records no routes of it"
+    routing.append(oracle_row(outcomes, tiers))
+    routed = {row.name: route_row(row, outcomes, questions, tiers) for row in routing}
+    if classifier is not None and trained is not None:  # a replayed row is not recorded again
+        save_routes(routes_path, trained, routed[trained.name])
+        console.print(f"adaptive row: classifier version {classifier.version.version}, routed "
+                      f"{routed[trained.name].counts}; routes recorded in {routes_path}")
+    others = [name for name in rows if name not in tiers]  # strategies that are no tier (ircot)
+    order = [*tiers, *others, *(row.name for row in routing if row.name not in tiers)]
+    by_name = {row.name: row for row in routing}
+    new_rows = {name: routed[name].outcomes if name in routed else rows[name] for name in order}
+    new_described = {
+        name: ({"label": by_name[name].label or name, "kind": by_name[name].kind,
+                "description": by_name[name].description, "info": dict(by_name[name].info),
+                "routed": routed[name].counts} if name in by_name else described[name])
+        for name in order
+    }
+    agreement = tier_agreement(
+        {name: r.tiers for name, r in routed.items() if name != ORACLE}, routed[ORACLE].tiers,
+    )
+    adaptive_meta = _describe_classifier(trained.info) if trained is not None else None
+    return new_rows, new_described, absent, agreement, adaptive_meta
+
+
+def _describe_classifier(info: Mapping[str, Any]) -> str:
+    """The header line of the adaptive row: which model version and thresholds made it."""
+    thresholds = info.get("thresholds") or {}
+    text = (f"classifier `{info.get('model')}` version {info.get('version')} "
+            f"(quantization: {info.get('quantization')}), policy c_threshold "
+            f"{thresholds.get('c_threshold')}, a_threshold {thresholds.get('a_threshold')} "
+            f"({thresholds.get('note')}; {info.get('thresholds_file')})")
+    return text + (f"; {info['replayed']}" if info.get("replayed") else "")
 
 
 def _evaluate_support(
@@ -182,8 +260,9 @@ def _evaluate_support(
     console.print(table)
 
 
-def _trained_classifier(version: int | None) -> LocalOnnxClassifier | None:
-    """The exported classifier for the "adaptive" row, or None when only untrained ones exist."""
+def _trained_classifier(version: int | None) -> tuple[LocalOnnxClassifier | None, str]:
+    """The exported classifier for the "adaptive" row, or None and why when only untrained ones
+    exist."""
     from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
     from adaptive_rag.routing.model_repository import open_version, versions
 
@@ -193,9 +272,10 @@ def _trained_classifier(version: int | None) -> LocalOnnxClassifier | None:
     for number in candidates:
         chosen = open_version(settings.model_repository, settings.classifier_model, number)
         if version is not None or not chosen.untrained:
-            return LocalOnnxClassifier(chosen)
-    console.print(f"no trained classifier under {model_dir}: no \"adaptive\" row")
-    return None
+            return LocalOnnxClassifier(chosen), ""
+    missing = f"no trained classifier version under {model_dir}"
+    console.print(f"{missing}: no \"adaptive\" row unless its routes were recorded")
+    return None, missing
 
 
 def hash_rank(question_id: str) -> int:

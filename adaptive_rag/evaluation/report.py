@@ -1,13 +1,22 @@
-"""Tables and plots from evaluation outcomes: per-dataset and averaged EM/F1/Acc/Steps/Time, the
-oracle row, time relative to single step; written as JSON, markdown and a PNG plot."""
+"""Tables and plots from evaluation outcomes: per-dataset and averaged EM/F1/Acc/Steps/Time with
+a bootstrap 95 % interval on every F1, time relative to single step, the claims (F1 differences
+with paired intervals) and the routers' accuracy on the test labels; written as JSON,
+markdown and a PNG plot."""
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
+from adaptive_rag.contracts import Tier
+from adaptive_rag.evaluation.adaptive import DATASET_RULE, ORACLE, oracle_router
+from adaptive_rag.evaluation.bootstrap import (
+    DEFAULT_RESAMPLES, DEFAULT_SEED, Interval, bootstrap_mean, difference_interval, mean_interval,
+)
 from adaptive_rag.evaluation.datasets import DATASETS, MULTI_HOP, Question
 from adaptive_rag.evaluation.runner import Outcome
 
@@ -22,18 +31,16 @@ def oracle_outcomes(
 ) -> list[Outcome]:
     """Per question, the outcome of the cheapest tier strategy that was correct.
 
-    `tiers` lists the A, B, C strategies cheapest first. When none is correct the dataset's
-    inductive bias decides, as for the classifier's labels: single-hop -> B, multi-hop -> C.
+    `tiers` lists the A, B, C strategies cheapest first. When none is correct the dataset-identity
+    rule decides, as for the classifier's labels: single-hop -> B, multi-hop -> C. The outcomes
+    keep their strategy's name (the report's oracle row is `adaptive.oracle_row`).
     """
+    route = oracle_router(outcomes, tiers)
     chosen = []
     for question in questions:
-        candidates = [outcomes.get((question.dataset, question.id, name)) for name in tiers]
-        if any(c is None for c in candidates):
-            continue
-        pick = next((c for c in candidates if c.correct), None)
-        if pick is None:
-            pick = candidates[2] if question.multi_hop else candidates[1]
-        chosen.append(pick)
+        tier = route(question)
+        if isinstance(tier, Tier):
+            chosen.append(outcomes[(question.dataset, question.id, tiers[list(Tier).index(tier)])])
     return chosen
 
 
@@ -67,11 +74,44 @@ def summarise(rows: Mapping[str, Sequence[Outcome]]) -> dict[str, dict[str, dict
     return table
 
 
-def markdown(table: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
-    """One markdown table per dataset and one for the average."""
-    datasets = list(dict.fromkeys(d for cells in table.values() for d in cells))
+def add_intervals(
+    table: dict[str, dict[str, dict[str, Any]]],
+    rows: Mapping[str, Sequence[Outcome]],
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Add `f1_ci` ([low, high], bootstrap 95 %) to every cell of `table` (as made by `summarise`
+    from `rows`); the average's interval is stratified by dataset like the average itself."""
+    for row, outcomes in rows.items():
+        values = f1_by_question(outcomes)
+        for dataset, cell in table.get(row, {}).items():
+            scoped = values if dataset == AVERAGE else {k: v for k, v in values.items() if k[0] == dataset}
+            interval = mean_interval(scoped, resamples, seed)
+            cell["f1_ci"] = [interval.low, interval.high] if interval else None
+    return table
+
+
+def f1_by_question(outcomes: Iterable[Outcome]) -> dict[tuple[str, str], float]:
+    return {(o.dataset, o.question_id): o.f1 for o in outcomes}
+
+
+def _f1_cell(cell: Mapping[str, Any]) -> str:
+    interval = cell.get("f1_ci")
+    text = f"{100 * cell['f1']:.1f}"
+    return f"{text} [{100 * interval[0]:.1f}, {100 * interval[1]:.1f}]" if interval else text
+
+
+def markdown(
+    table: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    labels: Mapping[str, str] | None = None,
+    datasets: Sequence[str] | None = None,
+) -> str:
+    """One markdown table per dataset and one for the average (or only `datasets`); F1 shows its
+    bootstrap 95 % interval when the cells have one; rows are shown by their `labels`."""
+    labels = labels or {}
+    found = list(dict.fromkeys(d for cells in table.values() for d in cells))
     parts = []
-    for dataset in datasets:
+    for dataset in (d for d in found if datasets is None or d in datasets):
         hop = "multi-hop" if dataset in MULTI_HOP else ("" if dataset == AVERAGE else "single-hop")
         parts.append(f"### {dataset} {f'({hop})' if hop else ''}".rstrip())
         parts.append("| row | n | EM | F1 | Acc | Steps | Time (s/q) | Time vs single |")
@@ -80,12 +120,140 @@ def markdown(table: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
             if dataset in cells:
                 c = cells[dataset]
                 parts.append(
-                    f"| {row} | {int(c['n'])} | {100 * c['em']:.1f} | {100 * c['f1']:.1f} | "
+                    f"| {labels.get(row, row)} | {int(c['n'])} | {100 * c['em']:.1f} | {_f1_cell(c)} | "
                     f"{100 * c['acc']:.1f} | {c['steps']:.2f} | {c['seconds']:.2f} | "
                     f"{'-' if c['relative_time'] is None else format(c['relative_time'], '.2f')} |"
                 )
         parts.append("")
     return "\n".join(parts)
+
+
+# --- claims ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """"Row `a` differs from row `b` in F1" on one dataset or on the average over datasets."""
+
+    title: str
+    a: str
+    b: str
+    scope: str = AVERAGE
+
+
+def standard_claims(
+    table: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    tiers: Sequence[str],
+    routers: Sequence[str] = (),
+    multi_step_rows: Sequence[str] = (),
+    fixed_rows: Sequence[str] = (),
+    labels: Mapping[str, str] | None = None,
+) -> list[ClaimSpec]:
+    """The comparisons the evaluation's conclusions rest on, among the rows present in `table`:
+    each router vs always B and vs the dataset-identity rule, the oracle vs the best fixed
+    strategy, each multi-step row vs single step on each multi-hop dataset, single step vs no
+    retrieval."""
+    labels = labels or {}
+    no_retrieval, single, _ = tiers
+
+    def name(row: str) -> str:
+        return labels.get(row, row)
+
+    specs = []
+    for router in routers:
+        specs.append(ClaimSpec(f"{name(router)} vs {name(single)}", router, single))
+        if router != DATASET_RULE:
+            specs.append(ClaimSpec(f"{name(router)} vs {name(DATASET_RULE)}", router, DATASET_RULE))
+    fixed = [r for r in fixed_rows if AVERAGE in table.get(r, {})]
+    if fixed:
+        best = max(fixed, key=lambda r: table[r][AVERAGE]["f1"])
+        specs.append(ClaimSpec(f"{name(ORACLE)} vs the best fixed strategy, {name(best)}", ORACLE, best))
+    for dataset in (d for d in DATASETS if d in MULTI_HOP):
+        for row in multi_step_rows:
+            specs.append(ClaimSpec(f"{name(row)} vs {name(single)}", row, single, dataset))
+    specs.append(ClaimSpec(f"{name(single)} vs {name(no_retrieval)}", single, no_retrieval))
+    return [s for s in specs if s.scope in table.get(s.a, {}) and s.scope in table.get(s.b, {})]
+
+
+def claims(
+    specs: Sequence[ClaimSpec],
+    rows: Mapping[str, Sequence[Outcome]],
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> list[dict[str, Any]]:
+    """Each claim's F1 difference (a - b) on the questions both rows answered, with its paired
+    bootstrap 95 % interval and whether that interval excludes 0."""
+    found = []
+    for spec in specs:
+        a, b = f1_by_question(rows[spec.a]), f1_by_question(rows[spec.b])
+        if spec.scope != AVERAGE:
+            a = {k: v for k, v in a.items() if k[0] == spec.scope}
+        interval = difference_interval(a, b, resamples, seed)
+        if interval is None:
+            continue
+        found.append({**asdict(spec), "f1_difference": interval.as_dict(), "verdict": _verdict(interval)})
+    return found
+
+
+def points(value: float) -> str:
+    """A difference of shares in signed F1 points (0.0 without a sign)."""
+    rounded = round(100 * value, 1)
+    return "0.0" if rounded == 0 else f"{rounded:+.1f}"
+
+
+def _verdict(interval: Interval) -> str:
+    if not interval.excludes_zero:
+        return "the interval includes 0: no difference shown on these questions"
+    return f"the interval excludes 0: the first row scores {'higher' if interval.low > 0 else 'lower'}"
+
+
+def claims_markdown(found: Sequence[Mapping[str, Any]]) -> str:
+    lines = ["## Claims", "",
+             ("F1 difference (first row minus second, in F1 points) on the questions both rows "
+              "answered, with its paired bootstrap 95 % interval (the average weighs datasets equally)."), ""]
+    for claim in found:
+        d = claim["f1_difference"]
+        scope = "average over datasets" if claim["scope"] == AVERAGE else claim["scope"]
+        lines.append(f"- **{claim['title']}** ({scope}, n = {d['n']}): {points(d['estimate'])} "
+                     f"[{points(d['low'])}, {points(d['high'])}]; {claim['verdict']}.")
+    return "\n".join(lines) + "\n"
+
+
+# --- routing accuracy on the test labels (the oracle's tiers) --------------------------------
+
+
+def tier_agreement(
+    routed: Mapping[str, Mapping[tuple[str, str], Tier]],
+    oracle: Mapping[tuple[str, str], Tier],
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> dict[str, dict[str, Any]]:
+    """Per routing row, the share of questions routed to the oracle's tier (the question's test
+    label: cheapest correct tier, else the dataset-identity rule), i.e. the router's accuracy on
+    the test labels, pooled over questions like a classifier's accuracy, with its interval."""
+    found = {}
+    for row, tiers in routed.items():
+        hits = [float(t == oracle[k]) for k, t in tiers.items() if k in oracle]
+        interval = bootstrap_mean({"all": hits}, resamples, seed)
+        if interval is None:
+            continue
+        counts = {t.value: sum(v == t for v in tiers.values()) for t in Tier}
+        found[row] = {"accuracy": interval.as_dict(), "routed": counts}
+    return found
+
+
+def agreement_markdown(found: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str]) -> str:
+    lines = ["## Routing accuracy on the test labels", "",
+             ("A question's test label is the oracle's tier (the cheapest tier answering correctly, "
+              "else the dataset-identity rule), so a router's accuracy is its agreement with the "
+              "oracle row: pooled over questions, with its bootstrap 95 % interval."), "",
+             "| row | accuracy | n | routed A / B / C |",
+             "| --- | ---: | ---: | ---: |"]
+    for row, cell in found.items():
+        a, r = cell["accuracy"], cell["routed"]
+        lines.append(f"| {labels.get(row, row)} | {100 * a['estimate']:.1f} [{100 * a['low']:.1f}, "
+                     f"{100 * a['high']:.1f}] | {a['n']} | {r['A']} / {r['B']} / {r['C']} |")
+    return "\n".join(lines) + "\n"
 
 
 def versus_reference(
@@ -112,7 +280,11 @@ def _percent(share: float | None) -> str:
     return "-" if share is None else f"{100 * share:.0f} %"
 
 
-def versus_markdown(shares: Mapping[str, Mapping[str, Mapping[str, float]]], reference: str) -> str:
+def versus_markdown(
+    shares: Mapping[str, Mapping[str, Mapping[str, float]]], reference: str,
+    labels: Mapping[str, str] | None = None,
+) -> str:
+    labels = labels or {}
     datasets = list(dict.fromkeys(d for cells in shares.values() for d in cells))
     lines = [
         f"### F1 and time as a share of `{reference}` (F1 share / time share)",
@@ -120,55 +292,128 @@ def versus_markdown(shares: Mapping[str, Mapping[str, Mapping[str, float]]], ref
         "| --- |" + " ---: |" * len(datasets),
     ]
     for row, cells in shares.items():
-        lines.append(f"| {row} | " + " | ".join(
+        lines.append(f"| {labels.get(row, row)} | " + " | ".join(
             f"{_percent(cells[d]['f1_share'])} / {_percent(cells[d]['time_share'])}" if d in cells else "-"
             for d in datasets
         ) + " |")
     return "\n".join(lines) + "\n"
 
 
-def plot(table: Mapping[str, Mapping[str, Mapping[str, float]]], path: Path) -> None:
-    """F1 against seconds per query, one point per row, for the average and each dataset."""
+def plot(
+    table: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    path: Path,
+    labels: Mapping[str, str] | None = None,
+    kinds: Mapping[str, str] | None = None,
+) -> None:
+    """F1 against seconds per query, one point per row (error bar: the F1 interval), for the
+    average and each dataset; one colour per row throughout, marked by kind (fixed strategy,
+    router, oracle)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    datasets = [d for d in dict.fromkeys(d for c in table.values() for d in c)]
+    labels, kinds = labels or {}, kinds or {}
+    found = list(dict.fromkeys(d for c in table.values() for d in c))
+    datasets = [d for d in found if d == AVERAGE] + [d for d in found if d != AVERAGE]
     if not datasets:
         return  # nothing evaluated yet: no plot
-    fig, axes = plt.subplots(1, len(datasets), figsize=(3.2 * len(datasets), 3.4), squeeze=False)
-    for axis, dataset in zip(axes[0], datasets):
-        for row, cells in table.items():
-            if dataset in cells:
-                axis.scatter(cells[dataset]["seconds"], 100 * cells[dataset]["f1"], label=row)
-                axis.annotate(row, (cells[dataset]["seconds"], 100 * cells[dataset]["f1"]),
-                              fontsize=7, xytext=(3, 3), textcoords="offset points")
-        axis.set_title(dataset)
+    columns = min(4, len(datasets) + 1)
+    n_rows = -(-(len(datasets) + 1) // columns)  # one spare panel for the legend
+    fig, axes = plt.subplots(n_rows, columns, figsize=(3.6 * columns, 3.3 * n_rows), squeeze=False)
+    panels = list(axes.flat)
+    colours = plt.get_cmap("tab10" if len(table) <= 10 else "tab20")
+    markers = {"fixed": "s", "strategy": "s", "router": "o", "oracle": "*"}
+    for axis, dataset in zip(panels, datasets):
+        for index, (row, cells) in enumerate(table.items()):
+            if dataset not in cells:
+                continue
+            cell = cells[dataset]
+            f1 = 100 * cell["f1"]
+            interval = cell.get("f1_ci")
+            yerr = [[f1 - 100 * interval[0]], [100 * interval[1] - f1]] if interval else None
+            kind = kinds.get(row, "")
+            axis.errorbar(cell["seconds"], f1, yerr=yerr, fmt=markers.get(kind, "o"), color=colours(index),
+                          capsize=2, markersize=10 if kind == "oracle" else 6, label=labels.get(row, row))
+        axis.set_title("average over datasets" if dataset == AVERAGE else dataset)
         axis.set_xlabel("seconds / query")
-        axis.set_ylabel("F1")
+        axis.set_ylabel("F1 (95 % interval)")
         axis.grid(alpha=0.3)
+    legend = panels[len(datasets)]
+    handles, names = panels[0].get_legend_handles_labels()
+    legend.legend(handles, names, loc="center", fontsize=8, frameon=False)
+    for axis in panels[len(datasets):]:
+        axis.axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
+def _describe(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k} {_describe(v)}" for k, v in value.items())
+    return str(value)
+
+
+def rows_markdown(rows: Mapping[str, Mapping[str, Any]], absent: Mapping[str, str]) -> str:
+    """What each row is and what made it (classifier version, thresholds, ...)."""
+    lines = ["## Rows", ""]
+    for row, described in rows.items():
+        what = described.get("description", "")
+        info = "; ".join(f"{k}: {_describe(v)}" for k, v in described.get("info", {}).items() if v is not None)
+        lines.append(f"- **{described.get('label', row)}**" + (f": {what}" if what else "")
+                     + (f" ({info})" if info else ""))
+    for row, reason in absent.items():
+        lines.append(f"- **{row}**: not in this report: {reason}")
+    return "\n".join(lines) + "\n"
+
+
 def write_report(
-    table: Mapping[str, Mapping[str, Mapping[str, float]]],
+    table: Mapping[str, Mapping[str, Mapping[str, Any]]],
     out_dir: Path,
     meta: Mapping[str, object],
+    rows: Mapping[str, Mapping[str, Any]] | None = None,
+    found_claims: Sequence[Mapping[str, Any]] = (),
+    agreement: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Path]:
-    """`report.json`, `report.md` and `f1_vs_time.png` in `out_dir`."""
+    """`report.json`, `report.md` and `f1_vs_time.png` in `out_dir`.
+
+    `rows`: per row its label, kind and what made it; `meta["regeneration"]` (set by a
+    report-only run) and `meta["absent_rows"]` are stated at the top of the markdown.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path, png_path = (
         out_dir / "report.json", out_dir / "report.md", out_dir / "f1_vs_time.png"
     )
+    rows = rows or {}
+    labels = {row: str(r.get("label", row)) for row, r in rows.items()}
     reference = meta.get("multi_step_row")
     shares = versus_reference(table, str(reference)) if reference in table else {}
-    json_path.write_text(json.dumps({"meta": meta, "table": table, "versus_multi_step": shares}, indent=2))
+    json_path.write_text(json.dumps({
+        "meta": meta, "rows": rows, "table": table, "claims": list(found_claims),
+        "tier_agreement": agreement or {}, "versus_multi_step": shares,
+        "bootstrap": {"resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "confidence": 0.95,
+                      "method": "percentile; questions resampled within each dataset; paired for differences"},
+    }, indent=2))
     header = ["# Evaluation report", "", f"Command: `{meta.get('command', '')}`", ""]
-    header += [f"- {k}: {v}" for k, v in meta.items() if k != "command"]
-    body = markdown(table) + ("\n" + versus_markdown(shares, str(reference)) if shares else "")
-    md_path.write_text("\n".join(header) + "\n\n" + body)
-    plot(table, png_path)
+    if meta.get("regeneration"):
+        header += [f"**{meta['regeneration']}**", ""]
+    skipped = ("command", "regeneration", "absent_rows")
+    header += [f"- {k}: {_describe(v)}" for k, v in meta.items() if k not in skipped]
+    absent = meta.get("absent_rows") or {}
+    body = [rows_markdown(rows, absent)] if rows or absent else []
+    body.append("## Average over datasets\n\nEach dataset weighs the same. F1 with its bootstrap 95 % "
+                f"interval ({DEFAULT_RESAMPLES} resamples of the questions within each dataset, seed "
+                f"{DEFAULT_SEED}); Time vs single: time per query relative to single step (= 1.00).\n")
+    body.append(markdown(table, labels, [AVERAGE]))
+    if found_claims:
+        body.append(claims_markdown(found_claims))
+    if agreement:
+        body.append(agreement_markdown(agreement, labels))
+    body.append("## Per dataset\n")
+    body.append(markdown(table, labels, [d for cells in table.values() for d in cells if d != AVERAGE]))
+    if shares:
+        body.append(versus_markdown(shares, str(reference), labels))
+    md_path.write_text("\n".join(header) + "\n\n" + "\n".join(body))
+    plot(table, png_path, labels, {row: str(r.get("kind", "")) for row, r in rows.items()})
     return [json_path, md_path, png_path]

@@ -1,8 +1,14 @@
-"""Rule-based router: the fallback when the classifier cannot be reached.
+"""Rule-based routers.
 
-Greetings and very short chit-chat -> A; comparison or multi-part signals ("compare",
+`rule_tier`, the question-form rules (the fallback when the classifier cannot be reached):
+greetings and very short chit-chat -> A; comparison or multi-part signals ("compare",
 "difference between", "versus", "both", "each of", "X-er ... or ...", "... and which ...", more
 than one question mark) -> C; else B.
+
+`dataset_tier`, the dataset-identity rule: B for the single-hop benchmark sets, C for the
+multi-hop ones. It knows the answer's source, not the question, so it is no router for live
+traffic; it is the baseline every learned router must beat on the benchmark, and the tier a
+question's label falls back to when no strategy answers it correctly.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import re
 
 from adaptive_rag.contracts import Tier
+from adaptive_rag.evaluation.datasets import MULTI_HOP, SINGLE_HOP
 
 _GREETING = re.compile(
     r"^\s*(hi|hello|hey|thanks|thank you|good (morning|afternoon|evening)|bye|goodbye)\b",
@@ -37,3 +44,13 @@ def rule_tier(query: str) -> Tier:
     if query.count("?") > 1 or _MULTI_PART.search(rest):
         return Tier.C
     return Tier.B
+
+
+def dataset_tier(dataset: str) -> Tier | None:
+    """The dataset-identity rule: B for squad, nq, trivia; C for musique, hotpotqa, 2wiki; None
+    for any other source (live traffic, the support suite), where the rule does not apply."""
+    if dataset in SINGLE_HOP:
+        return Tier.B
+    if dataset in MULTI_HOP:
+        return Tier.C
+    return None
