@@ -16,10 +16,12 @@ Worker CLI: `celery -A workers.celery_app worker -Q tier-c ...` (see `workers.po
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
 from celery import Celery, signals
+from celery.exceptions import CPendingDeprecationWarning
 from kombu import Queue
 
 from adaptive_rag.contracts import QUEUE_FOR_TIER, SHADOW_QUEUE, SHARED_QUEUE, TIERS
@@ -30,6 +32,21 @@ QUEUES = (*QUEUE_FOR_TIER.values(), SHADOW_QUEUE)
 # How often the server-less broker looks for new messages, and waiters for file results.
 FILESYSTEM_POLL_S = 0.1
 logger = logging.getLogger(__name__)
+# Redis connections (broker and result backend, workers and producers): a pooled connection idle
+# longer than `health_check_interval` is pinged before use, so one left dead by a Redis restart
+# is replaced instead of failing the next command; connecting gives up after a few seconds.
+REDIS_CONNECTION_OPTIONS: dict[str, Any] = {
+    "health_check_interval": 10,
+    "socket_connect_timeout": 5,
+    "socket_keepalive": True,
+    "retry_on_timeout": True,
+}
+# Exponential backoff from 10 ms, capped at 10 s per wait: 12 tries span about 30 s.
+RESULT_WRITE_RETRIES = 12
+# Celery warns on every reconnect while `worker_cancel_long_running_tasks_on_connection_loss` is
+# False; it is False on purpose here (see `celery_config`).
+warnings.filterwarnings("ignore", message=r"\s*In Celery 5\.1 we introduced an optional breaking change",
+                        category=CPendingDeprecationWarning)
 
 
 def broker_folders(settings: WorkerSettings) -> dict[str, Path]:
@@ -56,7 +73,19 @@ def celery_config(settings: WorkerSettings) -> dict[str, Any]:
         "result_serializer": "json",
         "accept_content": ["json"],
         "result_expires": 24 * 3600,
+        # A broker that is away (restarted, failed over) is waited for, never given up on: the
+        # pools keep running and reconnect, the health check reports the outage meanwhile.
+        "broker_connection_retry": True,
         "broker_connection_retry_on_startup": True,
+        "broker_connection_max_retries": None,
+        # A task already running when the broker goes away finishes and writes its result (once);
+        # cancelling it would only run it again from the start after the reconnect.
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
+        # A send that meets a dropped connection reconnects and tries again for about 1.5 s
+        # (a broker failover); longer, and the front door answers UNAVAILABLE with a retry hint.
+        "task_publish_retry": True,
+        "task_publish_retry_policy": {"max_retries": 3, "interval_start": 0,
+                                      "interval_step": 0.5, "interval_max": 1.0},
         "worker_hijack_root_logger": False,
         "worker_redirect_stdouts": False,
         "worker_send_task_events": False,
@@ -73,6 +102,8 @@ def celery_config(settings: WorkerSettings) -> dict[str, Any]:
             )
         config.update(
             broker_url=settings.redis_url,
+            # kombu's Redis transport, safe across a broker restart (see the module)
+            broker_transport="workers.redis_broker:Transport",
             result_backend=settings.redis_url,
             broker_transport_options={
                 "visibility_timeout": visibility,
@@ -80,8 +111,17 @@ def celery_config(settings: WorkerSettings) -> dict[str, Any]:
                 # visibility timeout after the loss (kombu's default sweep is ~100 s).
                 "unacked_restore_interval": max(1, min(10, int(visibility // 5))),
                 "unacked_restore_throttle": 1,
+                **REDIS_CONNECTION_OPTIONS,
             },
             result_backend_transport_options={"visibility_timeout": visibility},
+            # A result written while Redis restarts is retried (about 30 s of backoff) instead
+            # of being lost; the records database holds it in any case.
+            result_backend_always_retry=True,
+            result_backend_max_retries=RESULT_WRITE_RETRIES,
+            redis_socket_connect_timeout=REDIS_CONNECTION_OPTIONS["socket_connect_timeout"],
+            redis_socket_keepalive=True,
+            redis_retry_on_timeout=True,
+            redis_backend_health_check_interval=REDIS_CONNECTION_OPTIONS["health_check_interval"],
         )
     else:
         folders = broker_folders(settings)

@@ -40,10 +40,13 @@ from adaptive_rag.contracts import (
     ResultKind, Tier,
 )
 from adaptive_rag.errors import DependencyUnavailableError
+from adaptive_rag.serving.ports import Records
 from workers import celery_app as _celery
 from workers.celery_app import QUEUES
 
 LOG = structlog.get_logger("workers.client")
+# A stored-result lookup that answers without Redis (the records database), used while Redis fails.
+StoredResult = Callable[[str], "AnswerResult | None"]
 # Subscribed from the start so the reader always has a connection to read from.
 IDLE_CHANNEL = "arag-frontdoor-idle"
 
@@ -81,6 +84,13 @@ class CeleryTaskQueue:
                 queue=queue, routing_key=queue, soft_time_limit=soft, time_limit=hard,
             )
 
+    def workers_alive(self, timeout: float = 1.0) -> list[str]:
+        """Names of the workers that answer a ping within `timeout` s (`tier-a@host`, ...); a
+        worker's main process answers even while all its pool processes are busy."""
+        with _broker_errors("ping the workers"):
+            replies = self.app.control.ping(timeout=timeout)
+        return sorted(name for reply in replies or () for name in reply)
+
     def depth(self, queue: str) -> int:
         """Messages waiting in `queue` (not the ones workers already reserved).
 
@@ -113,6 +123,19 @@ def result_from_meta(task_id: str, meta: dict[str, Any]) -> AnswerResult:
         request_id=request_id, kind=ResultKind(kind or ResultKind.PRIMARY), tier=Tier(tier or Tier.B),
         strategy="", error=detail, error_code=ErrorCode.INTERNAL,
     )
+
+
+def stored_results(records: Records) -> StoredResult:
+    """A `stored` lookup for `RedisResultWaiter` over the records (every result is written there
+    by the worker before it reaches Redis); task ids as in `result_from_meta`."""
+
+    def lookup(task_id: str) -> AnswerResult | None:
+        request_id, _, rest = task_id.partition(".")
+        kind, _, tier = rest.partition(".")
+        return records.get_result(request_id, ResultKind(kind or ResultKind.PRIMARY),
+                                  Tier(tier) if tier else None)
+
+    return lookup
 
 
 class ThreadedResultWaiter:
@@ -150,18 +173,33 @@ class ThreadedResultWaiter:
         )
 
 
+# What a Redis outage or restart raises on the waiter's connections.
+REDIS_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, ConnectionError)
 class RedisResultWaiter:
-    """`await wait(task_id, timeout)` -> the task's result, or `TimeoutError`."""
+    """`await wait(task_id, timeout)` -> the task's result, `TimeoutError`, or
+    `DependencyUnavailableError` when Redis stayed unreachable until the timeout.
+
+    A Redis restart costs no answer: a failed read or subscription is retried every
+    `recheck_s` until the timeout (the reader resubscribes every waiting key once it reconnects,
+    and connections left dead by the restart are pinged and replaced before use). While Redis
+    fails, `stored` (when given: the records database, where the worker writes every result
+    first) is asked instead, so a result written during the outage is not waited for in vain.
+    """
 
     def __init__(
         self, redis_url: str, key_for: Callable[[str], bytes | str],
         decode: Callable[[bytes], dict[str, Any]], recheck_s: float = 2.0, max_connections: int = 16,
+        stored: StoredResult | None = None, health_check_interval_s: float = 10.0,
+        connect_timeout_s: float = 5.0,
     ) -> None:
         self.max_connections = max_connections
         self.redis_url = redis_url
         self._key_for = key_for
         self._decode = decode
         self.recheck_s = recheck_s
+        self.stored = stored
+        self.health_check_interval_s = health_check_interval_s
+        self.connect_timeout_s = connect_timeout_s
         self._waiters: dict[str, set[asyncio.Future]] = {}
         self._redis: aioredis.Redis | None = None
         self._pubsub = None
@@ -171,10 +209,15 @@ class RedisResultWaiter:
         # Reads of finished keys share a few connections; a burst of waits queues for them
         # instead of failing with "Too many connections".
         pool = aioredis.BlockingConnectionPool.from_url(
-            self.redis_url, max_connections=self.max_connections, timeout=None
+            self.redis_url, max_connections=self.max_connections, timeout=None,
+            health_check_interval=self.health_check_interval_s,
+            socket_connect_timeout=self.connect_timeout_s, socket_keepalive=True,
         )
         self._redis = aioredis.Redis(connection_pool=pool)
-        await self._connect()
+        try:
+            await self._connect()
+        except REDIS_ERRORS as exc:  # Redis away at start: the reader keeps trying
+            LOG.warning("result_pubsub_lost", error=str(exc))
         self._reader = asyncio.create_task(self._read_forever(), name="result-reader")
 
     async def _connect(self) -> None:
@@ -188,7 +231,8 @@ class RedisResultWaiter:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
         if self._pubsub is not None:
-            await self._pubsub.aclose()
+            with contextlib.suppress(*REDIS_ERRORS):
+                await self._pubsub.aclose()
         if self._redis is not None:
             await self._redis.aclose(close_connection_pool=True)
 
@@ -197,36 +241,76 @@ class RedisResultWaiter:
         return key.decode() if isinstance(key, bytes) else key
 
     async def wait(self, task_id: str, timeout: float) -> AnswerResult:
-        if self._redis is None or self._pubsub is None:
+        if self._redis is None:
             raise RuntimeError("RedisResultWaiter.start() was not awaited")
         key = self._key(task_id)
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
         waiters = self._waiters.setdefault(key, set())
-        first = not waiters
+        subscribe = not waiters
         waiters.add(future)
         deadline = loop.time() + timeout
+        failure: BaseException | None = None  # the last Redis error, None once Redis answers
         try:
-            if first:
-                await self._pubsub.subscribe(key)
             while True:
-                self._offer(key, await self._redis.get(key))
                 remaining = deadline - loop.time()
+                if subscribe and self._pubsub is not None:
+                    try:
+                        await asyncio.wait_for(self._pubsub.subscribe(key), max(remaining, 0.001))
+                        subscribe = False
+                    except Exception as exc:  # noqa: BLE001 - the reader resubscribes; rechecks cover
+                        LOG.debug("result_subscribe_failed", key=key, error=str(exc))
+                try:
+                    payload = await asyncio.wait_for(self._redis.get(key), max(remaining, 0.001))
+                    self._offer(key, payload)
+                    failure = None
+                except REDIS_ERRORS as exc:
+                    failure = exc
+                except TimeoutError as exc:  # one call outlived the budget (a hung connection)
+                    failure = failure or exc
+                if failure is not None and not future.done():
+                    found = await self._stored_result(task_id)
+                    if found is not None:
+                        return found
                 if future.done():
                     break
+                remaining = deadline - loop.time()
                 if remaining <= 0:
+                    if failure is not None:
+                        raise DependencyUnavailableError(
+                            f"the result backend is unreachable ({type(failure).__name__}: "
+                            f"{failure}); task {task_id} keeps running, its result can be read "
+                            "later by its request id") from failure
                     raise TimeoutError(f"no result for task {task_id} within {timeout:.2f} s")
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(future), min(self.recheck_s, remaining))
                 if future.done():
                     break
-            return result_from_meta(task_id, future.result())
+            meta = future.result()
+            if meta.get("status") != states.SUCCESS:
+                # A failure in Redis may be Celery's own (the result write failed while Redis
+                # restarted) for work the records hold as done: the records decide.
+                found = await self._stored_result(task_id)
+                if found is not None:
+                    return found
+            return result_from_meta(task_id, meta)
         finally:
             waiters.discard(future)
             if not waiters and self._waiters.get(key) is waiters:
                 del self._waiters[key]
-                with contextlib.suppress(Exception):  # the connection may be away; harmless
-                    await self._pubsub.unsubscribe(key)
+                if self._pubsub is not None:
+                    with contextlib.suppress(Exception):  # the connection may be away; harmless
+                        await asyncio.wait_for(self._pubsub.unsubscribe(key), 1.0)
+
+    async def _stored_result(self, task_id: str) -> AnswerResult | None:
+        """The result from `stored` (Redis is failing), or None (none yet, or no lookup)."""
+        if self.stored is None:
+            return None
+        try:
+            return await asyncio.get_running_loop().run_in_executor(None, self.stored, task_id)
+        except Exception as exc:  # noqa: BLE001 - the records may be away too; Redis may return
+            LOG.warning("stored_result_lookup_failed", task_id=task_id, error=str(exc))
+            return None
 
     def _offer(self, key: str, payload: bytes | None) -> None:
         """Resolve the waiters of `key` when `payload` is a finished task's meta."""
@@ -240,9 +324,15 @@ class RedisResultWaiter:
                 future.set_result(meta)
 
     async def _read_forever(self) -> None:
+        lost = False
         while True:
             try:
+                if self._pubsub is None:
+                    await self._connect()
                 message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                if lost:
+                    LOG.info("result_pubsub_back")
+                    lost = False
                 if message and message.get("type") == "message":
                     channel = message["channel"]
                     self._offer(channel.decode() if isinstance(channel, bytes) else channel,
@@ -250,20 +340,34 @@ class RedisResultWaiter:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - Redis away: reconnect, rechecks cover the gap
-                LOG.warning("result_pubsub_lost", error=str(exc))
+                if not lost:
+                    LOG.warning("result_pubsub_lost", error=str(exc))
+                lost = True
                 await asyncio.sleep(0.5)
-                with contextlib.suppress(Exception):
-                    await self._pubsub.aclose()
+                old, self._pubsub = self._pubsub, None
+                if old is not None:
+                    with contextlib.suppress(Exception):
+                        await old.aclose()
                 with contextlib.suppress(Exception):
                     await self._connect()
 
 
-def open_result_waiter(app: Celery | None = None, threads: int = 64) -> RedisResultWaiter | ThreadedResultWaiter:
+def open_result_waiter(
+    app: Celery | None = None, threads: int = 64, stored: StoredResult | None = None,
+) -> RedisResultWaiter | ThreadedResultWaiter:
     """The waiter for the app's result backend (Redis: pub/sub; otherwise threads). Call
-    `await waiter.start()` on the event loop that will wait, and `await waiter.close()` at the end."""
+    `await waiter.start()` on the event loop that will wait, and `await waiter.close()` at the end.
+
+    `stored(task_id)`: a blocking lookup of a finished task's result without Redis (the front
+    door passes the records database), asked while Redis fails.
+    """
     app = app or _celery.app
     backend_url = str(app.conf.result_backend or "")
     if backend_url.startswith(("redis://", "rediss://", "unix://")):
         backend = app.backend
-        return RedisResultWaiter(backend_url, backend.get_key_for_task, backend.decode_result)
+        return RedisResultWaiter(
+            backend_url, backend.get_key_for_task, backend.decode_result, stored=stored,
+            health_check_interval_s=_celery.REDIS_CONNECTION_OPTIONS["health_check_interval"],
+            connect_timeout_s=_celery.REDIS_CONNECTION_OPTIONS["socket_connect_timeout"],
+        )
     return ThreadedResultWaiter(app, threads)

@@ -7,6 +7,10 @@ foreground:
 
     python -m workers.pools                 # all pools, Ctrl-C stops them
     python -m workers.pools --pools A,C     # some of them
+
+In the foreground (and wherever `supervise_once` or `start_supervisor` runs) a pool that exits is
+started again on its own, after a backoff that doubles with each quick crash; the other pools
+keep running. One crashed tier never takes the others down.
 """
 
 from __future__ import annotations
@@ -16,15 +20,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
 from pydantic_settings import BaseSettings
 
 from adaptive_rag.contracts import QUEUE_FOR_TIER, SHADOW_QUEUE, SHARED_QUEUE
+from adaptive_rag.logs import configure_logging
 from adaptive_rag.settings import Settings, as_environment
 from workers.settings import WorkerSettings
 
@@ -35,6 +42,33 @@ POOL_QUEUES = {**{tier.value: queue for tier, queue in QUEUE_FOR_TIER.items()},
                "shadow": SHADOW_QUEUE, "shared": SHARED_QUEUE}
 READY_MARK = " ready."
 READY_TIMEOUT_S = 120.0
+LOG = structlog.get_logger("workers.pools")
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """When a pool that exited is started again: after `first_backoff_s`, doubling with each
+    crash up to `max_backoff_s`; a pool that stayed up `stable_after_s` starts from the first
+    backoff again (a crash loop slows down, a rare crash is repaired at once)."""
+
+    first_backoff_s: float = 1.0
+    max_backoff_s: float = 60.0
+    stable_after_s: float = 60.0
+
+    def backoff(self, quick_crashes: int) -> float:
+        """The wait before the restart that follows `quick_crashes` crashes in a row (>= 1)."""
+        return min(self.max_backoff_s, self.first_backoff_s * 2 ** max(0, quick_crashes - 1))
+
+
+@dataclass
+class PoolHealth:
+    """What the supervisor knows about one pool between checks."""
+
+    started_at: float
+    restarts: int = 0
+    quick_crashes: int = 0
+    restart_at: float | None = None  # set while a restart is pending
+    exit_codes: list[int] = field(default_factory=list)
 
 
 def process_env(
@@ -106,6 +140,15 @@ class WorkerPools:
         self.loglevel = loglevel
         self.migrate = migrate
         self.pools: dict[str, Pool] = {}
+        self.health: dict[str, PoolHealth] = {}
+        self._supervisor: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._lock = threading.RLock()  # start/stop/restart of pools, from any thread
+
+    @property
+    def restarts(self) -> dict[str, int]:
+        """How often each pool was started again after it exited."""
+        return {name: h.restarts for name, h in self.health.items()}
 
     # --- lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> WorkerPools:
@@ -130,6 +173,7 @@ class WorkerPools:
         ]
 
     def start(self, wait: bool = True) -> None:
+        self._stopping.clear()
         if self.migrate:
             from adaptive_rag.storage import upgrade_database
 
@@ -153,7 +197,10 @@ class WorkerPools:
                 stderr=subprocess.STDOUT, start_new_session=True,
             )
         pool = Pool(name, POOL_QUEUES[name], process, log_path, offset)
-        self.pools[name] = pool
+        with self._lock:
+            self.pools[name] = pool
+            health = self.health.setdefault(name, PoolHealth(started_at=time.monotonic()))
+            health.started_at, health.restart_at = time.monotonic(), None
         if wait:
             self.wait_ready(name)
         return pool
@@ -185,8 +232,75 @@ class WorkerPools:
             pass
         pool.process.wait(timeout=30)
 
+    # --- supervision -------------------------------------------------------------------------
+    def supervise_once(self, policy: RestartPolicy = RestartPolicy(),
+                       now: Callable[[], float] = time.monotonic) -> list[str]:
+        """Look at every pool once: a pool that exited gets a restart scheduled after its
+        backoff, and one whose backoff passed is started again (without waiting for it to be
+        ready). Returns the pools started in this call."""
+        started: list[str] = []
+        with self._lock:
+            if self._stopping.is_set():
+                return started
+            for name, pool in list(self.pools.items()):
+                health = self.health[name]
+                if health.restart_at is None:
+                    if pool.alive():
+                        if now() - health.started_at >= policy.stable_after_s:
+                            health.quick_crashes = 0
+                        continue
+                    code = pool.process.returncode
+                    health.exit_codes.append(code)
+                    up_s = now() - health.started_at
+                    health.quick_crashes = 1 if up_s >= policy.stable_after_s else health.quick_crashes + 1
+                    backoff = policy.backoff(health.quick_crashes)
+                    health.restart_at = now() + backoff
+                    self._reap(pool)
+                    LOG.error("pool_exited", pool=name, queue=pool.queue, exit_code=code,
+                              up_s=round(up_s, 1), restart_in_s=backoff,
+                              restarts=health.restarts, log=str(pool.log_path))
+                elif now() >= health.restart_at:
+                    health.restarts += 1
+                    new = self.start_pool(name, wait=False)
+                    started.append(name)
+                    LOG.warning("pool_restarted", pool=name, queue=new.queue, pid=new.pid,
+                                restarts=health.restarts)
+        return started
+
+    def start_supervisor(self, poll_s: float = 0.5, policy: RestartPolicy = RestartPolicy()) -> None:
+        """Run `supervise_once` every `poll_s` on a daemon thread until `stop()`."""
+        if self._supervisor is not None and self._supervisor.is_alive():
+            return
+
+        def loop() -> None:
+            while not self._stopping.wait(poll_s):
+                try:
+                    self.supervise_once(policy)
+                except Exception as exc:  # noqa: BLE001 - keep supervising the other pools
+                    LOG.error("supervisor_error", error=f"{type(exc).__name__}: {exc}")
+
+        self._supervisor = threading.Thread(target=loop, name="pool-supervisor", daemon=True)
+        self._supervisor.start()
+
+    @staticmethod
+    def _reap(pool: Pool) -> None:
+        """A pool's main process is gone: its prefork children (which can no longer ack
+        anything) go with it; their messages come back after the visibility timeout."""
+        try:
+            os.killpg(pool.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def stop(self, timeout: float = 20.0) -> None:
         """Warm shutdown (finish current tasks), then cold, then SIGKILL for what is left."""
+        self._stopping.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout=10)
+            self._supervisor = None
+        with self._lock:
+            self._stop_all(timeout)
+
+    def _stop_all(self, timeout: float) -> None:
         running = [p for p in self.pools.values() if p.alive()]
         for sig, wait_s in ((signal.SIGTERM, timeout), (signal.SIGQUIT, 5.0), (signal.SIGKILL, 5.0)):
             for pool in running:
@@ -219,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pools", default="A,B,C,shadow", help="comma-separated: A,B,C,shadow")
     parser.add_argument("--pool-impl", default="prefork", help="celery pool: prefork | solo")
     args = parser.parse_args(argv)
+    configure_logging()
     pools = WorkerPools(pools=[p.strip() for p in args.pools.split(",") if p.strip()],
                         pool_impl=args.pool_impl)
     stop = False
@@ -234,13 +349,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"pool {name}: queue {pool.queue}, pid {pool.pid}, "
                   f"concurrency {pools.settings.pool_concurrency(name)}, "
                   f"prefetch {pools.settings.pool_prefetch(name)}, log {pool.log_path}", flush=True)
-        print("workers ready; Ctrl-C stops them", flush=True)
-        while not stop and all(p.alive() for p in pools.pools.values()):
+        print("workers ready; a pool that exits is started again; Ctrl-C stops them", flush=True)
+        while not stop:
+            pools.supervise_once()
             time.sleep(0.5)
-        dead = [name for name, p in pools.pools.items() if not p.alive()]
-        if dead:
-            print(f"pool(s) {', '.join(dead)} exited; stopping the others", file=sys.stderr)
-            return 1
     return 0
 
 

@@ -30,6 +30,9 @@ from adaptive_rag.settings import Settings
 from adaptive_rag.strategies import build_strategy, uses_retrieval
 
 LOG = structlog.get_logger("serving.answering")
+# A strategy that ran but produced no text (a small model can stop at once on a long or odd
+# question): the reply says so instead of answering OK with an empty string.
+EMPTY_ANSWER = "the model produced no answer to this question"
 # Failures that may pass: the same task can succeed a little later.
 TRANSIENT: tuple[type[BaseException], ...] = (
     RetrieverUnavailableError, LLMUnavailableError, IndexNotFoundError, OperationalError,
@@ -91,12 +94,16 @@ def answer_task(
         retriever = resources.retriever(task.tenant) if uses_retrieval(task.strategy) else None
         runner = build_strategy(task.strategy, retriever, resources.llm(), resources.settings)  # type: ignore[arg-type]
         outcome = runner.run(task.query)
+        answerable, reason = outcome.answerable, outcome.abstain_reason or None
+        if answerable and not (outcome.answer or "").strip():
+            answerable, reason = False, EMPTY_ANSWER
+            log.warning("task.empty_answer", query_chars=len(task.query))
         result = AnswerResult(
             request_id=task.request_id, kind=task.kind, tier=task.tier, strategy=task.strategy,
             answer=outcome.answer, steps=outcome.steps,
             sources=tuple(Source(id=p.id, title=p.title, score=float(p.score)) for p in outcome.passages),
             timings=_timings(task, outcome, started, clock()),
-            answerable=outcome.answerable, abstain_reason=outcome.abstain_reason or None,
+            answerable=answerable, abstain_reason=reason,
         )
         stored = write_once(records, result, delivery)
         log.info("task.done", steps=outcome.steps, ms=stored.timings.strategy_ms)

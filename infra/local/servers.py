@@ -2,7 +2,12 @@
 
 Each context manager starts a real server in a fresh temporary directory on a free 127.0.0.1
 port, yields its URL once it accepts connections, and stops it and deletes the directory on exit.
-Durability is switched off (no RDB/AOF, `fsync=off`): these servers hold test data only.
+
+Redis runs as the broker runs in production (`infra/deploy/compose.yaml`): an append-only file
+(`appendonly yes`), so queued and unacknowledged messages and stored results survive a restart,
+and `maxmemory-policy noeviction`, so a full server refuses writes instead of silently dropping
+queued tasks. `LocalRedis` can be stopped and started again on the same port and directory (the
+broker-restart tests). PostgreSQL runs without durability (`fsync=off`): it holds test data only.
 
     python -m infra.local.servers redis|postgres   # run one in the foreground, print its URL
 """
@@ -74,32 +79,67 @@ def _wait_until(ready, what: str, log: Path, proc: subprocess.Popen | None = Non
     raise ServerStartError(f"{what} not ready after {START_TIMEOUT_S:.0f} s:\n{_tail(log)}")
 
 
+# The broker's durability and memory policy, as in production (see the module docstring).
+REDIS_BROKER_ARGS = ("--appendonly", "yes", "--appendfsync", "everysec",
+                     "--maxmemory-policy", "noeviction", "--save", "")
+
+
+class LocalRedis:
+    """A redis-server on a fixed loopback port and directory that can be stopped and started
+    again (its data survives through the append-only file, as a production broker's does)."""
+
+    def __init__(self, workdir: Path, port: int | None = None) -> None:
+        self.workdir = workdir
+        self.port = port or free_port()
+        self.log = workdir / "redis.log"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        import redis
+
+        self.proc = subprocess.Popen(
+            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
+             *REDIS_BROKER_ARGS, "--logfile", str(self.log), "--daemonize", "no"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        _wait_until(lambda: redis.Redis.from_url(self.url, socket_timeout=1).ping(),
+                    "redis-server", self.log, self.proc)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """SIGTERM: a clean shutdown (the append-only file is flushed); SIGKILL: a crash."""
+        if self.proc is None:
+            return
+        stop_process(self.proc, sig, grace_s=10.0)
+        self.proc = None
+
+    def restart(self, down_s: float = 0.0) -> None:
+        self.stop()
+        time.sleep(down_s)
+        self.start()
+
+
+@contextmanager
+def local_redis_server() -> Iterator[LocalRedis]:
+    """A started `LocalRedis` in a fresh directory, stopped and deleted on exit."""
+    server = LocalRedis(Path(tempfile.mkdtemp(prefix="arag-redis-")))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(server.workdir, ignore_errors=True)
+
+
 @contextmanager
 def local_redis() -> Iterator[str]:
     """A redis-server on a free loopback port; yields `redis://127.0.0.1:PORT/0`."""
-    import redis
-
-    workdir = Path(tempfile.mkdtemp(prefix="arag-redis-"))
-    port = free_port()
-    log = workdir / "redis.log"
-    proc = subprocess.Popen(
-        [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
-         "--save", "", "--appendonly", "no", "--logfile", str(log), "--daemonize", "no"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        _wait_until(lambda: redis.Redis.from_url(url, socket_timeout=1).ping(), "redis-server",
-                    log, proc)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(workdir, ignore_errors=True)
+    with local_redis_server() as server:
+        yield server.url
 
 
 def _pg_user() -> pwd.struct_passwd | None:

@@ -21,7 +21,7 @@ async def serve(listen: str | None = None) -> None:
     """Read the settings once, build the real adapters, serve until a signal."""
     from adaptive_rag.knowledge.service import open_knowledge_service
     from adaptive_rag.storage import RecordStore, make_engine
-    from workers.client import CeleryTaskQueue, open_result_waiter
+    from workers.client import CeleryTaskQueue, open_result_waiter, stored_results
 
     from services.frontdoor.fair_share import open_fair_share
 
@@ -43,11 +43,19 @@ async def serve(listen: str | None = None) -> None:
         start_exporter(metrics, settings.metrics_port, host)
         log.info("metrics_exporter", address=f"{host}:{settings.metrics_port}")
     engine = make_engine(library.database_url)
+    records, queue = RecordStore(engine), CeleryTaskQueue()
+    # Health pings the workers on its cycle. Celery's ping is a broadcast on the broker; the
+    # server-less filesystem broker of the embedded setup supports it too (its control folder).
+    worker_probe = (
+        functools.partial(queue.workers_alive, settings.worker_ping_timeout_s)
+        if settings.health_workers else None
+    )
     running = await start_server(
-        library, settings, RecordStore(engine), CeleryTaskQueue(),
-        open_result_waiter(threads=settings.wait_threads), router,
+        library, settings, records, queue,
+        # while Redis restarts, results are read from the records (the worker writes them first)
+        open_result_waiter(threads=settings.wait_threads, stored=stored_results(records)), router,
         open_knowledge_service(library, engine), metrics, listen=listen,
-        fair_share=open_fair_share(settings),
+        fair_share=open_fair_share(settings), worker_probe=worker_probe,
     )
     print(f"READY front door on port {running.port}", flush=True)
     stop = asyncio.Event()

@@ -53,6 +53,10 @@ class FrontDoorMetrics:
             "arag_frontdoor_rejected_total", "Queries rejected because the tier's queue was full",
             ["tier"], registry=self.registry,
         )
+        self.workers_alive = Gauge(
+            "arag_workers_alive", "Workers that answered the health check's last ping, per queue",
+            ["queue"], registry=self.registry,
+        )
 
     def observe(self, method: str, tier: str, code: str, seconds: float) -> None:
         self.requests.labels(method, tier, code).inc()

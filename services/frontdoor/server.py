@@ -19,7 +19,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from adaptive_rag.contracts import QUEUE_FOR_TIER, SHADOW_QUEUE, ErrorCode, RoutingDecision, Tier
+from adaptive_rag.contracts import QUEUE_FOR_TIER, SHADOW_QUEUE, TIERS, ErrorCode, RoutingDecision, Tier
 from adaptive_rag.errors import (
     AnswerFailedError, AnswerTimeoutError, DependencyUnavailableError, ClientRequestIdReusedError, InvalidRequestError,
     KnowledgeBaseBusyError, KnowledgeBaseMissingError, OverShareError, PermissionDeniedError,
@@ -32,6 +32,7 @@ from adaptive_rag.settings import Settings
 from adaptive_rag.strategies import strategy_for_tier
 
 from services.frontdoor.auth import bearer_token
+from services.frontdoor.guards import UndecodableRequestGuard
 from services.frontdoor.knowledge import KnowledgeBaseServicer
 from services.frontdoor.metrics import FrontDoorMetrics
 from services.frontdoor.routing import ClassifierRouter
@@ -64,18 +65,38 @@ STATUS_FOR_CODE: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 INTERNAL_MESSAGE = "internal error in the front door (see its logs)"
+# A status message travels in a header (grpc-message): one that repeats a huge input would exceed
+# the client's header limit (the client then sees RESOURCE_EXHAUSTED instead of the real status).
+MAX_STATUS_MESSAGE_CHARS = 512
 # Knowledge-base batches are larger than queries: 32 MB per message.
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+
+
+def clip(text: str, limit: int = MAX_STATUS_MESSAGE_CHARS) -> str:
+    """`text` cut to `limit` characters (saying how long it was): no status message ever
+    carries an unbounded piece of a request."""
+    if len(text) <= limit:
+        return text
+    tail = f"... ({len(text)} characters)"
+    return text[: limit - len(tail)] + tail
 
 
 def status_for(exc: Exception) -> tuple[grpc.StatusCode, str]:
     """The status and message a failed call ends with."""
     if isinstance(exc, AnswerFailedError):
-        return STATUS_FOR_CODE.get(exc.code, grpc.StatusCode.INTERNAL), str(exc)
+        return STATUS_FOR_CODE.get(exc.code, grpc.StatusCode.INTERNAL), clip(str(exc))
     for error_type, code in STATUS_FOR_ERROR:
         if isinstance(exc, error_type):
-            return code, str(exc)
+            return code, clip(str(exc))
     return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE
+
+
+def query_input(request: Any) -> bytes:
+    """The query of an AnswerRequest / RouteRequest as UTF-8 bytes, from whichever of `query`
+    (bytes) and `query_text` (string) the client set; neither gives b"" ("query is empty")."""
+    if request.WhichOneof("query_input") == "query_text":
+        return request.query_text.encode("utf-8")
+    return request.query
 
 
 def build_reply(answered: Answered) -> pb2.AnswerReply:
@@ -137,10 +158,16 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
     """The servicer: every method runs through `run_call` (status mapping, metrics, logs); the
     `KnowledgeBase` servicer (`services.frontdoor.knowledge`) runs its calls through it too."""
 
-    def __init__(self, service: AnswerService, settings: FrontDoorSettings, metrics: FrontDoorMetrics) -> None:
+    def __init__(self, service: AnswerService, settings: FrontDoorSettings, metrics: FrontDoorMetrics,
+                 worker_probe: Callable[[], list[str]] | None = None) -> None:
+        """`worker_probe`: the names of the workers that answer a ping now (health checks it;
+        None: not checked)."""
         self.service = service
         self.settings = settings
         self.metrics = metrics
+        self.worker_probe = worker_probe
+        self.workers_seen: list[str] = []  # the last ping's answers (health cycle)
+        self._missing_queues: list[str] = []
 
     async def run_call(
         self, method: str, context: grpc.aio.ServicerContext,
@@ -157,10 +184,15 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
         except asyncio.CancelledError:
             code, message = grpc.StatusCode.CANCELLED, "client went away"
             raise
+        except grpc.aio.AbortError:  # the request guard rejected a message of a client stream
+            code, message = grpc.StatusCode.INVALID_ARGUMENT, "undecodable request message"
+            raise
         except Exception as exc:  # noqa: BLE001 - every failure becomes a precise status
             code, message = status_for(exc)
             if isinstance(exc, OverShareError):
                 retry_after = exc.retry_after_s
+            elif code is grpc.StatusCode.UNAVAILABLE:
+                retry_after = self.settings.unavailable_retry_s
             if message == INTERNAL_MESSAGE:
                 LOG.exception("rpc_failed")
         finally:
@@ -193,7 +225,7 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
     async def Answer(self, request, context):  # noqa: N802 - gRPC method name
         async def body(progress: CallProgress) -> pb2.AnswerReply:
             answered = await self.service.answer(
-                bearer_token(context.invocation_metadata()), request.query,
+                bearer_token(context.invocation_metadata()), query_input(request),
                 request.client_request_id if request.HasField("client_request_id") else None,
                 self._deadline(context), progress,
             )
@@ -225,18 +257,21 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
     async def Route(self, request, context):  # noqa: N802
         async def body(progress: CallProgress) -> pb2.RouteReply:
             routed = await self.service.route(
-                bearer_token(context.invocation_metadata()), request.query, progress
+                bearer_token(context.invocation_metadata()), query_input(request), progress
             )
             return build_route_reply(routed)
 
         return await self.run_call("Route", context, body)
 
     async def watch_health(self, health_servicer: health.aio.HealthServicer, interval_s: float = 5.0) -> None:
-        """Health says NOT_SERVING while the records database or the task queue is away (a load
-        balancer then sends calls to another replica), SERVING again when both answer."""
+        """Health says NOT_SERVING while the records database or the task queue is away, or no
+        worker answers a ping (a load balancer then sends calls to another replica), SERVING
+        again when all answer."""
         serving = True
         while True:
             problems = await self.service.dependency_problems()
+            if not problems:
+                problems = await self.worker_problems()
             if serving != (not problems):
                 serving = not problems
                 status = (health_pb2.HealthCheckResponse.SERVING if serving
@@ -245,6 +280,30 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
                     await health_servicer.set(name, status)
                 (LOG.info if serving else LOG.warning)("health", serving=serving, problems=problems)
             await asyncio.sleep(interval_s)
+
+    async def worker_problems(self) -> list[str]:
+        """Empty when at least one worker answers a ping (or workers are not checked). A tier
+        queue without a worker is logged (its queries wait) but does not stop the others."""
+        if self.worker_probe is None:
+            return []
+        try:
+            alive = await asyncio.to_thread(self.worker_probe)
+        except Exception as exc:  # noqa: BLE001 - any failure means no worker is known to run
+            self.workers_seen = []
+            return [f"workers: {clip(str(exc), 200)}"]
+        self.workers_seen = alive
+        served = {name.split("@", 1)[0] for name in alive}
+        queues = sorted({self.service.queue.queue_name(tier) for tier in TIERS} | {SHADOW_QUEUE})
+        for queue in queues:
+            self.metrics.workers_alive.labels(queue).set(
+                sum(1 for name in alive if name.split("@", 1)[0] == queue))
+        missing = [queue for queue in queues if queue not in served and queue != SHADOW_QUEUE]
+        if missing != self._missing_queues:
+            self._missing_queues = missing
+            (LOG.warning if missing else LOG.info)("workers", missing_queues=missing, alive=alive)
+        if not alive:
+            return [f"workers: none answered a ping within {self.settings.worker_ping_timeout_s:.1f} s"]
+        return []
 
     async def watch_queues(self, interval_s: float = 5.0) -> None:
         """Keep the queue-depth gauge current for every queue, not only the ones queried."""
@@ -282,17 +341,22 @@ async def start_server(
     listen: str | None = None, poll_models: bool = True, queue_watch_s: float | None = 5.0,
     health_watch_s: float | None = 5.0,
     sample: Callable[[], float] = random.random, fair_share: FairShare | None = None,
+    worker_probe: Callable[[], list[str]] | None = None,
 ) -> RunningServer:
     """Build, bind and start the server (health + reflection included); `listen` may end in :0.
 
     `waiter` is started here, on the server's event loop (the Redis waiter binds to it).
+    `worker_probe`: what health asks whether any worker runs (None: not asked).
     """
     metrics = metrics or FrontDoorMetrics()
     await waiter.start()
     service = answer_service(library, settings, records, queue, waiter, router, metrics, knowledge,
                              fair_share, sample)
-    servicer = FrontDoor(service, settings, metrics)
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
+    servicer = FrontDoor(service, settings, metrics, worker_probe)
+    server = grpc.aio.server(
+        interceptors=[UndecodableRequestGuard()],
+        options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
+    )
     pb2_grpc.add_AdaptiveRagServicer_to_server(servicer, server)
     pb2_grpc.add_KnowledgeBaseServicer_to_server(KnowledgeBaseServicer(servicer, knowledge), server)
     health_servicer = health.aio.HealthServicer()

@@ -47,6 +47,17 @@ class FrontDoorSettings(BaseSettings):
     key_cache_s: float = Field(30.0, ge=0, validation_alias=env_name("ARAG_KEY_CACHE", "key_cache_s"))
     # Repeated queries routed without a Triton round trip (per model version; 0 switches it off).
     routing_cache: int = Field(10_000, ge=0, validation_alias=env_name("ARAG_ROUTING_CACHE", "routing_cache"))
+    # The retry-after hint (seconds, trailing metadata) of an UNAVAILABLE reply: about how long a
+    # broker or database restart takes.
+    unavailable_retry_s: float = Field(
+        2.0, ge=0, validation_alias=env_name("ARAG_UNAVAILABLE_RETRY", "unavailable_retry_s")
+    )
+    # Health also pings the workers (Celery's control ping) on its cycle and says NOT_SERVING
+    # when none answers within `worker_ping_timeout_s`.
+    health_workers: bool = Field(True, validation_alias=env_name("ARAG_HEALTH_WORKERS", "health_workers"))
+    worker_ping_timeout_s: float = Field(
+        1.0, gt=0, validation_alias=env_name("ARAG_WORKER_PING_TIMEOUT", "worker_ping_timeout_s")
+    )
     # Threads that wait on results when the result backend is not Redis (each waiting Answer holds
     # one); with Redis, waits share one pub/sub connection on the event loop instead.
     wait_threads: int = Field(

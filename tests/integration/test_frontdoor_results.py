@@ -21,6 +21,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def backend(redis_url):
     app = Celery("results-test", broker=redis_url, backend=redis_url)
+    # 200 writer threads at once: above redis-py's default pool limit of 100 connections
+    app.conf.redis_max_connections = 256
     return app.backend
 
 

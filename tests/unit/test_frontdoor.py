@@ -35,7 +35,8 @@ class Harness:
     """The aio server on its own event loop thread; tests talk to it with the sync client."""
 
     def __init__(self, settings: FrontDoorSettings, delay_s: float = 0.0, work=None,
-                 fair_share=None, health_watch_s: float | None = None) -> None:
+                 fair_share=None, health_watch_s: float | None = None, worker_probe=None,
+                 library: Settings | None = None) -> None:
         self.store = FakeStore()
         self.store.add_key(KEY, "acme")
         self.store.add_key(OTHER_KEY, "globex")
@@ -48,10 +49,10 @@ class Harness:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.running = asyncio.run_coroutine_threadsafe(
-            start_server(LIBRARY, settings, self.store, self.queue, FakeWaiter(self.queue), self.router,
-                         self.knowledge, self.metrics, listen="127.0.0.1:0", poll_models=False, queue_watch_s=None,
-                         sample=lambda: self.samples[0], fair_share=fair_share,
-                         health_watch_s=health_watch_s),
+            start_server(library or LIBRARY, settings, self.store, self.queue, FakeWaiter(self.queue),
+                         self.router, self.knowledge, self.metrics, listen="127.0.0.1:0", poll_models=False,
+                         queue_watch_s=None, sample=lambda: self.samples[0], fair_share=fair_share,
+                         health_watch_s=health_watch_s, worker_probe=worker_probe),
             self.loop,
         ).result(10)
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.running.port}")
@@ -525,3 +526,51 @@ def test_health_is_not_serving_while_the_database_or_the_broker_is_away():
         assert becomes(health_pb2.HealthCheckResponse.SERVING)
     finally:
         h.close()
+
+
+def test_health_is_not_serving_while_no_worker_answers_a_ping():
+    alive: list[str] = ["tier-a@h", "tier-b@h", "tier-c@h"]
+    h = Harness(make_settings(), health_watch_s=0.05, worker_probe=lambda: list(alive))
+    try:
+        health = health_pb2_grpc.HealthStub(h.channel)
+
+        def becomes(expected: int) -> bool:
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                if health.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME)).status == expected:
+                    return True
+                time.sleep(0.05)
+            return False
+
+        assert becomes(health_pb2.HealthCheckResponse.SERVING)
+        alive.clear()
+        assert becomes(health_pb2.HealthCheckResponse.NOT_SERVING)
+        alive.append("tier-c@h")  # one tier left: still serving (the others' queries wait)
+        assert becomes(health_pb2.HealthCheckResponse.SERVING)
+        gauge = h.metrics.registry.get_sample_value("arag_workers_alive", {"queue": "tier-a"})
+        assert gauge == 0.0
+        assert h.metrics.registry.get_sample_value("arag_workers_alive", {"queue": "tier-c"}) == 1.0
+    finally:
+        h.close()
+
+
+def test_unavailable_carries_a_retry_after_hint(harness):
+    from adaptive_rag.errors import DependencyUnavailableError
+
+    harness.queue.down = DependencyUnavailableError("the task queue is unreachable (enqueue: ConnectionError)")
+    error = status_of(harness.answer, "What is 2+2?")
+    assert error.code() is grpc.StatusCode.UNAVAILABLE
+    assert trailing(error.trailing_metadata())["retry-after"] == "2.000"
+
+
+def test_a_result_backend_that_stays_away_is_unavailable_not_internal(harness):
+    from adaptive_rag.errors import DependencyUnavailableError
+
+    class AwayWaiter:
+        async def wait(self, task_id: str, timeout: float):
+            raise DependencyUnavailableError(f"the result backend is unreachable; task {task_id} keeps running")
+
+    harness.running.servicer.service.waiter = AwayWaiter()
+    error = status_of(harness.answer, "Who makes Lumora lamps?")
+    assert error.code() is grpc.StatusCode.UNAVAILABLE and "keeps running" in error.details()
+    assert "retry-after" in trailing(error.trailing_metadata())

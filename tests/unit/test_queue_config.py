@@ -34,6 +34,20 @@ def test_redis_config_keeps_messages_until_the_task_finished():
         "tier-a", "tier-b", "tier-c", "shadow"]
 
 
+def test_redis_config_rides_out_a_broker_restart():
+    config = celery_config(WorkerSettings(_env_file=None, redis_url="redis://127.0.0.1:6399/0"))
+    assert config["broker_connection_retry"] and config["broker_connection_retry_on_startup"]
+    assert config["broker_connection_max_retries"] is None  # a pool never gives up on the broker
+    assert config["broker_transport"] == "workers.redis_broker:Transport"
+    assert config["worker_cancel_long_running_tasks_on_connection_loss"] is False
+    assert config["result_backend_always_retry"] and config["result_backend_max_retries"] >= 10
+    options = config["broker_transport_options"]
+    assert options["health_check_interval"] > 0 and options["socket_keepalive"]
+    assert config["task_publish_retry_policy"]["max_retries"] >= 1
+    app = create_app(WorkerSettings(_env_file=None, redis_url="redis://127.0.0.1:6399/0"))
+    assert type(app.connection_for_write().transport).__module__ == "workers.redis_broker"
+
+
 def test_without_redis_the_broker_needs_no_server(tmp_path):
     settings = WorkerSettings(_env_file=None, broker_dir=tmp_path / "broker")
     config = celery_config(settings)

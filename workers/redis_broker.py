@@ -1,0 +1,101 @@
+"""The Redis broker transport: kombu's, made safe across a broker restart.
+
+Two gaps of kombu's Redis transport show when the broker restarts under a busy worker:
+
+1. A channel whose connection was already closed (the consumer drops it when the broker goes
+   away) builds a fresh connection pool from `transport.client`, which is `None` by then: acking
+   or restoring a message on it raises `AttributeError: 'NoneType' object has no attribute
+   'hostname'`. That is not one of the transport's connection errors, so Celery treats it as
+   unrecoverable and the whole worker exits. Here it is a `redis.ConnectionError`, which every
+   caller already handles (the consumer reconnects; a failed ack leaves the message unacked).
+2. The messages a worker had reserved when the broker went away cannot be put back then (the
+   broker is away), so they wait in the unacked hash for the visibility timeout (15 minutes by
+   default) before anyone runs them. Here the first channel that connects again puts them back
+   at once, except those a pool process is still running (their own ack removes them when they
+   finish). A reserved task the pool had already buffered may then run twice; the task writes
+   its result once, so the second run only returns the stored result.
+
+Selected by `broker_transport` in `workers.celery_app` whenever the broker is Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import redis as redis_py
+from kombu.transport import redis
+
+logger = logging.getLogger(__name__)
+# Deliveries whose restore failed because the broker was away, per unacked hash (one per broker
+# and database): put back by the next channel of this process that connects.
+_UNRESTORED: dict[str, set[str]] = {}
+_UNRESTORED_LOCK = threading.Lock()
+
+
+def _running_delivery_tags() -> set[str]:
+    """Delivery tags of the tasks this worker's pool is running now (none outside a worker)."""
+    try:
+        from celery.worker import state
+    except ImportError:  # pragma: no cover - celery is a dependency of the workers
+        return set()
+    tags = set()
+    for request in tuple(state.active_requests):
+        tag = getattr(getattr(request, "message", None), "delivery_tag", None)
+        if tag is not None:
+            tags.add(str(tag))
+    return tags
+
+
+class QoS(redis.QoS):
+    def restore_unacked(self, client: Any = None) -> Any:
+        """Put back every unacked delivery; when the broker is away, remember them for later."""
+        tags = {str(tag) for tag in self._delivered}
+        try:
+            return super().restore_unacked(client)
+        except self.channel.connection_errors:
+            if tags:
+                with _UNRESTORED_LOCK:
+                    _UNRESTORED.setdefault(self.unacked_key, set()).update(tags)
+                logger.warning("broker away: %d unacknowledged message(s) go back to their queue "
+                               "when it answers again", len(tags))
+            raise
+
+
+class Channel(redis.Channel):
+    QoS = QoS
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # connects (kombu pings the server here)
+        self._restore_unrestored()
+
+    def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
+        if self.connection is None or self.connection.client is None:
+            raise redis_py.ConnectionError("the broker connection of this channel is closed")
+        return super()._connparams(asynchronous=asynchronous)
+
+    def _restore_unrestored(self) -> None:
+        """Put back the deliveries a lost connection could not restore (not the running ones)."""
+        key = self.unacked_key
+        with _UNRESTORED_LOCK:
+            pending = _UNRESTORED.pop(key, set())
+        if not pending:
+            return
+        todo = pending - _running_delivery_tags()
+        done: set[str] = set()
+        try:
+            for tag in sorted(todo):
+                self.qos.restore_by_tag(tag)
+                done.add(tag)
+        except self.connection_errors:
+            with _UNRESTORED_LOCK:  # away again: the next connection tries the rest
+                _UNRESTORED.setdefault(key, set()).update(todo - done)
+        if done:
+            logger.warning("broker back: %d unacknowledged message(s) of the lost connection put "
+                           "back on their queues (%d still running here)", len(done),
+                           len(pending) - len(todo))
+
+
+class Transport(redis.Transport):
+    Channel = Channel
