@@ -106,6 +106,12 @@ class Settings(BaseSettings):
     llm_threads: int | None = Field(
         None, validation_alias=AliasChoices("ARAG_LLM_THREADS", "llm_threads")
     )
+    # Load the embedded model with token log-probabilities (llama.cpp `logits_all`; slower on
+    # every call). Off: the uncertainty strategy loads its own log-probability copy for its drafts
+    # (`adaptive_rag.llm.logprob_llm`); on: everything shares this one. The HTTP client always asks.
+    llm_logprobs: bool = Field(
+        False, validation_alias=env_name("ARAG_LLM_LOGPROBS", "llm_logprobs")
+    )
 
     # --- strategies ----------------------------------------------------------------------------
     multi_step: Literal["ircot", "decompose"] = Field(
@@ -117,6 +123,16 @@ class Settings(BaseSettings):
     )
     max_query_chars: int = Field(
         4000, ge=1, validation_alias=AliasChoices("ARAG_MAX_QUERY_CHARS", "max_query_chars")
+    )
+    # Uncertainty-triggered retrieval (`strategies.uncertainty`): retrieve when the no-retrieval
+    # draft's min (or mean) token probability is below the threshold. Tune it on train
+    # (`strategies.uncertainty.tune_threshold`); 0.5 is a placeholder, not a measured choice.
+    uncertainty_threshold: float = Field(
+        0.5, ge=0.0, le=1.0,
+        validation_alias=env_name("ARAG_UNCERTAINTY_THRESHOLD", "uncertainty_threshold"),
+    )
+    uncertainty_aggregate: Literal["min", "mean"] = Field(
+        "min", validation_alias=env_name("ARAG_UNCERTAINTY_AGGREGATE", "uncertainty_aggregate")
     )
 
     # --- evaluation ----------------------------------------------------------------------------
@@ -164,6 +180,21 @@ class ClassifierSettings(BaseSettings):
     # Which answers count as correct when labelling: em | acc | em_or_acc.
     label_correct: Literal["em", "acc", "em_or_acc"] = Field(
         "em_or_acc", validation_alias=AliasChoices("ARAG_LABEL_CORRECT", "label_correct")
+    )
+    # Where promotion and rollback ask Triton (EXPLICIT model control) to load a version before
+    # it is served: comma-separated host:port, `dns:///host:port` for every address of a headless
+    # service. Unset: TRITON_GRPC_URL when it is set, else no Triton (files only).
+    triton_control_urls: str | None = Field(
+        None, validation_alias=AliasChoices("ARAG_TRITON_CONTROL_URLS", "triton_control_urls")
+    )
+    # Scheduled retraining (workers/retraining.py, the CronJob's `arag retrain --if-new-labels`):
+    # a run trains only when this many `train` labels arrived since the last decided retrain.
+    retrain_min_new_labels: int = Field(
+        50, ge=0, validation_alias=AliasChoices("ARAG_RETRAIN_MIN_NEW_LABELS", "retrain_min_new_labels")
+    )
+    # Crontab (minute hour day-of-month month day-of-week, UTC) of the Celery beat retraining job.
+    retrain_schedule: str = Field(
+        "0 3 * * *", validation_alias=AliasChoices("ARAG_RETRAIN_SCHEDULE", "retrain_schedule")
     )
 
 

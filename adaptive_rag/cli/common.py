@@ -80,13 +80,13 @@ STRATEGY_ALIASES = {"a": "no_retrieval", "b": "single_step", "c": "multi_step"}
 
 def resolve_strategy(name: str, settings: Settings) -> str:
     """A strategy name from a tier letter, `multi_step` (the configured C variant) or a name."""
-    from adaptive_rag.strategies import STRATEGY_NAMES
+    from adaptive_rag.strategies import ALL_STRATEGY_NAMES
 
     name = STRATEGY_ALIASES.get(name.lower(), name)
     name = settings.multi_step if name == "multi_step" else name
-    if name not in STRATEGY_NAMES:
+    if name not in ALL_STRATEGY_NAMES:
         raise typer.BadParameter(
-            f"unknown strategy {name!r}; choose a, b, c, auto or one of {', '.join(STRATEGY_NAMES)}"
+            f"unknown strategy {name!r}; choose a, b, c, auto or one of {', '.join(ALL_STRATEGY_NAMES)}"
         )
     return name
 

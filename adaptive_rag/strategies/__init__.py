@@ -10,12 +10,18 @@ from adaptive_rag.strategies.base import Strategy
 from adaptive_rag.strategies.decompose import Decompose
 from adaptive_rag.strategies.ircot import IRCoT
 from adaptive_rag.strategies.no_retrieval import NoRetrieval
+from adaptive_rag.strategies.self_route import SelfRoute
 from adaptive_rag.strategies.single_step import SingleStep
 from adaptive_rag.strategies.small_talk import SmallTalkReply
+from adaptive_rag.strategies.uncertainty import Uncertainty
 
 STRATEGY_NAMES = ("no_retrieval", "single_step", "ircot", "decompose")
 # Cost order, cheapest first: used to pick the cheapest correct strategy (oracle, labels).
 COST_RANK = {name: rank for rank, name in enumerate(STRATEGY_NAMES)}
+# Strategies that route inside themselves, escalating on the LLM's own signal (the reader
+# abstains, the draft is unsure): compared with the routers, never a tier or a label.
+SELF_ROUTING_NAMES = ("self_route", "uncertainty")
+ALL_STRATEGY_NAMES = (*STRATEGY_NAMES, *SELF_ROUTING_NAMES)
 
 
 def strategy_for_tier(tier: Tier, settings: Settings) -> str:
@@ -34,7 +40,12 @@ def uses_retrieval(name: str) -> bool:
 
 
 def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings) -> Strategy:
-    """Instantiate a strategy by name (`STRATEGY_NAMES`) with the settings' bounds."""
+    """Instantiate a strategy by name (`ALL_STRATEGY_NAMES` or `SMALL_TALK`) with the settings'
+    bounds.
+
+    `uncertainty` drafts on a log-probability generator: `llm` when it reports them, else the
+    process's shared log-probability copy of the configured model (`llm.logprob_llm`).
+    """
     if name == "no_retrieval":
         return NoRetrieval(llm)
     if name == SMALL_TALK:
@@ -44,6 +55,19 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
             retriever, llm, top_k=settings.top_k, min_score=settings.abstain_min_score,
             reader_abstains=settings.reader_abstains,
         )
+    if name == "self_route":
+        single = SingleStep(
+            retriever, llm, top_k=settings.top_k, min_score=settings.abstain_min_score,
+            reader_abstains=True,
+        )
+        return SelfRoute(single, build_strategy(settings.multi_step, retriever, llm, settings))
+    if name == "uncertainty":
+        from adaptive_rag.llm import logprob_llm
+
+        return Uncertainty(
+            logprob_llm(settings, llm), build_strategy("single_step", retriever, llm, settings),
+            threshold=settings.uncertainty_threshold, aggregate=settings.uncertainty_aggregate,
+        )
     if name == "ircot":
         return IRCoT(
             retriever, llm, top_k=settings.top_k, max_steps=settings.max_steps,
@@ -52,11 +76,12 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
     if name == "decompose":
         return Decompose(retriever, llm, top_k=settings.top_k, max_passages=settings.max_passages)
     raise ConfigurationError(
-        f"unknown strategy {name!r}; choose one of {', '.join((*STRATEGY_NAMES, SMALL_TALK))}")
+        f"unknown strategy {name!r}; choose one of {', '.join((*ALL_STRATEGY_NAMES, SMALL_TALK))}")
 
 
 __all__ = [
-    "COST_RANK", "SMALL_TALK", "STRATEGY_NAMES", "Decompose", "IRCoT", "NoRetrieval", "SingleStep",
-    "SmallTalkReply", "Strategy",
+    "ALL_STRATEGY_NAMES", "COST_RANK", "SELF_ROUTING_NAMES", "SMALL_TALK", "STRATEGY_NAMES",
+    "Decompose", "IRCoT", "NoRetrieval", "SelfRoute", "SingleStep", "SmallTalkReply", "Strategy",
+    "Uncertainty",
     "build_strategy", "strategy_for_tier", "uses_retrieval",
 ]
