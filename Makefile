@@ -141,7 +141,7 @@ TRITON_METRICS_PORT ?= 8002
 triton-model: setup
 	$(ARAG) model bootstrap --repository $(MODEL_REPOSITORY)
 
-## triton: the real Triton (nvidia-pytriton) serving the latest classifier version on 127.0.0.1
+## triton: the real Triton (nvidia-pytriton) serving the classifier on 127.0.0.1, EXPLICIT model control (served.json)
 triton: triton-model
 	$(PY) services/classifier/serve.py --repository $(MODEL_REPOSITORY) --grpc-port $(TRITON_GRPC_PORT) \
 	  --http-port $(TRITON_HTTP_PORT) --metrics-port $(TRITON_METRICS_PORT)

@@ -2,7 +2,7 @@
 train, export and promote the routing classifier; manage API keys and tenants' knowledge bases.
 
 The commands live in the modules of this package (`answering`, `evaluation`, `classifier`,
-`model`, `keys`, `kb`, `reader`); they import `common` (and `classifier` imports `model`), never this module,
+`model`, `keys`, `kb`, `reader`, `routers`); they import `common`, never this module,
 which assembles them into one Typer `app`. Heavy libraries (torch, transformers, matplotlib)
 are imported inside the commands that need them.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typer
 
-from adaptive_rag.cli import answering, capacity, classifier, evaluation, kb, keys, model, reader
+from adaptive_rag.cli import answering, capacity, classifier, evaluation, kb, keys, model, reader, routers
 from adaptive_rag.cli.common import run_app
 
 app = typer.Typer(
@@ -29,10 +29,11 @@ app.add_typer(classifier.classifier_app, name="classifier", help="label, train, 
 # The classifier's everyday jobs also answer at the top level (`arag label`, as the docs name them).
 for _name in classifier.TOP_LEVEL:
     app.command(name=_name)(getattr(classifier, _name))
-app.add_typer(model.model_app, name="model", help="classifier model versions: bootstrap, promote")
+app.add_typer(model.model_app, name="model", help="classifier model versions: bootstrap, promote, rollback, status")
 app.add_typer(keys.keys_app, name="keys", help="API keys of tenants: create, list, revoke")
 app.add_typer(reader.reader_app, name="reader", help="embedded readers: list, fetch, assemble")
 app.add_typer(kb.kb_app, name="kb", help="tenants' knowledge bases: import, describe, delete")
+app.add_typer(routers.routers_app, name="routers", help="learned routers (lr, knn, reward): train, route, fetch-base")
 
 
 def main() -> None:

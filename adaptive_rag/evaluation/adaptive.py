@@ -5,8 +5,10 @@ question, the outcome of the tier its router picked. Every baseline a claim must
 row, so all of them stand on the same questions and the same answers: always A / B / C, the
 dataset-identity rule, the question-form rules, the oracle (cheapest correct tier) and each
 trained router (`LocalOnnxClassifier`: the exported model in-process through ONNX Runtime + its
-policy, the same numbers as Triton). A further router (kNN, logistic regression, ...) is one more
-`RoutingRow`: a name and a function from a question to a tier.
+policy, the same numbers as Triton). A further router is one more `RoutingRow`: a name and a
+function from a question to a tier; the learned routers (`adaptive_rag.routing.learned`: logistic
+regression, kNN over labelled queries, cost-aware reward regression) each get one from their saved
+directory (`learned_router_row`).
 
 A trained router's per-question routes are recorded (`routes.json` beside the outcomes), so a
 report-only regeneration on a machine without that model version still shows its row, replayed
@@ -29,6 +31,7 @@ from adaptive_rag.routing.local_classifier import Router, rules_router
 from adaptive_rag.routing.rules import dataset_tier
 
 if TYPE_CHECKING:
+    from adaptive_rag.routing.learned import LearnedRouter
     from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
 
 # A router's answer for one question: a tier, a full decision, or None (no decision: skipped).
@@ -39,6 +42,7 @@ ORACLE = "oracle"
 DATASET_RULE = "dataset-identity rule"
 QUESTION_FORM_RULES = "adaptive, rules only"  # the row's name since before the baselines
 ADAPTIVE = "adaptive"
+LEARNED_PREFIX = "learned "  # the rows of the learned routers: "learned knn", "learned lr (mpnet)", ...
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,64 @@ def oracle_row(outcomes: Mapping[tuple[str, str, str], Outcome], tiers: Sequence
                       "dataset-identity rule: the best any router over these tiers could do")
 
 
+def cheapest_correct(
+    outcomes: Mapping[tuple[str, str, str], Outcome], questions: Iterable[Question], tiers: Sequence[str],
+) -> dict[tuple[str, str], Tier | None]:
+    """Per question with every tier's outcome, the cheapest tier answering correctly (EM or Acc),
+    or None when no tier did: what under- and over-retrieval are measured against."""
+    found: dict[tuple[str, str], Tier | None] = {}
+    for question in questions:
+        per_tier = [outcomes.get((question.dataset, question.id, name)) for name in tiers]
+        if any(o is None for o in per_tier):
+            continue
+        found[(question.dataset, question.id)] = next(
+            (tier for tier, o in zip(Tier, per_tier) if o is not None and o.correct), None)
+    return found
+
+
+def learned_router_info(router: LearnedRouter, directory: Path) -> dict[str, Any]:
+    """What a learned router row runs: its artefact, encoder, hyper-parameters and labels."""
+    card = router.card
+    encoder = card.get("encoder", {})
+    validation = card.get("validation", {})
+    return {
+        "kind": router.kind, "path": str(directory), "artefact_sha256": router.artefact_sha256,
+        "encoder": f"{encoder.get('name', '?')} (sha256 {str(encoder.get('identity', ''))[:12]})",
+        "hyperparameters": card.get("hyperparameters", {}), "selection": card.get("selection"),
+        "train_labels": card.get("labels", {}).get("fitted_on"),
+        "validation": {k: round(v, 4) for k, v in (("accuracy", validation.get("accuracy")),
+                                                     ("macro_f1", validation.get("macro_f1"))) if v is not None},
+        "fitted": card.get("created"),
+    }
+
+
+def learned_router_row(router: LearnedRouter, directory: Path) -> RoutingRow:
+    """A saved learned router as a report row (routing time included: it runs per question)."""
+    directory = Path(directory)
+    name = LEARNED_PREFIX + router.kind + ("" if directory.name == router.kind else f" ({directory.name})")
+    info = learned_router_info(router, directory)
+    params = ", ".join(f"{k} {v}" for k, v in info["hyperparameters"].items())
+    return RoutingRow(name, lambda q: router.route(q.question), label=f"{name} ({params})", timed=True,
+                      info=info, description=f"{router.card.get('description', router.kind)}; trained on "
+                      "the `train` labels only, hyper-parameters chosen on a hash validation split of them; "
+                      "in-process, routing time included")
+
+
+def learned_router_rows(paths: Sequence[Path]) -> tuple[list[RoutingRow], dict[str, str]]:
+    """A row per saved router under `paths` (router directories or folders of them), and why a
+    directory could not be used."""
+    from adaptive_rag.errors import AdaptiveRagError
+    from adaptive_rag.routing.learned import load_router, router_dirs
+
+    rows, problems = [], {}
+    for directory in router_dirs(paths):
+        try:
+            rows.append(learned_router_row(load_router(directory), directory))
+        except (AdaptiveRagError, OSError, KeyError, ValueError) as exc:
+            problems[str(directory)] = str(exc)
+    return rows, problems
+
+
 def classifier_info(classifier: LocalOnnxClassifier) -> dict[str, Any]:
     """The model version and thresholds a classifier row actually runs with."""
     version, thresholds = classifier.version, classifier.policy.thresholds
@@ -179,7 +241,8 @@ def classifier_info(classifier: LocalOnnxClassifier) -> dict[str, Any]:
     thresholds_file = version.path / "thresholds.json"
     return {
         "model": version.name, "version": version.version, "path": str(version.path),
-        "base": exported.get("base"), "exported": exported.get("exported"),
+        "base": exported.get("base"), "labels": (exported.get("train_config") or {}).get("labels", "both"),
+        "exported": exported.get("exported"),
         "quantization": quantization.get("kind") if isinstance(quantization, Mapping) else "none (fp32)",
         "thresholds": {"c_threshold": thresholds.c_threshold, "a_threshold": thresholds.a_threshold,
                        "note": thresholds.note},
@@ -189,9 +252,18 @@ def classifier_info(classifier: LocalOnnxClassifier) -> dict[str, Any]:
 
 def classifier_row(classifier: LocalOnnxClassifier, name: str = ADAPTIVE) -> RoutingRow:
     info = classifier_info(classifier)
-    return RoutingRow(name, lambda q: classifier(q.question), label=f"{name} (classifier v{info['version']})",
+    label = f"{name} (classifier v{info['version']})"
+    if name != ADAPTIVE:  # a further version beside the served one: say what distinguishes it
+        base = str(info.get("base") or "").rstrip("/").rsplit("/", 1)[-1]
+        label = f"{name} ({info['labels']} labels, {base})"
+    return RoutingRow(name, lambda q: classifier(q.question), label=label,
                       timed=True, info=info, description="the trained classifier and its policy, in-process "
                       "through ONNX Runtime (the graph Triton serves); routing time included")
+
+
+def classifier_version_row_name(version: int) -> str:
+    """The row of a further classifier version (a label ablation, another base): "adaptive v5"."""
+    return f"{ADAPTIVE} v{version}"
 
 
 # --- recorded routes ---------------------------------------------------------------------------
@@ -230,5 +302,11 @@ def replayed_row(path: Path, name: str = ADAPTIVE) -> RoutingRow | None:
             "the model was not run for this report"}
     version = info.get("version")
     label = f"{name} (classifier v{version}, replayed)" if version is not None else f"{name} (replayed)"
-    return RoutingRow(name, route, label=label, info=info, description="a trained classifier's "
-                      "recorded routes, replayed; recorded routing time included")
+    what = "a learned router's" if name.startswith(LEARNED_PREFIX) else "a trained classifier's"
+    return RoutingRow(name, route, label=label, info=info, description=f"{what} recorded routes, replayed; "
+                      "recorded routing time included")
+
+
+def recorded_names(path: Path) -> list[str]:
+    """The rows whose routes `path` records."""
+    return sorted(json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else []

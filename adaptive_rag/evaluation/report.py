@@ -256,6 +256,57 @@ def agreement_markdown(found: Mapping[str, Mapping[str, Any]], labels: Mapping[s
     return "\n".join(lines) + "\n"
 
 
+# --- under- and over-retrieval ---------------------------------------------------------------
+
+
+def retrieval_errors(
+    routed: Mapping[str, Mapping[tuple[str, str], Tier]],
+    cheapest: Mapping[tuple[str, str], Tier | None],
+) -> dict[str, dict[str, Any]]:
+    """Per routing row, how often it sent a question to a cheaper tier than the cheapest correct
+    one (under-retrieval: the answer is lost), to exactly it, or to a dearer one (over-retrieval:
+    time spent for nothing); questions no tier answered correctly are counted apart, by the tier
+    they were sent to (there every tier is wrong, and cheaper is better)."""
+    order = list(Tier)
+    found = {}
+    for row, tiers in routed.items():
+        counts = {"under": 0, "exact": 0, "over": 0}
+        none = {t.value: 0 for t in Tier}
+        for key, tier in tiers.items():
+            if key not in cheapest:
+                continue
+            best = cheapest[key]
+            if best is None:
+                none[tier.value] += 1
+            else:
+                diff = order.index(tier) - order.index(best)
+                counts["under" if diff < 0 else "over" if diff > 0 else "exact"] += 1
+        answerable = sum(counts.values())
+        found[row] = {**counts, "answerable": answerable, "no_correct_tier": none,
+                      "n": answerable + sum(none.values())}
+    return found
+
+
+def retrieval_errors_markdown(found: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str]) -> str:
+    lines = ["## Under- and over-retrieval per router", "",
+             ("Against each question's cheapest tier that answered correctly (EM or Acc): *under* = "
+              "sent to a cheaper tier (the correct answer is lost), *over* = sent to a dearer tier "
+              "(time spent for nothing). Shares are of the questions some tier answered; questions no "
+              "tier answered are counted apart, by the tier they were sent to."), "",
+             "| row | n answerable | under | exact | over | no tier correct: n (sent A / B / C) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+
+    def share(count: int, total: int) -> str:
+        return f"{count} ({100 * count / total:.1f} %)" if total else str(count)
+
+    for row, cell in found.items():
+        total, none = cell["answerable"], cell["no_correct_tier"]
+        lines.append(f"| {labels.get(row, row)} | {total} | {share(cell['under'], total)} | "
+                     f"{share(cell['exact'], total)} | {share(cell['over'], total)} | "
+                     f"{sum(none.values())} ({none['A']} / {none['B']} / {none['C']}) |")
+    return "\n".join(lines) + "\n"
+
+
 def versus_reference(
     table: Mapping[str, Mapping[str, Mapping[str, float]]], reference: str
 ) -> dict[str, dict[str, dict[str, float]]]:
@@ -304,49 +355,67 @@ def plot(
     path: Path,
     labels: Mapping[str, str] | None = None,
     kinds: Mapping[str, str] | None = None,
-) -> None:
+) -> list[dict[str, Any]]:
     """F1 against seconds per query, one point per row (error bar: the F1 interval), for the
-    average and each dataset; one colour per row throughout, marked by kind (fixed strategy,
-    router, oracle)."""
+    average and each dataset; one colour and marker per row throughout, the marker's shape by kind
+    (square: fixed strategy, circle: router, star: oracle; past 20 rows the markers go hollow, so
+    no two rows look alike). Every row of `table` is drawn and named in the legend; returns the
+    legend's entries (`label`, `kind`, `colour`, `marker`, `hollow`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
 
     labels, kinds = labels or {}, kinds or {}
     found = list(dict.fromkeys(d for c in table.values() for d in c))
     datasets = [d for d in found if d == AVERAGE] + [d for d in found if d != AVERAGE]
     if not datasets:
-        return  # nothing evaluated yet: no plot
+        return []  # nothing evaluated yet: no plot
     columns = min(4, len(datasets) + 1)
     n_rows = -(-(len(datasets) + 1) // columns)  # one spare panel for the legend
     fig, axes = plt.subplots(n_rows, columns, figsize=(3.6 * columns, 3.3 * n_rows), squeeze=False)
     panels = list(axes.flat)
     colours = plt.get_cmap("tab10" if len(table) <= 10 else "tab20")
+    # tab20 pairs a dark and a light shade of each hue: all dark shades first, then the light ones.
+    palette = [colours(i) for i in range(0, colours.N, 2)] + [colours(i) for i in range(1, colours.N, 2)] \
+        if colours.N == 20 else [colours(i) for i in range(colours.N)]
     markers = {"fixed": "s", "strategy": "s", "router": "o", "oracle": "*"}
+    styles = {}
+    for index, row in enumerate(table):
+        kind = kinds.get(row, "")
+        styles[row] = {"label": labels.get(row, row), "kind": kind, "colour": to_hex(palette[index % len(palette)]),
+                       "marker": markers.get(kind, "o"), "hollow": index >= len(palette)}
     for axis, dataset in zip(panels, datasets):
-        for index, (row, cells) in enumerate(table.items()):
+        for row, cells in table.items():
             if dataset not in cells:
                 continue
-            cell = cells[dataset]
+            cell, style = cells[dataset], styles[row]
             f1 = 100 * cell["f1"]
             interval = cell.get("f1_ci")
             yerr = [[f1 - 100 * interval[0]], [100 * interval[1] - f1]] if interval else None
-            kind = kinds.get(row, "")
-            axis.errorbar(cell["seconds"], f1, yerr=yerr, fmt=markers.get(kind, "o"), color=colours(index),
-                          capsize=2, markersize=10 if kind == "oracle" else 6, label=labels.get(row, row))
+            axis.errorbar(cell["seconds"], f1, yerr=yerr, fmt=style["marker"], color=style["colour"], capsize=2,
+                          markersize=10 if style["kind"] == "oracle" else 6, label=style["label"],
+                          markerfacecolor="none" if style["hollow"] else style["colour"])
         axis.set_title("average over datasets" if dataset == AVERAGE else dataset)
         axis.set_xlabel("seconds / query")
         axis.set_ylabel("F1 (95 % interval)")
         axis.grid(alpha=0.3)
     legend = panels[len(datasets)]
-    handles, names = panels[0].get_legend_handles_labels()
-    legend.legend(handles, names, loc="center", fontsize=8, frameon=False)
+    # Every row once, even one missing from the first panel.
+    handles = {}
+    for axis in panels[:len(datasets)]:
+        for handle, name in zip(*axis.get_legend_handles_labels()):
+            handles.setdefault(name, handle)
+    entries = [styles[row] for row in table if styles[row]["label"] in handles]
+    legend.legend([handles[e["label"]] for e in entries], [e["label"] for e in entries], loc="center",
+                  fontsize=8 if len(entries) <= 14 else 6, frameon=False)
     for axis in panels[len(datasets):]:
         axis.axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return entries
 
 
 def _describe(value: Any) -> str:
@@ -375,6 +444,7 @@ def write_report(
     rows: Mapping[str, Mapping[str, Any]] | None = None,
     found_claims: Sequence[Mapping[str, Any]] = (),
     agreement: Mapping[str, Mapping[str, Any]] | None = None,
+    retrieval: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Path]:
     """`report.json`, `report.md` and `f1_vs_time.png` in `out_dir`.
 
@@ -391,7 +461,7 @@ def write_report(
     shares = versus_reference(table, str(reference)) if reference in table else {}
     json_path.write_text(json.dumps({
         "meta": meta, "rows": rows, "table": table, "claims": list(found_claims),
-        "tier_agreement": agreement or {}, "versus_multi_step": shares,
+        "tier_agreement": agreement or {}, "retrieval_errors": retrieval or {}, "versus_multi_step": shares,
         "bootstrap": {"resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "confidence": 0.95,
                       "method": "percentile; questions resampled within each dataset; paired for differences"},
     }, indent=2))
@@ -410,6 +480,8 @@ def write_report(
         body.append(claims_markdown(found_claims))
     if agreement:
         body.append(agreement_markdown(agreement, labels))
+    if retrieval:
+        body.append(retrieval_errors_markdown(retrieval, labels))
     body.append("## Per dataset\n")
     body.append(markdown(table, labels, [d for cells in table.values() for d in cells if d != AVERAGE]))
     if shares:

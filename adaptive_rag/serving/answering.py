@@ -6,7 +6,10 @@ Guarantees on top of the queue's at-least-once delivery:
   runs racing each other both end with the result the first writer stored;
 - transient failures (retriever or LLM unreachable, index missing, database hiccup) raise
   `RetryLater` while the delivery may still retry; after that, and for any other failure, an
-  error result is recorded and returned, so the client always gets an answer or an error.
+  error result is recorded and returned, so the client always gets an answer or an error;
+- the records database itself unreachable once the retries are spent raises `RecordsUnavailable`
+  instead: neither an answer nor an error can be recorded then, and a run that ends without a
+  result row would leave its request `running` forever (the edge tries it again later).
 """
 
 from __future__ import annotations
@@ -65,6 +68,15 @@ class RetryLater(Exception):
     """A transient failure the queue should retry (the edge chooses the backoff)."""
 
 
+class RecordsUnavailable(RetryLater):
+    """The records database does not answer, so this run can record nothing, not even its error:
+    it must run again once the database is back, whatever retries are left."""
+
+
+# The records database's own failures (connection refused, server gone): see `RecordsUnavailable`.
+RECORDS_DOWN: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
+
+
 def answer_task(
     task: AnswerTask, records: Records, resources: StrategyResources, delivery: Delivery,
     time_limit_errors: tuple[type[BaseException], ...] = (),
@@ -81,7 +93,11 @@ def answer_task(
 
     def failed(code: ErrorCode, exc: BaseException) -> AnswerResult:
         log.error("task.failed", error_code=code.value, error=_describe(exc))
-        return write_once(records, failure(task, code, _describe(exc), started, clock()), delivery)
+        try:
+            return write_once(records, failure(task, code, _describe(exc), started, clock()), delivery)
+        except RECORDS_DOWN as down:
+            log.warning("task.unrecordable", error=_describe(down))
+            raise RecordsUnavailable(f"{code.value} not recorded: {_describe(down)}") from down
 
     try:
         existing = records.get_result(task.request_id, task.kind, task.tier)
@@ -114,6 +130,9 @@ def answer_task(
         if delivery.may_retry:
             log.warning("task.retry", error=_describe(exc))
             raise RetryLater(_describe(exc)) from exc
+        if isinstance(exc, RECORDS_DOWN):  # the database this run must write to: wait for it
+            log.warning("task.records_unavailable", error=_describe(exc))
+            raise RecordsUnavailable(_describe(exc)) from exc
         return failed(ErrorCode.DEPENDENCY_UNAVAILABLE, exc)
     except Exception as exc:  # noqa: BLE001 - a bug or bad input: recorded, not retried
         return failed(ErrorCode.INTERNAL, exc)

@@ -7,12 +7,14 @@ from adaptive_rag.storage.db import make_engine, session_factory, upgrade_databa
 from adaptive_rag.storage.knowledge import KnowledgeRecords
 from adaptive_rag.storage.labels import LabelStore
 from adaptive_rag.storage.models import (
-    ApiKey, Base, Feedback, QueryRequest, QueryResult, RoutingDecision, TrainingLabel,
+    ApiKey, Base, Feedback, ModelPromotion, QueryRequest, QueryResult, RoutingDecision, TrainingLabel,
 )
+from adaptive_rag.storage.promotions import JobBusyError, PromotionRecord, PromotionStore, job_lock
 from adaptive_rag.storage.records import ApiKeyView, RecordStore, RequestView, StoredResult
 
 __all__ = [
-    "ApiKey", "ApiKeyView", "Base", "Feedback", "KnowledgeRecords", "LabelStore", "QueryRequest", "QueryResult",
+    "ApiKey", "ApiKeyView", "Base", "Feedback", "JobBusyError", "KnowledgeRecords", "LabelStore",
+    "ModelPromotion", "PromotionRecord", "PromotionStore", "QueryRequest", "QueryResult",
     "RecordStore", "RequestView", "RoutingDecision", "StoredResult", "TrainingLabel",
-    "make_engine", "session_factory", "upgrade_database",
+    "job_lock", "make_engine", "session_factory", "upgrade_database",
 ]

@@ -242,3 +242,49 @@ class KnowledgeDocument(Base):
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, server_default=func.now()
     )
+
+
+# --- classifier model versions -----------------------------------------------------------------------
+
+
+class ModelPromotion(Base):
+    """One decision about which classifier version users get, and why.
+
+    `action`: `promote` (`arag model promote`), `retrain` (`arag retrain`, scheduled or by hand:
+    train a challenger, then promote) or `rollback`. `verdict`: `promoted`, `refused` (not better
+    on validation), `failed` (did not load, Triton refused it, training failed), `skipped`
+    (too few new labels, another run holding the lock) or `rolled_back`. Scores are the
+    validation split's (`adaptive_rag.training.splits`), never `test`; `validation_counts` are its
+    labels per tier. `served_version` is the version served after the action; `label_watermark`
+    the highest `training_labels.id` a retrain saw, from which the next one counts new labels.
+    """
+
+    __tablename__ = "model_promotions"
+    __table_args__ = (
+        CheckConstraint("action IN ('promote', 'retrain', 'rollback')", name="ck_model_promotions_action"),
+        CheckConstraint(
+            "verdict IN ('promoted', 'refused', 'failed', 'skipped', 'rolled_back')",
+            name="ck_model_promotions_verdict",
+        ),
+        Index("ix_model_promotions_model_created", "model_name", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    model_name: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(16))
+    verdict: Mapped[str] = mapped_column(String(16))
+    challenger_run: Mapped[str | None] = mapped_column(Text, nullable=True)
+    challenger_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    champion_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    served_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    metric: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    challenger_score: Mapped[float | None] = mapped_column(Float, nullable=True)
+    champion_score: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # {"A": n, "B": n, "C": n}: the validation labels both were scored on
+    validation_counts: Mapped[dict[str, int] | None] = mapped_column(JSONType, nullable=True)
+    new_labels: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    label_watermark: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    # Both models' full validation metrics, the run's settings, the Tritons loaded, ...
+    details: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
+    created_at: Mapped[datetime] = _created_at()

@@ -1,4 +1,5 @@
 """Training the query-complexity classifier: labels from strategy outcomes (`labelling`), live
 labels from logged traffic (`relabel`), fine-tuning (`training`, `model`), ONNX export into the
-model repository (`export`) and champion/challenger promotion (`promotion`). Needs the `train`
-extras (torch, transformers); serving never imports this package."""
+model repository (`export`), which labels train and which judge (`splits`), champion/challenger
+promotion and rollback (`promotion`) and one retraining run under its lock (`retrain`). Needs the
+`train` extras (torch, transformers) to train and export; serving never imports this package."""

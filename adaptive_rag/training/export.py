@@ -11,7 +11,8 @@ Layout (loadable as-is by a standalone Triton with the onnxruntime backend):
     <repo>/complexity/<version>/thresholds.json     routing policy thresholds (`arag calibrate`)
     <repo>/complexity/<version>/MODEL_CARD.md, metrics.json, validation.jsonl
 
-Every export adds the next version number; the config's version policy serves the latest.
+Every export adds the next version number. Which version is served is `served.json` (promotion
+and rollback move it); a repository never promoted into serves the latest.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from adaptive_rag.contracts import CLASSIFIER_INPUTS, CLASSIFIER_MODEL, CLASSIFIER_OUTPUT, TIERS
 from adaptive_rag.routing.model_repository import (
-    MODEL_FILE, config_pbtxt, next_version,
+    MODEL_FILE, config_pbtxt, next_version, write_config,
 )
 from adaptive_rag.routing.policy import PolicyThresholds
 
@@ -131,9 +132,8 @@ def export_run(
     if not (staging / "thresholds.json").exists():
         PolicyThresholds().save(staging / "thresholds.json")
     staging.rename(version_dir)
-    (model_dir / "config.pbtxt").write_text(
-        config_pbtxt(model_name, max_batch_size=max_batch_size), encoding="utf-8"
-    )
+    # keeps the served pointer's version policy (an export alone is never served once one was promoted)
+    write_config(model_dir, config_pbtxt(model_name, max_batch_size=max_batch_size))
     return ExportResult(version=version, version_dir=version_dir, onnx_path=version_dir / MODEL_FILE,
                         max_abs_diff=diff, quantization=info.get("quantization"))
 

@@ -25,6 +25,8 @@ from adaptive_rag.storage.models import TrainingLabel
 from adaptive_rag.strategies.base import Strategy
 
 CorrectMetric = Literal["em", "acc", "em_or_acc"]
+LabelMode = Literal["both", "silver", "binary"]
+LABEL_MODES: tuple[LabelMode, ...] = ("both", "silver", "binary")
 TIER_ORDER = (Tier.A, Tier.B, Tier.C)
 
 
@@ -46,6 +48,28 @@ def choose_label(
         if is_correct(outcomes[tier], metric):
             return tier, "silver"
     return (Tier.C if multi_hop else Tier.B), "binary"
+
+
+def training_labels(rows: Sequence[TrainingLabel], mode: LabelMode = "both") -> list[tuple[TrainingLabel, str]]:
+    """`(row, label)` pairs for training under one of the paper's label schemes (its ablation).
+
+    - `both` (default, "silver + binary"): every row with its stored label, live labels included;
+    - `silver`: only benchmark questions some strategy answered correctly, with that label;
+    - `binary`: every benchmark question labelled by its dataset's bias alone (B for single-hop
+      sets, C for multi-hop sets), whatever the strategies did.
+
+    The two ablations use benchmark labels only: live labels carry no dataset bias to compare.
+    """
+    from adaptive_rag.routing.rules import dataset_tier
+
+    if mode == "both":
+        return [(row, row.label) for row in rows]
+    benchmark = [row for row in rows if row.origin == "benchmark"]
+    if mode == "silver":
+        return [(row, row.label) for row in benchmark if row.label_source == "silver"]
+    if mode == "binary":
+        return [(row, tier.value) for row in benchmark if (tier := dataset_tier(row.dataset)) is not None]
+    raise ValueError(f"unknown label mode {mode!r}: {' | '.join(LABEL_MODES)}")
 
 
 @dataclass
@@ -106,6 +130,6 @@ def label_questions(
 
 
 __all__ = [
-    "CorrectMetric", "LabelRunStats", "choose_label", "is_correct", "label_questions",
-    "limit_per_dataset",
+    "LABEL_MODES", "CorrectMetric", "LabelMode", "LabelRunStats", "choose_label", "is_correct",
+    "label_questions", "limit_per_dataset", "training_labels",
 ]

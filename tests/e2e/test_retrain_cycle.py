@@ -3,10 +3,12 @@
 Queries answered through the gRPC front door (real Redis, PostgreSQL, Celery workers with the
 embedded model, Triton serving version 1: the length router of `tests/e2e/conftest.py`), feedback
 through `SubmitFeedback`, then the two jobs as a deployment runs them: `arag relabel` turns the
-feedback into live labels, `arag retrain` trains a MiniLM challenger on every `train` label and
-publishes it as version 2 only because it beats the champion on the held-out `test` labels. Triton
-restarts on its port serving version 2 (a standalone Triton in poll mode would load it by itself);
-the front door, never restarted, routes the next query with version 2 and records it.
+feedback into live labels, `arag retrain` trains a MiniLM challenger on the `fit` part of the
+`train` labels and serves it as version 2 only because it beats the champion on the `validation`
+part. Triton restarts on its port and loads what config.pbtxt now names (versions 1 and 2; given a
+Triton URL, `arag retrain` would load version 2 on the running Triton instead, as
+tests/integration/test_model_swap.py does); the front door, never restarted, routes the next query
+with version 2 and records it.
 
 The benchmark labels of this test are written for it: the tier follows the words (greetings -> A,
 one-fact lookups -> B, comparisons -> C) and not the length, so the length router is a weak

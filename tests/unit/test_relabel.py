@@ -60,10 +60,12 @@ def test_neighbour_tiers() -> None:
 
 # --- from the records (SQLite, real migrations) -----------------------------------------------------
 
-def hash_split(dataset: str, question_id: str) -> str:
-    """The documented split rule, written out independently of `split_of`."""
-    digest = hashlib.sha256(f"{dataset}:{question_id}".encode()).digest()
-    return "train" if int.from_bytes(digest[:8], "big") % 100 < 60 else "test"
+def question_split(question: str) -> str:
+    """The documented live split, written out independently of `live_split`: sha256 of
+    "live-split:<casefolded, spaces collapsed, end punctuation stripped question>"."""
+    normal = " ".join(question.lower().split()).strip("?!. ")
+    digest = hashlib.sha256(f"live-split:{normal}".encode()).digest()
+    return "train" if int.from_bytes(digest[:8], "big") / 2**64 < 0.6 else "test"
 
 
 def _served(store, request_id: str, query: str, primary: tuple[str, str], shadow: tuple[str, str] | None = None) -> None:
@@ -95,12 +97,39 @@ def test_relabel_turns_feedback_into_live_labels_and_updates_on_rerun(tmp_path) 
     labels = {row.question_id: row for row in LabelStore(store.engine).labels(split=None, origin="live")}
     assert (labels["r1"].label, labels["r1"].label_source, labels["r1"].dataset) == ("B", "shadow", "live:acme")
     assert labels["r4"].label == "B" and labels["r4"].question == "Hi there"
-    # The benchmark's 60/40 hash split, keyed "live:<request id>": r1 lands in train, r4 in test.
-    assert [hash_split("live", "r1"), hash_split("live", "r4")] == ["train", "test"]
-    assert (labels["r1"].split, labels["r4"].split) == ("train", "test")
+    # 60/40 by a hash of the normalised question (never of the request id).
+    assert [question_split("Compare X and Y"), question_split("Hi there")] == ["test", "train"]
+    assert (labels["r1"].split, labels["r4"].split) == ("test", "train")
 
     store.add_feedback("r4", "acme", 1, None, "actually fine")  # the latest verdict wins
     again = relabel_from_records(store.engine)
     assert (again.labelled, again.updated, again.unchanged) == (0, 1, 1)
     relabelled = {row.question_id: row.label for row in LabelStore(store.engine).labels(split=None, origin="live")}
     assert relabelled == {"r1": "B", "r4": "A"}
+
+
+def test_a_repeated_question_lands_in_one_split_whatever_the_request(tmp_path) -> None:
+    from adaptive_rag.storage import LabelStore, make_engine, upgrade_database
+    from adaptive_rag.storage.records import RecordStore
+    from adaptive_rag.training.relabel import relabel_from_records
+
+    url = f"sqlite:///{tmp_path / 'records.db'}"
+    upgrade_database(url)
+    store = RecordStore(make_engine(url))
+    spellings = ["How long is the Hub H2 warranty?", "how long is the hub h2 warranty", "  HOW long is the Hub H2 warranty ?!"]
+    for n, query in enumerate(spellings * 4):
+        request_id = f"q{n}"
+        _served(store, request_id, query, ("B", "Two years"))
+        store.add_feedback(request_id, "acme", 1, None, None)
+    relabel_from_records(store.engine)
+    rows = LabelStore(store.engine).labels(split=None, origin="live")
+    assert len(rows) == 12 and {row.split for row in rows} == {question_split(spellings[0])}
+    # A label stored under the old rule (by request id) is moved to its question's split.
+    with store.engine.begin() as conn:
+        from sqlalchemy import text
+
+        other = "test" if question_split(spellings[0]) == "train" else "train"
+        conn.execute(text("UPDATE training_labels SET split = :s WHERE question_id = 'q0'"), {"s": other})
+    again = relabel_from_records(store.engine)
+    assert again.resplit == 1 and again.labelled == 0
+    assert {row.split for row in LabelStore(store.engine).labels(split=None, origin="live")} == {question_split(spellings[0])}

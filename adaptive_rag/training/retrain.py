@@ -1,0 +1,246 @@
+"""One retraining run: the code behind `arag retrain` and the scheduled job (workers/retraining.py).
+
+    lock -> (relabel) -> enough new labels? -> train a challenger on `fit` -> promote on
+    `validation` (calibrated, loaded by Triton, then served) -> one `model_promotions` row
+
+- The lock (`job_lock`: a PostgreSQL advisory lock, or an flock beside the model repository) makes
+  a second run that starts while one is going record `skipped` and return at once, so a slow
+  run and the next schedule never train or publish side by side.
+- `min_new_labels`: a run trains only when that many `train` labels arrived since the last
+  retrain that reached a verdict (the watermark it recorded); otherwise `skipped`.
+- Labels: every `train` label (benchmark and live) split by `adaptive_rag.training.splits`; the
+  challenger learns from `fit`, promotion compares on `validation`; `test` only fills the model
+  card, never chooses.
+Needs the `train` extras (torch) only when it trains.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from adaptive_rag.settings import ClassifierSettings
+from adaptive_rag.storage import (
+    JobBusyError, LabelStore, PromotionStore, job_lock, make_engine, upgrade_database,
+)
+from adaptive_rag.training.promotion import Verdict
+from adaptive_rag.training.splits import VALIDATION_SHARE, partition, tier_counts
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class RetrainOptions:
+    """What `arag retrain` takes (the scheduled job uses the defaults and the settings)."""
+
+    out: Path | None = None  # run directory (default var/classifier/runs/<time>)
+    epochs: int = 3
+    max_steps_per_epoch: int | None = None
+    learning_rate: float | None = None
+    seed: int = 13
+    threads: int | None = None
+    metric: str = "macro_f1"
+    min_gain: float = 0.0
+    int8: bool = False
+    min_new_labels: int = 0  # 0: train whatever arrived
+    relabel: bool = False  # turn feedback into live labels first (the scheduled job does)
+    triton_urls: tuple[str, ...] = ()  # load on these Tritons before serving (EXPLICIT mode)
+    calibrate: bool = True  # thresholds of the promoted version from its validation slice
+    lock_wait_s: float = 0.0
+
+
+@dataclass
+class RetrainOutcome:
+    """What one run did: `status` promoted | refused | failed | skipped, and why."""
+
+    status: str
+    reason: str
+    new_labels: int | None = None
+    fit: int = 0
+    validation: int = 0
+    run_dir: Path | None = None
+    verdict: Verdict | None = None
+    record_id: int | None = None
+    relabelled: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready: what `arag retrain` prints and the Celery task returns."""
+        data: dict[str, Any] = {
+            "status": self.status, "reason": self.reason, "new_labels": self.new_labels,
+            "fit": self.fit, "validation": self.validation,
+            "run_dir": str(self.run_dir) if self.run_dir else None, "record_id": self.record_id,
+        }
+        if self.relabelled is not None:
+            data["relabel"] = self.relabelled
+        if self.verdict is not None:
+            v = self.verdict
+            data.update({
+                "promoted": v.promoted, "version": v.version, "served_version": v.served_version,
+                "champion_version": v.champion_version, "metric": v.metric,
+                "validation_counts": v.validation_counts,
+                "challenger": v.challenger and {k: v.challenger[k] for k in ("accuracy", "macro_f1")},
+                "champion": v.champion and {k: v.champion[k] for k in ("accuracy", "macro_f1")},
+            })
+        return data
+
+
+def control_urls(classifier: ClassifierSettings, url: str | None = None, enabled: bool = True) -> list[str]:
+    """The Tritons a promotion or rollback loads the version on: `url` if given, else
+    `ARAG_TRITON_CONTROL_URLS`, else `TRITON_GRPC_URL` when it was set (not its default)."""
+    if not enabled:
+        return []
+    given = url or classifier.triton_control_urls
+    if not given and "triton_grpc_url" in classifier.model_fields_set:
+        given = classifier.triton_grpc_url
+    # `dns:///` entries stay as they are: the switch resolves them when it loads (every pod then).
+    return [u.strip() for u in (given or "").split(",") if u.strip()]
+
+
+def publish_lock(engine, classifier: ClassifierSettings, wait_s: float = 600.0):
+    """The lock around changing what is served (promotion, rollback): short, so a rollback
+    during a long retrain's training still goes through; waits for a running publication."""
+    name = classifier.classifier_model
+    return job_lock(engine, f"publish:{name}", Path(classifier.model_repository) / f".{name}.publish.lock", wait_s)
+
+
+def calibrate_in_place(version_dir: Path, labels: LabelStore, step_budget: float | None = None) -> bool:
+    """Routing thresholds for the version in `version_dir` from its `validation.jsonl` (the
+    training run's early-stopping slice) and the per-tier F1 and steps stored with its labels
+    (benchmark labels have them; live labels do not). False when nothing could be calibrated:
+    the version keeps the default thresholds."""
+    from adaptive_rag.routing.policy import CalibrationExample, calibrate_thresholds
+
+    val_path = Path(version_dir) / "validation.jsonl"
+    if not val_path.is_file():
+        return False
+    rows = [json.loads(line) for line in val_path.read_text(encoding="utf-8").splitlines() if line]
+    stored = {(r.dataset, r.question_id): r for r in labels.labels(split="train")}
+    examples = []
+    for row in rows:
+        label = stored.get((row["dataset"], row["question_id"]))
+        outcomes = label.outcomes if label is not None else {}
+        if not all(isinstance(outcomes.get(t), dict) and "f1" in outcomes[t] and "steps" in outcomes[t]
+                   for t in "ABC"):
+            continue
+        examples.append(CalibrationExample(
+            probabilities=tuple(row["probabilities"]),
+            f1={t: float(outcomes[t]["f1"]) for t in "ABC"},
+            steps={t: float(outcomes[t]["steps"]) for t in "ABC"},
+        ))
+    if not examples:
+        return False
+    calibrate_thresholds(examples, step_budget).save(Path(version_dir))
+    return True
+
+
+def retrain(
+    database_url: str, classifier: ClassifierSettings, options: RetrainOptions | None = None,
+    log: Log = print,
+) -> RetrainOutcome:
+    """One run under the lock; every outcome (including a busy lock) is one `model_promotions` row."""
+    options = options or RetrainOptions()
+    upgrade_database(database_url)
+    engine = make_engine(database_url)
+    promotions = PromotionStore(engine)
+    model = classifier.classifier_model
+    repository = Path(classifier.model_repository)
+    try:
+        with job_lock(engine, f"retrain:{model}", repository / f".{model}.retrain.lock", options.lock_wait_s):
+            return _retrain_locked(engine, promotions, classifier, options, log)
+    except JobBusyError as exc:
+        row = promotions.record(model, "retrain", "skipped", reason=f"another retrain is running: {exc}")
+        log(f"skipped: {exc}")
+        return RetrainOutcome("skipped", row.reason, record_id=row.id)
+    finally:
+        engine.dispose()
+
+
+def _retrain_locked(engine, promotions: PromotionStore, classifier: ClassifierSettings,
+                    options: RetrainOptions, log: Log) -> RetrainOutcome:
+    from adaptive_rag.training.promotion import promote
+
+    model = classifier.classifier_model
+    relabelled = None
+    if options.relabel:
+        from dataclasses import asdict
+
+        from adaptive_rag.training.relabel import relabel_from_records
+
+        relabelled = asdict(relabel_from_records(engine))
+        log(f"relabel: {relabelled}")
+    new, watermark = promotions.new_train_labels(model)
+    if options.min_new_labels and new < options.min_new_labels:
+        reason = (f"{new} new `train` labels since the last retrain, fewer than the "
+                  f"{options.min_new_labels} asked for")
+        row = promotions.record(model, "retrain", "skipped", new_labels=new, label_watermark=None, reason=reason)
+        log(f"skipped: {reason}")
+        return RetrainOutcome("skipped", reason, new_labels=new, record_id=row.id, relabelled=relabelled)
+
+    labels = LabelStore(engine)
+    train_rows = labels.labels(split="train")
+    fit, validation = partition(train_rows, lambda row: row.question, VALIDATION_SHARE)
+    test_rows = labels.labels(split="test")
+    outcome = RetrainOutcome("failed", "", new_labels=new, fit=len(fit), validation=len(validation),
+                             relabelled=relabelled)
+    if not fit or not validation:
+        outcome.reason = (f"need `train` labels on both sides of the validation split (fit {len(fit)}, "
+                          f"validation {len(validation)}): run `arag label` / `arag relabel` first")
+        row = promotions.record(model, "retrain", "failed", new_labels=new, reason=outcome.reason)
+        outcome.record_id = row.id
+        return outcome
+
+    from adaptive_rag.training.training import Example, TrainConfig, train_classifier
+
+    def example(row) -> Example:
+        return Example(row.question, row.label, row.question_id, row.dataset)
+
+    out = options.out or Path("var/classifier/runs") / time.strftime("%Y%m%d-%H%M%S")
+    outcome.run_dir = Path(out)
+    config = TrainConfig(
+        base=classifier.classifier_base, epochs=options.epochs, learning_rate=options.learning_rate,
+        seed=options.seed, max_length=classifier.classifier_max_length,
+        max_steps_per_epoch=options.max_steps_per_epoch, threads=options.threads,
+    )
+    note = (f"retrain: {len(fit)} `fit` labels of {len(train_rows)} `train` labels (benchmark + live; "
+            f"{len(validation)} validation labels held out for promotion, {tier_counts([r.label for r in validation])}). "
+            f"Test: {len(test_rows)} `test` labels, reported only.")
+    try:
+        result = train_classifier([example(r) for r in fit], out, config,
+                                  test_examples=[example(r) for r in test_rows], data_note=note, log=log)
+    except Exception as exc:  # noqa: BLE001 - recorded; the served version is untouched
+        outcome.reason = f"training failed: {type(exc).__name__}: {exc}"
+        row = promotions.record(model, "retrain", "failed", challenger_run=str(out), new_labels=new,
+                                reason=outcome.reason)
+        outcome.record_id = row.id
+        return outcome
+
+    def prepare(version_dir: Path) -> None:
+        if options.calibrate and not calibrate_in_place(version_dir, labels):
+            log("no validation question has stored per-tier outcomes: default thresholds")
+
+    with ExitStack() as held:
+        try:
+            held.enter_context(publish_lock(engine, classifier))
+        except JobBusyError as exc:
+            outcome.reason = f"could not publish: {exc}"
+            row = promotions.record(model, "retrain", "failed", challenger_run=str(result.run_dir),
+                                    new_labels=new, reason=outcome.reason)
+            outcome.record_id = row.id
+            return outcome
+        verdict = promote(
+            result.run_dir, classifier.model_repository, [r.question for r in validation],
+            [r.label for r in validation], model, options.metric, options.min_gain, options.int8,
+            triton_urls=list(options.triton_urls), store=promotions, action="retrain",
+            challenger_run=str(result.run_dir), prepare=prepare, new_labels=new, label_watermark=watermark,
+            details={"fit": len(fit), "test_reported": len(test_rows), "epochs": options.epochs},
+        )
+    outcome.status, outcome.reason, outcome.verdict = verdict.verdict, verdict.reason, verdict
+    outcome.record_id = verdict.record_id
+    log(f"{verdict.verdict}: {verdict.reason}")
+    return outcome

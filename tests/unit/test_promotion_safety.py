@@ -1,0 +1,197 @@
+"""Safe promotion and rollback of the classifier's served version, on cheap real ONNX models (the
+length router of `tests/support/models.py`: a good one routes these questions right, a bad one
+says C to everything) and a real SQLite database with the migrations.
+
+No Triton here (the swap against the real local Triton is tests/integration/test_model_swap.py),
+except an address where none listens: a Triton that refuses must leave the served version as is.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from adaptive_rag.contracts import CLASSIFIER_MODEL
+from adaptive_rag.routing.model_repository import (
+    ServingSwitchError, config_pbtxt, open_version, read_served, served_version, versions,
+)
+from adaptive_rag.storage import PromotionStore, make_engine, upgrade_database
+from adaptive_rag.training.promotion import promote_candidate, rollback
+from infra.local.servers import free_port
+from tests.support.models import publish_length_router
+
+GOOD, BAD = -20.0, 50.0  # c_bias of the length router: right on LABELLED / always C
+LABELLED = [
+    ("hi", "A"), ("hello there", "A"), ("thanks a lot", "A"),
+    ("How long is the warranty of the Hub H2 device?", "B"),
+    ("Does the Flex Strip work with Alexa and Google Home?", "B"),
+    ("How do I reset the motion sensor?", "B"),
+    (("Compare the Hub H2 and the Bridge Mini in price, range, power draw, supported protocols and "
+      "the warranty that each of them comes with."), "C"),
+    (("What is the difference between the Flex Strip and the Outdoor Spot when it comes to "
+      "brightness, colour range, weather sealing and the app?"), "C"),
+]
+TEXTS, LABELS = [t for t, _ in LABELLED], [label for _, label in LABELLED]
+
+
+@pytest.fixture
+def store(tmp_path) -> PromotionStore:
+    url = f"sqlite:///{tmp_path / 'records.db'}"
+    upgrade_database(url)
+    return PromotionStore(make_engine(url))
+
+
+def candidate(tmp_path: Path, c_bias: float, name: str) -> Path:
+    """An exported version directory outside the repository (what `promote` exports a run to)."""
+    return publish_length_router(tmp_path / "candidates" / name, 1, c_bias)
+
+
+def repository_serving(tmp_path: Path, c_bias: float) -> Path:
+    """A repository whose version 1 (no pointer yet: the latest, served) is a length router."""
+    repo = tmp_path / "repo"
+    publish_length_router(repo, 1, c_bias)
+    (repo / CLASSIFIER_MODEL / "config.pbtxt").write_text(config_pbtxt())
+    return repo
+
+
+def test_a_better_challenger_is_published_served_and_recorded(tmp_path, store):
+    repo = repository_serving(tmp_path, BAD)
+    verdict = promote_candidate(candidate(tmp_path, GOOD, "good"), repo, TEXTS, LABELS, store=store,
+                                challenger_run="runs/good")
+    assert verdict.promoted and verdict.verdict == "promoted" and verdict.version == 2
+    assert verdict.challenger["macro_f1"] == pytest.approx(1.0) and verdict.champion["macro_f1"] < 0.5
+    model_dir = repo / CLASSIFIER_MODEL
+    assert versions(model_dir) == [1, 2] and served_version(model_dir) == 2
+    state = read_served(model_dir)
+    assert state.history == (1, 2) and state.loaded == (1, 2) and state.previous == 1
+    # Triton keeps the new and the previous version loaded (no gap while front doors move).
+    assert "specific: { versions: [ 1, 2 ] }" in (model_dir / "config.pbtxt").read_text()
+    info = json.loads((model_dir / "2" / "classifier.json").read_text())
+    assert info["promotion"]["validation_counts"] == {"A": 3, "B": 3, "C": 2}
+    # What users get follows the pointer: open_version's default, the in-process router.
+    from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
+
+    assert open_version(repo).version == 2
+    assert LocalOnnxClassifier(open_version(repo)).classify(TEXTS[0]).model_version == 2
+    [row] = store.recent(CLASSIFIER_MODEL)
+    assert (row.action, row.verdict, row.challenger_version, row.champion_version, row.served_version) == (
+        "promote", "promoted", 2, 1, 2)
+    assert row.metric == "macro_f1" and row.challenger_score == pytest.approx(1.0)
+    assert row.champion_score == pytest.approx(verdict.champion["macro_f1"])
+    assert row.validation_counts == {"A": 3, "B": 3, "C": 2} and row.challenger_run == "runs/good"
+    assert row.details["challenger"]["accuracy"] == pytest.approx(1.0)
+
+
+def test_a_worse_challenger_is_refused_and_nothing_changes(tmp_path, store):
+    repo = repository_serving(tmp_path, GOOD)
+    config_before = (repo / CLASSIFIER_MODEL / "config.pbtxt").read_text()
+    verdict = promote_candidate(candidate(tmp_path, BAD, "bad"), repo, TEXTS, LABELS, store=store)
+    assert not verdict.promoted and verdict.verdict == "refused" and verdict.version is None
+    assert "does not beat champion version 1" in verdict.reason
+    model_dir = repo / CLASSIFIER_MODEL
+    assert versions(model_dir) == [1] and served_version(model_dir) == 1
+    assert read_served(model_dir) is None and (model_dir / "config.pbtxt").read_text() == config_before
+    [row] = store.recent(CLASSIFIER_MODEL)
+    assert (row.verdict, row.served_version, row.champion_version) == ("refused", 1, 1)
+    assert row.challenger_score < row.champion_score == pytest.approx(1.0)
+    # An equal challenger is refused too: it must be better by more than min_gain.
+    same = promote_candidate(candidate(tmp_path, GOOD, "same"), repo, TEXTS, LABELS, store=store)
+    assert same.verdict == "refused" and versions(model_dir) == [1]
+
+
+def test_a_challenger_that_does_not_load_is_never_published(tmp_path, store):
+    repo = repository_serving(tmp_path, BAD)
+    broken = candidate(tmp_path, GOOD, "broken")
+    (broken / "model.onnx").write_bytes(b"not an onnx graph")
+    verdict = promote_candidate(broken, repo, TEXTS, LABELS, store=store)
+    assert verdict.verdict == "failed" and not verdict.promoted and verdict.challenger is None
+    assert "does not load or run" in verdict.reason
+    assert versions(repo / CLASSIFIER_MODEL) == [1] and served_version(repo / CLASSIFIER_MODEL) == 1
+    [row] = store.recent(CLASSIFIER_MODEL)
+    assert row.verdict == "failed" and row.challenger_version is None and row.served_version == 1
+
+
+def test_a_challenger_triton_cannot_load_stays_unserved(tmp_path, store):
+    """Better on validation, but the configured Triton does not take it: the old version stays
+    served, the config goes back to it, the new version stays on disk (recorded as failed)."""
+    repo = repository_serving(tmp_path, BAD)
+    nowhere = f"127.0.0.1:{free_port()}"
+    verdict = promote_candidate(candidate(tmp_path, GOOD, "good"), repo, TEXTS, LABELS, store=store,
+                                triton_urls=[nowhere])
+    assert verdict.verdict == "failed" and "was not served" in verdict.reason
+    model_dir = repo / CLASSIFIER_MODEL
+    assert versions(model_dir) == [1, 2] and served_version(model_dir) == 1 and open_version(repo).version == 1
+    assert "specific: { versions: [ 1 ] }" in (model_dir / "config.pbtxt").read_text()
+    assert json.loads((model_dir / "2" / "classifier.json").read_text())["promotion"]["verdict"] == "failed"
+    [row] = store.recent(CLASSIFIER_MODEL)
+    assert (row.verdict, row.challenger_version, row.served_version) == ("failed", 2, 1)
+    assert row.details["triton"] == [nowhere]
+
+
+def test_rollback_serves_the_previous_version_and_is_recorded(tmp_path, store):
+    repo = repository_serving(tmp_path, BAD)
+    model_dir = repo / CLASSIFIER_MODEL
+    with pytest.raises(ServingSwitchError, match="nothing to roll back to"):
+        rollback(repo, store=store)
+    assert promote_candidate(candidate(tmp_path, GOOD, "v2"), repo, TEXTS, LABELS, store=store).version == 2
+    assert rollback(repo, store=store, reason="v2 misroutes tenant acme") == 1
+    state = read_served(model_dir)
+    assert served_version(model_dir) == 1 and open_version(repo).version == 1
+    assert state.history == (1,) and state.loaded == (1, 2)  # v2 stays loaded until front doors moved
+    assert versions(model_dir) == [1, 2]  # kept on disk
+    row = store.recent(CLASSIFIER_MODEL)[0]
+    assert (row.action, row.verdict, row.champion_version, row.served_version) == ("rollback", "rolled_back", 2, 1)
+    assert row.reason == "v2 misroutes tenant acme"
+    # Forward again by name; a version that is not there is refused and nothing changes.
+    assert rollback(repo, to=2, store=store) == 2 and served_version(model_dir) == 2
+    with pytest.raises(ServingSwitchError, match="not in"):
+        rollback(repo, to=7, store=store)
+    assert served_version(model_dir) == 2
+    with pytest.raises(ServingSwitchError, match="already served"):
+        rollback(repo, to=2, store=store)
+
+
+def test_rollback_refused_by_triton_keeps_the_served_version(tmp_path, store):
+    repo = repository_serving(tmp_path, BAD)
+    promote_candidate(candidate(tmp_path, GOOD, "v2"), repo, TEXTS, LABELS, store=store)
+    with pytest.raises(ServingSwitchError):
+        rollback(repo, store=store, triton_urls=[f"127.0.0.1:{free_port()}"])
+    assert served_version(repo / CLASSIFIER_MODEL) == 2
+    assert store.recent(CLASSIFIER_MODEL)[0].verdict == "failed"
+
+
+def test_an_export_alone_is_not_served_once_a_pointer_exists(tmp_path, store):
+    """A version directory that did not pass promotion (a manual export) is on disk, not served;
+    the config keeps the served versions' policy."""
+    from adaptive_rag.routing.model_repository import write_config
+
+    repo = repository_serving(tmp_path, BAD)
+    promote_candidate(candidate(tmp_path, GOOD, "v2"), repo, TEXTS, LABELS, store=store)
+    publish_length_router(repo, 3, GOOD)
+    write_config(repo / CLASSIFIER_MODEL, config_pbtxt(max_batch_size=16))  # what export_run does
+    text = (repo / CLASSIFIER_MODEL / "config.pbtxt").read_text()
+    assert "specific: { versions: [ 1, 2 ] }" in text and "max_batch_size: 16" in text
+    assert served_version(repo / CLASSIFIER_MODEL) == 2 and open_version(repo).version == 2
+
+
+def test_the_cli_rolls_back_and_reports_status(tmp_path, store, monkeypatch):
+    from typer.testing import CliRunner
+
+    from adaptive_rag.cli import app
+
+    for name in ("TRITON_GRPC_URL", "TRITON_URL", "ARAG_TRITON_CONTROL_URLS"):
+        monkeypatch.delenv(name, raising=False)
+    repo = repository_serving(tmp_path, BAD)
+    promote_candidate(candidate(tmp_path, GOOD, "v2"), repo, TEXTS, LABELS, store=store)
+    url = str(store.engine.url)
+    runner = CliRunner()
+    result = runner.invoke(app, ["model", "rollback", "--repository", str(repo), "--database-url", url])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"rolled_back": True, "from": 2, "served_version": 1}
+    result = runner.invoke(app, ["model", "status", "--repository", str(repo), "--database-url", url])
+    assert result.exit_code == 0, result.output
+    status = json.loads(result.stdout)
+    assert status["served_version"] == 1 and status["versions"] == [1, 2]
+    assert [r["action"] for r in status["recent"]] == ["rollback", "promote"]
