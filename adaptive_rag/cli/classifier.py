@@ -126,7 +126,8 @@ def train(
     database_url: DbUrl = None,
     repository: RepoOpt = None,
 ) -> None:
-    """Fine-tune the classifier on the `train` labels; writes checkpoint, metrics and model card."""
+    """Fine-tune the classifier on the `train` labels outside the validation part; writes
+    checkpoint, metrics and model card."""
     from adaptive_rag.training.training import TrainConfig, train_classifier
 
     database_url = load_settings(database_url=database_url).database_url
@@ -139,7 +140,12 @@ def train(
         raise typer.BadParameter(f"--labels is one of {', '.join(LABEL_MODES)}, not {labels!r}")
     store = open_label_store(database_url)
     chosen = [d.strip() for d in datasets.split(",")] if datasets else None
-    train_rows, test_rows = _examples(store, "train", chosen, labels), _examples(store, "test", chosen)
+    from adaptive_rag.training.splits import partition
+
+    # The validation part of `train` (a hash of the normalised question) is held out for
+    # promotion, so a run is never judged on questions it saw.
+    train_rows, held_out = partition(_examples(store, "train", chosen, labels), lambda e: e.text)
+    test_rows = _examples(store, "test", chosen)
     if not train_rows:
         raise typer.BadParameter(f"no `train` labels ({labels}) in the database: run `arag classifier label` first")
     out = out or Path("var/classifier/runs") / time.strftime("%Y%m%d-%H%M%S")
@@ -154,7 +160,8 @@ def train(
             f"{d} {per_dataset[(d, 'A')]}/{per_dataset[(d, 'B')]}/{per_dataset[(d, 'C')]}"
             for d in sorted({e.dataset for e in train_rows})
         )
-        + f". Test: {len(test_rows)} `test` labels (never used for training or early stopping)."
+        + f". Validation: {len(held_out)} `train` labels held out for promotion. Test: "
+        f"{len(test_rows)} `test` labels (never used for training or early stopping)."
     )
     config = TrainConfig(
         base=classifier.classifier_base, epochs=epochs, batch_size=batch_size,

@@ -34,12 +34,9 @@ raises); `open_router(kind, path)` builds one from a saved directory.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
-import re
 import time
-import unicodedata
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -53,6 +50,7 @@ import numpy as np
 from adaptive_rag.contracts import TIERS, RoutingDecision, Tier
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.routing.embeddings import Embedder, OnnxEmbedder, file_sha256
+from adaptive_rag.training.splits import VALIDATION_SHARE, validation_part
 from adaptive_rag.routing.policy import fallback_decision
 
 if TYPE_CHECKING:
@@ -63,8 +61,7 @@ CARD_FILE = "router.json"
 ARRAYS_FILE = "router.npz"
 MODEL_CARD = "MODEL_CARD.md"
 FORMAT = 1
-DEFAULT_VAL_SHARE = 0.2
-SPLIT_SALT = "router-validation-v1"
+DEFAULT_VAL_SHARE = VALIDATION_SHARE
 TIE = 1e-9
 MBA_RAG_REFERENCE = (
     "MBA-RAG (Tang et al., COLING 2025) reports F1 48.61 at 1.80 steps against Adaptive-RAG's 46.94 "
@@ -126,26 +123,19 @@ def examples_from_labels(rows: Iterable[TrainingLabel]) -> list[LabelledQuery]:
     return found
 
 
-def normalise_question(text: str) -> str:
-    """Case, accents' compatibility forms, punctuation and spacing removed: what makes two
-    questions "the same" for the split."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    return " ".join(re.sub(r"[^\w\s]", " ", text).split())
-
-
-def in_validation(question: str, share: float = DEFAULT_VAL_SHARE, salt: str = SPLIT_SALT) -> bool:
-    """Stable: the same normalised question is always on the same side, on any machine."""
-    digest = hashlib.sha256(f"{salt}\0{normalise_question(question)}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") % 10_000 < round(share * 10_000)
+def in_validation(question: str, share: float = DEFAULT_VAL_SHARE) -> bool:
+    """The one validation split of `train` (`training.splits.validation_part`, a hash of the
+    normalised question), shared with classifier promotion: stable on any machine."""
+    return validation_part(question, share) == "validation"
 
 
 def validation_split(
-    examples: Sequence[LabelledQuery], share: float = DEFAULT_VAL_SHARE, salt: str = SPLIT_SALT,
+    examples: Sequence[LabelledQuery], share: float = DEFAULT_VAL_SHARE,
 ) -> tuple[list[int], list[int]]:
     """Indexes of the fitting part and of the validation part."""
     fit_part, validation = [], []
     for index, example in enumerate(examples):
-        (validation if in_validation(example.question, share, salt) else fit_part).append(index)
+        (validation if in_validation(example.question, share) else fit_part).append(index)
     return fit_part, validation
 
 
@@ -299,8 +289,8 @@ class LearnedRouter(ABC):
                 "origins": dict(Counter(e.origin for e in usable)),
                 "sources": dict(Counter(e.source for e in usable)),
             },
-            "validation_split": {"share": self.val_share, "salt": SPLIT_SALT,
-                                 "rule": "sha256 of the normalised question (routing.learned.normalise_question)"},
+            "validation_split": {"share": self.val_share,
+                                 "rule": "sha256 of the normalised question (training.splits.validation_part)"},
             "hyperparameters": self.params, "selection": self.selection_rule,
             "validation": report, "grid": grid,
             "refit": "on every usable labelled query (fitting part + validation) with the chosen hyper-parameters",

@@ -30,19 +30,14 @@ T = TypeVar("T")
 _SPACES = re.compile(r"\s+")
 
 
-def _is_edge(char: str) -> bool:
-    return char.isspace() or unicodedata.category(char).startswith(("P", "S"))
-
-
 def normalise_question(text: str) -> str:
-    """Casefold, collapse whitespace, strip punctuation (and symbols) at both ends."""
-    text = _SPACES.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
-    start, end = 0, len(text)
-    while start < end and _is_edge(text[start]):
-        start += 1
-    while end > start and _is_edge(text[end - 1]):
-        end -= 1
-    return text[start:end]
+    """Compatibility forms folded, casefolded, punctuation and symbols dropped, spacing collapsed:
+    what makes two questions "the same" for every split."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    kept = "".join(
+        " " if unicodedata.category(char).startswith(("P", "S")) else char for char in text
+    )
+    return _SPACES.sub(" ", kept).strip()
 
 
 def question_fraction(question: str, salt: str) -> float:

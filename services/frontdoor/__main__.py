@@ -26,18 +26,19 @@ async def serve(listen: str | None = None) -> None:
     from services.frontdoor.fair_share import open_fair_share
 
     from services.frontdoor.metrics import FrontDoorMetrics, start_exporter
-    from services.frontdoor.routing import ClassifierRouter, build_triton_classifier
+    from services.frontdoor.routing import ClassifierRouter, build_triton_classifier, open_router
     from services.frontdoor.server import start_server
 
     log = structlog.get_logger("frontdoor")
     library, settings = Settings(), FrontDoorSettings()
     metrics = FrontDoorMetrics()
-    router = ClassifierRouter(
+    router = open_router(settings.router, settings.router_dir, library, lambda: ClassifierRouter(
         ClassifierSettings(), settings.model_poll_s,
         build=functools.partial(build_triton_classifier, cache_size=settings.routing_cache),
         on_version=lambda model, version: metrics.model_version.labels(model).set(version),
-    )
+    ))
     router.refresh()
+    log.info("router", kind=settings.router, model=router.model_name)
     if settings.metrics_port:
         host = (listen or settings.grpc_listen).rpartition(":")[0].strip("[]") or "127.0.0.1"
         start_exporter(metrics, settings.metrics_port, host)

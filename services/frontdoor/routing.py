@@ -1,10 +1,17 @@
-"""The classifier the front door routes with, swapped to a newly published model version
-without a restart.
+"""The router the front door asks for each query's tier (`ARAG_ROUTER`), and the classifier's
+swap to a newly served model version without a restart.
 
-`TritonClassifier` is built for one model version (its tokenizer, max length and thresholds come
+`ARAG_ROUTER=classifier` (default): the fine-tuned classifier served by Triton, below. The other
+routers of the evaluation can serve too: `rules` (the question-form rules), `lr`, `knn`, `reward`
+(the learned routers of `adaptive_rag.routing.learned`, loaded from `ARAG_ROUTER_DIR`, default
+`var/routers/<kind>`, run in-process), `llm-judge` (the reader chooses from the tiers'
+descriptions: an LLM call per query). Each is wrapped in `FixedRouter`, which has nothing to swap.
+
+Classifier: `TritonClassifier` is built for one model version (its tokenizer, max length and thresholds come
 from that version's directory), and it pins requests to that version so tokenizer, thresholds and
-weights always match. Every `poll_s` seconds `refresh` looks at the model repository; when a
-higher version is there and Triton reports it ready, a client for it replaces the current one (the
+weights always match. Every `poll_s` seconds `refresh` looks at the model repository; when the
+served version (`served.json`, written by promotion and rollback) changed and Triton reports it
+ready, a client for it replaces the current one (the
 old one is closed a little later so calls in flight finish). When Triton is down nothing is
 swapped and the rules fallback decides, flagged. Every decision carries the version that made it.
 """
@@ -15,13 +22,16 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
 
 import structlog
 
 from adaptive_rag.contracts import RoutingDecision
-from adaptive_rag.routing.model_repository import versions
+from adaptive_rag.routing.local_classifier import rules_router
+from adaptive_rag.routing.model_repository import served_version
 from adaptive_rag.routing.policy import fallback_decision
-from adaptive_rag.settings import ClassifierSettings
+from adaptive_rag.settings import ClassifierSettings, Settings
 
 LOG = structlog.get_logger("frontdoor.classifier")
 # Calls in flight on a replaced client get this long to finish before it is closed.
@@ -62,10 +72,12 @@ class ClassifierRouter:
         return self.settings.classifier_model
 
     def published_versions(self) -> list[int]:
-        return versions(self.settings.model_repository / self.settings.classifier_model)
+        """The served version (promotion and rollback move it), as a one-element list."""
+        served = served_version(self.settings.model_repository / self.settings.classifier_model)
+        return [] if served is None else [served]
 
     def refresh(self) -> bool:
-        """Switch to the newest published version if Triton serves it (or if none is held yet).
+        """Switch to the served version if Triton serves it (or if none is held yet).
 
         Blocking (file system + one Triton readiness call); returns True when it switched.
         """
@@ -130,3 +142,53 @@ class ClassifierRouter:
             client, self._client = self._client, None
         if client is not None:
             client.close()
+
+
+class DecisionMaker(Protocol):
+    async def route(self, query: str) -> RoutingDecision: ...
+
+
+class FixedRouter:
+    """A router without versions to swap (rules, a learned router, the LLM judge), shaped like
+    `ClassifierRouter` for the server."""
+
+    version: int | None = None
+
+    def __init__(self, name: str, inner: DecisionMaker | None = None) -> None:
+        self.model_name = name
+        self._inner = inner
+
+    def refresh(self) -> bool:
+        return False
+
+    async def poll_forever(self) -> None:
+        return None
+
+    async def route(self, query: str) -> RoutingDecision:
+        if self._inner is None:
+            return rules_router(query)
+        return await self._inner.route(query)
+
+    def close(self) -> None:
+        close: Any = getattr(self._inner, "close", None)
+        if callable(close):
+            close()
+
+
+def open_router(
+    kind: str, directory: Path | None, library: Settings, classifier: Callable[[], ClassifierRouter]
+) -> ClassifierRouter | FixedRouter:
+    """The configured router; `classifier` builds the Triton one (the default)."""
+    if kind == "classifier":
+        return classifier()
+    if kind == "rules":
+        return FixedRouter("rules")
+    if kind == "llm-judge":
+        from adaptive_rag.llm import build_llm
+        from adaptive_rag.routing.llm_judge import LLMJudge
+
+        return FixedRouter("llm-judge", LLMJudge(build_llm(library)).as_async())
+    from adaptive_rag.routing.learned import open_router as open_learned
+
+    learned = open_learned(kind, directory or Path("var/routers") / kind, threads=1)
+    return FixedRouter(learned.model_name, learned)

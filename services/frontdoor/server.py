@@ -35,7 +35,7 @@ from services.frontdoor.auth import bearer_token
 from services.frontdoor.guards import UndecodableRequestGuard
 from services.frontdoor.knowledge import KnowledgeBaseServicer
 from services.frontdoor.metrics import FrontDoorMetrics
-from services.frontdoor.routing import ClassifierRouter
+from services.frontdoor.routing import ClassifierRouter, FixedRouter
 from services.frontdoor.settings import FrontDoorSettings
 from services.frontdoor.stubs import KB_SERVICE_NAME, SERVICE_NAME, pb2, pb2_grpc
 
@@ -322,7 +322,7 @@ class RunningServer:
     servicer: FrontDoor
     health: health.aio.HealthServicer
     tasks: list[asyncio.Task]
-    router: ClassifierRouter
+    router: ClassifierRouter | FixedRouter
     waiter: Any
 
     async def stop(self, grace: float | None = 2.0) -> None:
@@ -337,7 +337,7 @@ class RunningServer:
 
 async def start_server(
     library: Settings, settings: FrontDoorSettings, records: Records, queue: TaskQueue, waiter: Any,
-    router: ClassifierRouter, knowledge: KnowledgeBaseService, metrics: FrontDoorMetrics | None = None,
+    router: ClassifierRouter | FixedRouter, knowledge: KnowledgeBaseService, metrics: FrontDoorMetrics | None = None,
     listen: str | None = None, poll_models: bool = True, queue_watch_s: float | None = 5.0,
     health_watch_s: float | None = 5.0,
     sample: Callable[[], float] = random.random, fair_share: FairShare | None = None,

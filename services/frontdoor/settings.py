@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -40,6 +41,13 @@ class FrontDoorSettings(BaseSettings):
     shadow_share: float = Field(
         0.0, ge=0.0, le=1.0, validation_alias=env_name("ARAG_SHADOW_SHARE", "shadow_share")
     )
+    # Which router decides the tier (see services/frontdoor/routing.py): the Triton classifier,
+    # the question-form rules, a learned router (lr, knn, reward; from `router_dir`, default
+    # var/routers/<kind>) or the LLM judge.
+    router: Literal["classifier", "rules", "lr", "knn", "reward", "llm-judge"] = Field(
+        "classifier", validation_alias=env_name("ARAG_ROUTER", "router")
+    )
+    router_dir: Path | None = Field(None, validation_alias=env_name("ARAG_ROUTER_DIR", "router_dir"))
     # How often the front door looks for a newly published classifier version.
     model_poll_s: float = Field(10.0, gt=0, validation_alias=env_name("ARAG_MODEL_POLL", "model_poll_s"))
     # How long a known API key's tenant is remembered before the records are asked again (a key

@@ -24,7 +24,7 @@ from adaptive_rag.routing.embeddings import (
     TOKENIZER_FILE,
     file_sha256,
 )
-from adaptive_rag.routing.learned import normalise_question
+from adaptive_rag.training.splits import normalise_question
 
 
 class HashingEmbedder:

@@ -49,16 +49,29 @@ def test_a_request_without_result_that_was_not_rejected_is_lost() -> None:
 
 
 def test_two_primary_results_or_two_request_ids_for_one_client_id_are_duplicates() -> None:
-    records = [Record("r1", f"{W}.00001", "done", 2, 2), Record("r2", f"{W}.00002", "done", 1, 2)]
+    records = [Record("r1", f"{W}.00001", "done", 2, 2), Record("r2", f"{W}.00002", "done", 1, 2),
+               Record("r9", f"{W}.00002", "done", 1, 1), Record("r3", f"{W}.00003", "done", 1, 1)]
     outcomes = [
         Outcome(f"{W}.00001", 0.0, 1.0, "OK", 1, "B", ["r1"]),
-        Outcome(f"{W}.00002", 0.0, 1.0, "OK", 2, "B", ["r2", "r9"]),  # the resend got a new request id
+        Outcome(f"{W}.00002", 0.0, 1.0, "OK", 2, "B", ["r2", "r9"]),  # the resend got a new request
         Outcome(f"{W}.00003", 0.0, 1.0, "OK", 2, "B", ["r3", "r3"]),  # the same id twice: fine
     ]
     row = account_window(W, records, outcomes, [])
     assert row["duplicates"] == 2
     assert set(row["duplicate_ids"]) == {"r1", f"{W}.00002"}
     assert row["reruns"] == 0
+
+
+def test_a_request_id_that_was_never_recorded_is_not_a_duplicate() -> None:
+    """UNAVAILABLE while the records are away names a request id it could not write."""
+    records = [Record("r2", f"{W}.00001", "done", 1, 1)]
+    attempts = [Attempt(f"{W}.00001", 1, "Answer", 0.0, 0.1, "UNAVAILABLE", rid="r1"),
+                Attempt(f"{W}.00001", 2, "Answer", 2.0, 2.5, "OK", "B", "r2")]
+    outcomes = [Outcome(f"{W}.00001", 0.0, 2.5, "OK", 2, "B", ["r1", "r2"])]
+    assert account_window(W, records, outcomes, attempts)["duplicates"] == 0
+    # answered under two ids (e.g. an Answer replay and a GetResult of another id): a duplicate
+    attempts.append(Attempt(f"{W}.00001", 3, "GetResult", 3.0, 3.1, "OK", "B", "r1"))
+    assert account_window(W, records, outcomes, attempts)["duplicates"] == 1
 
 
 def test_internal_and_unknown_are_wrong_codes_unavailable_is_not() -> None:

@@ -20,11 +20,11 @@ QUESTIONS = [f"How long is the warranty of product number {i}?" for i in range(4
     ("  who   WROTE\tdune  ", "who wrote dune"),
     ("¿Who wrote Dune?!...", "who wrote dune"),
     ('"Who wrote Dune?"', "who wrote dune"),
-    ("What is 2+2?", "what is 2+2"),  # inner punctuation stays
-    ("C++ vs. Java?", "c++ vs. java"),
+    ("What is 2+2?", "what is 2 2"),  # punctuation and symbols become spaces
+    ("C++ vs. Java?", "c vs java"),
     ("Ｗｈｏ wrote Dune", "who wrote dune"),  # full-width letters (NFKC)
 ])
-def test_normalisation_casefolds_collapses_spaces_and_strips_end_punctuation(raw, normal):
+def test_normalisation_casefolds_collapses_spaces_and_drops_punctuation(raw, normal):
     assert normalise_question(raw) == normal
 
 
