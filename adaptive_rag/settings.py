@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -121,6 +121,20 @@ class Settings(BaseSettings):
     max_passages: int = Field(
         6, ge=1, le=50, validation_alias=AliasChoices("ARAG_MAX_PASSAGES", "max_passages")
     )
+    # Multi-step knobs (strategies.ircot, strategies.decompose). Unset: the configured reader's
+    # values tuned on `train` (`ReaderModel.tuning`), else the paper's form.
+    ircot_min_steps: int | None = Field(
+        None, ge=1, le=16, validation_alias=env_name("ARAG_IRCOT_MIN_STEPS", "ircot_min_steps")
+    )
+    ircot_reader_answers: bool | None = Field(
+        None, validation_alias=env_name("ARAG_IRCOT_READER_ANSWERS", "ircot_reader_answers")
+    )
+    ircot_query_with_question: bool | None = Field(
+        None, validation_alias=env_name("ARAG_IRCOT_QUERY_WITH_QUESTION", "ircot_query_with_question")
+    )
+    decompose_question_hits_first: bool | None = Field(
+        None, validation_alias=env_name("ARAG_DECOMPOSE_QUESTION_HITS_FIRST", "decompose_question_hits_first")
+    )
     max_query_chars: int = Field(
         4000, ge=1, validation_alias=AliasChoices("ARAG_MAX_QUERY_CHARS", "max_query_chars")
     )
@@ -196,6 +210,26 @@ class ClassifierSettings(BaseSettings):
     retrain_schedule: str = Field(
         "0 3 * * *", validation_alias=AliasChoices("ARAG_RETRAIN_SCHEDULE", "retrain_schedule")
     )
+
+
+# The paper's form of each multi-step knob (what a strong endpoint gets).
+PAPER_KNOBS: dict[str, Any] = {
+    "ircot_min_steps": 1, "ircot_reader_answers": False, "ircot_query_with_question": False,
+    "decompose_question_hits_first": False,
+}
+
+
+def strategy_knob(settings: Settings, name: str) -> Any:
+    """A multi-step knob: set explicitly, else tuned for the embedded reader (never for an
+    endpoint: `LLM_BASE_URL` gets the paper's form), else the paper's form."""
+    value = getattr(settings, name)
+    if value is not None:
+        return value
+    if settings.llm_base_url is None:
+        tuned = reader_model(settings.reader).tuning
+        if name in tuned:
+            return tuned[name]
+    return PAPER_KNOBS[name]
 
 
 def prompt_style(settings: Settings) -> Literal["completion", "chat"]:

@@ -34,6 +34,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(SkipGuard(CI_ALLOWED_SKIPS, ci_enabled()), "ci-skip-guard")
 
 
+# The suite checks mechanics, so it runs the smallest reader (about 5x faster than the default
+# qwen-1.5b on 2 cores), in this process and in every server or worker it starts.
+# tests/integration/test_default_reader.py runs the configured default reader itself.
+TEST_READER = "gemma-270m"
+os.environ.setdefault("ARAG_READER", TEST_READER)
+
 REPO = Path(__file__).resolve().parents[1]
 OPENSEARCH_DIR = REPO / "infra" / "opensearch"
 # The first start builds the launcher and may download the jars into ~/.m2.

@@ -70,7 +70,7 @@ def label(
     retr, llm = open_retriever(settings), build_llm(settings)
     strategies = {t: build_strategy(strategy_for_tier(t, settings), retr, llm, settings) for t in Tier}
     labeller = {
-        "llm": settings.llm_base_url or str(settings.gguf_path or "gemma-3-270m-q4_k_m.gguf (embedded)"),
+        "llm": settings.llm_base_url or str(settings.gguf_path or f"{settings.reader} (embedded)"),
         "retriever": settings.retriever, "top_k": settings.top_k, "max_steps": settings.max_steps,
         "max_passages": settings.max_passages, "command": "arag " + shlex.join(sys.argv[1:]),
     }

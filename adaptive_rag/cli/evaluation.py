@@ -154,7 +154,7 @@ def evaluate(
         "split": "test",
         "questions": len(questions),
         "retriever": settings.retriever,
-        "llm": settings.llm_base_url or str(settings.gguf_path or "gemma-3-270m-q4_k_m.gguf (embedded)"),
+        "llm": settings.llm_base_url or str(settings.gguf_path or f"{settings.reader} (embedded)"),
         "top_k": settings.top_k, "max_steps": settings.max_steps,
         "max_passages": settings.max_passages,
         "oracle_tiers": tiers,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from adaptive_rag.contracts import Tier
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.ports import LLM, Retriever
-from adaptive_rag.settings import Settings
+from adaptive_rag.settings import Settings, strategy_knob
 from adaptive_rag.strategies.base import Strategy
 from adaptive_rag.strategies.decompose import Decompose
 from adaptive_rag.strategies.ircot import IRCoT
@@ -72,9 +72,15 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
         return IRCoT(
             retriever, llm, top_k=settings.top_k, max_steps=settings.max_steps,
             max_passages=settings.max_passages,
+            query_with_question=strategy_knob(settings, "ircot_query_with_question"),
+            min_steps=strategy_knob(settings, "ircot_min_steps"),
+            reader_answers=strategy_knob(settings, "ircot_reader_answers"),
         )
     if name == "decompose":
-        return Decompose(retriever, llm, top_k=settings.top_k, max_passages=settings.max_passages)
+        return Decompose(
+            retriever, llm, top_k=settings.top_k, max_passages=settings.max_passages,
+            question_hits_first=strategy_knob(settings, "decompose_question_hits_first"),
+        )
     raise ConfigurationError(
         f"unknown strategy {name!r}; choose one of {', '.join((*ALL_STRATEGY_NAMES, SMALL_TALK))}")
 

@@ -56,6 +56,10 @@ class Decompose:
     llm: LLM
     top_k: int = 5
     max_passages: int = 8
+    # True: the question's own top_k hits come first, the sub-questions' hits fill the room left
+    # (a question the reader could answer in one step keeps its evidence); False: every query,
+    # the question included, gets an equal share of the room.
+    question_hits_first: bool = False
     name: str = "decompose"
 
     def run(self, question: str) -> StrategyResult:
@@ -64,10 +68,9 @@ class Decompose:
             completion = ask(self.llm, prompt.PROMPT, question=question)
         subquestions = parse_subquestions(completion.text, question, prompt.MAX_SUBQUESTIONS)
         per_query = max(2, self.top_k // (len(subquestions) + 1) + 1)
+        own = self.top_k if self.question_hits_first else per_query
         with timer.phase("retrieve"):
-            passages = merge_passages(
-                [], self.retriever.search(question, per_query), self.max_passages
-            )
+            passages = merge_passages([], self.retriever.search(question, own), self.max_passages)
             for sub in subquestions:
                 passages = merge_passages(
                     passages, self.retriever.search(sub, per_query), self.max_passages

@@ -4,6 +4,10 @@ Round 1 retrieves with the question; every later round retrieves with the reason
 just written. Each round (retrieve + generate one sentence) is one step. The loop stops when the
 model writes "So the answer is: ...", or at `max_steps`; at the cap the shared reader answers
 from the gathered passages (a generation without retrieval, not counted as a step).
+
+Two knobs, off in the paper's form and tuned per reader on `train` (`ReaderModel.tuning`):
+`min_steps` (an answer written earlier is treated as a reasoning sentence and retrieved with) and
+`reader_answers` (the shared reader writes the final answer from all gathered passages).
 """
 
 from __future__ import annotations
@@ -43,6 +47,13 @@ class IRCoT:
     max_passages: int = 8
     # False is the paper's form; True adds the question to every follow-up query.
     query_with_question: bool = False
+    # Rounds run before an answer is accepted (1: the paper's form). A small reader tends to
+    # answer in round 1, which makes IRCoT a wordier single step; with 2 the first sentence
+    # (usually naming the bridge entity) is retrieved with before the answer.
+    min_steps: int = 1
+    # False: the answer is the text after "So the answer is:" (the paper's form); True: the
+    # shared reader answers from every gathered passage (a short answer, not a sentence).
+    reader_answers: bool = False
     name: str = "ircot"
 
     def run(self, question: str) -> StrategyResult:
@@ -65,14 +76,17 @@ class IRCoT:
                 )
             sentence = first_sentence(completion.text)
             if prompt.ANSWER_MARKER in sentence:
-                answer = clean_answer(sentence.split(prompt.ANSWER_MARKER, 1)[1])
-                reasoning.append(sentence)
-                break
+                claim, said = sentence.split(prompt.ANSWER_MARKER, 1)
+                if steps >= self.min_steps or not claim.strip() or self.max_steps <= steps:
+                    answer = clean_answer(said)
+                    reasoning.append(sentence)
+                    break
+                sentence = claim.strip()  # too early: retrieve with what it said so far
             if not sentence or sentence in reasoning:  # no progress: more rounds cannot help
                 break
             reasoning.append(sentence)
             query = f"{question} {sentence}" if self.query_with_question else sentence
-        if not answer:
+        if self.reader_answers or not answer:
             with timer.phase("generate"):
                 answer = read_answer(self.llm, question, passages)
         return StrategyResult(

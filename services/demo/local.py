@@ -97,7 +97,7 @@ def plan(workdir: Path) -> Plan:
         overrides["kb_dir"] = (workdir / "kb").resolve()
         using["retriever"] = f"embedded tantivy, one index per tenant under {workdir / 'kb'}"
     using["llm"] = (f"OpenAI-compatible endpoint {library.llm_base_url}" if library.llm_base_url
-                    else "embedded llama.cpp (Gemma 3 270M)")
+                    else f"embedded llama.cpp, reader {library.reader}")
     # One process per pool unless configured: two shared cores, one LLM copy per process.
     if not stack.configured("concurrency"):
         overrides["concurrency"] = {"A": 1, "B": 1, "C": 1, "shadow": 1}

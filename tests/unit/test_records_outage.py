@@ -115,3 +115,14 @@ def test_the_worker_retries_a_records_outage_for_a_bounded_time() -> None:
                       enqueued_at=1000.0)
     assert tasks.records_retry_allowed(task, now=1000.0 + tasks.RECORDS_OUTAGE_S - 1)
     assert not tasks.records_retry_allowed(task, now=1000.0 + tasks.RECORDS_OUTAGE_S + 1)
+
+
+def test_the_default_retries_ride_out_a_dependency_restart_of_30_s() -> None:
+    from celery.utils.time import get_exponential_backoff_interval
+
+    from workers.settings import WorkerSettings
+
+    settings = WorkerSettings(_env_file=None)
+    waits = [get_exponential_backoff_interval(factor=settings.task_retry_backoff_s, retries=n, maximum=60.0,
+                                              full_jitter=False) for n in range(settings.task_max_retries)]
+    assert sum(waits) >= 30.0

@@ -251,6 +251,36 @@ def test_ircot_runs_to_max_steps_then_the_reader_answers() -> None:
     assert llm.calls[-1].max_tokens == single_step_prompt.PROMPT.max_tokens
 
 
+def test_ircot_min_steps_retrieves_with_an_early_answers_claim() -> None:
+    def reply(prompt: str) -> str:
+        if is_reader(prompt):
+            return "Answer: 1946"
+        if prompt.endswith("Reasoning: Jaws was directed by Steven Spielberg."):
+            return "Spielberg was born in 1946. So the answer is: 1946"
+        return "Jaws was directed by Steven Spielberg. So the answer is: Steven Spielberg"
+
+    llm = FakeLLM(reply)
+    retriever = FakeRetriever(per_query_passages(2))
+    result = IRCoT(retriever, llm, top_k=2, max_steps=4, max_passages=10, min_steps=2).run(QUESTION)
+    # round 1's answer is too early: its claim becomes the next query, round 2 may answer
+    assert retriever.query_texts == [QUESTION, "Jaws was directed by Steven Spielberg."]
+    assert (result.steps, result.answer) == (2, "1946")
+    assert len(llm.calls) == 2
+
+
+def test_ircot_reader_answers_from_every_gathered_passage() -> None:
+    def reply(prompt: str) -> str:
+        if is_reader(prompt):
+            return "Steven Spielberg"
+        return "Spielberg was born first. So the answer is: the director of Jaws, Spielberg"
+
+    llm = FakeLLM(reply)
+    result = IRCoT(FakeRetriever(make_passages(3)), llm, reader_answers=True).run(QUESTION)
+    assert result.answer == "Steven Spielberg"
+    assert [is_reader(p) for p in llm.prompts] == [False, True]
+    assert llm.prompts[-1].startswith(format_passages(result.passages))
+
+
 def test_ircot_query_with_question() -> None:
     llm = FakeLLM(["First fact here.", "Second fact here.", "So the answer is: X"])
     retriever = FakeRetriever(make_passages(3))
@@ -352,6 +382,15 @@ def test_parse_subquestions_function_words_do_not_count_as_shared() -> None:
     # Shares only "who", "is", "the", "of" with the question: no content word.
     assert parse_subquestions("Who is the king of Spain?", HEAT, 3) == []
     assert parse_subquestions("", HEAT, 3) == []
+
+
+def test_decompose_can_keep_the_questions_own_hits_whole() -> None:
+    llm = FakeLLM(["Who directed the film Heat?\nWho is the mother of Michael Mann?", "Esther"])
+    retriever = FakeRetriever(per_query_passages(5))
+    result = Decompose(retriever, llm, top_k=5, max_passages=9, question_hits_first=True).run(HEAT)
+    assert [k for _, k in retriever.queries] == [5, 2, 2]
+    assert result.passages[:5] == per_query_passages(5)(HEAT, 5)
+    assert len(result.passages) == 9
 
 
 def test_decompose_runs_one_search_per_subquestion() -> None:
