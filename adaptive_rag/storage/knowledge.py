@@ -8,17 +8,22 @@ knowledge base without asking the index. Writers of one tenant are serialised by
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Engine, delete, func, select, text, update
+from sqlalchemy import Engine, delete, func, select, update
 
 from adaptive_rag.errors import KnowledgeBaseBusyError
-from adaptive_rag.storage.models import KnowledgeBaseRow, KnowledgeDocument, as_utc, utcnow
+from adaptive_rag.storage.locks import advisory_lock
+from adaptive_rag.storage.models import (
+    KnowledgeBaseRow,
+    KnowledgeDocument,
+    as_utc,
+    utcnow,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +42,6 @@ class KnowledgeBaseState:
     documents: int
     chunks: int
     updated_at: datetime | None
-
-
-def _lock_key(tenant: str) -> int:
-    """A signed 64-bit key for PostgreSQL's advisory locks, from the tenant name."""
-    return int.from_bytes(hashlib.sha256(f"arag-kb:{tenant}".encode()).digest()[:8], "big", signed=True)
 
 
 class KnowledgeRecords:
@@ -72,18 +72,11 @@ class KnowledgeRecords:
             if self.engine.dialect.name != "postgresql":
                 yield
                 return
-            with self.engine.connect() as conn:
-                key = _lock_key(tenant)
-                if not conn.scalar(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}):
-                    raise KnowledgeBaseBusyError(
-                        f"tenant {tenant!r}'s knowledge base is being changed by another process; retry shortly"
-                    )
-                conn.commit()
-                try:
-                    yield
-                finally:
-                    conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
-                    conn.commit()
+            busy = lambda: KnowledgeBaseBusyError(  # noqa: E731
+                f"tenant {tenant!r}'s knowledge base is being changed by another process; retry shortly"
+            )
+            with advisory_lock(self.engine, f"arag-kb:{tenant}", busy):
+                yield
         finally:
             local.release()
 

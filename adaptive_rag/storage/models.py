@@ -184,6 +184,11 @@ class QueryResult(Base):
     abstain_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     attempts: Mapped[int] = mapped_column(Integer, default=1)
     worker: Mapped[str] = mapped_column(String(255), default="")
+    # LLM tokens the run spent and their estimated cost (`Settings.llm_cost`), for cost per tier
+    # and tenant in SQL.
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    cost: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     created_at: Mapped[datetime] = _created_at()
 
 

@@ -4,7 +4,6 @@ and the lock that keeps two retraining or publishing jobs from running at once."
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,10 +12,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine, func, select
 
 from adaptive_rag.errors import AdaptiveRagError
 from adaptive_rag.storage.db import session_factory
+from adaptive_rag.storage.locks import advisory_lock
 from adaptive_rag.storage.models import ModelPromotion, TrainingLabel, as_utc
 
 ACTIONS = ("promote", "retrain", "rollback")
@@ -128,11 +128,6 @@ class PromotionStore:
         return int(new or 0), int(watermark or 0)
 
 
-def _lock_key(name: str) -> int:
-    """A signed 64-bit key for PostgreSQL's advisory locks."""
-    return int.from_bytes(hashlib.sha256(f"arag-job:{name}".encode()).digest()[:8], "big", signed=True)
-
-
 @contextmanager
 def job_lock(engine: Engine, name: str, lock_file: Path, wait_s: float = 0.0) -> Iterator[None]:
     """Exclusive right to run job `name` (e.g. `retrain:complexity`), or `JobBusyError`.
@@ -142,21 +137,12 @@ def job_lock(engine: Engine, name: str, lock_file: Path, wait_s: float = 0.0) ->
     `lock_file`, which the kernel frees when the holder dies. `wait_s` > 0 waits that long for
     the holder to finish before giving up.
     """
-    deadline = time.monotonic() + wait_s
     if engine.dialect.name == "postgresql":
-        key = _lock_key(name)
-        with engine.connect() as conn:
-            while not conn.scalar(text("SELECT pg_try_advisory_lock(:key)"), {"key": key}):
-                if time.monotonic() >= deadline:
-                    raise JobBusyError(f"{name} is already running in another process")
-                time.sleep(0.2)
-            conn.commit()
-            try:
-                yield
-            finally:
-                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
-                conn.commit()
+        busy = lambda: JobBusyError(f"{name} is already running in another process")  # noqa: E731
+        with advisory_lock(engine, f"arag-job:{name}", busy, wait_s):
+            yield
         return
+    deadline = time.monotonic() + wait_s
     lock_file = Path(lock_file)
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     with lock_file.open("a") as handle:  # one open file description per holder: threads conflict too

@@ -316,6 +316,8 @@ class RecordStore:
                     timings=Timings(**(r.timings or {})), error=r.error,
                     error_code=ErrorCode(r.error_code) if r.error_code else None,
                     answerable=bool(r.answerable), abstain_reason=r.abstain_reason,
+                    prompt_tokens=r.prompt_tokens or 0, completion_tokens=r.completion_tokens or 0,
+                    cost=r.cost or 0.0,
                 ),
                 r.attempts, r.worker, as_utc(r.created_at),
             )
