@@ -173,6 +173,11 @@ class AnswerResult(_Message):
     # `answer` then holds what the client may show while a human takes over.
     answerable: bool = True
     abstain_reason: str | None = None
+    # LLM tokens the run spent and their estimated cost (tokens x `ARAG_PRICE_PER_1K_*_TOKENS`
+    # / 1000; 0 with the embedded model's default price of 0).
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
 
     @property
     def ok(self) -> bool:

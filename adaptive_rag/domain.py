@@ -29,6 +29,20 @@ class Completion:
 
 
 @dataclass(slots=True)
+class Usage:
+    """LLM tokens one strategy run spent, summed over its generations (what a run costs)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    llm_calls: int = 0
+
+    def add(self, completion: Completion) -> None:
+        self.prompt_tokens += completion.prompt_tokens
+        self.completion_tokens += completion.completion_tokens
+        self.llm_calls += 1
+
+
+@dataclass(slots=True)
 class StrategyResult:
     """The outcome of running one answering strategy on one question."""
 
@@ -45,3 +59,5 @@ class StrategyResult:
     # passages do not contain the answer). Clients hand those to a human.
     answerable: bool = True
     abstain_reason: str = ""
+    # Tokens of every generation of the run (`strategies.base.run_metered` fills it in).
+    usage: Usage = field(default_factory=Usage)

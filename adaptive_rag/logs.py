@@ -10,9 +10,12 @@ from typing import TextIO
 
 import structlog
 
+from adaptive_rag.tracing import add_trace_ids
+
 
 def configure_logging(level: str = "INFO", stream: TextIO | None = None, stdlib: bool = True) -> None:
-    """JSON lines with timestamp, level, event and the bound context (request_id, tenant).
+    """JSON lines with timestamp, level, event and the bound context (request_id, tenant), plus
+    `trace_id`/`span_id` inside a trace (OpenTelemetry, when the process exports traces).
 
     `stdlib=False` leaves the standard `logging` setup alone (a Celery worker keeps its own
     format for its own lines; only the project's structlog events become JSON).
@@ -23,6 +26,7 @@ def configure_logging(level: str = "INFO", stream: TextIO | None = None, stdlib:
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            add_trace_ids,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,

@@ -112,10 +112,26 @@ class Settings(BaseSettings):
     llm_logprobs: bool = Field(
         False, validation_alias=env_name("ARAG_LLM_LOGPROBS", "llm_logprobs")
     )
+    # Estimated cost recorded with every result: tokens x price / 1000, per kind of token, in
+    # whatever currency the prices are in (a hosted API's list price). 0: the embedded model.
+    price_per_1k_prompt_tokens: float = Field(
+        0.0, ge=0, validation_alias=env_name("ARAG_PRICE_PER_1K_PROMPT_TOKENS", "price_per_1k_prompt_tokens")
+    )
+    price_per_1k_completion_tokens: float = Field(
+        0.0, ge=0,
+        validation_alias=env_name("ARAG_PRICE_PER_1K_COMPLETION_TOKENS", "price_per_1k_completion_tokens"),
+    )
+
+    def llm_cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """The estimated cost of these tokens at the configured prices."""
+        return (prompt_tokens * self.price_per_1k_prompt_tokens
+                + completion_tokens * self.price_per_1k_completion_tokens) / 1000
 
     # --- strategies ----------------------------------------------------------------------------
-    multi_step: Literal["ircot", "decompose"] = Field(
-        "decompose", validation_alias=AliasChoices("ARAG_MULTI_STEP", "multi_step")
+    # Tier C's strategy. Unset: the embedded reader's tuned choice (`ReaderModel.tuning`), else
+    # decompose (chosen on the Gemma evaluation, the cheaper of the two).
+    multi_step: Literal["ircot", "decompose"] | None = Field(
+        None, validation_alias=AliasChoices("ARAG_MULTI_STEP", "multi_step")
     )
     max_steps: int = Field(4, ge=1, le=16, validation_alias=AliasChoices("ARAG_MAX_STEPS", "max_steps"))
     max_passages: int = Field(
@@ -131,6 +147,9 @@ class Settings(BaseSettings):
     )
     ircot_query_with_question: bool | None = Field(
         None, validation_alias=env_name("ARAG_IRCOT_QUERY_WITH_QUESTION", "ircot_query_with_question")
+    )
+    ircot_max_passages: int | None = Field(
+        None, ge=1, le=50, validation_alias=env_name("ARAG_IRCOT_MAX_PASSAGES", "ircot_max_passages")
     )
     decompose_question_hits_first: bool | None = Field(
         None, validation_alias=env_name("ARAG_DECOMPOSE_QUESTION_HITS_FIRST", "decompose_question_hits_first")
@@ -212,16 +231,18 @@ class ClassifierSettings(BaseSettings):
     )
 
 
-# The paper's form of each multi-step knob (what a strong endpoint gets).
-PAPER_KNOBS: dict[str, Any] = {
-    "ircot_min_steps": 1, "ircot_reader_answers": False, "ircot_query_with_question": False,
+# Each multi-step knob's value when neither set nor tuned for the reader: IRCoT in the paper's
+# form (what a strong endpoint gets), decompose as tier C, `max_passages` for IRCoT's bound.
+DEFAULT_KNOBS: dict[str, Any] = {
+    "multi_step": "decompose", "ircot_min_steps": 1, "ircot_reader_answers": False,
+    "ircot_query_with_question": False, "ircot_max_passages": None,
     "decompose_question_hits_first": False,
 }
 
 
 def strategy_knob(settings: Settings, name: str) -> Any:
     """A multi-step knob: set explicitly, else tuned for the embedded reader (never for an
-    endpoint: `LLM_BASE_URL` gets the paper's form), else the paper's form."""
+    endpoint: `LLM_BASE_URL` gets the defaults), else `DEFAULT_KNOBS`."""
     value = getattr(settings, name)
     if value is not None:
         return value
@@ -229,7 +250,12 @@ def strategy_knob(settings: Settings, name: str) -> Any:
         tuned = reader_model(settings.reader).tuning
         if name in tuned:
             return tuned[name]
-    return PAPER_KNOBS[name]
+    return DEFAULT_KNOBS[name]
+
+
+def multi_step_strategy(settings: Settings) -> str:
+    """Tier C's strategy name (`ircot` or `decompose`)."""
+    return strategy_knob(settings, "multi_step")
 
 
 def prompt_style(settings: Settings) -> Literal["completion", "chat"]:

@@ -173,5 +173,43 @@ def _json_logs(**_: Any) -> None:
     configure_logging(stdlib=False)
 
 
+@signals.celeryd_init.connect
+def _metrics_exporter(sender: str | None = None, **_: Any) -> None:
+    """The pool's `/metrics` (all its processes summed), started before the pool forks."""
+    settings = WorkerSettings()
+    if settings.worker_metrics_port and sender:
+        from workers.metrics import start_pool_exporter
+
+        port = start_pool_exporter(sender, settings.worker_metrics_port, settings.worker_metrics_dir,
+                                   settings.worker_metrics_addr)
+        logger.info("worker metrics on port %s", port)
+
+
+@signals.worker_process_init.connect
+def _tracing(sender: str | None = None, **_: Any) -> None:
+    """Each pool process exports its spans (`ARAG_TRACES`) and continues the trace each task's
+    headers carry (`traceparent`, written by `workers.client`). Set up after the fork: the
+    exporter's thread must belong to the process that runs the tasks."""
+    from workers.metrics import pool_of
+    from workers.telemetry import configure_tracing
+
+    queue = pool_of(sender or "worker")
+    if configure_tracing(f"worker-{queue}", **{"arag.queue": queue}) is not None:
+        from opentelemetry.instrumentation.celery import CeleryInstrumentor
+
+        CeleryInstrumentor().instrument()
+
+
+@signals.worker_process_shutdown.connect
+def _flush_telemetry(pid: int | None = None, **_: Any) -> None:
+    """A pool process ends without atexit hooks: write its buffered spans, drop its gauges."""
+    from workers.metrics import process_exited
+    from workers.telemetry import flush_tracing
+
+    flush_tracing()
+    if pid:
+        process_exited(pid)
+
+
 # The app of this process: workers (`celery -A workers.celery_app`) and the front door.
 app = create_app()

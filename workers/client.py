@@ -34,6 +34,7 @@ import structlog
 from celery import Celery, states
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from kombu.exceptions import KombuError
+from opentelemetry.trace import SpanKind
 
 from adaptive_rag.contracts import (
     ANSWER_TASK, QUEUE_FOR_TIER, SHADOW_QUEUE, SHARED_QUEUE, AnswerResult, AnswerTask, ErrorCode,
@@ -41,6 +42,7 @@ from adaptive_rag.contracts import (
 )
 from adaptive_rag.errors import DependencyUnavailableError
 from adaptive_rag.serving.ports import Records
+from adaptive_rag.tracing import inject_context, span
 from workers import celery_app as _celery
 from workers.celery_app import QUEUES
 
@@ -78,10 +80,16 @@ class CeleryTaskQueue:
         soft/hard time limits; `DependencyUnavailableError` when the broker cannot take it."""
         soft, hard = self.settings.time_limits(task.tier)
         queue = self.queue_name(task.tier) if task.kind is ResultKind.PRIMARY else SHADOW_QUEUE
-        with _broker_errors(f"enqueue on '{queue}'"):
+        # The trace goes along in the message headers (`traceparent`); the worker's Celery
+        # instrumentation continues it. Done here: the sending app never knows the task itself.
+        with span(f"send {ANSWER_TASK}", kind=SpanKind.PRODUCER, **{
+            "messaging.system": "celery", "messaging.destination.name": queue,
+            "messaging.message.id": task.task_id,
+        }), _broker_errors(f"enqueue on '{queue}'"):
             self._sender.send_task(
                 ANSWER_TASK, kwargs={"task": task.model_dump(mode="json")}, task_id=task.task_id,
                 queue=queue, routing_key=queue, soft_time_limit=soft, time_limit=hard,
+                headers=inject_context({}),
             )
 
     def workers_alive(self, timeout: float = 1.0) -> list[str]:
@@ -175,6 +183,9 @@ class ThreadedResultWaiter:
 
 # What a Redis outage or restart raises on the waiter's connections.
 REDIS_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, ConnectionError)
+# A read cut short with less than this left of the wait says the deadline came, not that Redis
+# hangs: a healthy GET takes about a millisecond but not nothing.
+HUNG_READ_S = 0.5
 class RedisResultWaiter:
     """`await wait(task_id, timeout)` -> the task's result, `TimeoutError`, or
     `DependencyUnavailableError` when Redis stayed unreachable until the timeout.
@@ -267,7 +278,8 @@ class RedisResultWaiter:
                 except REDIS_ERRORS as exc:
                     failure = exc
                 except TimeoutError as exc:  # one call outlived the budget (a hung connection)
-                    failure = failure or exc
+                    if remaining >= HUNG_READ_S:  # else only the deadline came: DEADLINE_EXCEEDED
+                        failure = failure or exc
                 if failure is not None and not future.done():
                     found = await self._stored_result(task_id)
                     if found is not None:

@@ -51,14 +51,26 @@ class WorkerSettings(BaseSettings):
         900.0, gt=0, validation_alias=env_name("ARAG_VISIBILITY_TIMEOUT", "visibility_timeout_s")
     )
     # Transient failures (retriever or LLM unreachable, index missing) retried with exponential
-    # backoff from `task_retry_backoff_s`; after the last retry the error is recorded as the result.
-    task_max_retries: int = Field(3, ge=0, validation_alias=env_name("ARAG_TASK_MAX_RETRIES", "task_max_retries"))
+    # backoff from `task_retry_backoff_s`; after the last retry the error is recorded as the result,
+    # and that stored error is what every resend of the request replays. 5 retries from 1 s span
+    # about 31 s, so a dependency's restart (an OpenSearch node: ~20 s) costs delay, not answers.
+    task_max_retries: int = Field(5, ge=0, validation_alias=env_name("ARAG_TASK_MAX_RETRIES", "task_max_retries"))
     task_retry_backoff_s: float = Field(
         1.0, ge=0, validation_alias=env_name("ARAG_TASK_RETRY_BACKOFF", "task_retry_backoff_s")
     )
     # Comparison setup (benchmarks/queue_isolation.py): every tier's primary task goes to ONE
     # queue, `shared`, served by one pool with the tier pools' total concurrency and prefetch 1.
     shared_queue: bool = Field(False, validation_alias=env_name("ARAG_SHARED_QUEUE", "shared_queue"))
+    # Prometheus `/metrics` of each pool (`workers.metrics`): on this port + the pool's offset
+    # (A 0, B 1, C 2, shadow 3, shared 4); 0 switches it off. The pool's processes share their
+    # samples through files under `worker_metrics_dir`.
+    worker_metrics_port: int = Field(
+        0, ge=0, validation_alias=env_name("ARAG_WORKER_METRICS_PORT", "worker_metrics_port"))
+    worker_metrics_dir: Path = Field(
+        Path("var/metrics"), validation_alias=env_name("ARAG_WORKER_METRICS_DIR", "worker_metrics_dir"))
+    # Loopback unless a scraper elsewhere reads it (the deploy files: 0.0.0.0).
+    worker_metrics_addr: str = Field(
+        "127.0.0.1", validation_alias=env_name("ARAG_WORKER_METRICS_ADDR", "worker_metrics_addr"))
 
     @field_validator("concurrency", "prefetch", mode="after")
     @classmethod

@@ -3,12 +3,14 @@
 The task takes an `AnswerTask` and returns an `AnswerResult` (Celery validates and dumps them:
 `pydantic=True`). What it adds to the use case is Celery's: the attempt count, retries with
 exponential backoff for transient failures, the soft time limit's exception, and recording the
-failures the task body never sees (hard time limit, a pool process lost too often).
+failures the task body never sees (hard time limit, a pool process lost too often). Every run
+also feeds the pool's Prometheus metrics (`workers.metrics`).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,19 +18,28 @@ import structlog
 from cachetools import LRUCache
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
-from celery.signals import task_failure, worker_process_init
+from celery.signals import task_failure, task_retry, worker_process_init
 from celery.utils.time import get_exponential_backoff_interval
 
 from adaptive_rag.contracts import ANSWER_TASK, AnswerResult, AnswerTask, ErrorCode
 from adaptive_rag.knowledge.documents import KnowledgeIndex
 from adaptive_rag.ports import LLM, Retriever
-from adaptive_rag.serving.answering import Delivery, RetryLater, answer_task, failure, write_once
+from adaptive_rag.serving.answering import (
+    Delivery, RecordsUnavailable, RetryLater, answer_task, failure, write_once,
+)
 from adaptive_rag.settings import Settings
 from adaptive_rag.storage import RecordStore, make_engine
 from workers.celery_app import app, app_settings
+from workers.metrics import worker_metrics
 
 log = structlog.get_logger("workers.tasks")
 MAX_BACKOFF_S = 60.0
+# The records database away once a task's retries are spent (`RecordsUnavailable`): the task runs
+# again every RECORDS_RETRY_S until RECORDS_OUTAGE_S after it was enqueued, beyond
+# `task_max_retries`: nothing else can record its answer (a restart or failover of the database
+# takes seconds to minutes), and giving up leaves the request `running` with no result, forever.
+RECORDS_RETRY_S = 2.0
+RECORDS_OUTAGE_S = 600.0
 
 
 @dataclass
@@ -122,14 +133,34 @@ def answer(self: Task, task: AnswerTask) -> AnswerResult:
         may_retry=retries < _settings.task_max_retries,
     )
     res = resources()
+    started = time.perf_counter()
     try:
-        return answer_task(task, res.store, res, delivery, time_limit_errors=(SoftTimeLimitExceeded,))
+        result = answer_task(task, res.store, res, delivery, time_limit_errors=(SoftTimeLimitExceeded,))
+        worker_metrics().task_done(result, time.perf_counter() - started)
+        return result
+    except RecordsUnavailable as exc:
+        if not records_retry_allowed(task):
+            raise
+        raise self.retry(exc=exc, countdown=RECORDS_RETRY_S, max_retries=retries + 1) from exc
     except RetryLater as exc:
         countdown = get_exponential_backoff_interval(
             factor=_settings.task_retry_backoff_s, retries=retries, maximum=MAX_BACKOFF_S,
             full_jitter=False,
         )
         raise self.retry(exc=exc, countdown=countdown, max_retries=_settings.task_max_retries) from exc
+
+
+@task_retry.connect(sender=answer)
+def _count_retry(request: Any = None, reason: BaseException | None = None, **_: Any) -> None:
+    """A run sent back to its queue (sent only when the retry really happened)."""
+    task = ((getattr(request, "kwargs", None) or {}).get("task")) or {}
+    cause = "records" if isinstance(getattr(reason, "exc", reason), RecordsUnavailable) else "transient"
+    worker_metrics().task_retried(str(task.get("tier", "?")), str(task.get("kind", "?")), cause)
+
+
+def records_retry_allowed(task: AnswerTask, now: float | None = None) -> bool:
+    """Whether a run that could not reach the records database may be tried again."""
+    return (time.time() if now is None else now) - task.enqueued_at < RECORDS_OUTAGE_S
 
 
 @task_failure.connect(sender=answer)
@@ -148,8 +179,14 @@ def _record_failure(
     except ValueError:
         log.error("task.failure_unrecordable", task_id=task_id, kwargs=str(kwargs)[:500])
         return
-    code = ErrorCode.TIME_LIMIT if isinstance(exception, TimeLimitExceeded) else ErrorCode.INTERNAL
+    if isinstance(exception, TimeLimitExceeded):
+        code = ErrorCode.TIME_LIMIT
+    elif isinstance(exception, RecordsUnavailable):  # the records stayed away: a dependency, not a bug
+        code = ErrorCode.DEPENDENCY_UNAVAILABLE
+    else:
+        code = ErrorCode.INTERNAL
     detail = f"{type(exception).__name__}: {exception}"
+    worker_metrics().task_failed(task.tier.value, task.kind.value, code.value)
     retries = getattr(getattr(sender, "request", None), "retries", 0) or 0
     try:
         write_once(resources().store, failure(task, code, detail),

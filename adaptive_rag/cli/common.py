@@ -18,7 +18,7 @@ from rich.progress import (
 )
 
 from adaptive_rag.errors import AdaptiveRagError
-from adaptive_rag.settings import ClassifierSettings, Settings
+from adaptive_rag.settings import ClassifierSettings, Settings, multi_step_strategy
 
 if TYPE_CHECKING:
     from adaptive_rag.storage import LabelStore
@@ -83,7 +83,7 @@ def resolve_strategy(name: str, settings: Settings) -> str:
     from adaptive_rag.strategies import ALL_STRATEGY_NAMES
 
     name = STRATEGY_ALIASES.get(name.lower(), name)
-    name = settings.multi_step if name == "multi_step" else name
+    name = multi_step_strategy(settings) if name == "multi_step" else name
     if name not in ALL_STRATEGY_NAMES:
         raise typer.BadParameter(
             f"unknown strategy {name!r}; choose a, b, c, auto or one of {', '.join(ALL_STRATEGY_NAMES)}"

@@ -51,7 +51,7 @@ from adaptive_rag.evaluation.runner import load_keyed_jsonl
 from adaptive_rag.knowledge.documents import Document, Section, derived_document_id, normalise_title
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.routing.small_talk import small_talk_intent
-from adaptive_rag.settings import Settings
+from adaptive_rag.settings import Settings, multi_step_strategy
 
 SUITE = "support"
 FAQ_FILE = "covid-faq_en_covid-qa.csv"
@@ -936,7 +936,7 @@ def _evaluate(
     config = {
         "split": split, "abstain_min_score": settings.abstain_min_score,
         "reader_abstains": settings.reader_abstains, "top_k": settings.top_k,
-        "multi_step": settings.multi_step, "title_boost": settings.title_boost,
+        "multi_step": multi_step_strategy(settings), "title_boost": settings.title_boost,
         "llm": settings.llm_base_url or str(settings.gguf_path or "embedded default"),
         "chunk_words": settings.chunk_words, "chunk_overlap_words": settings.chunk_overlap_words,
         "passages": len(suite.passages),

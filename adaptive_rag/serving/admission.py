@@ -14,6 +14,7 @@ Records calls block (SQLAlchemy); they run on a small thread pool so the event l
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import random
 import time
@@ -43,6 +44,7 @@ from adaptive_rag.routing.small_talk import small_talk_intent
 from adaptive_rag.serving.ports import FairShare, Records, ResultWaiter, Router, TaskQueue
 from adaptive_rag.strategies import SMALL_TALK
 from adaptive_rag.storage.records import RequestView
+from adaptive_rag.tracing import span
 from adaptive_rag.validation import (
     check_client_request_id, check_feedback, check_request_id, decode_query,
 )
@@ -122,9 +124,11 @@ class CallProgress:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        """Time the stage (and trace it: a `serving.<name>` span of the call's trace)."""
         start = time.perf_counter()
         try:
-            yield
+            with span(f"serving.{name}"):
+                yield
         finally:
             self.stages[name] = self.stages.get(name, 0.0) + 1000 * (time.perf_counter() - start)
 
@@ -189,8 +193,10 @@ class AnswerService:
         """A short blocking call (records, broker) off the event loop; a database that does not
         answer is `DependencyUnavailableError` (the caller may retry), not a bug."""
         loop = asyncio.get_running_loop()
+        # The call's context goes along (its trace: an enqueue carries it in the task's headers).
+        context = contextvars.copy_context()
         try:
-            return await loop.run_in_executor(self._io_pool, functools.partial(fn, *args))
+            return await loop.run_in_executor(self._io_pool, functools.partial(context.run, fn, *args))
         except (OperationalError, InterfaceError) as exc:
             raise DependencyUnavailableError(
                 f"the records database is unreachable ({type(exc.orig or exc).__name__})") from exc

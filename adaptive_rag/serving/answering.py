@@ -31,6 +31,8 @@ from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.serving.ports import Records
 from adaptive_rag.settings import Settings
 from adaptive_rag.strategies import build_strategy, uses_retrieval
+from adaptive_rag.strategies.base import run_metered
+from adaptive_rag.tracing import annotate, span
 
 LOG = structlog.get_logger("serving.answering")
 # A strategy that ran but produced no text (a small model can stop at once on a long or odd
@@ -88,6 +90,8 @@ def answer_task(
     limit (recorded as `ErrorCode.TIME_LIMIT`).
     """
     started = clock()
+    annotate(**{"arag.request_id": task.request_id, "arag.tier": task.tier.value,
+                "arag.kind": task.kind.value, "arag.attempt": delivery.attempt})
     log = LOG.bind(request_id=task.request_id, kind=task.kind.value, tier=task.tier.value,
                    strategy=task.strategy, attempt=delivery.attempt, worker=delivery.worker)
 
@@ -100,16 +104,18 @@ def answer_task(
             raise RecordsUnavailable(f"{code.value} not recorded: {_describe(down)}") from down
 
     try:
-        existing = records.get_result(task.request_id, task.kind, task.tier)
-        if existing is not None:  # a second delivery of a task that already finished
-            log.info("task.already_done")
-            return existing
-        if task.kind is ResultKind.PRIMARY:
-            records.set_status(task.request_id, RequestStatus.RUNNING)
+        with span("records.claim"):
+            existing = records.get_result(task.request_id, task.kind, task.tier)
+            if existing is not None:  # a second delivery of a task that already finished
+                log.info("task.already_done")
+                return existing
+            if task.kind is ResultKind.PRIMARY:
+                records.set_status(task.request_id, RequestStatus.RUNNING)
         log.info("task.started")
-        retriever = resources.retriever(task.tenant) if uses_retrieval(task.strategy) else None
-        runner = build_strategy(task.strategy, retriever, resources.llm(), resources.settings)  # type: ignore[arg-type]
-        outcome = runner.run(task.query)
+        with span("resources"):  # the tenant's retriever and the LLM, opened on first use
+            retriever = resources.retriever(task.tenant) if uses_retrieval(task.strategy) else None
+            runner = build_strategy(task.strategy, retriever, resources.llm(), resources.settings)  # type: ignore[arg-type]
+        outcome = run_metered(runner, task.query)
         answerable, reason = outcome.answerable, outcome.abstain_reason or None
         if answerable and not (outcome.answer or "").strip():
             answerable, reason = False, EMPTY_ANSWER
@@ -120,9 +126,13 @@ def answer_task(
             sources=tuple(Source(id=p.id, title=p.title, score=float(p.score)) for p in outcome.passages),
             timings=_timings(task, outcome, started, clock()),
             answerable=answerable, abstain_reason=reason,
+            prompt_tokens=outcome.usage.prompt_tokens, completion_tokens=outcome.usage.completion_tokens,
+            cost=resources.settings.llm_cost(outcome.usage.prompt_tokens, outcome.usage.completion_tokens),
         )
-        stored = write_once(records, result, delivery)
-        log.info("task.done", steps=outcome.steps, ms=stored.timings.strategy_ms)
+        with span("records.write"):
+            stored = write_once(records, result, delivery)
+        log.info("task.done", steps=outcome.steps, ms=stored.timings.strategy_ms,
+                 prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens)
         return stored
     except time_limit_errors as exc:
         return failed(ErrorCode.TIME_LIMIT, exc)

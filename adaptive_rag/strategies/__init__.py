@@ -5,7 +5,7 @@ from __future__ import annotations
 from adaptive_rag.contracts import Tier
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.ports import LLM, Retriever
-from adaptive_rag.settings import Settings, strategy_knob
+from adaptive_rag.settings import Settings, multi_step_strategy, strategy_knob
 from adaptive_rag.strategies.base import Strategy
 from adaptive_rag.strategies.decompose import Decompose
 from adaptive_rag.strategies.ircot import IRCoT
@@ -26,7 +26,7 @@ ALL_STRATEGY_NAMES = (*STRATEGY_NAMES, *SELF_ROUTING_NAMES)
 
 def strategy_for_tier(tier: Tier, settings: Settings) -> str:
     """Tier A -> no retrieval, B -> single step, C -> the configured multi-step variant."""
-    return {Tier.A: "no_retrieval", Tier.B: "single_step", Tier.C: settings.multi_step}[tier]
+    return {Tier.A: "no_retrieval", Tier.B: "single_step", Tier.C: multi_step_strategy(settings)}[tier]
 
 
 # Tier A's answer to a recognised small-talk turn (chosen at admission, not by the classifier).
@@ -60,7 +60,7 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
             retriever, llm, top_k=settings.top_k, min_score=settings.abstain_min_score,
             reader_abstains=True,
         )
-        return SelfRoute(single, build_strategy(settings.multi_step, retriever, llm, settings))
+        return SelfRoute(single, build_strategy(multi_step_strategy(settings), retriever, llm, settings))
     if name == "uncertainty":
         from adaptive_rag.llm import logprob_llm
 
@@ -71,7 +71,7 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
     if name == "ircot":
         return IRCoT(
             retriever, llm, top_k=settings.top_k, max_steps=settings.max_steps,
-            max_passages=settings.max_passages,
+            max_passages=strategy_knob(settings, "ircot_max_passages") or settings.max_passages,
             query_with_question=strategy_knob(settings, "ircot_query_with_question"),
             min_steps=strategy_knob(settings, "ircot_min_steps"),
             reader_answers=strategy_knob(settings, "ircot_reader_answers"),

@@ -1,5 +1,6 @@
 """`python -m services.frontdoor`: the gRPC front door on `ARAG_GRPC_LISTEN`, Prometheus metrics
-on `ARAG_METRICS_PORT`, JSON logs on stderr; stops cleanly on SIGTERM / SIGINT."""
+on `ARAG_METRICS_PORT`, traces as `ARAG_TRACES` says (`workers.telemetry`), JSON logs on stderr;
+stops cleanly on SIGTERM / SIGINT."""
 
 from __future__ import annotations
 
@@ -28,8 +29,12 @@ async def serve(listen: str | None = None) -> None:
     from services.frontdoor.metrics import FrontDoorMetrics, start_exporter
     from services.frontdoor.routing import ClassifierRouter, build_triton_classifier, open_router
     from services.frontdoor.server import start_server
+    from workers.telemetry import TracingSettings, configure_tracing, flush_tracing
 
     log = structlog.get_logger("frontdoor")
+    tracing = TracingSettings()
+    if configure_tracing("frontdoor", tracing) is not None:
+        log.info("tracing", exporter=tracing.mode)
     library, settings = Settings(), FrontDoorSettings()
     metrics = FrontDoorMetrics()
     router = open_router(settings.router, settings.router_dir, library, lambda: ClassifierRouter(
@@ -66,6 +71,7 @@ async def serve(listen: str | None = None) -> None:
     await stop.wait()
     log.info("stopping")
     await running.stop(grace=5.0)
+    flush_tracing()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,12 +7,16 @@ client sent a bad request). `UndecodableRequestGuard` wraps every method handler
 so a body that does not parse becomes an `Undecodable` marker instead of an exception, and the
 wrapped handler answers it with INVALID_ARGUMENT and a neutral message before the servicer sees
 it. Client-streaming methods are guarded per message, for the message that does not parse.
+
+The same guard bounds a method's request size where its fields are bounded (`max_bytes`): an
+Answer or Route request larger than the longest valid query could be is rejected the same way,
+before it is parsed, while the server's own limit stays high enough for knowledge-base batches.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,10 +28,12 @@ LOG = structlog.get_logger("frontdoor")
 
 @dataclass(frozen=True)
 class Undecodable:
-    """Stands for a request message that did not parse (never reaches a servicer)."""
+    """Stands for a request message that did not parse, or was larger than its method accepts
+    (`limit`); never reaches a servicer."""
 
     message_type: str
     size: int
+    limit: int | None = None
 
 
 def _message_type(deserializer: Callable[[bytes], Any]) -> str:
@@ -36,13 +42,17 @@ def _message_type(deserializer: Callable[[bytes], Any]) -> str:
     return getattr(descriptor, "full_name", "request")
 
 
-def safe_deserializer(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
-    """`deserializer` that returns `Undecodable` instead of raising."""
+def safe_deserializer(deserializer: Callable[[bytes], Any] | None,
+                      max_bytes: int | None = None) -> Callable[[bytes], Any] | None:
+    """`deserializer` that returns `Undecodable` instead of raising (and, with `max_bytes`, for a
+    body larger than that, without parsing it)."""
     if deserializer is None:
         return None
     message_type = _message_type(deserializer)
 
     def deserialize(raw: bytes) -> Any:
+        if max_bytes is not None and len(raw) > max_bytes:
+            return Undecodable(message_type, len(raw), max_bytes)
         try:
             return deserializer(raw)
         except Exception:  # noqa: BLE001 - DecodeError, or invalid UTF-8 in a string field
@@ -52,6 +62,10 @@ def safe_deserializer(deserializer: Callable[[bytes], Any] | None) -> Callable[[
 
 
 def rejection(request: Undecodable) -> str:
+    if request.limit is not None:
+        return (f"the request body ({request.size} bytes) is larger than a {request.message_type} "
+                f"may be ({request.limit} bytes: the longest query allowed, ARAG_MAX_QUERY_CHARS, "
+                "in UTF-8, with its other fields)")
     return (f"the request body ({request.size} bytes) is not a valid {request.message_type} "
             "protobuf message (malformed, or a string field that is not UTF-8)")
 
@@ -97,9 +111,10 @@ def _guard_behavior(behavior: Callable[..., Any], streaming_request: bool, metho
     return guarded
 
 
-def guard_handler(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+def guard_handler(handler: grpc.RpcMethodHandler, method: str,
+                  max_bytes: int | None = None) -> grpc.RpcMethodHandler:
     """The same handler with a safe deserializer and a behavior that rejects undecodable input."""
-    deserialize = safe_deserializer(handler.request_deserializer)
+    deserialize = safe_deserializer(handler.request_deserializer, max_bytes)
     serialize = handler.response_serializer
     streaming = handler.request_streaming
     if handler.unary_unary:
@@ -118,9 +133,11 @@ def guard_handler(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethod
 class UndecodableRequestGuard(grpc.aio.ServerInterceptor):
     """Every method of the server: an undecodable request is INVALID_ARGUMENT, not UNKNOWN.
     The guarded handler of a method is built once and reused (the servicer's handler of a
-    method never changes)."""
+    method never changes). `max_bytes`: the largest request body per full method name
+    (`/package.Service/Method`); methods left out are bounded by the server's limit only."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: Mapping[str, int] | None = None) -> None:
+        self.max_bytes = dict(max_bytes or {})
         self._guarded: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     async def intercept_service(
@@ -133,5 +150,6 @@ class UndecodableRequestGuard(grpc.aio.ServerInterceptor):
         method = handler_call_details.method
         cached = self._guarded.get(method)
         if cached is None or cached[0] is not handler:
-            cached = self._guarded[method] = (handler, guard_handler(handler, method.rsplit("/", 1)[-1]))
+            cached = self._guarded[method] = (
+                handler, guard_handler(handler, method.rsplit("/", 1)[-1], self.max_bytes.get(method)))
         return cached[1]

@@ -2,7 +2,9 @@
 
 Each method reads its request and metadata, calls the matching `AnswerService` use case and turns
 the outcome into a reply, or an exception into a status through the one table below. Metrics, logs
-and the `x-request-id` trailer are added here, for every outcome.
+and the `x-request-id` and `trace-id` trailers are added here, for every outcome. Every call except
+health and reflection is a server span of its trace (OpenTelemetry's aio server interceptor,
+continuing a client's `traceparent`); the port is plaintext or TLS / mutual TLS (`start_server`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from opentelemetry.instrumentation.grpc import aio_server_interceptor
+from opentelemetry.instrumentation.grpc.filters import any_of, health_check, negate, service_prefix
 
 from adaptive_rag.contracts import QUEUE_FOR_TIER, SHADOW_QUEUE, TIERS, ErrorCode, RoutingDecision, Tier
 from adaptive_rag.errors import (
@@ -30,6 +34,8 @@ from adaptive_rag.serving.admission import AdmissionConfig, Answered, AnswerServ
 from adaptive_rag.serving.ports import FairShare, Records, ResultWaiter, TaskQueue
 from adaptive_rag.settings import Settings
 from adaptive_rag.strategies import strategy_for_tier
+from adaptive_rag.tracing import current_trace_id
+from adaptive_rag.validation import MAX_CLIENT_REQUEST_ID
 
 from services.frontdoor.auth import bearer_token
 from services.frontdoor.guards import UndecodableRequestGuard
@@ -42,6 +48,7 @@ from services.frontdoor.stubs import KB_SERVICE_NAME, SERVICE_NAME, pb2, pb2_grp
 LOG = structlog.get_logger("frontdoor")
 REQUEST_ID_METADATA = "x-request-id"
 RETRY_AFTER_METADATA = "retry-after"  # seconds, for a tenant over its share
+TRACE_ID_METADATA = "trace-id"  # the call's OpenTelemetry trace (when this process exports traces)
 TIER_ENUM = {Tier.A: pb2.TIER_A, Tier.B: pb2.TIER_B, Tier.C: pb2.TIER_C}  # the wire's names
 
 # The one exception -> status table of this boundary (first match wins: subclasses first).
@@ -68,8 +75,12 @@ INTERNAL_MESSAGE = "internal error in the front door (see its logs)"
 # A status message travels in a header (grpc-message): one that repeats a huge input would exceed
 # the client's header limit (the client then sees RESOURCE_EXHAUSTED instead of the real status).
 MAX_STATUS_MESSAGE_CHARS = 512
-# Knowledge-base batches are larger than queries: 32 MB per message.
+# Knowledge-base batches are larger than queries: 32 MB per message, the server's limit. The
+# query-carrying methods are bounded far lower by the guard (`request_limits`).
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+# Bytes per character of UTF-8 at most, and room for field tags and lengths.
+_UTF8_MAX = 4
+_FRAMING_BYTES = 64
 
 
 def clip(text: str, limit: int = MAX_STATUS_MESSAGE_CHARS) -> str:
@@ -79,6 +90,28 @@ def clip(text: str, limit: int = MAX_STATUS_MESSAGE_CHARS) -> str:
         return text
     tail = f"... ({len(text)} characters)"
     return text[: limit - len(tail)] + tail
+
+
+def request_limits(max_query_chars: int) -> dict[str, int]:
+    """The largest valid Answer / Route request body, per full method name: the longest query
+    allowed in UTF-8 plus a client_request_id of its longest (anything larger cannot be valid,
+    so it is refused before it is parsed)."""
+    answer = _UTF8_MAX * (max_query_chars + MAX_CLIENT_REQUEST_ID) + _FRAMING_BYTES
+    route = _UTF8_MAX * max_query_chars + _FRAMING_BYTES
+    return {f"/{SERVICE_NAME}/Answer": answer, f"/{SERVICE_NAME}/Route": route}
+
+
+def server_credentials(settings: FrontDoorSettings) -> grpc.ServerCredentials | None:
+    """TLS credentials from the settings' PEM files (None: plaintext); with a client CA, a client
+    must present a certificate it signed (mutual TLS)."""
+    if not settings.tls:
+        return None
+    assert settings.tls_cert is not None and settings.tls_key is not None
+    client_ca = settings.tls_client_ca.read_bytes() if settings.tls_client_ca else None
+    return grpc.ssl_server_credentials(
+        [(settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())],
+        root_certificates=client_ca, require_client_auth=client_ca is not None,
+    )
 
 
 def status_for(exc: Exception) -> tuple[grpc.StatusCode, str]:
@@ -207,6 +240,9 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
         trailing: tuple[tuple[str, str], ...] = (
             ((REQUEST_ID_METADATA, progress.request_id),) if progress.request_id else ()
         )
+        trace_id = current_trace_id()
+        if trace_id:
+            trailing += ((TRACE_ID_METADATA, trace_id),)
         if retry_after is not None:
             trailing += ((RETRY_AFTER_METADATA, f"{retry_after:.3f}"),)
         if code is grpc.StatusCode.OK:
@@ -343,7 +379,8 @@ async def start_server(
     sample: Callable[[], float] = random.random, fair_share: FairShare | None = None,
     worker_probe: Callable[[], list[str]] | None = None,
 ) -> RunningServer:
-    """Build, bind and start the server (health + reflection included); `listen` may end in :0.
+    """Build, bind and start the server (health, and reflection unless switched off); `listen`
+    may end in :0. TLS when the settings name a certificate and key (`server_credentials`).
 
     `waiter` is started here, on the server's event loop (the Redis waiter binds to it).
     `worker_probe`: what health asks whether any worker runs (None: not asked).
@@ -354,17 +391,25 @@ async def start_server(
                              fair_share, sample)
     servicer = FrontDoor(service, settings, metrics, worker_probe)
     server = grpc.aio.server(
-        interceptors=[UndecodableRequestGuard()],
+        interceptors=[
+            # outermost: a span per call (health checks and reflection left out)
+            aio_server_interceptor(filter_=negate(any_of(health_check(), service_prefix("grpc.reflection")))),
+            UndecodableRequestGuard(request_limits(library.max_query_chars)),
+        ],
         options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
     )
     pb2_grpc.add_AdaptiveRagServicer_to_server(servicer, server)
     pb2_grpc.add_KnowledgeBaseServicer_to_server(KnowledgeBaseServicer(servicer, knowledge), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, KB_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
-    port = server.add_insecure_port(listen or settings.grpc_listen)
+    if settings.grpc_reflection:
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, KB_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+    credentials = server_credentials(settings)
+    address = listen or settings.grpc_listen
+    port = (server.add_secure_port(address, credentials) if credentials is not None
+            else server.add_insecure_port(address))
     if port == 0:
         raise RuntimeError(f"cannot listen on {listen or settings.grpc_listen}")
     await server.start()
@@ -378,5 +423,6 @@ async def start_server(
     if health_watch_s:
         tasks.append(asyncio.create_task(servicer.watch_health(health_servicer, health_watch_s),
                                          name="health-watch"))
-    LOG.info("listening", port=port, model_version=router.version)
+    LOG.info("listening", port=port, model_version=router.version, tls=settings.tls,
+             mutual_tls=settings.tls_client_ca is not None, reflection=settings.grpc_reflection)
     return RunningServer(server, port, servicer, health_servicer, tasks, router, waiter)

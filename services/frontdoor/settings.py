@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adaptive_rag.contracts import Tier
@@ -23,6 +23,15 @@ class FrontDoorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
 
     grpc_listen: str = Field("127.0.0.1:50051", validation_alias=env_name("ARAG_GRPC_LISTEN", "grpc_listen"))
+    # TLS on the gRPC port: a PEM certificate chain and its private key (both or neither; neither
+    # is plaintext, what the demo and the load runs use on loopback). With `tls_client_ca` too,
+    # mutual TLS: a client must present a certificate signed by that CA.
+    tls_cert: Path | None = Field(None, validation_alias=env_name("ARAG_TLS_CERT", "tls_cert"))
+    tls_key: Path | None = Field(None, validation_alias=env_name("ARAG_TLS_KEY", "tls_key"))
+    tls_client_ca: Path | None = Field(None, validation_alias=env_name("ARAG_TLS_CLIENT_CA", "tls_client_ca"))
+    # Server reflection (grpcurl without the .proto): on for local use, off in production
+    # (compose and k8s set false) so the API's shape is not handed to anyone who connects.
+    grpc_reflection: bool = Field(True, validation_alias=env_name("ARAG_GRPC_REFLECTION", "grpc_reflection"))
     # Prometheus exporter (HTTP /metrics); 0 switches it off.
     metrics_port: int = Field(9108, ge=0, validation_alias=env_name("ARAG_METRICS_PORT", "metrics_port"))
     # Queued tasks a tier may hold before new queries routed to it get RESOURCE_EXHAUSTED, as JSON
@@ -99,6 +108,24 @@ class FrontDoorSettings(BaseSettings):
     tenant_limits: dict[str, dict[str, Any]] = Field(
         default_factory=dict, validation_alias=env_name("ARAG_TENANT_LIMITS", "tenant_limits")
     )
+
+    @field_validator("tls_cert", "tls_key", "tls_client_ca", mode="before")
+    @classmethod
+    def _unset_when_empty(cls, value: Any) -> Any:
+        """`ARAG_TLS_CERT=` (a compose file's `${VAR:-}`) means no file, not the current folder."""
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _tls_pairs(self) -> FrontDoorSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("ARAG_TLS_CERT and ARAG_TLS_KEY go together: set both, or neither for plaintext")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ValueError("ARAG_TLS_CLIENT_CA (mutual TLS) needs ARAG_TLS_CERT and ARAG_TLS_KEY")
+        return self
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
 
     @field_validator("tenant_slots", mode="after")
     @classmethod

@@ -103,3 +103,18 @@ def test_the_prompt_form_follows_the_reader_unless_configured() -> None:
     assert prompt_style(Settings(reader="gemma-270m")) == "completion"
     assert prompt_style(Settings(reader="qwen-0.5b")) == "chat"
     assert prompt_style(Settings(reader="qwen-0.5b", prompt_style="completion")) == "completion"
+
+
+def test_multi_step_knobs_follow_the_embedded_readers_tuning(monkeypatch) -> None:
+    from adaptive_rag.settings import multi_step_strategy, strategy_knob
+
+    tuned = {"multi_step": "ircot", "ircot_min_steps": 2}
+    monkeypatch.setitem(READERS, "qwen-0.5b", ReaderModel(**{**READERS["qwen-0.5b"].__dict__, "tuning": tuned}))
+    embedded = Settings(reader="qwen-0.5b")
+    assert multi_step_strategy(embedded) == "ircot"
+    assert strategy_knob(embedded, "ircot_min_steps") == 2
+    assert strategy_knob(embedded, "ircot_reader_answers") is False  # not tuned: the default
+    # explicitly set wins; an endpoint gets the defaults, never a small reader's tuning
+    assert multi_step_strategy(Settings(reader="qwen-0.5b", multi_step="decompose")) == "decompose"
+    endpoint = Settings(reader="qwen-0.5b", llm_base_url="http://llm.test")
+    assert (multi_step_strategy(endpoint), strategy_knob(endpoint, "ircot_min_steps")) == ("decompose", 1)

@@ -40,7 +40,7 @@ from adaptive_rag.evaluation.support import (
     write_support_report,
 )
 from adaptive_rag.knowledge.documents import derived_document_id, normalise_title
-from adaptive_rag.settings import Settings
+from adaptive_rag.settings import Settings, multi_step_strategy
 from adaptive_rag.strategies import SingleStep
 
 REPO = Path(__file__).resolve().parents[2]
@@ -240,7 +240,7 @@ def test_route_fixed_rows_small_talk_and_router_results(settings: Settings) -> N
     assert (talk.strategy, talk.tier) == (SMALL_TALK_STRATEGY, Tier.A)
     assert route("router", "Hi, how does the virus spread?", settings).strategy == "single_step"
     as_tier = route("router", "anything at all here", settings, router=lambda q: Tier.C)
-    assert (as_tier.strategy, as_tier.tier) == (settings.multi_step, Tier.C)
+    assert (as_tier.strategy, as_tier.tier) == (multi_step_strategy(settings), Tier.C)
     decision = route("router", "anything at all here", settings,
                      router=lambda q: RoutingDecision(tier=Tier.A))
     assert (decision.strategy, decision.tier) == ("no_retrieval", Tier.A)

@@ -1,0 +1,54 @@
+"""The Redis result waiter at its deadline (fake Redis connection): a healthy Redis and no result
+yet is a timeout (the client gets DEADLINE_EXCEEDED and reads the answer later), never "the result
+backend is unreachable" (UNAVAILABLE); a read that hangs while time is left still is."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from adaptive_rag.errors import DependencyUnavailableError
+from workers.client import RedisResultWaiter
+
+
+class SlowRedis:
+    """GET answers None (no result yet) after `delay_s`."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.gets = 0
+
+    async def get(self, key: str) -> bytes | None:
+        self.gets += 1
+        await asyncio.sleep(self.delay_s)
+        return None
+
+
+def waiter(redis: SlowRedis) -> RedisResultWaiter:
+    w = RedisResultWaiter("redis://unused", key_for=lambda task_id: f"meta-{task_id}", decode=json.loads,
+                          recheck_s=0.05)
+    w._redis = redis  # type: ignore[assignment]  # no pub/sub: the rechecks read the key
+    return w
+
+
+def test_no_result_by_the_deadline_from_a_healthy_redis_is_a_timeout() -> None:
+    redis = SlowRedis(delay_s=0.003)  # every read takes a few ms, as over a network
+
+    async def go() -> None:
+        await waiter(redis).wait("r1", timeout=0.3)
+
+    with pytest.raises(TimeoutError):
+        asyncio.run(go())
+    assert redis.gets >= 2
+
+
+def test_a_read_that_hangs_while_time_is_left_is_an_unreachable_backend() -> None:
+    redis = SlowRedis(delay_s=10.0)
+
+    async def go() -> None:
+        await waiter(redis).wait("r1", timeout=0.8)
+
+    with pytest.raises(DependencyUnavailableError, match="unreachable"):
+        asyncio.run(go())
