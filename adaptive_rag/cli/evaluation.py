@@ -147,6 +147,8 @@ def evaluate(
         fixed_rows=[n for n in names if n in rows], labels=labels,
     )
     date = time.strftime("%Y-%m-%d")
+    from adaptive_rag.settings import DEFAULT_KNOBS, strategy_knob
+
     meta = {
         "command": "arag eval " + shlex.join(a for a in sys.argv[2:] if a != "--report-only"),
         **({"regeneration": f"Report-only regeneration from {out / 'results.jsonl'} (no answers were "
@@ -159,6 +161,7 @@ def evaluate(
         "max_passages": settings.max_passages,
         "oracle_tiers": tiers,
         "multi_step_row": tiers[2],
+        "multi_step_knobs": {name: strategy_knob(settings, name) for name in DEFAULT_KNOBS},
         **({"adaptive_row": adaptive_meta} if adaptive_meta else {}),
         "machine": f"{platform.machine()}, {platform.python_version()}",
         "date": date,
