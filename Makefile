@@ -105,9 +105,12 @@ bench-setup: | $(VENV)/.created
 	  --out reports/setup $(BENCH_SETUP_ARGS)
 
 ## eval: the evaluation report on the test split (long: see README)
+# EVAL_READER: whose outcomes (one results directory per reader: reports/eval holds Gemma's)
+EVAL_READER ?= qwen-1.5b
 eval: setup-eval
 	$(ARAG) index --benchmark --data-dir $(DATA_DIR) --index-dir var/bench-index
-	$(ARAG) eval --data-dir $(DATA_DIR) --index-dir var/bench-index --limit 100 --out reports/eval
+	ARAG_READER=$(EVAL_READER) $(ARAG) eval --data-dir $(DATA_DIR) --index-dir var/bench-index --limit 100 \
+	  --strategies no_retrieval,single_step,ircot,decompose,self_route,uncertainty --out reports/eval-$(EVAL_READER)
 
 ## eval-support: the support suite on the test split (COVID FAQ knowledge base; ~10 min)
 eval-support: setup-eval
@@ -224,6 +227,16 @@ bench-frontdoor: setup
 .PHONY: bench-fair-share eval-support
 bench-fair-share: setup
 	$(PY) -m benchmarks.fair_share
+
+## chaos: a fault campaign under a steady gRPC load on a real loopback stack (Redis, PostgreSQL, a
+## two-node OpenSearch, Triton, supervised worker pools, front door; the instant LLM as measurement
+## device): worker kills, Redis/PostgreSQL/OpenSearch/Triton outages, front-door kill, node loss, each
+## twice; lost / duplicated / wrong-code requests and recovery time per fault; reports/reliability/
+## (~25 min). CHAOS_ARGS="--quick" for a ~4 min smoke run (var/chaos/quick/report/).
+.PHONY: chaos
+CHAOS_ARGS ?=
+chaos: setup
+	$(PY) -m benchmarks.chaos $(CHAOS_ARGS)
 
 # --- load testing (locust over gRPC) -----------------------------------------------------------------
 .PHONY: loadtest

@@ -109,6 +109,7 @@ def evaluate(
         from adaptive_rag.llm import build_llm
         from adaptive_rag.retrieval import open_retriever
 
+        _same_generator(out, settings)
         retr, llm = open_retriever(settings), build_llm(settings)
         runners = {name: build_strategy(name, retr, llm, settings) for name in names}
         with progress_bar("evaluating", len(questions) * len(runners)) as advance:
@@ -331,6 +332,35 @@ def _trained_classifier(version: int | None) -> tuple[LocalOnnxClassifier | None
     missing = f"no trained classifier version under {model_dir}"
     console.print(f"{missing}: no \"adaptive\" row unless its routes were recorded")
     return None, missing
+
+
+GENERATOR_FILE = "generator.json"
+
+
+def _same_generator(out: Path, settings) -> None:
+    """Outcomes are resumed by (dataset, question, strategy): a results file made with another
+    reader or other multi-step knobs must not be continued (its answers would count as done)."""
+    from adaptive_rag.settings import DEFAULT_KNOBS, strategy_knob
+
+    made_with = {
+        "llm": settings.llm_base_url or str(settings.gguf_path or settings.reader),
+        "multi_step_knobs": {name: strategy_knob(settings, name) for name in DEFAULT_KNOBS},
+    }
+    path = out / GENERATOR_FILE
+    if path.is_file():
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+        if recorded != made_with:
+            raise typer.BadParameter(
+                f"{out / 'results.jsonl'} was made with {recorded}, this run would use {made_with}: "
+                "choose another --out (or remove that directory to start over)"
+            )
+        return
+    if (out / "results.jsonl").is_file():
+        raise typer.BadParameter(
+            f"{out / 'results.jsonl'} has outcomes of an unrecorded generator: choose another --out"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(made_with, indent=2) + "\n", encoding="utf-8")
 
 
 def hash_rank(question_id: str) -> int:

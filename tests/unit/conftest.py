@@ -6,6 +6,7 @@ import pytest
 from fakes import FakeLLM, FakeRetriever, make_passages
 
 from adaptive_rag.settings import Settings
+from tests.conftest import TEST_READER
 
 
 def _settings_env_names() -> set[str]:
@@ -25,10 +26,13 @@ SETTINGS_ENV = frozenset(_settings_env_names())
 
 @pytest.fixture(autouse=True)
 def _clean_settings_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Unit tests never depend on the caller's ARAG_* / LLM_* / OPENSEARCH_* variables."""
+    """Unit tests never depend on the caller's ARAG_* / LLM_* / OPENSEARCH_* variables; the
+    reader is the suite's own (`tests/conftest.py`), so tier C and the prompts are the same on
+    every machine whatever the default reader is."""
     for name in SETTINGS_ENV:
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.upper(), raising=False)
+    monkeypatch.setenv("ARAG_READER", TEST_READER)
 
 
 @pytest.fixture

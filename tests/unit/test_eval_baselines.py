@@ -284,3 +284,24 @@ def test_classifier_metrics_show_the_dataset_rule_beside_the_classifier() -> Non
     card = "\n".join(dataset_rule_md({"test": metrics}))
     assert "| test | 4 | 50.00 % | 50.00 % | 0.0 / 50.0 / 100.0 |" in card
     assert dataset_rule_metrics([Example("x", "B", "1", "live")]) == {}
+
+
+def test_a_results_directory_is_never_continued_with_another_generator(tmp_path) -> None:
+    import typer
+
+    from adaptive_rag.cli.evaluation import GENERATOR_FILE, _same_generator
+    from adaptive_rag.settings import Settings
+
+    out = tmp_path / "eval"
+    _same_generator(out, Settings(reader="gemma-270m"))
+    assert (out / GENERATOR_FILE).is_file()
+    _same_generator(out, Settings(reader="gemma-270m"))  # the same one continues
+    with pytest.raises(typer.BadParameter, match="another --out"):
+        _same_generator(out, Settings(reader="qwen-1.5b"))
+    with pytest.raises(typer.BadParameter, match="another --out"):
+        _same_generator(out, Settings(reader="gemma-270m", ircot_min_steps=3))
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    (legacy / "results.jsonl").write_text("{}\n")
+    with pytest.raises(typer.BadParameter, match="unrecorded generator"):
+        _same_generator(legacy, Settings(reader="gemma-270m"))
