@@ -10,12 +10,15 @@ foreground:
 
 In the foreground (and wherever `supervise_once` or `start_supervisor` runs) a pool that exits is
 started again on its own, after a backoff that doubles with each quick crash; the other pools
-keep running. One crashed tier never takes the others down.
+keep running. One crashed tier never takes the others down. With the Redis broker, the messages
+the dead pool had reserved go back to its queue at once (`restore_reserved`), instead of after the
+broker's visibility timeout (15 minutes by default), so its in-flight requests are not stranded.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -69,6 +72,33 @@ class PoolHealth:
     quick_crashes: int = 0
     restart_at: float | None = None  # set while a restart is pending
     exit_codes: list[int] = field(default_factory=list)
+
+
+def restore_reserved(channel: Any, queue: str, before: float) -> list[str]:
+    """Put the messages reserved from `queue` before `before` (a UNIX time) back on it; returns
+    their delivery tags.
+
+    `channel` is a kombu Redis channel: reserved (unacknowledged) messages sit in its unacked hash
+    as `[payload, exchange, routing_key]`, indexed by delivery time, until acknowledged or until
+    the visibility timeout. Called when the pool consuming `queue` died: its messages can no
+    longer be acknowledged by anyone. A worker elsewhere consuming the same queue may hold some of
+    them too; those run twice, and the task writes its result once.
+    """
+    client = channel.client
+    restored = []
+    for tag, raw in client.hgetall(channel.unacked_key).items():
+        try:
+            _payload, _exchange, routing_key = json.loads(raw)
+        except (TypeError, ValueError):
+            continue
+        if routing_key != queue:
+            continue
+        delivered = client.zscore(channel.unacked_index_key, tag)
+        if delivered is None or float(delivered) > before:
+            continue
+        channel.qos.restore_by_tag(tag, leftmost=True)
+        restored.append(tag.decode() if isinstance(tag, bytes) else str(tag))
+    return restored
 
 
 def process_env(
@@ -259,6 +289,7 @@ class WorkerPools:
                     LOG.error("pool_exited", pool=name, queue=pool.queue, exit_code=code,
                               up_s=round(up_s, 1), restart_in_s=backoff,
                               restarts=health.restarts, log=str(pool.log_path))
+                    self._restore_reserved(pool.queue)
                 elif now() >= health.restart_at:
                     health.restarts += 1
                     new = self.start_pool(name, wait=False)
@@ -281,6 +312,19 @@ class WorkerPools:
 
         self._supervisor = threading.Thread(target=loop, name="pool-supervisor", daemon=True)
         self._supervisor.start()
+
+    def _restore_reserved(self, queue: str) -> None:
+        """The dead pool's reserved messages back on its queue (Redis broker only)."""
+        if not self.settings.redis_url:
+            return
+        try:
+            from workers.celery_app import create_app
+
+            with create_app(self.settings, results=False).connection_for_write() as connection:
+                tags = restore_reserved(connection.default_channel, queue, time.time())
+            LOG.warning("reserved_messages_restored", queue=queue, messages=len(tags))
+        except Exception as exc:  # noqa: BLE001 - they come back after the visibility timeout
+            LOG.error("reserved_messages_not_restored", queue=queue, error=f"{type(exc).__name__}: {exc}")
 
     @staticmethod
     def _reap(pool: Pool) -> None:
