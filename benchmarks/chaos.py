@@ -1327,7 +1327,13 @@ def analyse(scratch: Path, quiet_s: float) -> dict[str, Any]:
                 bad_codes = Counter(a.code for a in mine if fr.injected <= a.end <= end and a.code != "OK"
                                     and not is_poll(a))
                 evidence.append(f"non-OK statuses in the window: {dict(bad_codes)}")
-                evidence += lines_between(files, fr.injected, end, r'"level": "(error|warning)"', limit=5)
+                if rec.last_bad_s is not None:  # the calls that kept the rule failing last
+                    t_bad = fr.injected + rec.last_bad_s
+                    last = [a for a in mine if t_bad - WINDOW_S < a.end <= t_bad and a.code != "OK" and not is_poll(a)]
+                    for a in last[-3:]:
+                        evidence.append(f"client: {a.method} {a.cid} sent {a.start - fr.injected:.1f} s after the "
+                                        f"injection -> {a.code} at {a.end - fr.injected:.1f} s: {a.detail[:160]}")
+                evidence += lines_between(files, fr.injected, end, r'"level": "(error|warning)"', limit=3)
             failures.append({"window": fr.window, "fault": fr.fault, "repetition": fr.repetition, "goal": goal,
                              "evidence": evidence})
     per_fault: dict[str, dict[str, Any]] = {}

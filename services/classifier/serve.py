@@ -43,7 +43,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(REPO_ROOT))
 
-from adaptive_rag.routing.model_repository import CONFIG_FILE, ModelVersion, open_version  # noqa: E402
+from adaptive_rag.routing.model_repository import (  # noqa: E402
+    CONFIG_FILE, ModelVersion, open_version, read_served, write_config,
+)
 from adaptive_rag.settings import ClassifierSettings  # noqa: E402
 
 LOG = logging.getLogger("arag.triton")
@@ -211,8 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     version = open_version(args.repository, args.model, args.version)  # default: the served one
-    if not (Path(args.repository) / args.model / CONFIG_FILE).is_file():
-        raise SystemExit(f"{Path(args.repository) / args.model / CONFIG_FILE} missing")
+    model_dir = Path(args.repository) / args.model
+    if read_served(model_dir) is None:
+        # No served pointer (version directories copied in by hand or by an older export): the
+        # version served is the latest, so the config's version policy must name it.
+        write_config(model_dir, keep=[version.version])
+        LOG.info("%s now loads version %d (no served pointer)", CONFIG_FILE, version.version)
     started = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="arag-triton-"))
     stop = threading.Event()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from typer.testing import CliRunner
 
@@ -11,11 +12,14 @@ from adaptive_rag.cli.classifier import classifier_app
 from adaptive_rag.storage import LabelStore, TrainingLabel, make_engine, upgrade_database
 
 
+TEXTS = {"A": "hello number {i}", "B": "Who wrote book {i}?",
+         "C": "Which is older, film {i} or film {i}b, and who directed both?"}
+
+
 def _fill(url: str) -> None:
     upgrade_database(url)
     store = LabelStore(make_engine(url))
-    texts = {"A": "hello number {i}", "B": "Who wrote book {i}?",
-             "C": "Which is older, film {i} or film {i}b, and who directed both?"}
+    texts = TEXTS
     for split, n in (("train", 8), ("test", 2)):
         for label, template in texts.items():
             for i in range(n):
@@ -42,7 +46,13 @@ def test_train_export_calibrate_route(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "version 1" in result.output
     card = (tmp_path / "run" / "MODEL_CARD.md").read_text()
-    assert "24 `train` labels" in card and "6 `test` labels" in card
+    from adaptive_rag.training.splits import partition
+
+    asked = [template.format(i=i) for template in TEXTS.values() for i in range(8)]
+    fit, held_out = partition(asked, lambda question: question)
+    assert len(fit) + len(held_out) == 24 and held_out, "the fixture must put some in validation"
+    assert f"{len(fit)} `train` labels" in card and "6 `test` labels" in card
+    assert f"Validation: {len(held_out)} `train` labels held out" in card
 
     result = runner.invoke(classifier_app, ["export", str(tmp_path / "run"), "--repository", str(repo), "--int8"])
     assert result.exit_code == 0, result.output
@@ -53,7 +63,8 @@ def test_train_export_calibrate_route(tmp_path, monkeypatch):
     ])
     assert result.exit_code == 0, result.output
     thresholds = json.loads((repo / "complexity" / "2" / "thresholds.json").read_text())
-    assert "calibrated on 6 validation questions" in thresholds["note"]
+    calibrated = re.search(r"calibrated on (\d+) validation questions", thresholds["note"])
+    assert calibrated and 0 < int(calibrated.group(1)) < len(fit), thresholds["note"]
     assert thresholds["metrics"]["steps"] <= 2.5
 
     result = runner.invoke(classifier_app, [
