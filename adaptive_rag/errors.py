@@ -102,3 +102,9 @@ class KnowledgeBaseBusyError(AdaptiveRagError):
 class DependencyUnavailableError(AdaptiveRagError):
     """A service the call needs (the records database, the task queue) is unreachable right now;
     nothing was lost and the same call may be sent again (with its client_request_id)."""
+
+
+def short_error(exc: BaseException, limit: int, *, with_type: bool = False) -> str:
+    """`exc` on one line, at most `limit` characters (for records, verdicts and log fields)."""
+    text = " ".join((f"{type(exc).__name__}: {exc}" if with_type else str(exc)).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

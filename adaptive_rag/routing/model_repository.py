@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from adaptive_rag.contracts import CLASSIFIER_INPUTS, CLASSIFIER_MODEL, CLASSIFIER_OUTPUT, TIERS
-from adaptive_rag.errors import AdaptiveRagError, ConfigurationError
+from adaptive_rag.errors import AdaptiveRagError, ConfigurationError, short_error
 from adaptive_rag.routing.policy import PolicyThresholds
 
 MODEL_FILE = "model.onnx"
@@ -385,7 +385,7 @@ def switch_served(
                 _triton_reload(url, model.name, timeout_s)
         if isinstance(exc, ServingSwitchError):
             raise
-        raise ServingSwitchError(f"Triton refused version {version}: {_short(exc)}") from exc
+        raise ServingSwitchError(f"Triton refused version {version}: {short_error(exc, 300)}") from exc
     if version in history:  # a rollback to a version served before: back to that point
         history = history[: len(history) - history[::-1].index(version)]
     else:
@@ -394,8 +394,3 @@ def switch_served(
                          updated_at=datetime.now(UTC).isoformat(timespec="seconds"), reason=reason)
     _atomic_write(model_dir / SERVED_FILE, served.to_json())
     return served
-
-
-def _short(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= 300 else text[:297] + "..."

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adaptive_rag.contracts import CLASSIFIER_MODEL, TIERS
+from adaptive_rag.errors import short_error
 from adaptive_rag.routing.model_repository import (
     CONFIG_FILE, ModelVersion, ServingSwitchError, config_pbtxt, next_version, open_version,
     pin_served, served_version, switch_served, version_at,
@@ -93,11 +94,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _short(exc: BaseException) -> str:
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
-    return text if len(text) <= 400 else text[:397] + "..."
-
-
 def promote(
     run_dir: Path,
     repository: Path,
@@ -122,7 +118,7 @@ def promote(
             candidate = export_run(Path(run_dir), Path(tmp), model_name, int8=int8)
         except Exception as exc:  # noqa: BLE001 - recorded as the challenger's failure
             return _failed(Path(repository) / model_name, metric, tier_counts(labels),
-                           f"challenger export failed: {_short(exc)}", None, None, None, options)
+                           f"challenger export failed: {short_error(exc, 400, with_type=True)}", None, None, None, options)
         return promote_candidate(candidate.version_dir, repository, texts, labels, model_name,
                                  metric, min_gain, **options)
 
@@ -165,14 +161,14 @@ def promote_candidate(
     try:
         challenger = score_version(version_at(Path(candidate_dir), model_name), texts, labels)
     except Exception as exc:  # noqa: BLE001 - a challenger that does not load is never served
-        return _failed(model_dir, metric, counts, f"challenger does not load or run: {_short(exc)}",
+        return _failed(model_dir, metric, counts, f"challenger does not load or run: {short_error(exc, 400, with_type=True)}",
                        None, None, champion_version, record)
     champion, champion_error = None, None
     if champion_version is not None:
         try:
             champion = score_version(open_version(repository, model_name, champion_version), texts, labels)
         except Exception as exc:  # noqa: BLE001 - a broken champion loses to a working challenger
-            champion_error = _short(exc)
+            champion_error = short_error(exc, 400, with_type=True)
     if champion is not None and not challenger[metric] > champion[metric] + min_gain:
         verdict = Verdict(
             False, challenger, champion, None,
@@ -203,7 +199,7 @@ def promote_candidate(
         try:
             prepare(staging)
         except Exception as exc:  # noqa: BLE001 - e.g. no outcomes to calibrate: keep defaults
-            record["details"]["prepare_error"] = _short(exc)
+            record["details"]["prepare_error"] = short_error(exc, 400, with_type=True)
     staging.rename(model_dir / str(number))
     if not (model_dir / CONFIG_FILE).is_file():
         exported = Path(candidate_dir).parent / CONFIG_FILE
