@@ -51,12 +51,17 @@ class WorkerSettings(BaseSettings):
         900.0, gt=0, validation_alias=env_name("ARAG_VISIBILITY_TIMEOUT", "visibility_timeout_s")
     )
     # Transient failures (retriever or LLM unreachable, index missing) retried with exponential
-    # backoff from `task_retry_backoff_s`; after the last retry the error is recorded as the result,
-    # and that stored error is what every resend of the request replays. 5 retries from 1 s span
-    # about 31 s, so a dependency's restart (an OpenSearch node: ~20 s) costs delay, not answers.
-    task_max_retries: int = Field(5, ge=0, validation_alias=env_name("ARAG_TASK_MAX_RETRIES", "task_max_retries"))
+    # backoff from `task_retry_backoff_s`, each wait capped at `task_retry_max_backoff_s`; after the
+    # last retry the error is recorded as the result, and that stored error is what every resend
+    # of the request replays. 10 retries from 1 s capped at 4 s span about 35 s, so a dependency's
+    # restart (an OpenSearch node: ~20 s) costs delay, not answers, and the first try after it is
+    # back comes within 4 s (an uncapped doubling waited up to 16 s more).
+    task_max_retries: int = Field(10, ge=0, validation_alias=env_name("ARAG_TASK_MAX_RETRIES", "task_max_retries"))
     task_retry_backoff_s: float = Field(
         1.0, ge=0, validation_alias=env_name("ARAG_TASK_RETRY_BACKOFF", "task_retry_backoff_s")
+    )
+    task_retry_max_backoff_s: float = Field(
+        4.0, gt=0, validation_alias=env_name("ARAG_TASK_RETRY_MAX_BACKOFF", "task_retry_max_backoff_s")
     )
     # Comparison setup (benchmarks/queue_isolation.py): every tier's primary task goes to ONE
     # queue, `shared`, served by one pool with the tier pools' total concurrency and prefetch 1.

@@ -33,7 +33,6 @@ from workers.celery_app import app, app_settings
 from workers.metrics import worker_metrics
 
 log = structlog.get_logger("workers.tasks")
-MAX_BACKOFF_S = 60.0
 # The records database away once a task's retries are spent (`RecordsUnavailable`): the task runs
 # again every RECORDS_RETRY_S until RECORDS_OUTAGE_S after it was enqueued, beyond
 # `task_max_retries`: nothing else can record its answer (a restart or failover of the database
@@ -144,7 +143,8 @@ def answer(self: Task, task: AnswerTask) -> AnswerResult:
         raise self.retry(exc=exc, countdown=RECORDS_RETRY_S, max_retries=retries + 1) from exc
     except RetryLater as exc:
         countdown = get_exponential_backoff_interval(
-            factor=_settings.task_retry_backoff_s, retries=retries, maximum=MAX_BACKOFF_S,
+            factor=_settings.task_retry_backoff_s, retries=retries,
+            maximum=_settings.task_retry_max_backoff_s,
             full_jitter=False,
         )
         raise self.retry(exc=exc, countdown=countdown, max_retries=_settings.task_max_retries) from exc

@@ -43,7 +43,9 @@ from services.frontdoor.knowledge import KnowledgeBaseServicer
 from services.frontdoor.metrics import FrontDoorMetrics
 from services.frontdoor.routing import ClassifierRouter, FixedRouter
 from services.frontdoor.settings import FrontDoorSettings
-from services.frontdoor.stubs import KB_SERVICE_NAME, SERVICE_NAME, pb2, pb2_grpc
+from services.frontdoor.stubs import (
+    KB_SERVICE_NAME, LIVENESS_SERVICE, READINESS_SERVICES, SERVICE_NAME, pb2, pb2_grpc,
+)
 
 LOG = structlog.get_logger("frontdoor")
 REQUEST_ID_METADATA = "x-request-id"
@@ -300,9 +302,9 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
         return await self.run_call("Route", context, body)
 
     async def watch_health(self, health_servicer: health.aio.HealthServicer, interval_s: float = 5.0) -> None:
-        """Health says NOT_SERVING while the records database or the task queue is away, or no
+        """Readiness says NOT_SERVING while the records database or the task queue is away, or no
         worker answers a ping (a load balancer then sends calls to another replica), SERVING
-        again when all answer."""
+        again when all answer. Liveness (`LIVENESS_SERVICE`) is left SERVING: see `stubs`."""
         serving = True
         while True:
             problems = await self.service.dependency_problems()
@@ -312,7 +314,7 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
                 serving = not problems
                 status = (health_pb2.HealthCheckResponse.SERVING if serving
                           else health_pb2.HealthCheckResponse.NOT_SERVING)
-                for name in ("", SERVICE_NAME, KB_SERVICE_NAME):
+                for name in READINESS_SERVICES:
                     await health_servicer.set(name, status)
                 (LOG.info if serving else LOG.warning)("health", serving=serving, problems=problems)
             await asyncio.sleep(interval_s)
@@ -413,7 +415,7 @@ async def start_server(
     if port == 0:
         raise RuntimeError(f"cannot listen on {listen or settings.grpc_listen}")
     await server.start()
-    for name in ("", SERVICE_NAME, KB_SERVICE_NAME):
+    for name in (*READINESS_SERVICES, LIVENESS_SERVICE):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     tasks = []
     if poll_models:

@@ -19,5 +19,11 @@ from services.frontdoor.generated import adaptive_rag_pb2_grpc as pb2_grpc  # no
 
 SERVICE_NAME = pb2.DESCRIPTOR.services_by_name["AdaptiveRag"].full_name
 KB_SERVICE_NAME = pb2.DESCRIPTOR.services_by_name["KnowledgeBase"].full_name
+# Health service names (grpc.health.v1). Readiness ("" and the two API services) follows the
+# dependencies: NOT_SERVING sends calls to another replica. Liveness only says the process and its
+# event loop answer: an orchestrator restarts the process when it fails, never for a dependency
+# outage (a restart would not bring PostgreSQL back and would drop the calls in flight).
+READINESS_SERVICES = ("", SERVICE_NAME, KB_SERVICE_NAME)
+LIVENESS_SERVICE = "liveness"
 
 __all__ = ["KB_SERVICE_NAME", "SERVICE_NAME", "pb2", "pb2_grpc"]

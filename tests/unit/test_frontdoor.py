@@ -23,7 +23,7 @@ from adaptive_rag.settings import Settings
 from services.frontdoor.metrics import FrontDoorMetrics
 from services.frontdoor.server import start_server, status_for
 from services.frontdoor.settings import FrontDoorSettings
-from services.frontdoor.stubs import KB_SERVICE_NAME, SERVICE_NAME, pb2, pb2_grpc
+from services.frontdoor.stubs import KB_SERVICE_NAME, LIVENESS_SERVICE, SERVICE_NAME, pb2, pb2_grpc
 
 KEY, OTHER_KEY = "arag_key-of-acme", "arag_key-of-globex"
 AUTH = (("authorization", f"Bearer {KEY}"),)
@@ -331,7 +331,7 @@ def test_route_returns_the_recorded_decision_without_running_anything(harness):
 
 def test_health_checking_reports_serving(harness):
     health = health_pb2_grpc.HealthStub(harness.channel)
-    for service in ("", SERVICE_NAME, KB_SERVICE_NAME):
+    for service in ("", SERVICE_NAME, KB_SERVICE_NAME, LIVENESS_SERVICE):
         response = health.Check(health_pb2.HealthCheckRequest(service=service))
         assert response.status == health_pb2.HealthCheckResponse.SERVING
 
@@ -496,7 +496,7 @@ def test_a_broker_that_is_away_is_unavailable_and_the_resend_runs(harness):
     assert reply.request_id == request_id and reply.answer
 
 
-def test_health_is_not_serving_while_the_database_or_the_broker_is_away():
+def test_readiness_is_not_serving_while_the_database_or_the_broker_is_away_liveness_stays():
     from adaptive_rag.errors import DependencyUnavailableError
 
     h = Harness(make_settings(), health_watch_s=0.05)
@@ -522,6 +522,8 @@ def test_health_is_not_serving_while_the_database_or_the_broker_is_away():
         h.store.down = ConnectionRefusedError("database away")
         assert becomes(health_pb2.HealthCheckResponse.NOT_SERVING)
         assert status(KB_SERVICE_NAME) == health_pb2.HealthCheckResponse.NOT_SERVING
+        # liveness: the process answers; restarting it would not bring the database back
+        assert status(LIVENESS_SERVICE) == health_pb2.HealthCheckResponse.SERVING
         h.store.down = None
         assert becomes(health_pb2.HealthCheckResponse.SERVING)
     finally:

@@ -9,6 +9,7 @@ import io
 import ipaddress
 import json
 import logging
+import time
 from pathlib import Path
 
 import grpc
@@ -215,3 +216,25 @@ def test_api_keys_never_reach_the_logs_or_the_spans(tmp_path, monkeypatch, caplo
     for key in (good, revoked, bad):
         for piece in (key, key.split("_", 1)[-1]):
             assert piece not in everything, "an API key reached the logs"
+
+
+# --- orchestrator probes ---------------------------------------------------------------------------
+
+
+def test_the_probe_separates_readiness_from_liveness_over_tls(pki):
+    from services.frontdoor.probe import check
+
+    harness = Harness(make_settings(tls_cert=pki["server_pem"], tls_key=pki["server_key"]), health_watch_s=0.05)
+    try:
+        probed = make_settings(tls_cert=pki["server_pem"], tls_key=pki["server_key"],
+                               grpc_listen=f"0.0.0.0:{harness.running.port}")
+        assert check(probed, ca=pki["ca_pem"]) == "SERVING"
+        harness.store.down = ConnectionRefusedError("database away")
+        deadline = time.monotonic() + 5
+        while check(probed, ca=pki["ca_pem"]) != "NOT_SERVING" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert check(probed, ca=pki["ca_pem"]) == "NOT_SERVING"
+        assert check(probed, liveness=True, ca=pki["ca_pem"]) == "SERVING"
+    finally:
+        harness.close()
+    assert check(probed, liveness=True, timeout_s=0.5, ca=pki["ca_pem"]).startswith("UNREACHABLE")

@@ -117,12 +117,14 @@ def test_the_worker_retries_a_records_outage_for_a_bounded_time() -> None:
     assert not tasks.records_retry_allowed(task, now=1000.0 + tasks.RECORDS_OUTAGE_S + 1)
 
 
-def test_the_default_retries_ride_out_a_dependency_restart_of_30_s() -> None:
+def test_the_default_retries_ride_out_a_dependency_restart_of_30_s_and_retry_soon_after() -> None:
     from celery.utils.time import get_exponential_backoff_interval
 
     from workers.settings import WorkerSettings
 
     settings = WorkerSettings(_env_file=None)
-    waits = [get_exponential_backoff_interval(factor=settings.task_retry_backoff_s, retries=n, maximum=60.0,
-                                              full_jitter=False) for n in range(settings.task_max_retries)]
+    waits = [get_exponential_backoff_interval(factor=settings.task_retry_backoff_s, retries=n,
+                                              maximum=settings.task_retry_max_backoff_s, full_jitter=False)
+             for n in range(settings.task_max_retries)]
     assert sum(waits) >= 30.0
+    assert max(waits) <= 5.0  # the first try after the dependency is back comes within seconds
