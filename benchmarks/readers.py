@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from adaptive_rag.evaluation.bootstrap import Interval, difference_interval, mean_interval
-from adaptive_rag.evaluation.datasets import MULTI_HOP, limit_per_dataset, load_questions
+from adaptive_rag.evaluation.datasets import MULTI_HOP, interleaved, limit_per_dataset, load_questions
 from adaptive_rag.evaluation.runner import Outcome, load_outcomes, run_evaluation
 from adaptive_rag.llm import build_llm
 from adaptive_rag.llm.readers import READERS
@@ -50,17 +50,10 @@ VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
 MULTI_STEP_ROWS = ("decompose", "ircot", *VARIANTS)
 
 
-def _hash_rank(question_id: str) -> int:
-    import hashlib
-
-    return int(hashlib.md5(question_id.encode()).hexdigest()[:8], 16)
-
-
 def run(args: argparse.Namespace) -> None:
     base = Settings(index_dir=args.index_dir, data_dir=args.data_dir, llm_threads=args.threads)
-    questions = load_questions(base.data_dir, args.datasets, split="train")
-    questions.sort(key=lambda q: (_hash_rank(q.id), q.dataset))
-    questions = limit_per_dataset(questions, args.per_dataset)
+    questions = limit_per_dataset(interleaved(load_questions(base.data_dir, args.datasets, split="train")),
+                                  args.per_dataset)
     retriever = open_retriever(base)
     runners = {}
     for reader in args.readers:

@@ -51,7 +51,7 @@ def label(
     Resumable: questions already in the `training_labels` table are skipped.
     """
     from adaptive_rag.contracts import Tier
-    from adaptive_rag.evaluation.datasets import load_questions
+    from adaptive_rag.evaluation.datasets import interleaved, load_questions
     from adaptive_rag.llm import build_llm
     from adaptive_rag.retrieval import open_retriever
     from adaptive_rag.strategies import build_strategy, strategy_for_tier
@@ -65,7 +65,7 @@ def label(
     )
     label_correct = load_classifier_settings(label_correct=correct).label_correct
     chosen = [d.strip() for d in datasets.split(",")] if datasets else None
-    questions = limit_per_dataset(load_questions(settings.data_dir, chosen, split=split), limit)
+    questions = interleaved(limit_per_dataset(load_questions(settings.data_dir, chosen, split=split), limit))
     store = open_label_store(settings.database_url)
     retr, llm = open_retriever(settings), build_llm(settings)
     strategies = {t: build_strategy(strategy_for_tier(t, settings), retr, llm, settings) for t in Tier}

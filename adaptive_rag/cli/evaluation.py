@@ -87,7 +87,7 @@ def evaluate(
         raise typer.BadParameter("--abstain-min-score auto is for --suite support")
     out = out or Path("reports/eval")
     strategies = strategies or BENCHMARK_STRATEGIES
-    from adaptive_rag.evaluation.datasets import limit_per_dataset, load_questions
+    from adaptive_rag.evaluation.datasets import interleaved, limit_per_dataset, load_questions
     from adaptive_rag.evaluation.report import (
         add_intervals, claims, markdown, points, standard_claims, summarise, write_report,
     )
@@ -99,10 +99,8 @@ def evaluate(
         abstain_min_score=min_score, reader_abstains=reader_abstains,
     )
     chosen = datasets.split(",") if datasets else None
-    questions = limit_per_dataset(load_questions(settings.data_dir, chosen, split="test"), limit)
+    questions = interleaved(limit_per_dataset(load_questions(settings.data_dir, chosen, split="test"), limit))
     names = [resolve_strategy(s.strip(), settings) for s in strategies.split(",") if s.strip()]
-    # Interleave datasets so a partial run already covers every dataset.
-    questions.sort(key=lambda q: (hash_rank(q.id), q.dataset))
     if report_only:
         outcomes = load_outcomes(out / "results.jsonl")
     else:
@@ -361,13 +359,6 @@ def _same_generator(out: Path, settings) -> None:
         )
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(made_with, indent=2) + "\n", encoding="utf-8")
-
-
-def hash_rank(question_id: str) -> int:
-    """A stable pseudo-random rank of a question id (the evaluation order)."""
-    import hashlib
-
-    return int(hashlib.md5(question_id.encode()).hexdigest()[:8], 16)
 
 
 def retrieval_bench(

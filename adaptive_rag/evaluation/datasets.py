@@ -164,3 +164,9 @@ def limit_per_dataset(questions: Iterable[Question], limit: int | None) -> list[
             kept.append(question)
             seen[question.dataset] = seen.get(question.dataset, 0) + 1
     return kept
+
+
+def interleaved(questions: Iterable[Question]) -> list[Question]:
+    """The questions in a stable pseudo-random order mixing the datasets, so a run stopped part
+    way (evaluation, labelling) already covers every dataset."""
+    return sorted(questions, key=lambda q: (hashlib.md5(q.id.encode()).hexdigest()[:8], q.dataset))
