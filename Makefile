@@ -72,8 +72,16 @@ reader:
 ## gRPC; everything stopped afterwards. REDIS_URL, DATABASE_URL, OPENSEARCH_URL, TRITON_GRPC_URL,
 ## LLM_BASE_URL point it at real servers. The in-process demo without services: `arag demo`.
 ## Installs only the demo's extras (no torch); the gRPC stubs are generated on first import.
-demo: setup-demo
+demo: setup-demo router
 	$(PY) -m services.demo
+
+## router: publish the router the repository ships (models/router/router.json, a linear bag-of-words
+## model) as a classifier version in $(MODEL_REPOSITORY); built without torch, checked, and
+## skipped when already there. Refit it from the committed labels: arag routers fit-words
+## --labels-file models/router/labels.jsonl
+.PHONY: router
+router: setup-demo
+	$(ARAG) model ship --repository $(MODEL_REPOSITORY)
 
 ## lint-imports: the import contracts of .importlinter (library free of gRPC/Celery, workers never
 ## import services, services never import workers.tasks)

@@ -1,6 +1,9 @@
-"""`arag model bootstrap | promote | rollback | status`: the classifier's versions in the Triton
-model repository, and which one users get.
+"""`arag model ship | bootstrap | promote | rollback | status`: the classifier's versions in the
+Triton model repository, and which one users get.
 
+- `ship` publishes the router the repository ships (`models/router/router.json`, a linear
+  bag-of-words model: `adaptive_rag.routing.bag_of_words`) as a version; `make setup-demo` runs
+  it, so a fresh clone routes with a trained router. No torch needed; a second run does nothing.
 - `bootstrap` exports an *untrained* MiniLM-L6 (fresh classification head) as a model version, so
   Triton, the client and the overhead benchmark can run before any labels exist. Its routing is
   noise: `classifier.json` says `"untrained": true`. Does nothing when a version already exists
@@ -86,6 +89,39 @@ def bootstrap(
                               settings.classifier_max_length, int8)
     typer.echo(f"exported an untrained MiniLM-L6 as {settings.classifier_model} version "
                f"{result.version}: {result.onnx_path}")
+
+
+SHIPPED_ROUTER = Path("models/router/router.json")
+SHIPPED_EVALUATION = "evaluation.json"  # beside router.json: its figures on the `test` labels
+
+
+@model_app.command()
+def ship(
+    router: Annotated[Path, typer.Option("--router", help="the committed bag-of-words router (arag routers fit-words)")] = SHIPPED_ROUTER,
+    repository: RepoOpt = None,
+    model: ModelOpt = None,
+) -> None:
+    """Publish the router the repository ships as a classifier model version (no torch needed):
+    built deterministically from router.json, checked (ONNX Runtime against numpy), and skipped
+    when a version built from the same bytes exists. It becomes the served version only in a
+    repository nothing was ever promoted into (`served.json` is moved by promotion only)."""
+    from adaptive_rag.errors import ConfigurationError
+    from adaptive_rag.routing.bag_of_words import KIND, publish
+    from adaptive_rag.routing.model_repository import served_version
+
+    settings = load_classifier_settings(model_repository=repository, classifier_model=model)
+    if not router.is_file():
+        raise typer.BadParameter(f"--router: no such file: {router}")
+    evaluation_path = router.parent / SHIPPED_EVALUATION
+    evaluation = json.loads(evaluation_path.read_text(encoding="utf-8")) if evaluation_path.is_file() else {}
+    try:
+        published = publish(router, settings.model_repository, settings.classifier_model,
+                            {"name": f"{KIND} (shipped)", "evaluation": evaluation})
+    except (ConfigurationError, ValueError) as exc:
+        raise typer.BadParameter(f"{router}: {exc}") from None
+    served = served_version(settings.model_repository / settings.classifier_model)
+    typer.echo(f"{'already published' if published.cached else 'published'}: {router} as "
+               f"{settings.classifier_model} version {published.version} ({published.path}); served version: {served}")
 
 
 def verdict_summary(verdict: Verdict) -> dict:

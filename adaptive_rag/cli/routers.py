@@ -118,6 +118,56 @@ def train(
     console.print(validation_table(cards))
 
 
+SHIPPED_DIR = Path("models/router")
+
+
+@routers_app.command(name="fit-words")
+def fit_words(
+    labels_file: Annotated[Optional[Path], typer.Option(help="a label file (JSONL, as written here) instead of the database")] = None,
+    out: Annotated[Path, typer.Option(help="folder of router.json, labels.jsonl and MODEL_CARD.md")] = SHIPPED_DIR,
+    min_count: Annotated[int, typer.Option(help="a word enters the vocabulary when seen this often")] = 2,
+    database_url: DbUrl = None,
+) -> None:
+    """Fit the linear bag-of-words router (the router a fresh clone ships, served through Triton)
+    on the `train` labels; hyper-parameters chosen on the hash validation split (never `test`).
+
+    Reading the database, the labels used are written to `<out>/labels.jsonl` too, so
+    `arag routers fit-words --labels-file <out>/labels.jsonl` rebuilds the same router.json.
+    """
+    from adaptive_rag.routing.bag_of_words import fit
+    from adaptive_rag.routing.learned import examples_from_labels
+    from adaptive_rag.storage.labels import read_label_file, write_label_file
+
+    if labels_file is not None:
+        if not labels_file.is_file():
+            raise typer.BadParameter(f"--labels-file: no such file: {labels_file}")
+        try:
+            rows = [r for r in read_label_file(labels_file) if r.split == "train"]
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        source = str(labels_file)
+    else:
+        database_url = load_settings(database_url=database_url).database_url
+        rows = open_label_store(database_url).labels(split="train")
+        source = database_url
+    if not rows:
+        raise typer.BadParameter(f"no `train` labels in {source}: run `arag label` first")
+    examples = examples_from_labels(rows)
+    per_dataset = Counter((e.dataset, e.label.value) for e in examples)
+    note = (f"{len(examples)} `train` labels; per dataset (A/B/C): "
+            + ", ".join(f"{d} {per_dataset[(d, 'A')]}/{per_dataset[(d, 'B')]}/{per_dataset[(d, 'C')]}"
+                        for d in sorted({e.dataset for e in examples})))
+    router = fit(examples, min_count=min_count, note=note)
+    out.mkdir(parents=True, exist_ok=True)
+    if labels_file is None or labels_file.resolve() != (out / "labels.jsonl").resolve():
+        write_label_file(rows, out / "labels.jsonl")
+    sha = router.save(out / "router.json")
+    v = router.card["validation"]
+    console.print(f"{out / 'router.json'} (sha256 {sha[:12]}): {len(router.vocabulary)} words, "
+                  f"{router.card['hyperparameters']}; validation accuracy {v['accuracy']:.1%}, "
+                  f"macro-F1 {v['macro_f1']:.1%} on {v['n']} labels")
+
+
 @routers_app.command()
 def route(
     question: str,

@@ -144,6 +144,21 @@ def version_at(path: Path, name: str = CLASSIFIER_MODEL) -> ModelVersion:
     )
 
 
+def describe_version(version: ModelVersion) -> str:
+    """One line for people: which router this version is and how it scored on the `test` labels
+    (as recorded when it was published), or that it is untrained."""
+    info_path = version.path / "classifier.json"
+    info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
+    name = info.get("name") or ("untrained MiniLM-L6 (bootstrap)" if version.untrained
+                                else "fine-tuned MiniLM-L6 classifier")
+    line = f"{name}, {version.name} v{version.version}"
+    test = (info.get("evaluation") or {}).get("test_labels") or {}
+    if test:
+        line += (f"; accuracy on {test['n']} `test` labels {test['accuracy']:.1%} (the dataset-identity "
+                 f"rule: {test['dataset_rule_accuracy']:.1%}), labels by {test.get('reader', '?')}")
+    return line
+
+
 # --- the served version ------------------------------------------------------------------------------
 #
 # Versions stay on disk; which one users get is a pointer, `served.json`, written atomically by

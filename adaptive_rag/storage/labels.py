@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import IntegrityError
@@ -72,3 +74,32 @@ class LabelStore:
 def label_counts(labels: Iterable[TrainingLabel]) -> dict[str, int]:
     counter = Counter(label.label for label in labels)
     return {tier.value: counter.get(tier.value, 0) for tier in TIERS}
+
+
+# The committed label file (one JSON object per line): what reproduces a shipped router from the
+# repository alone. Only what training reads is kept; the labeller's details stay in the database.
+LABEL_FILE_FIELDS = ("origin", "dataset", "question_id", "question", "label", "label_source", "split",
+                     "correct_metric", "outcomes")
+
+
+def write_label_file(rows: Iterable[TrainingLabel], path: Path) -> int:
+    """Write `rows` as JSONL in a stable order (dataset, question id); returns how many."""
+    ordered = sorted(rows, key=lambda r: (r.origin, r.dataset, r.question_id))
+    Path(path).write_text("".join(
+        json.dumps({name: getattr(row, name) for name in LABEL_FILE_FIELDS}, sort_keys=True) + "\n"
+        for row in ordered), encoding="utf-8")
+    return len(ordered)
+
+
+def read_label_file(path: Path) -> list[TrainingLabel]:
+    """The labels of a file written by `write_label_file` (unsaved rows, never added to a session)."""
+    rows = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            rows.append(TrainingLabel(**{name: data[name] for name in LABEL_FILE_FIELDS}))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}:{number}: not a label row ({exc})") from None
+    return rows

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptive_rag.contracts import DEFAULT_SCOPES, Scope
-from adaptive_rag.routing.model_repository import open_version, versions
+from adaptive_rag.routing.model_repository import describe_version, open_version, versions
 from infra.local.servers import free_port
 
 from services.demo.stack import FrontDoorProcess, StackSettings
@@ -113,8 +113,7 @@ def plan(workdir: Path) -> Plan:
     else:
         using["classifier"] = (
             f"the rules (no classifier version in {repository}: every decision is the flagged "
-            "rules fallback; `arag retrain`, or `arag model bootstrap` with the train extras, "
-            "publishes one)"
+            "rules fallback; `arag model ship` publishes the router the repository ships)"
         )
     return Plan(stack.updated(**overrides), start_triton, using)
 
@@ -260,6 +259,7 @@ def local_stack(
             settings = settings.updated(triton_grpc_url=triton.url)
             console.print(f"Triton serving {classifier.classifier_model} v{version} from "
                           f"{classifier.model_repository} on {triton.url} (pid {triton.proc.pid})")
+            console.print(f"router: {describe_version(newest)}")
             if untrained:
                 console.print(
                     "[yellow]the classifier is the untrained bootstrap model: its routing is close to "

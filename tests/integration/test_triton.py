@@ -99,3 +99,23 @@ def test_stopping_triton_gives_the_flagged_rules_fallback(model_repository, tmp_
     finally:
         client.close()
         server.stop()
+
+
+def test_triton_serves_the_shipped_bag_of_words_router_like_the_fitted_model(tmp_path):
+    """The router a fresh clone ships, rebuilt from its JSON without torch, through real Triton."""
+    from adaptive_rag.routing.bag_of_words import fit, publish
+    from tests.unit.test_bag_of_words_router import keyword_labels
+
+    router = fit(keyword_labels())
+    router.save(tmp_path / "router.json")
+    publish(tmp_path / "router.json", tmp_path / "repo")
+    version = open_version(tmp_path / "repo")
+    server = TritonProcess(tmp_path / "repo", tmp_path / "serve.log")
+    try:
+        with TritonClassifier.from_version(version, url=server.url, timeout_s=5.0, batching=False) as client:
+            logits, served = client.logits(QUERIES)
+            assert served == "1"
+            np.testing.assert_allclose(logits, router.logits(QUERIES), atol=1e-4)
+            assert [client.classify(q).tier.value for q in QUERIES] == router.route_many(QUERIES)
+    finally:
+        server.stop()

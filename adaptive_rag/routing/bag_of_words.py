@@ -1,0 +1,320 @@
+"""A linear bag-of-words router: the trained router a fresh clone ships and serves through Triton.
+
+Why it exists: the fine-tuned MiniLM classifier needs torch to train and ~90 MB of ONNX to serve,
+so a fresh clone cannot rebuild it in the demo's setup (no torch there) and git should not carry
+it. This router is small enough to commit as text (`router.json`: a vocabulary and one weight row
+per word) and is rebuilt from it without torch, deterministically, into a regular classifier
+model version (ONNX graph + tokenizer), so the front door serves it through Triton exactly like
+the MiniLM classifier (same inputs, same logits output, same policy).
+
+The model: multinomial logistic regression (scikit-learn, fitting only) on the counts of the
+question's words plus its length in words. Words come from a `tokenizers` pipeline (BERT
+normalisation: lower case, accents stripped; split on whitespace and punctuation) over a
+vocabulary of the words seen at least `min_count` times in the fitting labels; any other word
+counts as `[UNK]`. Because the logits are a sum over words, the ONNX graph is a `Gather` of the
+weight rows by token id, a masked sum, plus length x its weight and the bias: the front door's
+classifier client tokenizes with the version's `tokenizer.json` and pads with `[PAD]` (masked out).
+
+Hyper-parameters (C, class weighting) are chosen by validation macro-F1 on the one hash validation
+split of `train` (`training.splits`), then refitted on all labels, as the other learned routers do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adaptive_rag.contracts import CLASSIFIER_INPUTS, CLASSIFIER_MODEL, CLASSIFIER_OUTPUT, TIERS
+from adaptive_rag.errors import ConfigurationError
+from adaptive_rag.routing.learned import (
+    TIER_VALUES, LabelledQuery, label_counts, validation_report, validation_split,
+)
+
+KIND = "bag-of-words"
+FORMAT = 1
+UNK, PAD = "[UNK]", "[PAD]"
+MAX_LENGTH = 64  # words; questions are short, and the client truncates at the version's max_length
+LENGTH_SCALE = 16.0  # the length feature is words / 16, so its weight is on the scale of a word's
+MISSING_CLASS_LOGIT = -30.0  # a tier absent from the labels is never chosen
+C_GRID = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
+WEIGHTS = (None, "balanced")
+PARITY_TOLERANCE = 1e-4
+PARITY_TEXTS = ("hi there!", "Who wrote the novel Dune?",
+                "Which film came out first, Blind Shaft or The Mask Of Fu Manchu, and who directed each?")
+
+
+def _tokenizer(vocabulary: Sequence[str]):
+    """The word tokenizer over `[UNK]`, `[PAD]` and `vocabulary` (ids in that order)."""
+    from tokenizers import Tokenizer, normalizers, pre_tokenizers
+    from tokenizers.models import WordLevel
+
+    ids = {token: index for index, token in enumerate([UNK, PAD, *vocabulary])}
+    tokenizer = Tokenizer(WordLevel(ids, unk_token=UNK))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True, clean_text=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return tokenizer
+
+
+def words(texts: Iterable[str]) -> list[list[str]]:
+    """Each text's words as the tokenizer sees them (normalised, split), before the vocabulary."""
+    tokenizer = _tokenizer([])
+    return [[w for w, _ in tokenizer.pre_tokenizer.pre_tokenize_str(tokenizer.normalizer.normalize_str(t))]
+            for t in texts]
+
+
+def fit_vocabulary(texts: Iterable[str], min_count: int = 2) -> list[str]:
+    """Words seen at least `min_count` times, most frequent first (ties alphabetical): stable."""
+    counts = Counter(w for row in words(texts) for w in row)
+    return sorted((w for w, n in counts.items() if n >= min_count and w not in (UNK, PAD)),
+                  key=lambda w: (-counts[w], w))
+
+
+def features(tokenizer, texts: Sequence[str], max_length: int = MAX_LENGTH) -> np.ndarray:
+    """[n, vocabulary + 2]: the count of every id but `[PAD]` (column = id, `[PAD]`'s stays 0), then
+    the length in words / LENGTH_SCALE; the first `max_length` words only, as the client sends."""
+    size = tokenizer.get_vocab_size()
+    rows = np.zeros((len(texts), size + 1), dtype=np.float64)
+    for row, encoding in zip(rows, tokenizer.encode_batch(list(texts))):
+        ids = encoding.ids[:max_length]
+        np.add.at(row, ids, 1.0)
+        row[size] = len(ids) / LENGTH_SCALE
+    return rows
+
+
+@dataclass
+class BagOfWordsRouter:
+    """Fitted weights: `token_weights[id]` (3 logits per token id), `length_weight`, `bias`."""
+
+    vocabulary: list[str]
+    token_weights: np.ndarray  # [vocabulary + 2, 3] in A, B, C order; [PAD]'s row is 0
+    length_weight: np.ndarray  # [3], per word (already divided by LENGTH_SCALE)
+    bias: np.ndarray  # [3]
+    max_length: int = MAX_LENGTH
+    card: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokenizer(self):
+        return _tokenizer(self.vocabulary)
+
+    def logits(self, texts: Sequence[str]) -> np.ndarray:
+        """[n, 3] exactly as the ONNX graph computes them (float32 weights)."""
+        x = features(self.tokenizer, texts, self.max_length)
+        weights = np.vstack([self.token_weights.astype(np.float32),
+                             (self.length_weight * LENGTH_SCALE).astype(np.float32)[None, :]])
+        return (x.astype(np.float32) @ weights + self.bias.astype(np.float32)).astype(np.float32)
+
+    def route_many(self, texts: Sequence[str]) -> list[str]:
+        """The argmax tier per text (exact ties to the cheaper tier)."""
+        logits = self.logits(texts)
+        return [TIER_VALUES[int(np.argmax(row >= row.max() - 1e-9))] for row in logits]
+
+    # -- the committed artefact: plain JSON, rounded so it diffs and hashes the same everywhere
+    def to_json(self) -> str:
+        return json.dumps({
+            "kind": KIND, "format": FORMAT, "max_length": self.max_length, "labels": list(TIER_VALUES),
+            "vocabulary": self.vocabulary,
+            "token_weights": [[round(float(v), 6) for v in row] for row in self.token_weights],
+            "length_weight": [round(float(v), 6) for v in self.length_weight],
+            "bias": [round(float(v), 6) for v in self.bias],
+            "card": self.card,
+        }, indent=1, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> BagOfWordsRouter:
+        data = json.loads(text)
+        if data.get("kind") != KIND or data.get("format") != FORMAT:
+            raise ConfigurationError(f"not a {KIND} router (format {FORMAT}): kind {data.get('kind')!r}, "
+                                     f"format {data.get('format')!r}")
+        router = cls(list(data["vocabulary"]), np.asarray(data["token_weights"], np.float64),
+                     np.asarray(data["length_weight"], np.float64), np.asarray(data["bias"], np.float64),
+                     int(data["max_length"]), dict(data.get("card", {})))
+        if router.token_weights.shape != (len(router.vocabulary) + 2, len(TIER_VALUES)):
+            raise ConfigurationError(f"token_weights has shape {router.token_weights.shape}, expected "
+                                     f"({len(router.vocabulary) + 2}, {len(TIER_VALUES)})")
+        return router
+
+    def save(self, path: Path) -> str:
+        """Write `router.json`; returns its sha256."""
+        text = self.to_json()
+        Path(path).write_text(text, encoding="utf-8")
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @classmethod
+    def load(cls, path: Path) -> BagOfWordsRouter:
+        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+
+
+def _fit_logistic(x: np.ndarray, labels: Sequence[str], c: float, class_weight: str | None,
+                  vocabulary_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`(token_weights, length_weight, bias)` of one logistic regression, in A, B, C order."""
+    from sklearn.linear_model import LogisticRegression
+
+    model = LogisticRegression(C=c, class_weight=class_weight, max_iter=5000).fit(x, list(labels))
+    classes = [str(k) for k in model.classes_]
+    coef, intercept = np.asarray(model.coef_), np.asarray(model.intercept_)
+    if len(classes) == 2:  # one row for two classes: P(second) = sigmoid(row)
+        coef, intercept = np.vstack([np.zeros_like(coef), coef]), np.concatenate([[0.0], intercept])
+    weights = np.zeros((x.shape[1], len(TIER_VALUES)))
+    bias = np.full(len(TIER_VALUES), MISSING_CLASS_LOGIT)
+    for row, tier in enumerate(classes):
+        column = TIER_VALUES.index(tier)
+        weights[:, column], bias[column] = coef[row], intercept[row]
+    return weights[:vocabulary_size], weights[vocabulary_size] / LENGTH_SCALE, bias
+
+
+def fit(examples: Sequence[LabelledQuery], min_count: int = 2, note: str = "") -> BagOfWordsRouter:
+    """Choose C and class weighting on the hash validation split (vocabulary from the fitting part
+    only), then refit vocabulary and weights on every example."""
+    if len({e.label for e in examples}) < 2:
+        raise ConfigurationError(f"the {KIND} router needs labels of at least two tiers ({len(examples)} given)")
+    fit_idx, val_idx = validation_split(examples)
+    fit_part, val_part = [examples[i] for i in fit_idx], [examples[i] for i in val_idx]
+    if not val_part or len({e.label for e in fit_part}) < 2:
+        raise ConfigurationError(f"the validation split left {len(fit_part)} fitting and {len(val_part)} "
+                                 "validation labels: too few to choose hyper-parameters")
+
+    def trained(part: Sequence[LabelledQuery], c: float, weight: str | None) -> BagOfWordsRouter:
+        vocabulary = fit_vocabulary([e.question for e in part], min_count)
+        tokenizer = _tokenizer(vocabulary)
+        x = features(tokenizer, [e.question for e in part])
+        token_weights, length_weight, bias = _fit_logistic(
+            x, [e.label.value for e in part], c, weight, tokenizer.get_vocab_size())
+        token_weights[1] = 0.0  # [PAD] never counts
+        return BagOfWordsRouter(vocabulary, token_weights, length_weight, bias)
+
+    grid = []
+    for c in C_GRID:
+        for weight in WEIGHTS:
+            candidate = trained(fit_part, c, weight)
+            report = validation_report(val_part, candidate.route_many([e.question for e in val_part]))
+            grid.append({"params": {"C": c, "class_weight": weight}, "validation": report})
+    best = max(grid, key=lambda g: (round(g["validation"]["macro_f1"], 9), round(g["validation"]["accuracy"], 9),
+                                    -g["params"]["C"]))
+    router = trained(examples, best["params"]["C"], best["params"]["class_weight"])
+    router.card = {
+        "note": note, "min_count": min_count, "vocabulary_size": len(router.vocabulary),
+        "labels": {"fitted_on": label_counts(examples), "fit_part": label_counts(fit_part),
+                   "validation": label_counts(val_part),
+                   "sources": dict(sorted(Counter(e.source for e in examples).items()))},
+        "validation_split": "sha256 of the normalised question (training.splits.validation_part)",
+        "hyperparameters": best["params"],
+        "selection": "C and class weighting with the highest validation macro-F1; ties: accuracy, then smaller C",
+        "validation": best["validation"],
+        "refit": "vocabulary and weights on every label (fitting part + validation)",
+    }  # no clock time in it: the same labels give the same bytes
+    return router
+
+
+# --- serving: the router as a classifier model version (ONNX + tokenizer), built without torch ----
+
+
+def onnx_model(router: BagOfWordsRouter):
+    """The graph: logits = sum over real tokens of token_weights[id] + words x length_weight + bias."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    input_ids, attention_mask = CLASSIFIER_INPUTS
+    nodes = [
+        helper.make_node("Gather", ["token_weights", input_ids], ["per_token"], axis=0),  # [b, s, 3]
+        helper.make_node("Cast", [attention_mask], ["mask"], to=TensorProto.FLOAT),  # [b, s]
+        helper.make_node("Unsqueeze", ["mask", "last_axis"], ["mask3"]),  # [b, s, 1]
+        helper.make_node("Mul", ["per_token", "mask3"], ["masked"]),
+        helper.make_node("ReduceSum", ["masked", "seq_axis"], ["summed"], keepdims=0),  # [b, 3]
+        helper.make_node("ReduceSum", ["mask", "seq_axis"], ["length"], keepdims=1),  # [b, 1]
+        helper.make_node("Mul", ["length", "length_weight"], ["by_length"]),  # [b, 3]
+        helper.make_node("Add", ["summed", "by_length"], ["partial"]),
+        helper.make_node("Add", ["partial", "bias"], [CLASSIFIER_OUTPUT]),
+    ]
+    initializers = [
+        numpy_helper.from_array(router.token_weights.astype(np.float32), "token_weights"),
+        numpy_helper.from_array(router.length_weight.astype(np.float32)[None, :], "length_weight"),
+        numpy_helper.from_array(router.bias.astype(np.float32)[None, :], "bias"),
+        numpy_helper.from_array(np.array([2], np.int64), "last_axis"),
+        numpy_helper.from_array(np.array([1], np.int64), "seq_axis"),
+    ]
+    graph = helper.make_graph(
+        nodes, "bag_of_words_router",
+        [helper.make_tensor_value_info(input_ids, TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info(attention_mask, TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info(CLASSIFIER_OUTPUT, TensorProto.FLOAT, ["batch", len(TIERS)])],
+        initializer=initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="adaptive-rag")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def onnx_parity(router: BagOfWordsRouter, onnx_path: Path, tokenizer_path: Path,
+                texts: Sequence[str] = PARITY_TEXTS) -> float:
+    """Max |logit difference| between ONNX Runtime (tokenized as the front door does) and numpy."""
+    import onnxruntime as ort
+
+    from adaptive_rag.routing.classifier_client import QueryTokenizer
+
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    ids, mask = QueryTokenizer(tokenizer_path, router.max_length)(list(texts))
+    served = session.run([CLASSIFIER_OUTPUT], dict(zip(CLASSIFIER_INPUTS, (ids, mask))))[0]
+    return float(np.abs(served - router.logits(texts)).max())
+
+
+@dataclass(frozen=True)
+class Published:
+    version: int
+    path: Path
+    cached: bool  # an existing version already holds this router.json
+
+
+def publish(router_path: Path, repository: Path, model_name: str = CLASSIFIER_MODEL,
+            extra_info: Mapping[str, Any] | None = None) -> Published:
+    """Make `router_path` a classifier model version in `repository`, unless a version built from
+    the same bytes (sha256) is there already: then nothing is written (a second setup is instant).
+
+    Written into a staging directory, checked (ONNX checker, ONNX Runtime vs numpy parity), then
+    renamed into place, so a half-built version is never visible to Triton.
+    """
+    from adaptive_rag.pinned import file_sha256
+    from adaptive_rag.routing.model_repository import config_pbtxt, next_version, versions, write_config
+    from adaptive_rag.routing.policy import PolicyThresholds
+
+    source_sha = file_sha256(Path(router_path))
+    model_dir = Path(repository) / model_name
+    for version in versions(model_dir):
+        info_path = model_dir / str(version) / "classifier.json"
+        info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
+        if info.get("source", {}).get("sha256") == source_sha:
+            return Published(version, model_dir / str(version), cached=True)
+    router = BagOfWordsRouter.load(router_path)
+    version = next_version(model_dir)
+    staging = model_dir / f".staging-{version}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    import onnx
+
+    onnx.save(onnx_model(router), str(staging / "model.onnx"))
+    router.tokenizer.save(str(staging / "tokenizer.json"))
+    diff = onnx_parity(router, staging / "model.onnx", staging / "tokenizer.json")
+    if diff > PARITY_TOLERANCE:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise ConfigurationError(f"{router_path}: ONNX parity failed (max |diff| {diff:.2e} > {PARITY_TOLERANCE:g})")
+    info = {
+        "labels": list(TIER_VALUES), "max_length": router.max_length, "kind": KIND, "version": version,
+        "source": {"file": str(Path(router_path)), "sha256": source_sha},
+        "model_sha256": file_sha256(staging / "model.onnx"), "onnx_parity_max_abs_diff": diff,
+        "exported": time.strftime("%Y-%m-%dT%H:%M:%S"), **(extra_info or {}),
+    }
+    (staging / "classifier.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    PolicyThresholds(c_threshold=None, a_threshold=None,
+                     note=f"argmax: the {KIND} router's own decision (chosen on validation)").save(staging)
+    staging.rename(model_dir / str(version))
+    write_config(model_dir, config_pbtxt(model_name))
+    return Published(version, model_dir / str(version), cached=False)
