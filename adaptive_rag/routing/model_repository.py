@@ -150,7 +150,8 @@ def describe_version(version: ModelVersion) -> str:
     info_path = version.path / "classifier.json"
     info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
     name = info.get("name") or ("untrained MiniLM-L6 (bootstrap)" if version.untrained
-                                else "fine-tuned MiniLM-L6 classifier")
+                                else f"fine-tuned {Path(info['base']).name}" if info.get("base")
+                                else "classifier")
     line = f"{name}, {version.name} v{version.version}"
     test = (info.get("evaluation") or {}).get("test_labels") or {}
     if test:
