@@ -34,12 +34,15 @@ class RequestStatus(StrEnum):
     ERROR = "error"
     REJECTED = "rejected"  # its tier's queue was full; nothing ran
     ROUTED = "routed"  # a decision only (Route): the client runs the strategy itself
+    # Queued past the expiry age and never started (its message lost, or not picked up before
+    # any client's deadline): nothing runs it until its client resends it.
+    EXPIRED = "expired"
 
 
 IN_FLIGHT = frozenset({RequestStatus.QUEUED, RequestStatus.RUNNING})
 FINISHED = frozenset({RequestStatus.DONE, RequestStatus.ERROR})
 # A request that never ran may be admitted again when its client resends the same client_request_id.
-NEVER_RAN = frozenset({RequestStatus.REJECTED})
+NEVER_RAN = frozenset({RequestStatus.REJECTED, RequestStatus.EXPIRED})
 
 
 class ResultKind(StrEnum):
@@ -64,6 +67,12 @@ class ErrorCode(StrEnum):
     DEPENDENCY_UNAVAILABLE = "dependency_unavailable"  # retriever, LLM or database away after retries
     TIME_LIMIT = "time_limit"  # the tier's time limit ended the run
     INTERNAL = "internal"  # a bug, or a task that kept killing its worker
+
+
+# A request whose run ended with one of these may pass (a dependency was away): a resend with its
+# client_request_id runs it again. Every other recorded error (a time limit, a bug, a task that
+# kept killing its worker) is final: a resend returns it.
+RETRYABLE_ERRORS = frozenset({ErrorCode.DEPENDENCY_UNAVAILABLE})
 
 
 # --- names two processes must agree on -------------------------------------------------------------

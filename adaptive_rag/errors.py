@@ -65,7 +65,7 @@ class AnswerTimeoutError(AdaptiveRagError):
 
 
 class RequestNotFinishedError(AdaptiveRagError):
-    """The request is still in flight, or never ran (rejected): no result to read yet."""
+    """The request is still in flight, or never ran (rejected, expired): no result to read yet."""
 
 
 class AnswerFailedError(AdaptiveRagError):

@@ -69,6 +69,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from adaptive_rag.contracts import NEVER_RAN
+
 REPO = Path(__file__).resolve().parents[1]
 TENANT = "chaos"
 WINDOW_S = 5.0  # sliding window of the recovery rule
@@ -78,6 +80,8 @@ RETRYABLE = ("UNAVAILABLE", "RESOURCE_EXHAUSTED", "CANCELLED")  # resend with th
 WRONG_CODES = ("INTERNAL", "UNKNOWN")
 STILL_RUNNING = "still"  # GetResult's FAILED_PRECONDITION for work in progress says "is still queued/running"
 NEVER_RAN_HINT = "never ran"
+# statuses of accepted requests that never ran and that a resend runs (rejected, expired): not lost
+NEVER_RAN_STATUSES = frozenset(status.value for status in NEVER_RAN)
 
 # --- faults -----------------------------------------------------------------------------------------
 
@@ -293,7 +297,7 @@ def account_window(
     - accepted: request rows (the front door recorded the request);
     - answered: rows with a primary result (answered_ok: without an error code); client_ok: the
       client got OK eventually;
-    - lost: accepted, never marked never-run (`rejected`) and without a primary result after the
+    - lost: accepted, never marked never-run (`rejected` or `expired`) and without a primary result after the
       drain: nobody can ever read an answer for it;
     - duplicates: requests with more than one primary result row, plus client requests that were
       given more than one request id that was recorded or answered (two requests for one
@@ -304,7 +308,7 @@ def account_window(
     recs = [r for r in records if window_of(r.cid) == window]
     outs = [o for o in outcomes if window_of(o.cid) == window]
     atts = [a for a in attempts if window_of(a.cid) == window]
-    lost = [r for r in recs if r.primary_results == 0 and r.status != "rejected"]
+    lost = [r for r in recs if r.primary_results == 0 and r.status not in NEVER_RAN_STATUSES]
     dup_rows = [r for r in recs if r.primary_results > 1]
     # A request id counts once it was recorded or answered: a refusal's x-request-id trailer may
     # name an id whose request was never written (the records database was away).
@@ -329,7 +333,7 @@ def account_window(
         "client_ok": finals.get("OK", 0),
         "client_not_ok": len(outs) - finals.get("OK", 0),
         "finals": dict(finals),
-        "never_ran": sum(1 for r in recs if r.status == "rejected"),
+        "never_ran": sum(1 for r in recs if r.status in NEVER_RAN_STATUSES),
         "lost": len(lost),
         "lost_ids": [r.request_id for r in lost],
         "lost_status": dict(Counter(r.status for r in lost)),
@@ -1505,7 +1509,7 @@ def write_report(result: dict[str, Any], out: Path) -> None:
           "- From the records (PostgreSQL, read after the load stopped, every client request ended and no request "
           f"was queued or running, at most {cfg['drain_s']:g} s of waiting): **accepted** = a request row exists; "
           "**answered** = it has a primary result row (OK or an error result); **lost** = accepted, not marked "
-          "never-run (`rejected`) and without a primary result row; **duplicates** = more than one primary result "
+          "never-run (`rejected` or `expired`) and without a primary result row; **duplicates** = more than one primary result "
           "row for a request, or more than one request id given to one client_request_id. From the client log: "
           "**client OK** = the client got OK eventually; **wrong codes** = INTERNAL or UNKNOWN statuses (plus "
           "results stored with the `internal` error code); p50/p95 = first send to OK, over the requests "

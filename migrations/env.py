@@ -37,6 +37,13 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     engine = make_engine(database_url())
     with engine.connect() as connection:
+        if connection.dialect.name == "sqlite":
+            # Batch mode drops the old table after copying it; with foreign keys enforced, SQLite
+            # empties a dropped table first and its ON DELETE CASCADE empties every table that
+            # references it (a `requests` change would delete all results and decisions). The
+            # pragma is ignored inside a transaction, so it is set before the migrations begin.
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            connection.commit()
         # Batch mode lets later ALTERs work on SQLite too (copy-and-move of the table).
         context.configure(
             connection=connection, target_metadata=target_metadata, render_as_batch=True

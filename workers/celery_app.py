@@ -7,7 +7,8 @@ a kombu filesystem transport and a file result backend under `ARAG_BROKER_DIR` (
 Delivery: `acks_late` + `reject_on_worker_lost` means a message is acknowledged only after its
 task finished; a worker process that dies mid-task gets its message requeued (prefork child lost)
 or redelivered after the broker's visibility timeout (whole worker lost). The task itself makes
-the second run harmless (one result row per request, see `workers.tasks`).
+the second run harmless (one result row per request, see `workers.tasks`) and stops running a
+message that keeps killing its worker (`WorkerSettings.max_deliveries`, counted in the records).
 
 Worker CLI: `celery -A workers.celery_app worker -Q tier-c ...` (see `workers.pools`). Producers
 (the front door) use `workers.client`, which never imports the task module.

@@ -92,6 +92,18 @@ class CeleryTaskQueue:
                 headers=inject_context({}),
             )
 
+    def forget(self, task_id: str) -> None:
+        """Delete the task's stored result (`celery-task-meta-<id>`, or its file): a request
+        admitted again runs under the same task id, and its waiters must get the new run's
+        result, not the one an earlier run left; `DependencyUnavailableError` when the result
+        backend cannot be reached."""
+        backend = self.app.backend
+        with _broker_errors(f"forget the result of {task_id}"):
+            try:
+                backend.delete(backend.get_key_for_task(task_id))
+            except FileNotFoundError:  # the file backend: nothing stored
+                pass
+
     def workers_alive(self, timeout: float = 1.0) -> list[str]:
         """Names of the workers that answer a ping within `timeout` s (`tier-a@host`, ...); a
         worker's main process answers even while all its pool processes are busy."""

@@ -63,6 +63,13 @@ class WorkerSettings(BaseSettings):
     task_retry_max_backoff_s: float = Field(
         4.0, gt=0, validation_alias=env_name("ARAG_TASK_RETRY_MAX_BACKOFF", "task_retry_max_backoff_s")
     )
+    # A message whose run kills its whole worker (the OOM killer, a native crash of the main
+    # process) comes back after every restart. Each delivery that begins a run is counted in its
+    # request's record; one message begun more often than this (its retries are new messages and
+    # not counted) records an `internal` error instead of running again. Unset: `max_deliveries`.
+    task_max_deliveries: int | None = Field(
+        None, ge=1, validation_alias=env_name("ARAG_TASK_MAX_DELIVERIES", "task_max_deliveries")
+    )
     # Comparison setup (benchmarks/queue_isolation.py): every tier's primary task goes to ONE
     # queue, `shared`, served by one pool with the tier pools' total concurrency and prefetch 1.
     shared_queue: bool = Field(False, validation_alias=env_name("ARAG_SHARED_QUEUE", "shared_queue"))
@@ -100,6 +107,15 @@ class WorkerSettings(BaseSettings):
         if pool == "shared":
             return sum(self.concurrency[t.value] for t in TIERS)
         return self.concurrency[pool]
+
+    @property
+    def max_deliveries(self) -> int:
+        """How often one message may begin its run: `task_max_deliveries`, by default
+        `task_max_retries + 1`, the runs a task may lose its pool process in (`retry_on_worker_lost`),
+        so losing the whole worker costs a task no more runs than losing its pool process."""
+        if self.task_max_deliveries is not None:
+            return self.task_max_deliveries
+        return self.task_max_retries + 1
 
     def pool_prefetch(self, pool: Pool) -> int:
         return 1 if pool == "shared" else self.prefetch[pool]

@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 from cachetools import LRUCache
 from celery import Task
-from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
+from celery.exceptions import Ignore, SoftTimeLimitExceeded, TimeLimitExceeded
 from celery.signals import task_failure, task_retry, worker_process_init
 from celery.utils.time import get_exponential_backoff_interval
 
@@ -25,7 +25,7 @@ from adaptive_rag.contracts import ANSWER_TASK, AnswerResult, AnswerTask, ErrorC
 from adaptive_rag.knowledge.documents import KnowledgeIndex
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.serving.answering import (
-    Delivery, RecordsUnavailable, RetryLater, answer_task, failure, write_once,
+    Delivery, NotRunnable, RecordsUnavailable, RetryLater, answer_task, failure, write_once,
 )
 from adaptive_rag.settings import Settings
 from adaptive_rag.storage import RecordStore, make_engine
@@ -119,7 +119,9 @@ _settings = app_settings(app)
     bind=True, name=ANSWER_TASK, pydantic=True, acks_late=True, reject_on_worker_lost=True,
     # A pool process lost mid-task (killed, out of memory, crashed in native code): send the task
     # again, at most `task_max_retries` times, so a message that kills every worker ends as a
-    # recorded error (see `_record_failure`) instead of crashing pools forever.
+    # recorded error (see `_record_failure`) instead of crashing pools forever. A run that kills
+    # the whole worker (its main process) is capped by the deliveries counted in the records
+    # (`max_deliveries`, see `answer_task`).
     retry_on_worker_lost=True, max_retries=_settings.task_max_retries,
     default_retry_delay=_settings.task_retry_backoff_s,
 )
@@ -129,14 +131,17 @@ def answer(self: Task, task: AnswerTask) -> AnswerResult:
     retries = self.request.retries
     delivery = Delivery(
         worker=_worker_name(self), attempt=retries + 1 + delivered_again,
-        may_retry=retries < _settings.task_max_retries,
+        may_retry=retries < _settings.task_max_retries, retries=retries,
     )
     res = resources()
     started = time.perf_counter()
     try:
-        result = answer_task(task, res.store, res, delivery, time_limit_errors=(SoftTimeLimitExceeded,))
+        result = answer_task(task, res.store, res, delivery, time_limit_errors=(SoftTimeLimitExceeded,),
+                             max_deliveries=_settings.max_deliveries)
         worker_metrics().task_done(result, time.perf_counter() - started)
         return result
+    except NotRunnable as exc:  # its request never ran and was not resent: acknowledged, no result
+        raise Ignore() from exc
     except RecordsUnavailable as exc:
         if not records_retry_allowed(task):
             raise

@@ -8,6 +8,10 @@ enqueue on the tier's queue (and, for a sampled share, a shadow run on the neigh
 wait for the result within the deadline (`AnswerTimeoutError` while the work continues;
 `get_result` returns it later). A live reply and a replayed one are the same `Answered`, built from the same types.
 
+No request waits forever: one still queued past `queued_expiry_s` (its message lost, or never
+picked up) is expired by `expire_stale`, and a resend runs it again, as it does one that never ran
+(rejected) or whose run ended because a dependency was away (`RETRYABLE_ERRORS`).
+
 Records calls block (SQLAlchemy); they run on a small thread pool so the event loop stays free.
 """
 
@@ -31,8 +35,8 @@ import structlog
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from adaptive_rag.contracts import (
-    FINISHED, NEVER_RAN, SHADOW_TIER, SMALL_TALK_MODEL, AnswerResult, AnswerTask, Principal, RequestStatus,
-    ResultKind, RoutingDecision, Scope, Tier, task_id_for,
+    FINISHED, NEVER_RAN, RETRYABLE_ERRORS, SHADOW_TIER, SMALL_TALK_MODEL, AnswerResult, AnswerTask,
+    Principal, RequestStatus, ResultKind, RoutingDecision, Scope, Tier, task_id_for,
 )
 from adaptive_rag.errors import (
     AnswerFailedError, AnswerTimeoutError, ClientRequestIdReusedError, DependencyUnavailableError,
@@ -71,6 +75,8 @@ class AdmissionConfig:
     small_talk: bool = True
     # How long a fair-share slot may stay held by work still running (the tier's lease).
     slot_lease_s: Mapping[Tier, float] = field(default_factory=dict)
+    # A request still queued this long was never started: `expire_stale` expires it (None: never).
+    queued_expiry_s: float | None = None
 
 
 V = TypeVar("V")
@@ -167,6 +173,7 @@ class AnswerService:
         on_routed: Callable[[RoutingDecision], None] = lambda decision: None,
         on_rejected: Callable[[Tier], None] = lambda tier: None,
         on_queue_depth: Callable[[str, int], None] = lambda queue, depth: None,
+        on_expired: Callable[[int], None] = lambda count: None,
     ) -> None:
         self.records = records
         self.queue = queue
@@ -177,6 +184,7 @@ class AnswerService:
         self._on_routed = on_routed
         self._on_rejected = on_rejected
         self._on_queue_depth = on_queue_depth
+        self._on_expired = on_expired
         self._has_knowledge_base = has_knowledge_base
         self.fair_share = fair_share
         self._io_pool = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="serving-io")
@@ -443,19 +451,44 @@ class AnswerService:
                 f"different query (request {request_id})"
             )
         decision = await self._io(self.records.decision_for, request_id)
-        if decision is None or existing.status in NEVER_RAN:
-            if decision is None:
-                decision = await self._classify_and_record(request_id, query, progress)
+        if decision is None:  # recorded by a front door that stopped before routing it
+            decision = await self._classify_and_record(request_id, query, progress)
             await self._io(self.records.set_status, request_id, RequestStatus.QUEUED)
             return await self._admit(request_id, existing.tenant, query, decision, deadline,
                                      progress, started)
         progress.tier = decision.tier
+        if existing.status in NEVER_RAN or await self._failed_for_a_dependency(existing):
+            if await self._readmit(request_id):
+                return await self._admit(request_id, existing.tenant, query, decision, deadline,
+                                         progress, started)
+            # Another front door admitted it again at the same moment: follow that run.
+            existing = await self._io(self.records.get_request, request_id) or existing
         if existing.status in FINISHED:
             result = await self._stored_result(request_id)
         else:
             result = await self._wait(request_id, deadline)
             await self._release(existing.tenant, decision.tier, request_id)
         return Answered.stored(request_id, decision, result)
+
+    async def _failed_for_a_dependency(self, existing: RequestView) -> bool:
+        """Whether the request's run ended with an error that may pass (a resend runs it again)."""
+        if existing.status is not RequestStatus.ERROR:
+            return False
+        stored = await self._io(self.records.get_result, existing.request_id)
+        return stored is not None and stored.error_code in RETRYABLE_ERRORS
+
+    async def _readmit(self, request_id: str) -> bool:
+        """Queue the request again (False: it may not run again, or another front door did it).
+
+        The queue's stored result of an earlier run goes first: the new run has the same task id,
+        and its waiters must not be answered by the old error. The records then delete that
+        run's error row in the transaction that queues the request again.
+        """
+        await self._io(self.queue.forget, task_id_for(request_id))
+        readmitted = await self._io(self.records.readmit, request_id)
+        if readmitted:
+            LOG.info("readmitted")
+        return readmitted
 
     async def _stored_result(self, request_id: str) -> AnswerResult:
         stored = await self._io(self.records.get_result, request_id)
@@ -503,6 +536,22 @@ class AnswerService:
         raise RequestNotFinishedError(
             f"request {request_id} is still {view.status.value}; call GetResult again later"
         )
+
+    # --- expiry ----------------------------------------------------------------------------------
+
+    async def expire_stale(self) -> list[str]:
+        """Expire the requests queued longer than `queued_expiry_s` (never started: their message
+        was lost, or not picked up before their client's deadline), so GetResult says "never ran;
+        send the Answer again" instead of "call again later" forever. Returns their ids (empty
+        when another front door is sweeping, or expiry is off)."""
+        if not self.config.queued_expiry_s:
+            return []
+        expired = await self._io(self.records.expire_queued, self.config.queued_expiry_s)
+        if expired:
+            self._on_expired(len(expired))
+            LOG.warning("requests_expired", count=len(expired), request_ids=expired[:20],
+                        queued_expiry_s=self.config.queued_expiry_s)
+        return expired or []
 
     # --- SubmitFeedback --------------------------------------------------------------------------
 
@@ -562,8 +611,11 @@ def _timeout(request_id: str, budget: float) -> AnswerTimeoutError:
 
 def _answer_or_raise(request_id: str, result: AnswerResult) -> AnswerResult:
     if result.error_code is not None:
+        # Said before the detail, which may be long (a status message is clipped at its end).
+        again = (" (send the Answer again with the same client_request_id to run it again)"
+                 if result.error_code in RETRYABLE_ERRORS else "")
         raise AnswerFailedError(
-            f"request {request_id} failed in the worker: {result.error or result.error_code.value}",
+            f"request {request_id} failed in the worker{again}: {result.error or result.error_code.value}",
             result.error_code,
         )
     return result

@@ -9,7 +9,12 @@ Guarantees on top of the queue's at-least-once delivery:
   error result is recorded and returned, so the client always gets an answer or an error;
 - the records database itself unreachable once the retries are spent raises `RecordsUnavailable`
   instead: neither an answer nor an error can be recorded then, and a run that ends without a
-  result row would leave its request `running` forever (the edge tries it again later).
+  result row would leave its request `running` forever (the edge tries it again later);
+- a primary task whose request is not in flight (it never ran: `expired` or `rejected`, and its
+  client did not resend it) is not run: `NotRunnable`, the edge acknowledges it and stores nothing;
+- every delivery that begins a run is counted in the records (`Records.begin_run`); a message
+  delivered more than `max_deliveries` times (its retries not counted: each is a new message) kept
+  killing its worker before it could finish, and records an `internal` error instead of running.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import structlog
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from adaptive_rag.contracts import (
-    AnswerResult, AnswerTask, ErrorCode, RequestStatus, ResultKind, Source, Timings,
+    AnswerResult, AnswerTask, ErrorCode, ResultKind, Source, Timings,
 )
 from adaptive_rag.domain import StrategyResult
 from adaptive_rag.errors import IndexNotFoundError, LLMUnavailableError, RetrieverUnavailableError
@@ -59,11 +64,13 @@ class StrategyResources(Protocol):
 
 @dataclass(frozen=True)
 class Delivery:
-    """How this run of a task was delivered: by whom, which attempt, whether a retry is left."""
+    """How this run of a task was delivered: by whom, which attempt, whether a retry is left, and
+    how many retries (each a new message, each beginning its run once) came before this message."""
 
     worker: str
     attempt: int
     may_retry: bool
+    retries: int = 0
 
 
 class RetryLater(Exception):
@@ -75,6 +82,11 @@ class RecordsUnavailable(RetryLater):
     it must run again once the database is back, whatever retries are left."""
 
 
+class NotRunnable(Exception):
+    """The task's request is not in flight: it never ran (`expired`, `rejected`) and was not
+    admitted again. Nothing runs it and nothing is recorded; a resend of the request runs it."""
+
+
 # The records database's own failures (connection refused, server gone): see `RecordsUnavailable`.
 RECORDS_DOWN: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
 
@@ -83,11 +95,13 @@ def answer_task(
     task: AnswerTask, records: Records, resources: StrategyResources, delivery: Delivery,
     time_limit_errors: tuple[type[BaseException], ...] = (),
     clock: Callable[[], float] = time.time,
+    max_deliveries: int | None = None,
 ) -> AnswerResult:
     """Answer `task`, record the result once, and return the result that was stored.
 
     `time_limit_errors`: the exceptions the queue raises inside a run that hit its soft time
-    limit (recorded as `ErrorCode.TIME_LIMIT`).
+    limit (recorded as `ErrorCode.TIME_LIMIT`). `max_deliveries`: how often one message may
+    begin its run (None: no cap); see the module.
     """
     started = clock()
     annotate(**{"arag.request_id": task.request_id, "arag.tier": task.tier.value,
@@ -109,8 +123,25 @@ def answer_task(
             if existing is not None:  # a second delivery of a task that already finished
                 log.info("task.already_done")
                 return existing
-            if task.kind is ResultKind.PRIMARY:
-                records.set_status(task.request_id, RequestStatus.RUNNING)
+            deliveries = records.begin_run(task.request_id, task.kind)
+            if deliveries is None:  # not in flight: finished just now, or never ran
+                stored = records.get_result(task.request_id, task.kind, task.tier)
+                if stored is not None:
+                    log.info("task.already_done")
+                    return stored
+                view = records.get_request(task.request_id)
+                status = view.status.value if view is not None else "unknown"
+                log.warning("task.not_runnable", status=status)
+                raise NotRunnable(f"request {task.request_id} is {status}: not run")
+            runs = deliveries - delivery.retries  # deliveries of this message that began its run
+            if max_deliveries is not None and runs > max_deliveries:
+                killed = runs - 1
+                log.error("task.redelivery_cap", deliveries=runs, max_deliveries=max_deliveries)
+                return write_once(records, failure(
+                    task, ErrorCode.INTERNAL,
+                    f"the task killed its worker {killed} time{'s' if killed != 1 else ''} "
+                    "before it could finish; not run again", started, clock(),
+                ), delivery)
         log.info("task.started")
         with span("resources"):  # the tenant's retriever and the LLM, opened on first use
             retriever = resources.retriever(task.tenant) if uses_retrieval(task.strategy) else None
@@ -134,6 +165,8 @@ def answer_task(
         log.info("task.done", steps=outcome.steps, ms=stored.timings.strategy_ms,
                  prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens)
         return stored
+    except NotRunnable:
+        raise
     except time_limit_errors as exc:
         return failed(ErrorCode.TIME_LIMIT, exc)
     except TRANSIENT as exc:

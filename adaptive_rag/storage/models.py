@@ -104,7 +104,10 @@ class QueryRequest(Base):
     """One query as the front door accepted it; `status` follows it through queue and worker.
 
     `(tenant, client_request_id)` is unique so a client's retry finds the first request instead of
-    running again (NULL client ids never collide).
+    running again (NULL client ids never collide). `deliveries` / `shadow_deliveries` count the
+    deliveries of its primary / shadow task that began the run, so a task whose run keeps killing
+    its whole worker is recognised after a restart (`RecordStore.begin_run`). The
+    `(status, updated_at)` index serves the sweep for requests queued too long.
     """
 
     __tablename__ = "requests"
@@ -114,6 +117,7 @@ class QueryRequest(Base):
             "status IN (" + ", ".join(f"'{s.value}'" for s in RequestStatus) + ")",
             name="ck_requests_status",
         ),
+        Index("ix_requests_status_updated_at", "status", "updated_at"),
     )
 
     request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -125,6 +129,8 @@ class QueryRequest(Base):
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, onupdate=utcnow, server_default=func.now()
     )
+    deliveries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    shadow_deliveries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class RoutingDecision(Base):

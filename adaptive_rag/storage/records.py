@@ -2,8 +2,11 @@
 
 The front door and the workers share this store; it returns plain frozen dataclasses so no ORM
 object (and no session) leaks across process or thread boundaries. Writes that can race between
-replicas are decided by the database: unique constraints for requests, and
-`INSERT ... ON CONFLICT DO NOTHING` for results, so a task delivered twice writes one row.
+replicas are decided by the database: unique constraints for requests,
+`INSERT ... ON CONFLICT DO NOTHING` for results, so a task delivered twice writes one row, and
+conditional updates for the moves of a request that a worker, a sweeping front door and a
+resending client may try at the same moment (`begin_run`, `expire_queued`, `readmit`): whichever
+commits first wins, the others change nothing.
 """
 
 from __future__ import annotations
@@ -11,23 +14,32 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, exists, func, select, update
+from sqlalchemy import Engine, delete, exists, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from adaptive_rag.contracts import (
-    DEFAULT_SCOPES, IN_FLIGHT, NEVER_RAN, AnswerResult, ErrorCode, Principal, RequestStatus,
-    ResultKind, RoutingDecision, Scope, Source, Tier, Timings,
+    DEFAULT_SCOPES, IN_FLIGHT, NEVER_RAN, RETRYABLE_ERRORS, AnswerResult, ErrorCode, Principal,
+    RequestStatus, ResultKind, RoutingDecision, Scope, Source, Tier, Timings,
 )
-from adaptive_rag.errors import ConfigurationError, DuplicateRequestError, RequestNotFoundError
+from adaptive_rag.errors import (
+    AdaptiveRagError, ConfigurationError, DuplicateRequestError, RequestNotFoundError,
+)
+from adaptive_rag.storage.locks import advisory_lock
 from adaptive_rag.storage.models import (
     FEEDBACK_RATINGS, ApiKey, Feedback, QueryRequest, QueryResult, as_utc, utcnow,
 )
 from adaptive_rag.storage.models import RoutingDecision as DecisionRow
 
 KEY_PREFIX = "arag_"
+# The PostgreSQL advisory lock one front door replica holds while it sweeps expired requests.
+EXPIRY_SWEEP_LOCK = "arag-sweep:expire-queued"
+
+
+class SweepBusyError(AdaptiveRagError):
+    """Another process is sweeping the queued requests right now."""
 
 
 def hash_key(key: str) -> str:
@@ -62,6 +74,7 @@ class RequestView:
     status: RequestStatus
     created_at: datetime
     updated_at: datetime
+    deliveries: int = 0  # deliveries of the primary task that began its run (`begin_run`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,14 +212,14 @@ class RecordStore:
                 select(
                     QueryRequest.request_id, QueryRequest.tenant, QueryRequest.client_request_id,
                     QueryRequest.query, QueryRequest.status, QueryRequest.created_at,
-                    QueryRequest.updated_at,
+                    QueryRequest.updated_at, QueryRequest.deliveries,
                 ).where(condition)
             ).first()
         if row is None:
             return None
         return RequestView(
             row.request_id, row.tenant, row.client_request_id, row.query, RequestStatus(row.status),
-            as_utc(row.created_at), as_utc(row.updated_at),
+            as_utc(row.created_at), as_utc(row.updated_at), row.deliveries or 0,
         )
 
     def set_status(self, request_id: str, status: RequestStatus) -> None:
@@ -227,6 +240,90 @@ class RecordStore:
                 select(exists().where(QueryRequest.request_id == request_id))
             ):
                 raise RequestNotFoundError(f"no request {request_id!r}")
+
+    def begin_run(self, request_id: str, kind: ResultKind = ResultKind.PRIMARY) -> int | None:
+        """Count one more delivery of the request's `kind` task that begins its run; returns the
+        count, with this one.
+
+        The primary run also moves the request to `running`, in the same conditional statement:
+        only a request still in flight (`queued`, or `running` for a redelivery) begins. None
+        when it is not: it never ran (`rejected`, `expired`: nothing runs it until its client
+        resends it) or it finished meanwhile. A sweep expiring the request at the same moment
+        and this call cannot both win. The count is durable, so a task whose run kills its
+        whole worker is recognised however often the worker restarts.
+        """
+        statement = update(QueryRequest).where(QueryRequest.request_id == request_id)
+        if ResultKind(kind) is ResultKind.PRIMARY:
+            column = QueryRequest.deliveries
+            statement = statement.where(QueryRequest.status.in_([s.value for s in IN_FLIGHT]))
+            values: dict[str, Any] = {"status": RequestStatus.RUNNING.value, "updated_at": utcnow()}
+        else:  # a shadow run leaves the request as it is (its age in the queue too)
+            column = QueryRequest.shadow_deliveries
+            values = {"updated_at": QueryRequest.updated_at}
+        values[column.key] = column + 1
+        with self.engine.begin() as conn:
+            count = conn.execute(statement.values(**values).returning(column)).scalar()
+            if count is None and not conn.scalar(
+                select(exists().where(QueryRequest.request_id == request_id))
+            ):
+                raise RequestNotFoundError(f"no request {request_id!r}")
+        return count
+
+    def expire_queued(self, older_than_s: float) -> list[str] | None:
+        """Move every request `queued` for more than `older_than_s` (since it was admitted or
+        re-admitted) to `expired`; returns their ids, or None when another process is sweeping.
+
+        Such a request was never started: its message was lost, or not picked up before any
+        client's deadline. The update is conditional on `queued`, so a worker that begins the run
+        at the same moment wins (`begin_run`). On PostgreSQL one process sweeps at a time (an
+        advisory lock: front door replicas do not sweep together); SQLite serves one machine and
+        just sweeps.
+        """
+        if self.engine.dialect.name != "postgresql":
+            return self._expire_queued(older_than_s)
+        try:
+            with advisory_lock(self.engine, EXPIRY_SWEEP_LOCK, SweepBusyError):
+                return self._expire_queued(older_than_s)
+        except SweepBusyError:
+            return None
+
+    def _expire_queued(self, older_than_s: float) -> list[str]:
+        now = utcnow()
+        statement = (
+            update(QueryRequest)
+            .where(QueryRequest.status == RequestStatus.QUEUED.value,
+                   QueryRequest.updated_at < now - timedelta(seconds=older_than_s))
+            .values(status=RequestStatus.EXPIRED.value, updated_at=now)
+            .returning(QueryRequest.request_id)
+        )
+        with self.engine.begin() as conn:
+            return list(conn.execute(statement).scalars())
+
+    def readmit(self, request_id: str) -> bool:
+        """Queue again a request its client resent, when it may run again: it never ran
+        (`rejected`, `expired`) or its run ended with a retryable error (`dependency_unavailable`);
+        False otherwise (it runs, it finished for good, or another front door re-admitted it
+        first).
+
+        One transaction, conditional on that state, so of two front doors re-admitting at once
+        one wins. The retryable error's result row is deleted in it (the new run writes the one
+        row the request has), and the delivery count starts again for the new run.
+        """
+        retryable = (QueryResult.request_id == request_id) & (
+            QueryResult.kind == ResultKind.PRIMARY.value
+        ) & QueryResult.error_code.in_([code.value for code in RETRYABLE_ERRORS])
+        may_run_again = QueryRequest.status.in_([s.value for s in NEVER_RAN]) | (
+            (QueryRequest.status == RequestStatus.ERROR.value) & exists().where(retryable)
+        )
+        with self.engine.begin() as conn:
+            changed = conn.execute(
+                update(QueryRequest)
+                .where(QueryRequest.request_id == request_id, may_run_again)
+                .values(status=RequestStatus.QUEUED.value, deliveries=0, updated_at=utcnow())
+            ).rowcount
+            if changed:
+                conn.execute(delete(QueryResult).where(retryable))
+        return bool(changed)
 
     # --- routing decisions ----------------------------------------------------------------------
     def record_decision(self, request_id: str, decision: RoutingDecision) -> None:
@@ -367,4 +464,4 @@ class RecordStore:
         return DuplicateRequestError(f"{what} of request {request_id!r} is already recorded")
 
 
-__all__ = ["ApiKeyView", "RecordStore", "RequestView", "StoredResult", "hash_key"]
+__all__ = ["ApiKeyView", "RecordStore", "RequestView", "StoredResult", "SweepBusyError", "hash_key"]

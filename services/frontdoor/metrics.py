@@ -53,6 +53,10 @@ class FrontDoorMetrics:
             "arag_frontdoor_rejected_total", "Queries rejected because the tier's queue was full",
             ["tier"], registry=self.registry,
         )
+        self.expired = Counter(
+            "arag_requests_expired_total", "Requests left queued past the expiry age (never started) "
+            "that the sweep moved to expired", registry=self.registry,
+        )
         self.workers_alive = Gauge(
             "arag_workers_alive", "Workers that answered the health check's last ping, per queue",
             ["queue"], registry=self.registry,
@@ -74,6 +78,9 @@ class FrontDoorMetrics:
 
     def rejected_query(self, tier: Tier) -> None:
         self.rejected.labels(tier.value).inc()
+
+    def expired_requests(self, count: int) -> None:
+        self.expired.inc(count)
 
     def queue_depth_seen(self, queue: str, depth: int) -> None:
         self.queue_depth.labels(queue).set(depth)

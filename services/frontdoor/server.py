@@ -181,11 +181,13 @@ def answer_service(
         max_query_chars=library.max_query_chars, max_queue_depth=settings.max_queue_depth,
         strategy_for=lambda tier: strategy_for_tier(tier, library), shadow_share=settings.shadow_share,
         key_cache_s=settings.key_cache_s, slot_lease_s=settings.tenant_lease_s,
+        queued_expiry_s=settings.queued_expiry_s,
     )
     return AnswerService(
         records, queue, waiter, router, config, has_knowledge_base=knowledge.has_knowledge_base,
         fair_share=fair_share, sample=sample, on_routed=metrics.routed_decision,
         on_rejected=metrics.rejected_query, on_queue_depth=metrics.queue_depth_seen,
+        on_expired=metrics.expired_requests,
     )
 
 
@@ -350,6 +352,17 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
             await self.service.queue_depths(queues)
             await asyncio.sleep(interval_s)
 
+    async def sweep_expired(self, interval_s: float) -> None:
+        """Expire requests left queued too long, every `interval_s` (`AnswerService.expire_stale`;
+        on PostgreSQL one replica sweeps at a time). A failed sweep (the records away) is tried
+        again on the next cycle."""
+        while True:
+            try:
+                await self.service.expire_stale()
+            except Exception as exc:  # noqa: BLE001 - keep sweeping once the records are back
+                LOG.warning("expiry_sweep_failed", error=clip(f"{type(exc).__name__}: {exc}", 200))
+            await asyncio.sleep(interval_s)
+
 
 @dataclass
 class RunningServer:
@@ -422,6 +435,9 @@ async def start_server(
         tasks.append(asyncio.create_task(router.poll_forever(), name="model-poll"))
     if queue_watch_s:
         tasks.append(asyncio.create_task(servicer.watch_queues(queue_watch_s), name="queue-watch"))
+    if settings.expiry_sweep_s:
+        tasks.append(asyncio.create_task(servicer.sweep_expired(settings.expiry_sweep_s),
+                                         name="expiry-sweep"))
     if health_watch_s:
         tasks.append(asyncio.create_task(servicer.watch_health(health_servicer, health_watch_s),
                                          name="health-watch"))

@@ -75,6 +75,20 @@ class FrontDoorSettings(BaseSettings):
     worker_ping_timeout_s: float = Field(
         1.0, gt=0, validation_alias=env_name("ARAG_WORKER_PING_TIMEOUT", "worker_ping_timeout_s")
     )
+    # A request still `queued` this long after it was admitted (or admitted again) was never
+    # started: its message was lost, or no worker reached it before its client's deadline. The
+    # sweep moves it to `expired` (GetResult: "never ran; send the Answer again"; a resend with its
+    # client_request_id runs it under the same request id, and a worker that reaches its old
+    # message without a resend does not run it). Keep it above the longest deadline clients use
+    # plus a grace: 10 min covers the default wait (60 s) and a tier-C client waiting minutes.
+    queued_expiry_s: float = Field(
+        600.0, gt=0, validation_alias=env_name("ARAG_QUEUED_EXPIRY", "queued_expiry_s")
+    )
+    # How often a front door sweeps for such requests (one replica at a time on PostgreSQL);
+    # 0 switches the sweep off.
+    expiry_sweep_s: float = Field(
+        30.0, ge=0, validation_alias=env_name("ARAG_EXPIRY_SWEEP", "expiry_sweep_s")
+    )
     # Threads that wait on results when the result backend is not Redis (each waiting Answer holds
     # one); with Redis, waits share one pub/sub connection on the event loop instead.
     wait_threads: int = Field(

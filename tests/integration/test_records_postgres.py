@@ -78,3 +78,17 @@ def test_migrations_downgrade_and_upgrade_again(postgres_url, migrated_engine):
     assert "training_labels" in inspect(migrated_engine).get_table_names()
     command.upgrade(config, "head")
     assert set(SERVING_TABLES) <= set(inspect(migrated_engine).get_table_names())
+
+
+def test_one_process_sweeps_the_queued_requests_at_a_time(store):
+    """A second front door finds the sweep's advisory lock held and skips its turn."""
+    from adaptive_rag.storage.locks import advisory_lock
+    from adaptive_rag.storage.records import EXPIRY_SWEEP_LOCK, SweepBusyError
+
+    request_id = records_suite.new_request(store)
+    records_suite.age(store, request_id, 120)
+    with advisory_lock(store.engine, EXPIRY_SWEEP_LOCK, SweepBusyError):
+        assert store.expire_queued(60) is None
+        assert store.get_request(request_id).status == "queued"
+    assert store.expire_queued(60) == [request_id]
+    assert store.get_request(request_id).status == "expired"

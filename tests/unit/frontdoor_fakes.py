@@ -9,11 +9,11 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from adaptive_rag.contracts import (
-    DEFAULT_SCOPES, QUEUE_FOR_TIER, Principal, Scope, AnswerResult, AnswerTask, RequestStatus, ResultKind, RoutingDecision, Source,
-    Tier, Timings,
+    DEFAULT_SCOPES, IN_FLIGHT, NEVER_RAN, QUEUE_FOR_TIER, RETRYABLE_ERRORS, Principal, Scope, AnswerResult,
+    AnswerTask, RequestStatus, ResultKind, RoutingDecision, Source, Tier, Timings,
 )
 from adaptive_rag.domain import Passage
 from adaptive_rag.errors import DuplicateRequestError, RequestNotFoundError
@@ -27,6 +27,9 @@ class Request:
     client_request_id: str | None
     query: str
     status: RequestStatus = RequestStatus.QUEUED
+    deliveries: int = 0
+    shadow_deliveries: int = 0
+    updated_at: float = field(default_factory=time.time)  # when it last changed (expiry age)
 
 
 class FakeStore:
@@ -81,7 +84,48 @@ class FakeStore:
 
     def set_status(self, request_id, status):
         self.requests[request_id].status = RequestStatus(status)
+        self.requests[request_id].updated_at = time.time()
         self.statuses.append((request_id, RequestStatus(status)))
+
+    def begin_run(self, request_id, kind=ResultKind.PRIMARY):
+        with self.lock:
+            request = self.requests.get(request_id)
+            if request is None:
+                raise RequestNotFoundError(request_id)
+            if ResultKind(kind) is ResultKind.SHADOW:
+                request.shadow_deliveries += 1
+                return request.shadow_deliveries
+            if request.status not in IN_FLIGHT:
+                return None
+            request.status, request.updated_at = RequestStatus.RUNNING, time.time()
+            request.deliveries += 1
+            self.statuses.append((request_id, RequestStatus.RUNNING))
+            return request.deliveries
+
+    def readmit(self, request_id):
+        with self.lock:
+            request = self.requests[request_id]
+            key = (request_id, ResultKind.PRIMARY)
+            failed = [k for k, r in self.results.items()
+                      if k[:2] == key and r.error_code in RETRYABLE_ERRORS]
+            if request.status not in NEVER_RAN and not (request.status is RequestStatus.ERROR and failed):
+                return False
+            for k in failed:
+                del self.results[k]
+            request.status, request.deliveries, request.updated_at = RequestStatus.QUEUED, 0, time.time()
+            self.statuses.append((request_id, RequestStatus.QUEUED))
+            return True
+
+    def expire_queued(self, older_than_s):
+        if getattr(self, "sweeping", False):  # another replica holds the sweep
+            return None
+        cutoff = time.time() - older_than_s
+        with self.lock:
+            expired = [r for r in self.requests.values()
+                       if r.status is RequestStatus.QUEUED and r.updated_at < cutoff]
+            for request in expired:
+                request.status, request.updated_at = RequestStatus.EXPIRED, time.time()
+            return [r.request_id for r in expired]
 
     def save_result(self, result: AnswerResult, worker: str, attempts: int) -> bool:
         key = (result.request_id, result.kind, result.tier)
@@ -121,6 +165,7 @@ class FakeQueue:
         self.tasks: list[AnswerTask] = []
         self.done: dict[str, threading.Event] = {}
         self.down: Exception | None = None  # raised by enqueue and depth while set (broker away)
+        self.forgotten: list[str] = []
 
     def queue_name(self, tier: Tier) -> str:
         return QUEUE_FOR_TIER[Tier(tier)]
@@ -142,6 +187,13 @@ class FakeQueue:
         if self.down is not None:
             raise self.down
         return self.depths.get(queue, 0)
+
+    def forget(self, task_id: str) -> None:
+        """Drop the finished run's stored result, as the result backend's delete does."""
+        if self.down is not None:
+            raise self.down
+        self.forgotten.append(task_id)
+        self.done.pop(task_id, None)
 
 
 class FakeWaiter:

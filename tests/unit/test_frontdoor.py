@@ -214,6 +214,30 @@ def test_deadline_exceeded_then_get_result_returns_the_answer():
         h.close()
 
 
+def test_a_request_whose_message_was_lost_is_expired_by_the_sweep_and_the_resend_runs():
+    h = Harness(make_settings(deadline_margin_s=0.1, queued_expiry_s=0.3, expiry_sweep_s=0.05))
+    lost: list = []
+    enqueue = h.queue.enqueue
+    h.queue.enqueue = lambda task: lost.append(task) if not lost else enqueue(task)
+    try:
+        error = status_of(h.answer, "Which is older, X or Y?", client_request_id="c-lost", timeout=0.4)
+        assert error.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        request_id = trailing(error.trailing_metadata())["x-request-id"]
+        deadline = time.monotonic() + 5
+        while h.store.requests[request_id].status is not RequestStatus.EXPIRED:
+            assert time.monotonic() < deadline, "the sweep never expired the request"
+            time.sleep(0.05)
+        never = status_of(h.stub.GetResult, pb2.GetResultRequest(request_id=request_id), metadata=AUTH)
+        assert never.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert f"request {request_id} was expired and never ran; send the Answer again" in never.details()
+        assert h.metrics.registry.get_sample_value("arag_requests_expired_total") == 1.0
+        reply, _ = h.answer("Which is older, X or Y?", client_request_id="c-lost")
+        assert reply.request_id == request_id and not reply.replayed and reply.answer
+        assert h.metrics.registry.get_sample_value("arag_requests_expired_total") == 1.0
+    finally:
+        h.close()
+
+
 def test_get_result_is_not_found_for_unknown_ids_and_other_tenants(harness):
     reply, _ = harness.answer("What is 2+2?")
     for request_id, metadata in [("0" * 32, AUTH), (reply.request_id, OTHER_AUTH)]:
@@ -252,6 +276,7 @@ def test_recorded_worker_errors_map_to_their_status():
     try:
         error = status_of(h.answer, "llm down")
         assert error.code() is grpc.StatusCode.UNAVAILABLE and "endpoint refused" in error.details()
+        assert "send the Answer again with the same client_request_id" in error.details()
         request_id = trailing(error.trailing_metadata())["x-request-id"]
         stored = status_of(h.stub.GetResult, pb2.GetResultRequest(request_id=request_id), metadata=AUTH)
         assert stored.code() is grpc.StatusCode.UNAVAILABLE

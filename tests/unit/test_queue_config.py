@@ -161,3 +161,18 @@ def test_the_server_less_broker_never_shows_a_partial_message(tmp_path, monkeypa
     [message] = queue_dir.glob("*.tier-a.msg")
     assert json.loads(message.read_text())["headers"]["id"] == "req4"
     assert not [p for p in queue_dir.iterdir() if p.name.startswith(".partial-")]
+
+
+def test_forget_drops_a_finished_runs_stored_result(tmp_path):
+    """A request admitted again runs under the same task id: the old result must not answer it."""
+    from adaptive_rag.contracts import AnswerResult
+
+    app = create_app(WorkerSettings(_env_file=None, broker_dir=tmp_path / "broker"))
+    old = AnswerResult(request_id="req4", tier="B", strategy="single_step", error="down",
+                       error_code="dependency_unavailable")
+    app.backend.store_result("req4", old.model_dump(mode="json"), "SUCCESS")
+    assert app.AsyncResult("req4").state == "SUCCESS"
+    queue = CeleryTaskQueue(app)
+    queue.forget("req4")
+    assert app.AsyncResult("req4").state == "PENDING"
+    queue.forget("req4")  # nothing stored: nothing to do

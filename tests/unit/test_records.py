@@ -279,3 +279,136 @@ def test_a_request_and_its_decision_are_recorded_in_one_transaction(store):
     assert store.get_request("req-2") is None and store.decision_for("req-2") is None
     store.create_request("req-3", "acme", None, "hi", RequestStatus.ROUTED, decision)
     assert store.get_request("req-3").status is RequestStatus.ROUTED
+
+
+# --- the request lifecycle: deliveries, expiry, re-admission -----------------------------------------
+
+
+def age(store: RecordStore, request_id: str, seconds: float) -> None:
+    """Make the request look `seconds` older (its last change happened that long ago)."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from adaptive_rag.storage import QueryRequest
+    from adaptive_rag.storage.models import utcnow
+
+    with store.engine.begin() as conn:
+        conn.execute(update(QueryRequest).where(QueryRequest.request_id == request_id)
+                     .values(updated_at=utcnow() - timedelta(seconds=seconds)))
+
+
+def test_begin_run_counts_deliveries_and_starts_only_a_request_in_flight(store):
+    request_id = new_request(store)
+    assert store.begin_run(request_id) == 1
+    assert store.get_request(request_id).status is RequestStatus.RUNNING
+    assert store.begin_run(request_id) == 2  # the worker died; the message came back
+    assert store.get_request(request_id).deliveries == 2
+    assert store.begin_run(request_id, ResultKind.SHADOW) == 1  # counted apart, status untouched
+    assert store.get_request(request_id).status is RequestStatus.RUNNING
+    save(store, request_id)
+    assert store.begin_run(request_id) is None  # finished: nothing begins again
+    assert store.get_request(request_id).status is RequestStatus.DONE
+    never = new_request(store)
+    store.set_status(never, RequestStatus.REJECTED)
+    assert store.begin_run(never) is None
+    assert store.get_request(never).status is RequestStatus.REJECTED
+    assert store.get_request(never).deliveries == 0
+    with pytest.raises(RequestNotFoundError):
+        store.begin_run("missing")
+
+
+def test_only_requests_queued_past_the_age_expire(store):
+    old, fresh, running, done, rejected = (new_request(store) for _ in range(5))
+    store.begin_run(running)
+    save(store, done)
+    store.set_status(rejected, RequestStatus.REJECTED)
+    for request_id in (old, running, done, rejected):
+        age(store, request_id, 120)
+    assert store.expire_queued(60) == [old]
+    status = {r: store.get_request(r).status for r in (old, fresh, running, done, rejected)}
+    assert status == {old: "expired", fresh: "queued", running: "running", done: "done", rejected: "rejected"}
+    assert store.expire_queued(60) == []  # already expired
+    assert store.begin_run(old) is None  # a worker reaching its message does not run it
+
+
+def test_a_worker_and_the_sweep_on_one_request_never_both_win(store):
+    """The expiry is conditional on `queued`: whichever of the two commits first decides."""
+    for _ in range(10):
+        request_id = new_request(store)
+        age(store, request_id, 5)
+        barrier = threading.Barrier(2)
+
+        def begin() -> int | None:
+            barrier.wait()
+            return store.begin_run(request_id)
+
+        def sweep() -> list[str] | None:
+            barrier.wait()
+            return store.expire_queued(1)
+
+        with ThreadPoolExecutor(2) as pool:
+            began, swept = pool.submit(begin), pool.submit(sweep)
+            began, swept = began.result(), swept.result()
+        if began is not None:
+            assert request_id not in swept and store.get_request(request_id).status == "running"
+        else:
+            assert request_id in swept and store.get_request(request_id).status == "expired"
+
+
+def test_readmit_queues_again_what_never_ran_and_what_a_dependency_failed(store):
+    expired = new_request(store)
+    age(store, expired, 120)
+    store.expire_queued(60)
+    rejected = new_request(store)
+    store.set_status(rejected, RequestStatus.REJECTED)
+    for request_id in (expired, rejected):
+        assert store.readmit(request_id)
+        view = store.get_request(request_id)
+        assert view.status is RequestStatus.QUEUED and view.updated_at > view.created_at
+    assert store.expire_queued(60) == []  # re-admitted now: its age starts again
+
+    failed = new_request(store)
+    store.begin_run(failed)
+    store.begin_run(failed)
+    save(store, failed, "shadow", kind="shadow", tier="C", strategy="decompose")
+    save(store, failed, None, error="LLMUnavailableError: refused", error_code=ErrorCode.DEPENDENCY_UNAVAILABLE)
+    assert store.readmit(failed)
+    view = store.get_request(failed)
+    assert (view.status, view.deliveries) == (RequestStatus.QUEUED, 0)  # counted afresh
+    assert store.get_result(failed) is None  # the failed run's row is gone, the shadow run's kept
+    assert store.get_result(failed, ResultKind.SHADOW, Tier.C).answer == "shadow"
+    assert store.begin_run(failed) == 1
+    assert save(store, failed, "answered this time")  # the one primary row of the request
+    assert store.get_result(failed).answer == "answered this time"
+    assert store.count_results(failed) == 2 and not store.readmit(failed)
+
+
+@pytest.mark.parametrize("code", [ErrorCode.TIME_LIMIT, ErrorCode.INTERNAL])
+def test_other_errors_and_requests_in_flight_are_not_readmitted(store, code):
+    final = new_request(store)
+    save(store, final, None, error="it failed", error_code=code)
+    assert not store.readmit(final)
+    assert store.get_request(final).status is RequestStatus.ERROR
+    assert store.get_result(final).error_code is code
+    queued, running = new_request(store), new_request(store)
+    store.begin_run(running)
+    assert not store.readmit(queued) and not store.readmit(running)
+    assert store.get_request(running).deliveries == 1
+
+
+def test_two_front_doors_readmitting_one_request_queue_it_once(store):
+    for _ in range(5):
+        request_id = new_request(store)
+        save(store, request_id, None, error="down", error_code=ErrorCode.DEPENDENCY_UNAVAILABLE)
+        barrier = threading.Barrier(3)
+
+        def readmit(_: int) -> bool:
+            barrier.wait()
+            return store.readmit(request_id)
+
+        with ThreadPoolExecutor(3) as pool:
+            outcomes = list(pool.map(readmit, range(3)))
+        assert outcomes.count(True) == 1
+        assert store.get_request(request_id).status is RequestStatus.QUEUED
+        assert store.count_results(request_id) == 0

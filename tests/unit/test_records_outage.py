@@ -38,6 +38,11 @@ class FlakyStore(FakeStore):
             raise db_down()
         return super().set_status(*args, **kwargs)
 
+    def begin_run(self, *args, **kwargs):
+        if self.down or getattr(self, "down_at_begin", False):
+            raise db_down()
+        return super().begin_run(*args, **kwargs)
+
     def save_result(self, *args, **kwargs):
         if self.down:
             raise db_down()
@@ -128,3 +133,16 @@ def test_the_default_retries_ride_out_a_dependency_restart_of_30_s_and_retry_soo
              for n in range(settings.task_max_retries)]
     assert sum(waits) >= 30.0
     assert max(waits) <= 5.0  # the first try after the dependency is back comes within seconds
+
+
+def test_a_run_that_cannot_count_its_delivery_does_not_run_and_is_not_counted() -> None:
+    """The database goes away between the result check and the delivery count."""
+    store = FlakyStore()
+    task = task_in(store)
+    store.down_at_begin = True
+    with pytest.raises(RetryLater):
+        answer_task(task, store, Resources(FakeRetriever(make_passages(3))), Delivery("w", 1, may_retry=True))
+    with pytest.raises(RecordsUnavailable):
+        answer_task(task, store, Resources(FakeRetriever(make_passages(3))), Delivery("w", 4, may_retry=False))
+    assert store.results == {} and store.requests["r1"].deliveries == 0
+    assert store.requests["r1"].status is RequestStatus.QUEUED

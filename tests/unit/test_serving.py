@@ -20,7 +20,7 @@ from adaptive_rag.errors import (
     UnauthenticatedError,
 )
 from adaptive_rag.serving.admission import AdmissionConfig, AnswerService, CallProgress
-from adaptive_rag.serving.answering import Delivery, RetryLater, answer_task
+from adaptive_rag.serving.answering import Delivery, NotRunnable, RetryLater, answer_task
 from adaptive_rag.settings import Settings
 
 KEY = "arag_key"
@@ -28,17 +28,19 @@ STRATEGY = {Tier.A: "no_retrieval", Tier.B: "single_step", Tier.C: "decompose"}
 
 
 def service(delay_s: float = 0.0, work=None, shadow_share: float = 0.0, sample: float = 0.0,
-            limits: dict | None = None) -> tuple[AnswerService, FakeStore, FakeQueue, list]:
-    store = FakeStore()
+            limits: dict | None = None, queued_expiry_s: float | None = None,
+            queue: FakeQueue | None = None) -> tuple[AnswerService, FakeStore, FakeQueue, list]:
+    store = queue.store if queue is not None else FakeStore()
     store.add_key(KEY, "acme")
-    queue = FakeQueue(store, work=work, delay_s=delay_s)
+    queue = queue or FakeQueue(store, work=work, delay_s=delay_s)
     routed: list = []
     config = AdmissionConfig(max_query_chars=100, strategy_for=STRATEGY.__getitem__,
                              max_queue_depth=limits or {Tier.A: 5, Tier.B: 5, Tier.C: 2},
-                             shadow_share=shadow_share)
+                             shadow_share=shadow_share, queued_expiry_s=queued_expiry_s)
     svc = AnswerService(store, queue, FakeWaiter(queue), FakeRouter({"What is 2+2?": "A", "compare": "C"}),
                         config, has_knowledge_base=lambda tenant: tenant == "acme",
-                        sample=lambda: sample, on_routed=routed.append)
+                        sample=lambda: sample, on_routed=routed.append,
+                        on_expired=lambda count: routed.append(("expired", count)))
     return svc, store, queue, routed
 
 
@@ -394,3 +396,167 @@ def test_a_records_database_that_does_not_answer_is_unavailable_not_a_bug():
     store.principal_for_key = down
     with pytest.raises(DependencyUnavailableError, match="records database is unreachable"):
         run(svc.answer(KEY, b"compare", None, soon(), CallProgress()))
+
+
+# --- no request left queued forever; a resend runs ----------------------------------------------------
+
+
+class LosingQueue(FakeQueue):
+    """A broker that loses the first message it takes (the others run as usual)."""
+
+    def __init__(self, store: FakeStore) -> None:
+        super().__init__(store)
+        self.lost: list[AnswerTask] = []
+
+    def enqueue(self, task: AnswerTask) -> None:
+        if not self.lost:
+            self.lost.append(task)
+            return
+        super().enqueue(task)
+
+
+def test_a_request_whose_message_was_lost_expires_and_its_resend_runs_under_the_same_id():
+    svc, store, queue, seen = service(queued_expiry_s=0.2, queue=LosingQueue(FakeStore()))
+    progress = CallProgress()
+    with pytest.raises(AnswerTimeoutError):
+        run(svc.answer(KEY, b"compare", "order-1", soon(0.1), progress))
+    request_id = progress.request_id
+    with pytest.raises(RequestNotFinishedError, match="still queued; call GetResult again later"):
+        run(svc.get_result(KEY, request_id, CallProgress()))
+    assert run(svc.expire_stale()) == []  # not old enough yet
+    time.sleep(0.25)
+    assert run(svc.expire_stale()) == [request_id] and seen[-1] == ("expired", 1)  # counted
+    assert store.requests[request_id].status is RequestStatus.EXPIRED
+    with pytest.raises(RequestNotFinishedError,
+                       match=f"request {request_id} was expired and never ran; send the Answer again"):
+        run(svc.get_result(KEY, request_id, CallProgress()))
+    answered = run(svc.answer(KEY, b"compare", "order-1", soon(), CallProgress()))
+    assert answered.request_id == request_id and not answered.replayed
+    assert answered.result.answer == "answer to compare"
+    assert [t.request_id for t in [*queue.lost, *queue.tasks]] == [request_id, request_id]
+    assert queue.forgotten == [request_id] and run(svc.expire_stale()) == []
+
+
+def test_expiry_is_off_without_an_age_and_skipped_while_another_front_door_sweeps():
+    svc, store, _, seen = service(delay_s=5.0)
+    with pytest.raises(AnswerTimeoutError):
+        run(svc.answer(KEY, b"compare", None, soon(0.05), CallProgress()))
+    assert run(svc.expire_stale()) == []
+    svc, store, _, seen = service(queued_expiry_s=0.01, delay_s=5.0)
+    with pytest.raises(AnswerTimeoutError):
+        run(svc.answer(KEY, b"compare", None, soon(0.05), CallProgress()))
+    store.sweeping = True
+    assert run(svc.expire_stale()) == [] and ("expired", 1) not in seen
+    store.sweeping = False
+    assert len(run(svc.expire_stale())) == 1 and seen[-1] == ("expired", 1)
+
+
+def dependency_then(code: ErrorCode | None):
+    """Work whose first run fails with `dependency_unavailable`, the next ones with `code` (None:
+    answers)."""
+    runs: list[str] = []
+
+    def work(task: AnswerTask) -> AnswerResult:
+        runs.append(task.request_id)
+        failing = ErrorCode.DEPENDENCY_UNAVAILABLE if len(runs) == 1 else code
+        if failing is None:
+            return AnswerResult(request_id=task.request_id, tier=task.tier, strategy=task.strategy,
+                                answer="answered after all")
+        return AnswerResult(request_id=task.request_id, tier=task.tier, strategy=task.strategy,
+                            error=f"failed ({failing.value})", error_code=failing)
+
+    return work, runs
+
+
+def test_a_resend_runs_a_request_that_failed_for_a_dependency_again():
+    work, runs = dependency_then(None)
+    svc, store, queue, _ = service(work=work)
+    progress = CallProgress()
+    with pytest.raises(AnswerFailedError, match="send the Answer again with the same client_request_id") as info:
+        run(svc.answer(KEY, b"compare", "order-2", soon(), progress))
+    assert info.value.code is ErrorCode.DEPENDENCY_UNAVAILABLE
+    with pytest.raises(AnswerFailedError):  # GetResult says the same
+        run(svc.get_result(KEY, progress.request_id, CallProgress()))
+    again = run(svc.answer(KEY, b"compare", "order-2", soon(), CallProgress()))
+    assert again.request_id == progress.request_id and again.result.answer == "answered after all"
+    assert runs == [progress.request_id] * 2 and queue.forgotten == [progress.request_id]
+    assert list(store.results) == [(progress.request_id, ResultKind.PRIMARY, Tier.C)]  # one row
+    replay = run(svc.answer(KEY, b"compare", "order-2", soon(), CallProgress()))
+    assert replay.replayed and replay.result == again.result and len(runs) == 2
+
+
+@pytest.mark.parametrize("code", [ErrorCode.TIME_LIMIT, ErrorCode.INTERNAL])
+def test_other_recorded_errors_are_final_and_a_resend_returns_them(code):
+    work, runs = dependency_then(code)
+    svc, store, queue, _ = service(work=work)
+    with pytest.raises(AnswerFailedError):
+        run(svc.answer(KEY, b"compare", "order-3", soon(), CallProgress()))
+    with pytest.raises(AnswerFailedError) as info:  # the resend runs it again: now it is final
+        run(svc.answer(KEY, b"compare", "order-3", soon(), CallProgress()))
+    assert info.value.code is code
+    with pytest.raises(AnswerFailedError) as info:
+        run(svc.answer(KEY, b"compare", "order-3", soon(), CallProgress()))
+    assert info.value.code is code and "send the Answer again" not in str(info.value)
+    assert len(runs) == 2 and len(queue.tasks) == 2
+
+
+# --- the worker: requests not in flight, and the redelivery cap ------------------------------------
+
+
+def test_a_task_whose_request_expired_is_not_run_unless_its_client_resent_it():
+    store = FakeStore()
+    task = recorded_task(store)
+    store.requests["r1"].status = RequestStatus.EXPIRED
+    resources = Resources(FakeRetriever(make_passages(4)))
+    with pytest.raises(NotRunnable, match="expired"):
+        answer_task(task, store, resources, Delivery("w", 1, may_retry=True))
+    assert resources.tenants == [] and resources._llm.calls == [] and store.results == {}
+    assert store.requests["r1"].status is RequestStatus.EXPIRED and store.requests["r1"].deliveries == 0
+    assert store.readmit("r1")  # the client resent it: the old message runs it now
+    result = answer_task(task, store, resources, Delivery("w", 1, may_retry=True))
+    assert result.ok and store.requests["r1"].status is RequestStatus.DONE
+    again = answer_task(task, store, resources, Delivery("w", 1, may_retry=True))  # the resend's message
+    assert again == result and len(store.results) == 1
+
+
+def test_a_message_begun_more_often_than_the_cap_records_an_internal_error_without_running():
+    store = FakeStore()
+    task = recorded_task(store)
+    store.begin_run("r1"), store.begin_run("r1")  # two deliveries died with their worker
+    resources = Resources(FakeRetriever(make_passages(4)))
+    result = answer_task(task, store, resources, Delivery("w", 3, may_retry=True), max_deliveries=2)
+    assert result.error_code is ErrorCode.INTERNAL
+    assert result.error == "the task killed its worker 2 times before it could finish; not run again"
+    assert resources.tenants == [] and resources._llm.calls == []
+    assert store.requests["r1"].status is RequestStatus.ERROR and store.requests["r1"].deliveries == 3
+    assert answer_task(task, store, resources, Delivery("w", 4, True), max_deliveries=2) == result
+
+
+def test_retries_are_new_messages_and_do_not_count_against_the_cap():
+    store = FakeStore()
+    task = recorded_task(store)
+    for _ in range(3):  # three runs that asked for a retry (each one message, begun once)
+        store.begin_run("r1")
+    resources = Resources(FakeRetriever(make_passages(4)))
+    result = answer_task(task, store, resources, Delivery("w", 4, may_retry=True, retries=3), max_deliveries=1)
+    assert result.ok and store.requests["r1"].deliveries == 4
+
+
+def test_a_shadow_run_is_capped_on_its_own_count():
+    store = FakeStore()
+    recorded_task(store)
+    shadow = AnswerTask(request_id="r1", tenant="acme", query="Who makes Lumora lamps?", tier=Tier.C,
+                        strategy="decompose", kind=ResultKind.SHADOW, enqueued_at=time.time())
+    store.begin_run("r1", ResultKind.SHADOW)
+    result = answer_task(shadow, store, Resources(FakeRetriever(make_passages(4))),
+                         Delivery("w", 2, may_retry=True), max_deliveries=1)
+    assert result.error_code is ErrorCode.INTERNAL and result.kind is ResultKind.SHADOW
+    assert store.requests["r1"].status is RequestStatus.QUEUED  # the primary run is not touched
+    assert store.requests["r1"].deliveries == 0 and store.requests["r1"].shadow_deliveries == 2
+
+
+def test_the_default_cap_is_the_runs_a_task_may_lose_its_pool_process_in():
+    from workers.settings import WorkerSettings
+
+    assert WorkerSettings(_env_file=None, task_max_retries=4).max_deliveries == 5
+    assert WorkerSettings(_env_file=None, task_max_retries=4, task_max_deliveries=2).max_deliveries == 2

@@ -1,0 +1,383 @@
+"""No request left queued forever, and no task killing its worker forever, with real parts: a
+redis-server (broker and result backend), PostgreSQL records, real `celery worker` pools started
+by `workers.pools` under their supervisor, the real gRPC front door with its expiry sweep, and the
+instant LLM endpoint (`benchmarks/instant_llm.py`) instead of the embedded model.
+
+Run: `.venv/bin/python -m pytest -q tests/integration/test_request_lifecycle.py`
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from sqlalchemy import update
+
+from adaptive_rag.contracts import (
+    AnswerResult, AnswerTask, ErrorCode, RequestStatus, RoutingDecision, Tier,
+)
+from adaptive_rag.settings import Settings
+from adaptive_rag.storage import QueryRequest, RecordStore, make_engine, upgrade_database
+from benchmarks.instant_llm import LLM_ANSWER, READY, running_instant_llm
+from infra.local.servers import free_port, stop_process
+from workers.celery_app import create_app
+from workers.client import CeleryTaskQueue, open_result_waiter, stored_results
+from workers.pools import RestartPolicy, WorkerPools
+from workers.settings import WorkerSettings
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+LLM_LATENCY_MS = 4000.0  # each answer takes 4 s: a run is still going when its worker is killed
+MAX_DELIVERIES = 2
+ANSWER_S = 90.0  # generous: two shared cores, another job beside the tests
+QUERY = "What is the capital of France?"
+
+
+def redis_db(url: str, db: int) -> str:
+    return f"{url.rsplit('/', 1)[0]}/{db}"
+
+
+@pytest.fixture(scope="module")
+def store(postgres_url: str) -> RecordStore:
+    upgrade_database(postgres_url)
+    return RecordStore(make_engine(postgres_url))
+
+
+@dataclass
+class Stack:
+    store: RecordStore
+    library: Settings
+    workers: WorkerSettings
+    pools: WorkerPools
+
+    def app(self):
+        return create_app(self.workers)
+
+
+@pytest.fixture(scope="module")
+def stack(redis_url, store, postgres_url, tmp_path_factory) -> Iterator[Stack]:
+    """Pool A (one prefork process, supervised: restarted at once and its reserved messages put
+    back when it dies); pool B is started by the test that needs it."""
+    logs = tmp_path_factory.mktemp("request-lifecycle")
+    with running_instant_llm(logs / "instant_llm.log", latency_ms=LLM_LATENCY_MS) as llm_url:
+        library = Settings(_env_file=None, database_url=postgres_url, llm_base_url=llm_url,
+                           llm_api="completions", llm_max_retries=0)
+        workers = WorkerSettings(_env_file=None, redis_url=redis_db(redis_url, 7), task_max_retries=1,
+                                 task_retry_backoff_s=0.2, concurrency={"A": 1, "B": 1},
+                                 prefetch={"A": 1, "B": 1}, task_max_deliveries=MAX_DELIVERIES)
+        with WorkerPools(workers, pools=("A",), library=library, log_dir=logs, migrate=False) as pools:
+            pools.start_supervisor(poll_s=0.2, policy=RestartPolicy(first_backoff_s=0.2))
+            yield Stack(store, library, workers, pools)
+
+
+def submit(stack: Stack, tier: Tier = Tier.A, strategy: str = "no_retrieval") -> AnswerTask:
+    """What the front door does: record the request and its routing, then enqueue it."""
+    request_id = uuid.uuid4().hex
+    stack.store.create_request(request_id, "acme", None, QUERY,
+                               decision=RoutingDecision(tier=tier, fallback=True, reason="test", strategy=strategy))
+    return send(stack, request_id, tier, strategy)
+
+
+def send(stack: Stack, request_id: str, tier: Tier = Tier.A, strategy: str = "no_retrieval") -> AnswerTask:
+    task = AnswerTask(request_id=request_id, tenant="acme", query=QUERY, tier=tier, strategy=strategy,
+                      enqueued_at=time.time())
+    CeleryTaskQueue(stack.app()).enqueue(task)
+    return task
+
+
+def recorded(store: RecordStore, request_id: str, timeout: float = ANSWER_S) -> AnswerResult:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = store.get_result(request_id)
+        if found is not None:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"no result for {request_id} within {timeout:.0f} s")
+
+
+def wait_until(check, what: str, timeout: float = ANSWER_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
+        time.sleep(0.1)
+
+
+def events(log: Path, name: str) -> list[dict[str, Any]]:
+    """The worker's JSON log events called `name`."""
+    found = []
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("{") and name in line:
+            event = json.loads(line)
+            if event.get("event") == name:
+                found.append(event)
+    return found
+
+
+# --- the redelivery cap ------------------------------------------------------------------------------
+
+def test_a_task_whose_request_shows_deliveries_at_the_cap_ends_as_an_internal_error_unrun(stack):
+    request_id = uuid.uuid4().hex
+    stack.store.create_request(request_id, "acme", None, QUERY, decision=RoutingDecision(
+        tier=Tier.A, fallback=True, reason="test", strategy="no_retrieval"))
+    with stack.store.engine.begin() as conn:  # two deliveries began it and never came back
+        conn.execute(update(QueryRequest).where(QueryRequest.request_id == request_id)
+                     .values(deliveries=MAX_DELIVERIES))
+    task = send(stack, request_id)
+    result = recorded(stack.store, request_id)
+    assert result.error_code is ErrorCode.INTERNAL and result.answer is None
+    assert result.error == f"the task killed its worker {MAX_DELIVERIES} times before it could finish; not run again"
+    assert result.timings.strategy_ms < 1000  # the 4 s LLM call never happened
+    log = stack.pools.pools["A"].log_path
+    assert not [e for e in events(log, "task.started") if e["request_id"] == request_id]
+    assert [e for e in events(log, "task.redelivery_cap") if e["request_id"] == request_id]
+    view = stack.store.get_request(request_id)
+    assert view.status is RequestStatus.ERROR and view.deliveries == MAX_DELIVERIES + 1
+    assert stack.store.count_results(request_id) == 1
+
+    async def wait_via_redis() -> AnswerResult:  # what a waiting front door gets
+        waiter = open_result_waiter(stack.app())
+        await waiter.start()
+        try:
+            return await waiter.wait(task.task_id, 10.0)
+        finally:
+            await waiter.close()
+
+    assert asyncio.run(wait_via_redis()) == result
+
+
+def test_a_task_that_keeps_killing_its_whole_worker_is_stopped_after_the_cap(stack):
+    """SIGKILL the pool's main process (the OOM killer's way) while the task runs, every time it
+    runs: the supervisor restarts the pool and puts the message back, and after MAX_DELIVERIES
+    runs the next delivery records an `internal` error instead of running a third time."""
+    task = submit(stack)
+    for kill in range(1, MAX_DELIVERIES + 1):
+        wait_until(lambda: stack.store.get_request(task.request_id).deliveries == kill
+                   and stack.store.get_request(task.request_id).status == "running",
+                   f"delivery {kill} began")
+        restarts = stack.pools.restarts["A"]
+        os.kill(stack.pools.pools["A"].pid, signal.SIGKILL)
+        wait_until(lambda: stack.pools.restarts["A"] > restarts, "pool A restarted")
+    result = recorded(stack.store, task.request_id)
+    assert result.error_code is ErrorCode.INTERNAL, result
+    assert f"killed its worker {MAX_DELIVERIES} times" in result.error
+    view = stack.store.get_request(task.request_id)
+    assert view.status is RequestStatus.ERROR and view.deliveries == MAX_DELIVERIES + 1
+    assert stack.store.count_results(task.request_id) == 1
+    assert stack.pools.health["A"].exit_codes[-MAX_DELIVERIES:] == [-signal.SIGKILL] * MAX_DELIVERIES
+    stack.pools.wait_ready("A")
+    after = submit(stack)  # the pool serves the next one as usual
+    assert recorded(stack.store, after.request_id).answer == LLM_ANSWER.rstrip(".")
+
+
+# --- expired requests --------------------------------------------------------------------------------
+
+def test_a_worker_reaching_an_expired_requests_message_acknowledges_it_without_running(stack, tmp_path):
+    """Tier B has no pool yet: its message waits while the request expires. The pool then
+    reaches the message, does not run it and acknowledges it; after a resend it runs."""
+    task = submit(stack, Tier.B, "no_retrieval")
+    queue = CeleryTaskQueue(stack.app())
+    assert queue.depth("tier-b") == 1
+    assert stack.store.expire_queued(0.0) == [task.request_id]
+    pools = WorkerPools(stack.workers, pools=("B",), library=stack.library, log_dir=tmp_path, migrate=False)
+    with pools:
+        log = pools.pools["B"].log_path
+        wait_until(lambda: events(log, "task.not_runnable"), "the worker reached the message")
+        [skipped] = events(log, "task.not_runnable")
+        assert (skipped["request_id"], skipped["status"]) == (task.request_id, "expired")
+        wait_until(lambda: queue.depth("tier-b") == 0, "the message was consumed")
+        with stack.app().connection_for_write() as connection:  # acknowledged, not just reserved
+            channel = connection.default_channel
+            wait_until(lambda: channel.client.hlen(channel.unacked_key) == 0, "the message was acknowledged", 10)
+        time.sleep(1.0)
+        assert stack.store.get_request(task.request_id).status is RequestStatus.EXPIRED
+        assert stack.store.count_results(task.request_id) == 0 and not events(log, "task.started")
+        assert app_state_of(stack.app(), task.request_id) == "PENDING"  # nothing stored for waiters
+        # The client resends it: the request is queued again and runs under its request id.
+        assert stack.store.readmit(task.request_id)
+        send(stack, task.request_id, Tier.B, "no_retrieval")
+        result = recorded(stack.store, task.request_id)
+    assert result.ok and result.answer == LLM_ANSWER.rstrip(".")
+    assert stack.store.get_request(task.request_id).status is RequestStatus.DONE
+
+
+# --- the front door ----------------------------------------------------------------------------------
+
+class FixedRouter:
+    version = 0
+    model_name = "test"
+
+    def __init__(self, tier: Tier = Tier.A) -> None:
+        self.tier = tier
+
+    async def route(self, query: str) -> RoutingDecision:
+        return RoutingDecision(tier=self.tier, fallback=True, reason="test")
+
+    async def poll_forever(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class EveryTenantHasKnowledge:
+    def has_knowledge_base(self, tenant: str) -> bool:
+        return True
+
+
+class LosingFirstMessage:
+    """The real task queue, except that the first message it is given is lost on the way."""
+
+    def __init__(self, queue: CeleryTaskQueue) -> None:
+        self.queue = queue
+        self.lost: list[AnswerTask] = []
+
+    def enqueue(self, task: AnswerTask) -> None:
+        if not self.lost:
+            self.lost.append(task)
+            return
+        self.queue.enqueue(task)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.queue, name)
+
+
+@dataclass
+class FrontDoorClient:
+    stub: Any
+    auth: tuple
+    metrics: Any
+    pb2: Any
+
+
+def start_front_door(store: RecordStore, library: Settings, queue: Any, app, **settings: Any):
+    """The real front door on its own event loop thread; returns (client, stop)."""
+    from services.frontdoor.metrics import FrontDoorMetrics
+    from services.frontdoor.server import start_server
+    from services.frontdoor.settings import FrontDoorSettings
+    from services.frontdoor.stubs import pb2, pb2_grpc
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    metrics = FrontDoorMetrics()
+    running = asyncio.run_coroutine_threadsafe(start_server(
+        library, FrontDoorSettings(_env_file=None, metrics_port=0, deadline_margin_s=0.5, **settings),
+        store, queue, open_result_waiter(app, stored=stored_results(store)), FixedRouter(),
+        EveryTenantHasKnowledge(), metrics, listen="127.0.0.1:0", poll_models=False,
+        queue_watch_s=None, health_watch_s=None,
+    ), loop).result(30)
+    channel = grpc.insecure_channel(f"127.0.0.1:{running.port}")
+    key = store.create_api_key("acme")
+
+    def stop() -> None:
+        channel.close()
+        asyncio.run_coroutine_threadsafe(running.stop(0), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+    client = FrontDoorClient(pb2_grpc.AdaptiveRagStub(channel), (("authorization", f"Bearer {key}"),),
+                             metrics, pb2)
+    return client, stop
+
+
+def rpc_error(call, *args, **kwargs) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as info:
+        call(*args, **kwargs)
+    return info.value
+
+
+def test_a_lost_message_expires_in_the_sweep_and_the_resend_runs_under_its_request_id(stack):
+    app = stack.app()
+    queue = LosingFirstMessage(CeleryTaskQueue(app))
+    client, stop = start_front_door(stack.store, stack.library, queue, app,
+                                    queued_expiry_s=2.0, expiry_sweep_s=0.2)
+    try:
+        pb2, cid = client.pb2, f"lost-{uuid.uuid4().hex[:8]}"
+        ask = pb2.AnswerRequest(query_text=QUERY, client_request_id=cid)
+        error = rpc_error(client.stub.Answer, ask, metadata=client.auth, timeout=1.5)
+        assert error.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        request_id = dict(error.trailing_metadata())["x-request-id"]
+        assert [t.request_id for t in queue.lost] == [request_id]
+        get = pb2.GetResultRequest(request_id=request_id)
+        waiting = rpc_error(client.stub.GetResult, get, metadata=client.auth)
+        assert "still queued; call GetResult again later" in waiting.details()
+        wait_until(lambda: stack.store.get_request(request_id).status == "expired", "the sweep expired it", 30)
+        never = rpc_error(client.stub.GetResult, get, metadata=client.auth)
+        assert never.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert f"request {request_id} was expired and never ran; send the Answer again" in never.details()
+        assert client.metrics.registry.get_sample_value("arag_requests_expired_total") == 1.0
+        reply = client.stub.Answer(ask, metadata=client.auth, timeout=ANSWER_S)
+        assert reply.request_id == request_id and not reply.replayed
+        assert reply.answer == LLM_ANSWER.rstrip(".")
+        assert stack.store.get_request(request_id).status is RequestStatus.DONE
+        assert stack.store.count_results(request_id) == 1
+    finally:
+        stop()
+
+
+def instant_llm_on(port: int, log_path: Path) -> subprocess.Popen:
+    """The instant LLM endpoint, started on `port` (the one a running pool was told to use)."""
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.instant_llm", "--port", str(port)], cwd=REPO,
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while READY not in log_path.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_process(proc)
+            raise RuntimeError(f"the instant LLM did not start:\n{log_path.read_text()[-2000:]}")
+        time.sleep(0.1)
+    return proc
+
+
+def test_a_run_that_failed_for_a_dependency_runs_again_when_resent(redis_url, store, postgres_url, tmp_path):
+    """The LLM endpoint is down: the run ends `dependency_unavailable` (UNAVAILABLE). Once it is
+    up, the resend of the same client_request_id runs again under the same request id: its old
+    error answers neither the records (one row) nor the Redis result the front door waits on."""
+    port = free_port()
+    library = Settings(_env_file=None, database_url=postgres_url, llm_base_url=f"http://127.0.0.1:{port}/v1",
+                       llm_api="completions", llm_max_retries=0, llm_timeout_s=5.0)
+    workers = WorkerSettings(_env_file=None, redis_url=redis_db(redis_url, 8), task_max_retries=0,
+                             concurrency={"A": 1})
+    app = create_app(workers)
+    llm: subprocess.Popen | None = None
+    with WorkerPools(workers, pools=("A",), library=library, log_dir=tmp_path, migrate=False):
+        client, stop = start_front_door(store, library, CeleryTaskQueue(app), app, expiry_sweep_s=0)
+        try:
+            ask = client.pb2.AnswerRequest(query_text=QUERY, client_request_id=f"dep-{uuid.uuid4().hex[:8]}")
+            error = rpc_error(client.stub.Answer, ask, metadata=client.auth, timeout=ANSWER_S)
+            assert error.code() is grpc.StatusCode.UNAVAILABLE, error.details()
+            assert "send the Answer again with the same client_request_id" in error.details()
+            request_id = dict(error.trailing_metadata())["x-request-id"]
+            assert store.get_result(request_id).error_code is ErrorCode.DEPENDENCY_UNAVAILABLE
+            assert app_state_of(app, request_id) == "SUCCESS"  # the error result, in Redis
+            llm = instant_llm_on(port, tmp_path / "instant_llm.log")
+            reply = client.stub.Answer(ask, metadata=client.auth, timeout=ANSWER_S)
+            assert reply.request_id == request_id and not reply.replayed
+            assert reply.answer == LLM_ANSWER.rstrip(".")
+            assert store.get_request(request_id).status is RequestStatus.DONE
+            assert store.count_results(request_id) == 1 and store.get_result(request_id).ok
+            again = client.stub.Answer(ask, metadata=client.auth, timeout=ANSWER_S)
+            assert again.replayed and again.answer == reply.answer
+        finally:
+            stop()
+            if llm is not None:
+                stop_process(llm)
+
+
+def app_state_of(app, task_id: str) -> str:
+    return app.AsyncResult(task_id).state
