@@ -12,6 +12,16 @@ MAX_CLIENT_REQUEST_ID = 128
 MAX_REQUEST_ID = 64
 MAX_FEEDBACK_TEXT = 10_000
 RATINGS = (-1, 0, 1)  # answer wrong / no verdict / answer right
+ALLOWED_CONTROLS = "\t\n\r"  # the line structure of pasted text
+
+
+def first_control_character(text: str) -> int | None:
+    """Position of the first control character (or lone surrogate) other than tab and line
+    breaks: text no record, log line or terminal should hold (PostgreSQL text cannot hold U+0000)."""
+    for position, char in enumerate(text):
+        if unicodedata.category(char) in ("Cc", "Cs") and char not in ALLOWED_CONTROLS:
+            return position
+    return None
 
 
 def validate_query(text: str, max_chars: int) -> str:
@@ -23,11 +33,11 @@ def validate_query(text: str, max_chars: int) -> str:
         raise InvalidQueryError("query is empty")
     if len(stripped) > max_chars:
         raise InvalidQueryError(f"query is {len(stripped)} characters; the limit is {max_chars}")
-    for position, char in enumerate(stripped):
-        if unicodedata.category(char) in ("Cc", "Cs") and char not in "\t\n\r":
-            raise InvalidQueryError(
-                f"query contains control character U+{ord(char):04X} at position {position}"
-            )
+    position = first_control_character(stripped)
+    if position is not None:
+        raise InvalidQueryError(
+            f"query contains control character U+{ord(stripped[position]):04X} at position {position}"
+        )
     return stripped
 
 
@@ -65,6 +75,11 @@ def check_request_id(value: str) -> str:
         raise InvalidRequestError("request_id is empty")
     if len(value) > MAX_REQUEST_ID:
         raise InvalidRequestError(f"request_id is {len(value)} characters; the limit is {MAX_REQUEST_ID}")
+    for position, char in enumerate(value):
+        if not char.isprintable():
+            raise InvalidRequestError(
+                f"request_id contains U+{ord(char):04X} at position {position}; request ids are printable text"
+            )
     return value
 
 
@@ -72,5 +87,12 @@ def check_feedback(rating: int, correct_answer: str | None, comment: str | None)
     if rating not in RATINGS:
         raise InvalidRequestError(f"rating must be -1 (wrong), 0 (no verdict) or 1 (right), got {rating}")
     for name, text in (("correct_answer", correct_answer), ("comment", comment)):
-        if text is not None and len(text) > MAX_FEEDBACK_TEXT:
+        if text is None:
+            continue
+        if len(text) > MAX_FEEDBACK_TEXT:
             raise InvalidRequestError(f"{name} is {len(text)} characters; the limit is {MAX_FEEDBACK_TEXT}")
+        position = first_control_character(text)
+        if position is not None:
+            raise InvalidRequestError(
+                f"{name} contains control character U+{ord(text[position]):04X} at position {position}"
+            )

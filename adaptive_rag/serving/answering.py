@@ -109,10 +109,10 @@ def answer_task(
     log = LOG.bind(request_id=task.request_id, kind=task.kind.value, tier=task.tier.value,
                    strategy=task.strategy, attempt=delivery.attempt, worker=delivery.worker)
 
-    def failed(code: ErrorCode, exc: BaseException) -> AnswerResult:
+    def failed(code: ErrorCode, exc: BaseException, detail: str | None = None) -> AnswerResult:
         log.error("task.failed", error_code=code.value, error=_describe(exc))
         try:
-            return write_once(records, failure(task, code, _describe(exc), started, clock()), delivery)
+            return write_once(records, failure(task, code, detail or _describe(exc), started, clock()), delivery)
         except RECORDS_DOWN as down:
             log.warning("task.unrecordable", error=_describe(down))
             raise RecordsUnavailable(f"{code.value} not recorded: {_describe(down)}") from down
@@ -168,7 +168,8 @@ def answer_task(
     except NotRunnable:
         raise
     except time_limit_errors as exc:
-        return failed(ErrorCode.TIME_LIMIT, exc)
+        # the client reads this: what happened, not the worker's exception class
+        return failed(ErrorCode.TIME_LIMIT, exc, f"the {task.strategy} strategy did not finish within its time limit")
     except TRANSIENT as exc:
         if delivery.may_retry:
             log.warning("task.retry", error=_describe(exc))

@@ -85,3 +85,17 @@ def test_a_bad_document_fails_the_whole_batch_before_anything_is_written(service
     with pytest.raises(InvalidRequestError, match=message):
         service.upsert("acme", [doc("good", 5), bad])
     assert chunk_ids(service) == set() and not service.has_knowledge_base("acme")
+
+
+def test_nul_anywhere_in_a_document_or_a_delete_id_is_refused_before_anything_is_written(service):
+    """PostgreSQL text cannot hold U+0000: refused up front, so the index and the records agree."""
+    service.upsert("acme", [doc("ok", 5)])
+    before = chunk_ids(service)
+    bad_title = Document("t", "title\x00", (Section("", "text"),))
+    bad_text = Document("s", "title", (Section("", "te\x00xt"),))
+    for bad in (bad_title, bad_text):
+        with pytest.raises(InvalidRequestError, match="NUL character"):
+            service.upsert("acme", [bad])
+    with pytest.raises(InvalidRequestError, match="control character"):
+        service.delete("acme", ["ok\x00"])
+    assert chunk_ids(service) == before

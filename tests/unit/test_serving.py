@@ -212,6 +212,7 @@ def test_a_time_limit_and_a_bug_are_recorded_with_their_codes():
     result = answer_task(task, store, Resources(Stop("soft limit")), Delivery("w", 1, True),
                          time_limit_errors=(Stop,))
     assert result.error_code is ErrorCode.TIME_LIMIT
+    assert "did not finish within its time limit" in result.error and "Stop" not in result.error
     store2 = FakeStore()
     task2 = recorded_task(store2)
     bug = answer_task(task2, store2, Resources(KeyError("oops")), Delivery("w", 1, True))

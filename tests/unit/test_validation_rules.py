@@ -1,13 +1,13 @@
-"""Query validation and the rule-based fallback router."""
+"""Query, request id and feedback validation, and the rule-based fallback router."""
 
 from __future__ import annotations
 
 import pytest
 
 from adaptive_rag.contracts import Tier
-from adaptive_rag.errors import InvalidQueryError
+from adaptive_rag.errors import InvalidQueryError, InvalidRequestError
 from adaptive_rag.routing.rules import rule_tier
-from adaptive_rag.validation import validate_query
+from adaptive_rag.validation import check_feedback, check_request_id, validate_query
 
 # --- validate_query -------------------------------------------------------------------------------
 
@@ -76,6 +76,28 @@ def test_lone_surrogate_rejected() -> None:
 )
 def test_allowed_text_is_returned_stripped(text: str) -> None:
     assert validate_query(f"  {text} \n", 100) == text
+
+
+# --- request ids and feedback text: control characters never reach the records (PostgreSQL text
+# cannot hold U+0000: the call would end INTERNAL instead of INVALID_ARGUMENT) ----------------------
+
+
+@pytest.mark.parametrize(("value", "code", "position"), [("ab\x00cd", "0000", 2), ("\x1b[2J", "001B", 0)])
+def test_a_request_id_with_a_control_character_is_refused_precisely(value: str, code: str, position: int) -> None:
+    with pytest.raises(InvalidRequestError, match=rf"request_id contains U\+{code} at position {position};"):
+        check_request_id(value)
+
+
+def test_a_well_formed_request_id_is_returned_stripped() -> None:
+    assert check_request_id(" 3f600a0fe69d488eacb856e2b89f050f ") == "3f600a0fe69d488eacb856e2b89f050f"
+
+
+def test_feedback_text_with_a_control_character_is_refused_precisely() -> None:
+    with pytest.raises(InvalidRequestError, match=r"^correct_answer contains control character U\+0000 at position 6$"):
+        check_feedback(-1, "Lumora\x00Lighting", None)
+    with pytest.raises(InvalidRequestError, match=r"^comment contains control character U\+0007 at position 0$"):
+        check_feedback(1, None, "\x07ding")
+    check_feedback(1, "line one\nline two\tend", "windows\r\nline")  # line structure is fine
 
 
 # --- rule_tier ------------------------------------------------------------------------------------
