@@ -21,6 +21,7 @@ import typer
 from rich.table import Table
 
 from adaptive_rag.cli.common import (
+    DataDir,
     DbUrl,
     console,
     load_settings,
@@ -121,18 +122,37 @@ def train(
 SHIPPED_DIR = Path("models/router")
 
 
+def binary_labels(data_dir: Path, known: set[tuple[str, str]]) -> list:
+    """A binary label (the dataset's bias) for every benchmark `train` question not in `known`."""
+    from adaptive_rag.evaluation.datasets import load_questions
+    from adaptive_rag.routing.rules import dataset_tier
+    from adaptive_rag.storage.models import TrainingLabel
+
+    return [TrainingLabel(origin="benchmark", dataset=q.dataset, question_id=q.id, question=q.question,
+                          label=tier.value, label_source="binary", split="train", correct_metric="none",
+                          outcomes={})
+            for q in load_questions(data_dir, split="train")
+            if (q.dataset, q.id) not in known and (tier := dataset_tier(q.dataset)) is not None]
+
+
 @routers_app.command(name="fit-words")
 def fit_words(
     labels_file: Annotated[Optional[Path], typer.Option(help="a label file (JSONL, as written here) instead of the database")] = None,
     out: Annotated[Path, typer.Option(help="folder of router.json, labels.jsonl and MODEL_CARD.md")] = SHIPPED_DIR,
     min_count: Annotated[int, typer.Option(help="a word enters the vocabulary when seen this often")] = 2,
+    fill_binary: Annotated[bool, typer.Option(help="label every other benchmark `train` question by its dataset's bias (the paper's binary labels), as labels from the database only cover the questions the reader was run on")] = True,
+    data_dir: DataDir = None,
     database_url: DbUrl = None,
 ) -> None:
     """Fit the linear bag-of-words router (the router a fresh clone ships, served through Triton)
     on the `train` labels; hyper-parameters chosen on the hash validation split (never `test`).
 
-    Reading the database, the labels used are written to `<out>/labels.jsonl` too, so
-    `arag routers fit-words --labels-file <out>/labels.jsonl` rebuilds the same router.json.
+    Labels follow the paper's "silver + binary" scheme: the cheapest tier the reader answered
+    correctly where it was run (`arag label`), else the dataset's bias (B single-hop, C multi-hop).
+
+    Reading the database, its labels are written to `<out>/labels.jsonl` too (the binary ones
+    follow from the benchmark data), so `arag routers fit-words --labels-file <out>/labels.jsonl`
+    rebuilds the same router.json.
     """
     from adaptive_rag.routing.bag_of_words import fit
     from adaptive_rag.routing.learned import examples_from_labels
@@ -147,20 +167,25 @@ def fit_words(
             raise typer.BadParameter(str(exc)) from None
         source = str(labels_file)
     else:
-        database_url = load_settings(database_url=database_url).database_url
-        rows = open_label_store(database_url).labels(split="train")
-        source = database_url
+        settings = load_settings(database_url=database_url, data_dir=data_dir)
+        rows = open_label_store(settings.database_url).labels(split="train")
+        source = settings.database_url
+    run_rows = list(rows)  # what the reader was run on: the committed label file
+    if fill_binary:
+        rows += binary_labels(load_settings(data_dir=data_dir).data_dir, {(r.dataset, r.question_id) for r in rows})
     if not rows:
         raise typer.BadParameter(f"no `train` labels in {source}: run `arag label` first")
     examples = examples_from_labels(rows)
     per_dataset = Counter((e.dataset, e.label.value) for e in examples)
-    note = (f"{len(examples)} `train` labels; per dataset (A/B/C): "
+    sources = Counter(r.label_source for r in rows)
+    note = (f"{len(examples)} `train` labels ({', '.join(f'{n} {k}' for k, n in sorted(sources.items()))}; "
+            f"{len(run_rows)} labelled by running the reader, `arag label`); per dataset (A/B/C): "
             + ", ".join(f"{d} {per_dataset[(d, 'A')]}/{per_dataset[(d, 'B')]}/{per_dataset[(d, 'C')]}"
                         for d in sorted({e.dataset for e in examples})))
     router = fit(examples, min_count=min_count, note=note)
     out.mkdir(parents=True, exist_ok=True)
     if labels_file is None or labels_file.resolve() != (out / "labels.jsonl").resolve():
-        write_label_file(rows, out / "labels.jsonl")
+        write_label_file(run_rows, out / "labels.jsonl")
     sha = router.save(out / "router.json")
     v = router.card["validation"]
     console.print(f"{out / 'router.json'} (sha256 {sha[:12]}): {len(router.vocabulary)} words, "

@@ -78,16 +78,38 @@ def fit_vocabulary(texts: Iterable[str], min_count: int = 2) -> list[str]:
                   key=lambda w: (-counts[w], w))
 
 
-def features(tokenizer, texts: Sequence[str], max_length: int = MAX_LENGTH) -> np.ndarray:
-    """[n, vocabulary + 2]: the count of every id but `[PAD]` (column = id, `[PAD]`'s stays 0), then
-    the length in words / LENGTH_SCALE; the first `max_length` words only, as the client sends."""
-    size = tokenizer.get_vocab_size()
-    rows = np.zeros((len(texts), size + 1), dtype=np.float64)
-    for row, encoding in zip(rows, tokenizer.encode_batch(list(texts))):
+def _counted(tokenizer, texts: Sequence[str], max_length: int) -> list[tuple[Counter, int]]:
+    """Per text: the count of each token id among its first `max_length` words, and how many."""
+    found = []
+    for encoding in tokenizer.encode_batch(list(texts)):
         ids = encoding.ids[:max_length]
-        np.add.at(row, ids, 1.0)
-        row[size] = len(ids) / LENGTH_SCALE
+        found.append((Counter(ids), len(ids)))
+    return found
+
+
+def features(tokenizer, texts: Sequence[str], max_length: int = MAX_LENGTH) -> np.ndarray:
+    """Dense [n, vocabulary + 2]: the count of every token id (column = id), then the length in
+    words / LENGTH_SCALE; what the served graph computes from ids and mask (numpy only)."""
+    size = tokenizer.get_vocab_size()
+    rows = np.zeros((len(texts), size + 1), dtype=np.float32)
+    for row, (counts, length) in zip(rows, _counted(tokenizer, texts, max_length)):
+        row[list(counts)] = list(counts.values())
+        row[size] = length / LENGTH_SCALE
     return rows
+
+
+def sparse_features(tokenizer, texts: Sequence[str], max_length: int = MAX_LENGTH):
+    """`features` as a scipy CSR matrix, for fitting on thousands of questions (needs scipy)."""
+    from scipy.sparse import csr_matrix
+
+    size = tokenizer.get_vocab_size()
+    data, columns, pointers = [], [], [0]
+    for counts, length in _counted(tokenizer, texts, max_length):
+        columns += [*counts, size]
+        data += [*map(float, counts.values()), length / LENGTH_SCALE]
+        pointers.append(len(columns))
+    return csr_matrix((np.array(data), np.array(columns, dtype=np.int64), np.array(pointers)),
+                      shape=(len(texts), size + 1))
 
 
 @dataclass
@@ -110,7 +132,7 @@ class BagOfWordsRouter:
         x = features(self.tokenizer, texts, self.max_length)
         weights = np.vstack([self.token_weights.astype(np.float32),
                              (self.length_weight * LENGTH_SCALE).astype(np.float32)[None, :]])
-        return (x.astype(np.float32) @ weights + self.bias.astype(np.float32)).astype(np.float32)
+        return (x @ weights + self.bias.astype(np.float32)).astype(np.float32)
 
     def route_many(self, texts: Sequence[str]) -> list[str]:
         """The argmax tier per text (exact ties to the cheaper tier)."""
@@ -185,7 +207,7 @@ def fit(examples: Sequence[LabelledQuery], min_count: int = 2, note: str = "") -
     def trained(part: Sequence[LabelledQuery], c: float, weight: str | None) -> BagOfWordsRouter:
         vocabulary = fit_vocabulary([e.question for e in part], min_count)
         tokenizer = _tokenizer(vocabulary)
-        x = features(tokenizer, [e.question for e in part])
+        x = sparse_features(tokenizer, [e.question for e in part])
         token_weights, length_weight, bias = _fit_logistic(
             x, [e.label.value for e in part], c, weight, tokenizer.get_vocab_size())
         token_weights[1] = 0.0  # [PAD] never counts
