@@ -299,7 +299,8 @@ class Published:
 def publish(router_path: Path, repository: Path, model_name: str = CLASSIFIER_MODEL,
             extra_info: Mapping[str, Any] | None = None) -> Published:
     """Make `router_path` a classifier model version in `repository`, unless a version built from
-    the same bytes (sha256) is there already: then nothing is written (a second setup is instant).
+    the same bytes (sha256) is there already: then only its descriptive `extra_info` is refreshed
+    (a second setup is instant).
 
     Written into a staging directory, checked (ONNX checker, ONNX Runtime vs numpy parity), then
     renamed into place, so a half-built version is never visible to Triton.
@@ -314,6 +315,9 @@ def publish(router_path: Path, repository: Path, model_name: str = CLASSIFIER_MO
         info_path = model_dir / str(version) / "classifier.json"
         info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
         if info.get("source", {}).get("sha256") == source_sha:
+            if extra_info and any(info.get(k) != v for k, v in extra_info.items()):
+                # descriptive fields only (the figures measured since): the graph is untouched
+                info_path.write_text(json.dumps({**info, **extra_info}, indent=2) + "\n", encoding="utf-8")
             return Published(version, model_dir / str(version), cached=True)
     router = BagOfWordsRouter.load(router_path)
     version = next_version(model_dir)

@@ -136,3 +136,30 @@ def test_label_files_round_trip(tmp_path):
 
 def test_padding_never_counts(router):
     assert np.all(router.token_weights[1] == 0.0)
+
+
+def test_ship_publishes_once_and_refuses_a_broken_router_file(router, tmp_path):
+    from tests.unit.test_cli_errors import run_arag
+
+    router.save(tmp_path / "router.json")
+    (tmp_path / "evaluation.json").write_text(json.dumps(
+        {"test_labels": {"n": 10, "accuracy": 0.5, "dataset_rule_accuracy": 0.6, "reader": "qwen-1.5b"}}))
+    args = ["model", "ship", "--router", str(tmp_path / "router.json"), "--repository", str(tmp_path / "repo")]
+    first, second = run_arag(*args), run_arag(*args)
+    assert first.returncode == 0 and "published:" in first.stdout, first.stderr
+    assert second.returncode == 0 and "already published:" in second.stdout
+    assert "accuracy on 10 `test` labels 50.0%" in describe_version(open_version(tmp_path / "repo"))
+    (tmp_path / "broken.json").write_text('{"kind": "lr"}')
+    broken = run_arag("model", "ship", "--router", str(tmp_path / "broken.json"), "--repository", str(tmp_path / "repo"))
+    assert broken.returncode == 2 and "not a bag-of-words router" in broken.stderr and "Traceback" not in broken.stderr
+
+
+def test_a_cached_version_gets_the_figures_measured_since(router, tmp_path):
+    router.save(tmp_path / "router.json")
+    publish(tmp_path / "router.json", tmp_path / "repo")
+    onnx_before = file_sha256(open_version(tmp_path / "repo").onnx_path)
+    evaluation = {"test_labels": {"n": 5, "accuracy": 0.4, "dataset_rule_accuracy": 0.6}}
+    assert publish(tmp_path / "router.json", tmp_path / "repo", extra_info={"evaluation": evaluation}).cached
+    version = open_version(tmp_path / "repo")
+    assert "accuracy on 5 `test` labels 40.0%" in describe_version(version)
+    assert file_sha256(version.onnx_path) == onnx_before
