@@ -100,6 +100,7 @@ def ship(
     router: Annotated[Path, typer.Option("--router", help="the committed bag-of-words router (arag routers fit-words)")] = SHIPPED_ROUTER,
     repository: RepoOpt = None,
     model: ModelOpt = None,
+    test_report: Annotated[Optional[Path], typer.Option("--test-report", help="an `arag eval` report.json whose adaptive row is a version of this router: its `test` figures are written to evaluation.json beside router.json")] = None,
 ) -> None:
     """Publish the router the repository ships as a classifier model version (no torch needed):
     built deterministically from router.json, checked (ONNX Runtime against numpy), and skipped
@@ -113,6 +114,13 @@ def ship(
     if not router.is_file():
         raise typer.BadParameter(f"--router: no such file: {router}")
     evaluation_path = router.parent / SHIPPED_EVALUATION
+    if test_report is not None:
+        try:
+            figures = test_figures(test_report, router, settings.model_repository / settings.classifier_model)
+        except (OSError, ValueError, KeyError) as exc:
+            raise typer.BadParameter(f"--test-report {test_report}: {exc}") from None
+        evaluation_path.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        typer.echo(f"wrote {evaluation_path}")
     evaluation = json.loads(evaluation_path.read_text(encoding="utf-8")) if evaluation_path.is_file() else {}
     try:
         published = publish(router, settings.model_repository, settings.classifier_model,
@@ -122,6 +130,33 @@ def ship(
     served = served_version(settings.model_repository / settings.classifier_model)
     typer.echo(f"{'already published' if published.cached else 'published'}: {router} as "
                f"{settings.classifier_model} version {published.version} ({published.path}); served version: {served}")
+
+
+def test_figures(report_path: Path, router: Path, model_dir: Path) -> dict:
+    """The shipped router's accuracy on the `test` labels beside the dataset-identity rule's, from
+    an evaluation report whose adaptive row ran a version built from `router` (checked by sha256)."""
+    import re
+
+    from adaptive_rag.pinned import file_sha256
+
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    meta = report["meta"]
+    found = re.search(r"version (\d+)", meta.get("adaptive_row") or "")
+    if found is None:
+        raise ValueError("the report has no adaptive row (run `arag eval --report-only --classifier-version N`)")
+    info = json.loads((model_dir / found.group(1) / "classifier.json").read_text(encoding="utf-8"))
+    if info.get("source", {}).get("sha256") != file_sha256(router):
+        raise ValueError(f"its adaptive row ran version {found.group(1)}, which was not built from {router}")
+    agreement = report["tier_agreement"]
+    mine, rule = agreement["adaptive"]["accuracy"], agreement["dataset-identity rule"]["accuracy"]
+    generator = report_path.parent / "generator.json"
+    reader = json.loads(generator.read_text(encoding="utf-8")).get("llm") if generator.is_file() else meta.get("llm")
+    return {"test_labels": {
+        "n": mine["n"], "accuracy": mine["estimate"], "interval_95": [mine["low"], mine["high"]],
+        "dataset_rule_accuracy": rule["estimate"], "dataset_rule_interval_95": [rule["low"], rule["high"]],
+        "reader": reader, "report": str(report_path), "command": meta.get("command"), "date": meta.get("date"),
+        "label": "the cheapest tier the reader answered correctly (EM or Acc), else the dataset's bias",
+    }}
 
 
 def verdict_summary(verdict: Verdict) -> dict:
