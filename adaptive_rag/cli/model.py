@@ -107,7 +107,7 @@ def ship(
     when a version built from the same bytes exists. It becomes the served version only in a
     repository nothing was ever promoted into (`served.json` is moved by promotion only)."""
     from adaptive_rag.errors import ConfigurationError
-    from adaptive_rag.routing.bag_of_words import KIND, publish
+    from adaptive_rag.routing.bag_of_words import KIND, model_card, publish
     from adaptive_rag.routing.model_repository import served_version
 
     settings = load_classifier_settings(model_repository=repository, classifier_model=model)
@@ -120,7 +120,8 @@ def ship(
         except (OSError, ValueError, KeyError) as exc:
             raise typer.BadParameter(f"--test-report {test_report}: {exc}") from None
         evaluation_path.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        typer.echo(f"wrote {evaluation_path}")
+        (router.parent / "MODEL_CARD.md").write_text(model_card(router), encoding="utf-8")
+        typer.echo(f"wrote {evaluation_path} and {router.parent / 'MODEL_CARD.md'}")
     evaluation = json.loads(evaluation_path.read_text(encoding="utf-8")) if evaluation_path.is_file() else {}
     try:
         published = publish(router, settings.model_repository, settings.classifier_model,

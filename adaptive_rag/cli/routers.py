@@ -154,7 +154,7 @@ def fit_words(
     follow from the benchmark data), so `arag routers fit-words --labels-file <out>/labels.jsonl`
     rebuilds the same router.json.
     """
-    from adaptive_rag.routing.bag_of_words import fit
+    from adaptive_rag.routing.bag_of_words import fit, model_card
     from adaptive_rag.routing.learned import examples_from_labels
     from adaptive_rag.storage.labels import read_label_file, write_label_file
 
@@ -187,6 +187,7 @@ def fit_words(
     if labels_file is None or labels_file.resolve() != (out / "labels.jsonl").resolve():
         write_label_file(run_rows, out / "labels.jsonl")
     sha = router.save(out / "router.json")
+    (out / "MODEL_CARD.md").write_text(model_card(out / "router.json"), encoding="utf-8")
     v = router.card["validation"]
     console.print(f"{out / 'router.json'} (sha256 {sha[:12]}): {len(router.vocabulary)} words, "
                   f"{router.card['hyperparameters']}; validation accuracy {v['accuracy']:.1%}, "

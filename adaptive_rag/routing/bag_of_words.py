@@ -236,6 +236,53 @@ def fit(examples: Sequence[LabelledQuery], min_count: int = 2, note: str = "") -
     return router
 
 
+def model_card(router_path: Path) -> str:
+    """`MODEL_CARD.md` for a committed router: what it is, what it learned from, how it was chosen,
+    and its `test` figures when `evaluation.json` lies beside it (`arag model ship --test-report`)."""
+    from adaptive_rag.pinned import file_sha256
+
+    router = BagOfWordsRouter.load(router_path)
+    card, labels = router.card, router.card.get("labels", {})
+    v = card.get("validation", {})
+
+    def tiers(counts: Mapping[str, int]) -> str:
+        return " / ".join(str(counts.get(t, 0)) for t in TIER_VALUES)
+
+    lines = [
+        f"# The shipped router: {KIND}", "",
+        "Multinomial logistic regression on a question's word counts and its length in words "
+        "(`adaptive_rag/routing/bag_of_words.py`), published as a classifier version by `arag model ship` "
+        "(an ONNX graph + a word tokenizer built from `router.json`, no torch).", "",
+        f"- `router.json` sha256 `{file_sha256(router_path)}`; {len(router.vocabulary)} words "
+        f"(seen at least {card.get('min_count')} times), max {router.max_length} words per question",
+        f"- labels: {card.get('note', '')}",
+        f"- labels A / B / C: all {tiers(labels.get('fitted_on', {}))}; fitting part "
+        f"{tiers(labels.get('fit_part', {}))}; validation {tiers(labels.get('validation', {}))}",
+        f"- chosen: {card.get('hyperparameters')} ({card.get('selection')}); {card.get('refit')}",
+        f"- validation ({card.get('validation_split')}): accuracy {v.get('accuracy', 0):.1%}, macro-F1 "
+        f"{v.get('macro_f1', 0):.1%} on {v.get('n', 0)} labels",
+    ]
+    evaluation_path = Path(router_path).parent / "evaluation.json"
+    if evaluation_path.is_file():
+        t = json.loads(evaluation_path.read_text(encoding="utf-8"))["test_labels"]
+        lo, hi = t["interval_95"]
+        rlo, rhi = t["dataset_rule_interval_95"]
+        lines += [
+            f"- `test` labels ({t['label']}; reader {t['reader']}, {t['n']} questions, {t['date']}): "
+            f"accuracy **{t['accuracy']:.1%}** [{lo:.1%}, {hi:.1%}]; the dataset-identity rule on the same "
+            f"questions {t['dataset_rule_accuracy']:.1%} [{rlo:.1%}, {rhi:.1%}] (bootstrap 95 % intervals). "
+            f"From `{t['command']}`.",
+        ]
+        if t["accuracy"] <= t["dataset_rule_accuracy"]:
+            lines.append("- It does **not** beat the dataset-identity rule on the `test` labels. The rule needs to "
+                         "know which benchmark a question came from, which live traffic never says; this "
+                         "router reads only the question.")
+    lines += ["", "Refit: `arag routers fit-words --labels-file models/router/labels.jsonl` (same bytes from "
+              "the same labels and benchmark data); test figures: `arag model ship --test-report "
+              "<eval dir>/report.json`.", ""]
+    return "\n".join(lines)
+
+
 # --- serving: the router as a classifier model version (ONNX + tokenizer), built without torch ----
 
 
