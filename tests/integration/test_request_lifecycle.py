@@ -37,6 +37,7 @@ from workers.celery_app import create_app
 from workers.client import CeleryTaskQueue, open_result_waiter, stored_results
 from workers.pools import RestartPolicy, WorkerPools
 from workers.settings import WorkerSettings
+from tests.support.redis import redis_db
 
 pytestmark = pytest.mark.integration
 
@@ -45,10 +46,6 @@ LLM_LATENCY_MS = 4000.0  # each answer takes 4 s: a run is still going when its 
 MAX_DELIVERIES = 2
 ANSWER_S = 90.0  # generous: two shared cores, another job beside the tests
 QUERY = "What is the capital of France?"
-
-
-def redis_db(url: str, db: int) -> str:
-    return f"{url.rsplit('/', 1)[0]}/{db}"
 
 
 @pytest.fixture(scope="module")

@@ -35,6 +35,7 @@ from workers.celery_app import create_app
 from workers.client import CeleryTaskQueue, open_result_waiter
 from workers.pools import WorkerPools
 from workers.settings import WorkerSettings
+from tests.support.redis import redis_db
 
 pytestmark = [pytest.mark.integration, pytest.mark.model]
 
@@ -48,10 +49,6 @@ QUESTIONS = {
 }
 # Generous: two shared cores, another LLM job running beside the tests.
 WAIT_S = 300.0
-
-
-def redis_db(url: str, db: int) -> str:
-    return f"{url.rsplit('/', 1)[0]}/{db}"
 
 
 @pytest.fixture(scope="module")
