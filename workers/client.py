@@ -127,13 +127,26 @@ class CeleryTaskQueue:
                 return 0
 
 
+# Failures Celery records for a task that never returned its own result, by exception type: what
+# the client is told (the worker records the same codes in the records, `workers.tasks`).
+KNOWN_FAILURES: dict[str, tuple[ErrorCode, str]] = {
+    "TimeLimitExceeded": (ErrorCode.TIME_LIMIT, "the strategy did not finish within the worker's time limit"),
+    "SoftTimeLimitExceeded": (ErrorCode.TIME_LIMIT, "the strategy did not finish within the worker's time limit"),
+    "RecordsUnavailable": (ErrorCode.DEPENDENCY_UNAVAILABLE, "the records database stayed unreachable"),
+}
+
+
 def result_from_meta(task_id: str, meta: dict[str, Any]) -> AnswerResult:
     """The task's result; a task that died outside its own error handling (it never returned a
-    result) becomes an `internal` error result."""
+    result) becomes an error result: a time limit or the records away by their own codes, anything
+    else `internal`."""
     if meta.get("status") == states.SUCCESS and isinstance(meta.get("result"), dict):
         return AnswerResult.model_validate(meta["result"])
     failure = meta.get("result")
-    if isinstance(failure, dict):
+    code = ErrorCode.INTERNAL
+    if isinstance(failure, dict) and failure.get("exc_type") in KNOWN_FAILURES:
+        code, detail = KNOWN_FAILURES[failure["exc_type"]]
+    elif isinstance(failure, dict):
         detail = f"{failure.get('exc_type', 'Error')}: {failure.get('exc_message', '')}"
     else:
         detail = f"task ended {meta.get('status')}: {failure!r}"
@@ -141,7 +154,7 @@ def result_from_meta(task_id: str, meta: dict[str, Any]) -> AnswerResult:
     kind, _, tier = rest.partition(".")
     return AnswerResult(
         request_id=request_id, kind=ResultKind(kind or ResultKind.PRIMARY), tier=Tier(tier or Tier.B),
-        strategy="", error=detail, error_code=ErrorCode.INTERNAL,
+        strategy="", error=detail, error_code=code,
     )
 
 

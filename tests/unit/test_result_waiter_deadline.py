@@ -52,3 +52,18 @@ def test_a_read_that_hangs_while_time_is_left_is_an_unreachable_backend() -> Non
 
     with pytest.raises(DependencyUnavailableError, match="unreachable"):
         asyncio.run(go())
+
+
+@pytest.mark.parametrize(("exc_type", "code"), [
+    ("TimeLimitExceeded", "time_limit"), ("SoftTimeLimitExceeded", "time_limit"),
+    ("RecordsUnavailable", "dependency_unavailable"), ("KeyError", "internal"),
+])
+def test_a_failure_celery_recorded_keeps_its_meaning_and_names_no_class_it_knows(exc_type: str, code: str) -> None:
+    from celery import states
+
+    from workers.client import result_from_meta
+
+    result = result_from_meta("r1", {"status": states.FAILURE,
+                                     "result": {"exc_type": exc_type, "exc_message": "(315.0,)"}})
+    assert result.error_code.value == code and result.request_id == "r1"
+    assert (exc_type in result.error) == (code == "internal")
