@@ -16,7 +16,8 @@ weight rows by token id, a masked sum, plus length x its weight and the bias: th
 classifier client tokenizes with the version's `tokenizer.json` and pads with `[PAD]` (masked out).
 
 Hyper-parameters (C, class weighting) are chosen by validation macro-F1 on the one hash validation
-split of `train` (`training.splits`), then refitted on all labels, as the other learned routers do.
+split of `train` (`training.splits`); the validation part is never fitted on, so promotion
+(`arag retrain`) compares a challenger with this router on labels neither has seen.
 """
 
 from __future__ import annotations
@@ -194,8 +195,8 @@ def _fit_logistic(x: np.ndarray, labels: Sequence[str], c: float, class_weight: 
 
 
 def fit(examples: Sequence[LabelledQuery], min_count: int = 2, note: str = "") -> BagOfWordsRouter:
-    """Choose C and class weighting on the hash validation split (vocabulary from the fitting part
-    only), then refit vocabulary and weights on every example."""
+    """Choose C and class weighting on the hash validation split; the router returned is the one
+    fitted (vocabulary and weights) on the fitting part only."""
     if len({e.label for e in examples}) < 2:
         raise ConfigurationError(f"the {KIND} router needs labels of at least two tiers ({len(examples)} given)")
     fit_idx, val_idx = validation_split(examples)
@@ -221,17 +222,19 @@ def fit(examples: Sequence[LabelledQuery], min_count: int = 2, note: str = "") -
             grid.append({"params": {"C": c, "class_weight": weight}, "validation": report})
     best = max(grid, key=lambda g: (round(g["validation"]["macro_f1"], 9), round(g["validation"]["accuracy"], 9),
                                     -g["params"]["C"]))
-    router = trained(examples, best["params"]["C"], best["params"]["class_weight"])
+    # The validation part stays held out, as `arag train` keeps it: promotion judges a challenger
+    # against this router on exactly those labels, which a refit on them would have seen.
+    router = trained(fit_part, best["params"]["C"], best["params"]["class_weight"])
     router.card = {
         "note": note, "min_count": min_count, "vocabulary_size": len(router.vocabulary),
-        "labels": {"fitted_on": label_counts(examples), "fit_part": label_counts(fit_part),
+        "labels": {"all": label_counts(examples), "fit_part": label_counts(fit_part),
                    "validation": label_counts(val_part),
                    "sources": dict(sorted(Counter(e.source for e in examples).items()))},
         "validation_split": "sha256 of the normalised question (training.splits.validation_part)",
         "hyperparameters": best["params"],
         "selection": "C and class weighting with the highest validation macro-F1; ties: accuracy, then smaller C",
         "validation": best["validation"],
-        "refit": "vocabulary and weights on every label (fitting part + validation)",
+        "refit": "none: the router is the one fitted on the fitting part (validation held out for promotion)",
     }  # no clock time in it: the same labels give the same bytes
     return router
 
@@ -256,7 +259,7 @@ def model_card(router_path: Path) -> str:
         f"- `router.json` sha256 `{file_sha256(router_path)}`; {len(router.vocabulary)} words "
         f"(seen at least {card.get('min_count')} times), max {router.max_length} words per question",
         f"- labels: {card.get('note', '')}",
-        f"- labels A / B / C: all {tiers(labels.get('fitted_on', {}))}; fitting part "
+        f"- labels A / B / C: all {tiers(labels.get('all', {}))}; fitted on (the fitting part) "
         f"{tiers(labels.get('fit_part', {}))}; validation {tiers(labels.get('validation', {}))}",
         f"- chosen: {card.get('hyperparameters')} ({card.get('selection')}); {card.get('refit')}",
         f"- validation ({card.get('validation_split')}): accuracy {v.get('accuracy', 0):.1%}, macro-F1 "

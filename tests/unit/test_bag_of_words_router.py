@@ -38,11 +38,13 @@ def router() -> BagOfWordsRouter:
     return fit(keyword_labels())
 
 
-def test_it_learns_the_words_that_tell_the_tiers_apart(router):
+def test_it_learns_the_words_that_tell_the_tiers_apart_and_never_fits_the_validation_part(router):
     assert router.route_many(["hello there!", "Who wrote Dune?",
                               "Which film came out first, Alien or Heat, and who directed both?"]) == ["A", "B", "C"]
     assert router.card["validation"]["accuracy"] == 1.0
-    assert router.card["labels"]["fitted_on"] == {"A": 40, "B": 40, "C": 40}
+    assert router.card["labels"]["all"] == {"A": 40, "B": 40, "C": 40}
+    fit_part, validation = router.card["labels"]["fit_part"], router.card["labels"]["validation"]
+    assert sum(fit_part.values()) + sum(validation.values()) == 120 and sum(validation.values()) > 0
     assert "hello" in router.vocabulary and "[UNK]" not in router.vocabulary
 
 
