@@ -246,6 +246,18 @@ CHAOS_ARGS ?=
 chaos: setup
 	$(PY) -m benchmarks.chaos $(CHAOS_ARGS)
 
+## domain-adaptation: does the router learn a support domain from its traffic? The local stack
+## (ARAG_SHADOW_SHARE=1.0, the shipped bag-of-words router as version 1, the COVID FAQ as tenant
+## `support`) answers new support `train` queries each round, a simulated agent rates them from the
+## gold, then `arag relabel` + `arag retrain`; support-test tier accuracy (Route) and benchmark-test
+## accuracy (arag eval --report-only over var/eval-qwen15) before and after each round;
+## reports/domain_adaptation/. Hours with qwen-1.5b; DOMAIN_ARGS="--quick" (1 round, 2 queries per
+## kind, gemma-270m) for a smoke run into var/domain_adaptation/quick/report/.
+.PHONY: domain-adaptation
+DOMAIN_ARGS ?=
+domain-adaptation: setup
+	nice -n 10 $(PY) -m benchmarks.domain_adaptation $(DOMAIN_ARGS)
+
 # --- load testing (locust over gRPC) -----------------------------------------------------------------
 .PHONY: loadtest
 
