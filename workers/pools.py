@@ -291,8 +291,8 @@ class WorkerPools:
                               restarts=health.restarts, log=str(pool.log_path))
                     self._restore_reserved(pool.queue)
                 elif now() >= health.restart_at:
-                    health.restarts += 1
                     new = self.start_pool(name, wait=False)
+                    health.restarts += 1  # counted once the new pool is in `pools`: readers see both
                     started.append(name)
                     LOG.warning("pool_restarted", pool=name, queue=new.queue, pid=new.pid,
                                 restarts=health.restarts)

@@ -15,13 +15,23 @@ strategy's drafts need them (`adaptive_rag.llm.logprob_llm`).
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from adaptive_rag.domain import Completion
 from adaptive_rag.errors import ConfigurationError
+
+
+def _close_at_exit(model: weakref.ref) -> None:
+    """Free a model still alive at exit while the interpreter has its modules: left to
+    llama-cpp-python's `__del__` during shutdown, it prints an AttributeError traceback."""
+    llama = model()
+    if llama is not None:
+        llama.close()
 
 
 class LlamaCppLLM:
@@ -50,6 +60,7 @@ class LlamaCppLLM:
             logits_all=logprobs,
             verbose=False,
         )
+        atexit.register(_close_at_exit, weakref.ref(self._llama))
         self._lock = threading.Lock()
 
     def _fit(self, prompt: str, max_tokens: int) -> str:
