@@ -24,18 +24,17 @@ import kombu
 import pytest
 import redis
 
-from adaptive_rag.contracts import AnswerResult, AnswerTask, RoutingDecision, Tier
+from adaptive_rag.contracts import AnswerResult, RoutingDecision, Tier
 from adaptive_rag.errors import DependencyUnavailableError
 from adaptive_rag.settings import Settings
-from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
 from benchmarks.instant_llm import LLM_ANSWER, running_instant_llm
 from infra.local.servers import LocalRedis, local_redis_server
-from workers.celery_app import create_app
 from workers.client import (
     CeleryTaskQueue, RedisResultWaiter, open_result_waiter, stored_results,
 )
 from workers.pools import RestartPolicy, WorkerPools
 from workers.settings import WorkerSettings
+from tests.support.pools import PoolStack, answered, submit
 
 pytestmark = pytest.mark.integration
 
@@ -50,22 +49,9 @@ def broker() -> Iterator[LocalRedis]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def store(postgres_url: str) -> RecordStore:
-    upgrade_database(postgres_url)
-    return RecordStore(make_engine(postgres_url))
-
-
 @dataclass
-class Stack:
-    broker: LocalRedis
-    store: RecordStore
-    library: Settings
-    workers: WorkerSettings
-    pools: WorkerPools
-
-    def app(self):
-        return create_app(self.workers)
+class Stack(PoolStack):
+    broker: LocalRedis | None = None
 
 
 @pytest.fixture(scope="module")
@@ -80,35 +66,7 @@ def stack(broker, store, postgres_url, tmp_path_factory) -> Iterator[Stack]:
                                  prefetch={"A": 3, "B": 1})
         with WorkerPools(workers, pools=("A", "B"), library=library, log_dir=logs, migrate=False) as pools:
             pools.start_supervisor(poll_s=0.2, policy=RestartPolicy(first_backoff_s=0.5))
-            yield Stack(broker, store, library, workers, pools)
-
-
-def submit(stack: Stack, query: str = "What is the capital of France?") -> AnswerTask:
-    """What the front door does for a tier-A query: record it, then enqueue it."""
-    request_id = uuid.uuid4().hex
-    stack.store.create_request(request_id, "acme", None, query)
-    stack.store.record_decision(request_id, RoutingDecision(tier=Tier.A, fallback=True, reason="test",
-                                                            strategy="no_retrieval"))
-    task = AnswerTask(request_id=request_id, tenant="acme", query=query, tier=Tier.A,
-                      strategy="no_retrieval", enqueued_at=time.time())
-    CeleryTaskQueue(stack.app()).enqueue(task)
-    return task
-
-
-def answered(stack: Stack, tasks: list[AnswerTask], timeout: float = ANSWER_S) -> list[AnswerResult]:
-    """Every task's recorded result, waiting for them (the records, not Redis, are asked)."""
-    deadline = time.monotonic() + timeout
-    results: dict[str, AnswerResult] = {}
-    while time.monotonic() < deadline and len(results) < len(tasks):
-        for task in tasks:
-            if task.request_id not in results:
-                found = stack.store.get_result(task.request_id)
-                if found is not None:
-                    results[task.request_id] = found
-        time.sleep(0.2)
-    missing = [t.request_id for t in tasks if t.request_id not in results]
-    assert not missing, f"no result within {timeout:.0f} s for {missing}"
-    return [results[t.request_id] for t in tasks]
+            yield Stack(store, library, workers, pools, broker)
 
 
 def pool_log(stack: Stack, name: str) -> str:
@@ -170,7 +128,7 @@ def test_pools_survive_a_broker_restart_and_answer_what_was_in_flight_and_what_c
     pids = {name: pool.pid for name, pool in stack.pools.pools.items()}
     stack.broker.restart(down_s=DOWN_S)
     after = submit(stack)
-    results = answered(stack, [*before, after])
+    results = answered(stack.store, [t.request_id for t in (*before, after)], ANSWER_S)
     assert all(r.ok and r.answer == LLM_ANSWER.rstrip(".") for r in results), results
     assert {name: pool.pid for name, pool in stack.pools.pools.items()} == pids  # nobody crashed
     assert stack.pools.restarts == {"A": 0, "B": 0}
@@ -200,7 +158,7 @@ def test_a_killed_pool_is_restarted_while_the_others_keep_running(stack):
     assert stack.pools.pools["A"].pid != a.pid and stack.pools.pools["A"].alive()
     assert stack.pools.pools["B"] is b and b.alive() and stack.pools.restarts["B"] == 0
     assert stack.pools.health["A"].exit_codes[-1] == -signal.SIGKILL
-    result, = answered(stack, [submit(stack)])
+    result, = answered(stack.store, [submit(stack).request_id], ANSWER_S)
     assert result.ok
 
 

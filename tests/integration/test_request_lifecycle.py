@@ -30,13 +30,14 @@ from adaptive_rag.contracts import (
     AnswerResult, AnswerTask, ErrorCode, RequestStatus, RoutingDecision, Tier,
 )
 from adaptive_rag.settings import Settings
-from adaptive_rag.storage import QueryRequest, RecordStore, make_engine, upgrade_database
+from adaptive_rag.storage import QueryRequest, RecordStore
 from benchmarks.instant_llm import LLM_ANSWER, READY, running_instant_llm
 from infra.local.servers import free_port, stop_process
 from workers.celery_app import create_app
 from workers.client import CeleryTaskQueue, open_result_waiter, stored_results
 from workers.pools import RestartPolicy, WorkerPools
 from workers.settings import WorkerSettings
+from tests.support.pools import QUERY, PoolStack, answered, send, submit
 from tests.support.redis import redis_db
 
 pytestmark = pytest.mark.integration
@@ -45,28 +46,10 @@ REPO = Path(__file__).resolve().parents[2]
 LLM_LATENCY_MS = 4000.0  # each answer takes 4 s: a run is still going when its worker is killed
 MAX_DELIVERIES = 2
 ANSWER_S = 90.0  # generous: two shared cores, another job beside the tests
-QUERY = "What is the capital of France?"
 
 
 @pytest.fixture(scope="module")
-def store(postgres_url: str) -> RecordStore:
-    upgrade_database(postgres_url)
-    return RecordStore(make_engine(postgres_url))
-
-
-@dataclass
-class Stack:
-    store: RecordStore
-    library: Settings
-    workers: WorkerSettings
-    pools: WorkerPools
-
-    def app(self):
-        return create_app(self.workers)
-
-
-@pytest.fixture(scope="module")
-def stack(redis_url, store, postgres_url, tmp_path_factory) -> Iterator[Stack]:
+def stack(redis_url, store, postgres_url, tmp_path_factory) -> Iterator[PoolStack]:
     """Pool A (one prefork process, supervised: restarted at once and its reserved messages put
     back when it dies); pool B is started by the test that needs it."""
     logs = tmp_path_factory.mktemp("request-lifecycle")
@@ -78,32 +61,11 @@ def stack(redis_url, store, postgres_url, tmp_path_factory) -> Iterator[Stack]:
                                  prefetch={"A": 1, "B": 1}, task_max_deliveries=MAX_DELIVERIES)
         with WorkerPools(workers, pools=("A",), library=library, log_dir=logs, migrate=False) as pools:
             pools.start_supervisor(poll_s=0.2, policy=RestartPolicy(first_backoff_s=0.2))
-            yield Stack(store, library, workers, pools)
-
-
-def submit(stack: Stack, tier: Tier = Tier.A, strategy: str = "no_retrieval") -> AnswerTask:
-    """What the front door does: record the request and its routing, then enqueue it."""
-    request_id = uuid.uuid4().hex
-    stack.store.create_request(request_id, "acme", None, QUERY,
-                               decision=RoutingDecision(tier=tier, fallback=True, reason="test", strategy=strategy))
-    return send(stack, request_id, tier, strategy)
-
-
-def send(stack: Stack, request_id: str, tier: Tier = Tier.A, strategy: str = "no_retrieval") -> AnswerTask:
-    task = AnswerTask(request_id=request_id, tenant="acme", query=QUERY, tier=tier, strategy=strategy,
-                      enqueued_at=time.time())
-    CeleryTaskQueue(stack.app()).enqueue(task)
-    return task
+            yield PoolStack(store, library, workers, pools)
 
 
 def recorded(store: RecordStore, request_id: str, timeout: float = ANSWER_S) -> AnswerResult:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = store.get_result(request_id)
-        if found is not None:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"no result for {request_id} within {timeout:.0f} s")
+    return answered(store, [request_id], timeout)[0]
 
 
 def wait_until(check, what: str, timeout: float = ANSWER_S) -> None:

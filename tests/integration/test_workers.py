@@ -61,12 +61,6 @@ def kb_dir(tmp_path_factory, postgres_url) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def store(postgres_url: str) -> RecordStore:
-    upgrade_database(postgres_url)
-    return RecordStore(make_engine(postgres_url))
-
-
 @dataclass(frozen=True)
 class Setup:
     """What the worker processes read: the library's settings and the workers' own."""
