@@ -1006,6 +1006,19 @@ class Bench:
         }
 
 
+def checkpoint(report: dict[str, Any], args: argparse.Namespace) -> None:
+    """The rounds done so far, written as a report marked in progress: a run stopped later (it
+    takes hours with the default reader) keeps its finished rounds."""
+    if args.report_dir is None:
+        return
+    partial = json.loads(json.dumps(report, default=str))
+    partial["start"].pop("correct", None)
+    partial["meta"]["finished"] = f"in progress: {len(report['rounds'])} of {args.rounds} rounds done"
+    partial["summary"] = summary_lines(partial)
+    write_report(partial, args.report_dir)
+    log(f"checkpoint: {args.report_dir / 'report.md'} ({len(report['rounds'])} of {args.rounds} rounds)")
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """The whole benchmark: start, measure, rounds; returns the report (written by `main`)."""
     import grpc
@@ -1107,6 +1120,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         if done is None:
                             break
                         report["rounds"].append(done)
+                        checkpoint(report, args)
             meta["leftovers"] = [f"{pid} {cmd[:120]}" for pid, cmd in running.leftovers]
             if running.leftovers:
                 notes.append(f"{len(running.leftovers)} process(es) still running after the stop were killed")
@@ -1191,6 +1205,7 @@ def main(argv: list[str] | None = None) -> int:
 
     install_stop_signals()
     log(f"scratch {args.scratch}; report {out}")
+    args.report_dir = out
     report = run(args)
     report["meta"]["scratch"] = str(args.scratch.relative_to(REPO) if args.scratch.is_relative_to(REPO) else args.scratch)
     for path in write_report(report, out):

@@ -15,7 +15,7 @@ from adaptive_rag.evaluation.support import (
     FAQ, JOINED, OUT_OF_KB, PARAPHRASE, SMALL_TALK, SupportQuery,
 )
 from benchmarks.domain_adaptation import (
-    RoutedQuery, agent_feedback, benchmark_check, change_wording, cumulative_labels, eval_strategies,
+    RoutedQuery, agent_feedback, benchmark_check, checkpoint, change_wording, cumulative_labels, eval_strategies,
     gold_agreement, in_sample_champion, last_json_object, live_label_counts, paired_change, render_markdown,
     replay_summary, retrieval_error, round_queries, summarise_routes, summary_lines, write_report,
 )
@@ -270,3 +270,17 @@ def test_report_files_hold_the_round_table_and_the_plot(tmp_path: Path) -> None:
     assert "macro-F1 90.0 % on 100 labels" in markdown
     assert cumulative_labels(report) == [0, 8]
     assert render_markdown(report) == markdown
+
+
+def test_a_checkpoint_writes_the_rounds_done_so_far_marked_in_progress(tmp_path: Path) -> None:
+    import argparse
+    import json
+
+    report = synthetic_report(promoted=True, bench_now=0.6)
+    report["start"]["correct"] = {"0": 1.0}
+    checkpoint(report, argparse.Namespace(report_dir=tmp_path, rounds=3))
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert written["meta"]["finished"] == "in progress: 1 of 3 rounds done"
+    assert "correct" not in written["start"] and "correct" in report["start"]  # the run's own report untouched
+    assert written["summary"] and (tmp_path / "report.md").is_file()
+    assert "finished" not in report["meta"]
