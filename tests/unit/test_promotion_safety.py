@@ -195,3 +195,27 @@ def test_the_cli_rolls_back_and_reports_status(tmp_path, store, monkeypatch):
     status = json.loads(result.stdout)
     assert status["served_version"] == 1 and status["versions"] == [1, 2]
     assert [r["action"] for r in status["recent"]] == ["rollback", "promote"]
+
+
+def test_macro_f1_for_promotion_leaves_out_a_class_with_a_handful_of_labels():
+    from adaptive_rag.training.promotion import with_supported_macro_f1
+    from adaptive_rag.training.training import classification_metrics
+
+    # 1 A, 30 B, 20 C: both routers get B and C right; only the challenger gets the lone A right
+    truth = [0] + [1] * 30 + [2] * 20
+    champion = with_supported_macro_f1(classification_metrics(truth, [1] + [1] * 30 + [2] * 20))
+    challenger = with_supported_macro_f1(classification_metrics(truth, truth))
+    assert champion["macro_f1_all"] < 0.7 < challenger["macro_f1_all"]  # one question, a third of the score
+    assert champion["macro_f1_classes"] == ["B", "C"]
+    assert challenger["macro_f1"] == pytest.approx(1.0)
+    assert champion["macro_f1"] == pytest.approx((2 * 30 / 61 + 1.0) / 2)  # B's precision 30/31
+    assert not challenger["macro_f1"] > champion["macro_f1"] + 0.05  # no longer a landslide
+
+
+def test_with_only_small_classes_every_present_class_counts():
+    from adaptive_rag.training.promotion import with_supported_macro_f1
+    from adaptive_rag.training.training import classification_metrics
+
+    metrics = with_supported_macro_f1(classification_metrics([0, 1, 1, 2], [0, 1, 1, 1]))
+    assert metrics["macro_f1_classes"] == ["A", "B", "C"]
+    assert metrics["macro_f1"] == pytest.approx(metrics["macro_f1_all"])
