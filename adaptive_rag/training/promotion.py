@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 
 METRICS = ("macro_f1", "accuracy")
 # Validation labels a class needs before its F1 counts toward the macro-F1 promotion compares: a
-# class seen once moves macro-F1 by a third on one question (a single tier-A validation label
-# decided a promotion that cost 29 points of support-domain routing accuracy).
+# class seen once moves macro-F1 by a third on one question (one tier-A validation label scored a
+# champion 62.5 against a challenger's 96.3; over B and C alone they were 93.8 and 94.4).
 MIN_CLASS_SUPPORT = 10
 
 
