@@ -24,7 +24,7 @@ import kombu
 import pytest
 import redis
 
-from adaptive_rag.contracts import AnswerResult, RoutingDecision, Tier
+from adaptive_rag.contracts import AnswerResult
 from adaptive_rag.errors import DependencyUnavailableError
 from adaptive_rag.settings import Settings
 from benchmarks.instant_llm import LLM_ANSWER, running_instant_llm
@@ -34,6 +34,7 @@ from workers.client import (
 )
 from workers.pools import RestartPolicy, WorkerPools
 from workers.settings import WorkerSettings
+from tests.support.frontdoor import EveryTenantHasKnowledge, FixedRouter
 from tests.support.pools import PoolStack, answered, submit
 
 pytestmark = pytest.mark.integration
@@ -231,27 +232,6 @@ def test_a_result_wait_survives_a_redis_restart(tmp_path):
 
 # --- the front door ----------------------------------------------------------------------------
 
-class TierARouter:
-    """Every query to tier A (the router is not what this test is about)."""
-
-    version = 0
-    model_name = "test"
-
-    async def route(self, query: str) -> RoutingDecision:
-        return RoutingDecision(tier=Tier.A, fallback=True, reason="test")
-
-    async def poll_forever(self) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
-
-
-class EveryTenantHasKnowledge:
-    def has_knowledge_base(self, tenant: str) -> bool:
-        return True
-
-
 @pytest.fixture
 def front_door(stack):
     from services.frontdoor.metrics import FrontDoorMetrics
@@ -266,7 +246,7 @@ def front_door(stack):
     settings = FrontDoorSettings(_env_file=None, metrics_port=0, deadline_margin_s=0.5)
     running = asyncio.run_coroutine_threadsafe(start_server(
         stack.library, settings, stack.store, queue,
-        open_result_waiter(app, stored=stored_results(stack.store)), TierARouter(),
+        open_result_waiter(app, stored=stored_results(stack.store)), FixedRouter(),
         EveryTenantHasKnowledge(), FrontDoorMetrics(), listen="127.0.0.1:0", poll_models=False,
         queue_watch_s=None, health_watch_s=0.5,
         worker_probe=functools.partial(queue.workers_alive, 0.5),

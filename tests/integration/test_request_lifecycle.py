@@ -37,6 +37,7 @@ from workers.celery_app import create_app
 from workers.client import CeleryTaskQueue, open_result_waiter, stored_results
 from workers.pools import RestartPolicy, WorkerPools
 from workers.settings import WorkerSettings
+from tests.support.frontdoor import EveryTenantHasKnowledge, FixedRouter
 from tests.support.pools import QUERY, PoolStack, answered, send, submit
 from tests.support.redis import redis_db
 
@@ -174,28 +175,6 @@ def test_a_worker_reaching_an_expired_requests_message_acknowledges_it_without_r
 
 
 # --- the front door ----------------------------------------------------------------------------------
-
-class FixedRouter:
-    version = 0
-    model_name = "test"
-
-    def __init__(self, tier: Tier = Tier.A) -> None:
-        self.tier = tier
-
-    async def route(self, query: str) -> RoutingDecision:
-        return RoutingDecision(tier=self.tier, fallback=True, reason="test")
-
-    async def poll_forever(self) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
-
-
-class EveryTenantHasKnowledge:
-    def has_knowledge_base(self, tenant: str) -> bool:
-        return True
-
 
 class LosingFirstMessage:
     """The real task queue, except that the first message it is given is lost on the way."""
