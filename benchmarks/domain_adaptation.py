@@ -1006,15 +1006,21 @@ class Bench:
         }
 
 
+def close_report(report: dict[str, Any], finished: str) -> dict[str, Any]:
+    """The report as written: per-query correctness dropped, when it finished, its summary."""
+    report["start"].pop("correct", None)
+    report["meta"]["finished"] = finished
+    report["summary"] = summary_lines(report)
+    return report
+
+
 def checkpoint(report: dict[str, Any], args: argparse.Namespace) -> None:
     """The rounds done so far, written as a report marked in progress: a run stopped later (it
     takes hours with the default reader) keeps its finished rounds."""
     if args.report_dir is None:
         return
-    partial = json.loads(json.dumps(report, default=str))
-    partial["start"].pop("correct", None)
-    partial["meta"]["finished"] = f"in progress: {len(report['rounds'])} of {args.rounds} rounds done"
-    partial["summary"] = summary_lines(partial)
+    partial = close_report(json.loads(json.dumps(report, default=str)),
+                           f"in progress: {len(report['rounds'])} of {args.rounds} rounds done")
     write_report(partial, args.report_dir)
     log(f"checkpoint: {args.report_dir / 'report.md'} ({len(report['rounds'])} of {args.rounds} rounds)")
 
@@ -1124,11 +1130,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             meta["leftovers"] = [f"{pid} {cmd[:120]}" for pid, cmd in running.leftovers]
             if running.leftovers:
                 notes.append(f"{len(running.leftovers)} process(es) still running after the stop were killed")
-    start.pop("correct", None)
-    meta["finished"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     meta["wall_time_s"] = round((datetime.now(timezone.utc) - started_at).total_seconds())
-    report["summary"] = summary_lines(report)
-    return report
+    return close_report(report, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
 
 
 def main(argv: list[str] | None = None) -> int:
