@@ -26,7 +26,8 @@ to a dearer one), and its accuracy on the benchmark `test` labels (`arag eval --
 
 A round: `--per-kind` new support `train` queries of each kind through `Answer` (a unique
 client_request_id each), then `SubmitFeedback` derived from the gold (`agent_feedback`: thumbs up
-when the answer's token F1 against the gold FAQ answer reaches `--f1-threshold`, for small talk
+when the gold FAQ answer backs the answer - a yes/no that agrees with it, or at least
+`--support-threshold` of the answer's content words in it -, for small talk
 when a reply came, for out-of-KB questions when it abstained; thumbs down otherwise), then, once
 every shadow run has finished, `arag relabel` and `arag retrain` (a challenger trained on the
 `fit` part of every `train` label, promoted only when better on `validation`), then the
@@ -55,16 +56,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from adaptive_rag.evaluation.metrics import f1_score
+from adaptive_rag.evaluation.metrics import f1_score, normalize_answer
+from adaptive_rag.training.promotion import MIN_TENANT_LABELS
+from adaptive_rag.training.splits import LIVE_SHARE, MAX_LIVE_REPEATS
 from adaptive_rag.evaluation.support import (
-    GOLD_TIER, KINDS, SMALL_TALK, SupportQuery, mean_with_interval,
+    GOLD_TIER, JOINED, KINDS, SMALL_TALK, SupportQuery, mean_with_interval,
 )
 
 REPO = Path(__file__).resolve().parents[1]
 ARAG = Path(sys.executable).with_name("arag")
 TENANT = "support"
 TIER_ORDER = ("A", "B", "C")
-DEFAULT_F1_THRESHOLD = 0.2
+DEFAULT_SUPPORT_THRESHOLD = 0.6
 MAX_BENCHMARK_DROP_POINTS = 1.0
 DEFAULT_EVAL_DIR = REPO / "var" / "eval-qwen15"
 DEFAULT_LABELS_DB = REPO / "var" / "labels-qwen15" / "labels.db"
@@ -81,19 +84,63 @@ OWN_PARTS = ("DATABASE_URL", "TRITON_GRPC_URL", "TRITON_URL", "ARAG_TRITON_CONTR
 
 @dataclass(frozen=True)
 class AgentVerdict:
-    """The rating a support agent gives one answer, and why (`f1` where it was compared)."""
+    """The rating a support agent gives one answer, and why (`support`: the share of the answer
+    the gold FAQ answer backs, `f1`: token F1 against it, where it was compared)."""
 
     rating: int  # 1 thumbs up, -1 thumbs down
     f1: float | None
     reason: str
+    support: float | None = None
+
+
+# Words that carry no claim: an answer is judged by the rest.
+FILLER = frozenset(
+    "a an the and or of to in on at for by with from as is are was were be been it its this that these "
+    "those you your yours i we our they their he she his her can could should would may might will do does "
+    "did not if then than so such also about into over only just very more most".split())
+POLARITY = {"yes": 1, "no": -1}
+NEGATIONS = ("no", "not", "never", "cannot", "dont", "doesnt", "isnt", "arent", "wont", "unlikely")
+PREFIX = 4  # "stay" / "staying", "hand" / "hands": one word for the agent (words of 4+ letters)
+
+
+def _claims(text: str) -> list[str]:
+    return [t for t in normalize_answer(text).split() if t not in FILLER]
+
+
+def _stem(token: str) -> str:
+    return token[:PREFIX]
+
+
+def gold_polarity(gold: str) -> int:
+    """1 when the FAQ answer says yes, -1 when it says no or denies (a negation in its first
+    sentence), 0 when it does not say."""
+    words = normalize_answer(gold).split()
+    if words and words[0] in POLARITY:
+        return POLARITY[words[0]]
+    first = normalize_answer(gold.split(".")[0]).split()
+    return -1 if any(w in NEGATIONS for w in first) else 1 if first else 0
+
+
+def supported_share(answer: str, gold: str) -> float:
+    """The share of the answer's content words (filler dropped; a word of four letters or more
+    matches one with the same first four) that the gold answer contains: a short, right answer scores 1 against a long FAQ
+    entry, where token F1 punishes it for everything it leaves out."""
+    claims = _claims(answer)
+    if not claims:
+        return 0.0
+    words = set(normalize_answer(gold).split())
+    stems = {_stem(w) for w in words if len(w) >= PREFIX}
+    return sum(t in words or (len(t) >= PREFIX and _stem(t) in stems) for t in claims) / len(claims)
 
 
 def agent_feedback(query: SupportQuery, answer: str | None, answerable: bool,
-                   threshold: float = DEFAULT_F1_THRESHOLD) -> AgentVerdict:
-    """What an agent who knows the FAQ says: up when the customer got what the FAQ says (token
-    F1 against the gold answer >= `threshold`), a reply to small talk, or an abstention on a
-    question the FAQ does not cover; down for everything else, including a failed request
-    (`answer` None: the customer got nothing)."""
+                   threshold: float = DEFAULT_SUPPORT_THRESHOLD) -> AgentVerdict:
+    """What an agent who knows the FAQ says: up when the gold FAQ answer backs what the customer
+    was told (a yes/no that agrees with it, or at least `threshold` of the answer's content words
+    in it: `supported_share`), a reply to small talk, or an abstention on a question the FAQ does
+    not cover; down for everything else, including a failed request (`answer` None: the customer
+    got nothing). A joined question's gold is both parts' answers together, so a bare "yes"
+    there is judged by its words like any answer (it backs nothing)."""
     if answer is None:
         return AgentVerdict(-1, None, "the request failed: no answer")
     if query.expect_abstain:
@@ -105,11 +152,17 @@ def agent_feedback(query: SupportQuery, answer: str | None, answerable: bool,
             return AgentVerdict(1, None, "replied to small talk")
         return AgentVerdict(-1, None, "no reply to small talk")
     if not answerable or not answer.strip():
-        return AgentVerdict(-1, 0.0, "abstained on a question the FAQ answers")
+        return AgentVerdict(-1, 0.0, "abstained on a question the FAQ answers", 0.0)
     f1 = f1_score(answer, query.gold_answers)
-    if f1 >= threshold:
-        return AgentVerdict(1, f1, f"token F1 {f1:.2f} >= {threshold:g}")
-    return AgentVerdict(-1, f1, f"token F1 {f1:.2f} < {threshold:g}")
+    claims = _claims(answer)
+    if query.kind != JOINED and len(claims) == 1 and claims[0] in POLARITY:
+        if any(gold_polarity(gold) == POLARITY[claims[0]] for gold in query.gold_answers):
+            return AgentVerdict(1, f1, f"'{claims[0]}' agrees with the FAQ", 1.0)
+        return AgentVerdict(-1, f1, f"'{claims[0]}' is not what the FAQ says", 0.0)
+    share = max(supported_share(answer, gold) for gold in query.gold_answers)
+    if share >= threshold:
+        return AgentVerdict(1, f1, f"{share:.0%} of the answer backed by the FAQ >= {threshold:.0%}", share)
+    return AgentVerdict(-1, f1, f"{share:.0%} of the answer backed by the FAQ < {threshold:.0%}", share)
 
 
 def retrieval_error(routed: str, gold: str) -> str:
@@ -320,7 +373,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     lines = ["# Domain adaptation: does the router learn a support domain from its traffic?", "",
              f"Command: `{meta.get('command', '')}`", ""]
     for key in ("date", "machine", "reader", "stack", "starting_router", "seeded_labels", "shadow_share",
-                "f1_threshold", "abstain_min_score", "per_kind", "rounds", "retrain", "eval_dir"):
+                "support_threshold", "abstain_min_score", "per_kind", "rounds", "retrain", "eval_dir"):
         if key in meta:
             lines.append(f"- {key.replace('_', ' ')}: {meta[key]}")
         held_out = meta.get("starting_router_validation")
@@ -402,17 +455,21 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     lines += ["## Definitions", "",
               "- Gold tiers (the support suite): paraphrase B, faq B, small_talk A, joined C, out_of_kb B (must "
               "abstain). Small talk is tier A at admission (the small-talk detector), before any router.",
-              f"- Feedback (`agent_feedback`): thumbs up when the answer's token F1 against the gold FAQ answer is "
-              f"at least {meta.get('f1_threshold_value', DEFAULT_F1_THRESHOLD):g} (max over duplicate entries; a "
-              "joined question's two answers concatenated), for small talk when a reply came, for out-of-KB "
+              f"- Feedback (`agent_feedback`): thumbs up when the gold FAQ answer backs the answer: a yes/no that "
+              f"agrees with the FAQ's, or at least {meta.get('support_threshold_value', DEFAULT_SUPPORT_THRESHOLD):.0%} "
+              "of the answer's content words found in it (max over duplicate entries; a joined question's two "
+              "answers concatenated), for small talk when a reply came, for out-of-KB "
               "questions when the service abstained; thumbs down otherwise (also for a failed request).",
               "- Live labels (`arag relabel`): the cheapest tier known right; with thumbs only, a shadow run "
               "counts as right only when its answer is the same text as the primary's, so a thumbs down on B "
               "teaches C, a thumbs down on A teaches B. Live labels go 60/40 to train/test by a hash of the "
               "question; only `train` ones reach retraining.",
               "- Retraining (`arag retrain`): a challenger trained on the `fit` part of every `train` label "
-              "(the seeded benchmark labels + live ones), promoted only when its validation score (macro-F1) "
-              "beats the served version's; otherwise the served router stays.",
+              "(the seeded benchmark labels + live ones, each live label repeated so live labels make up to "
+              f"{LIVE_SHARE:.0%} of what it learns from, at most {MAX_LIVE_REPEATS} times), promoted only when "
+              "its validation score (macro-F1) beats the served version's and it routes the tenant's own "
+              f"validation labels at least as accurately (checked from {MIN_TENANT_LABELS} such labels); "
+              "otherwise the served router stays.",
               "- Changes against the start are paired (the same test queries): mean difference of per-query "
               "correctness with a bootstrap 95 % interval.", ""]
     if report.get("plot"):
@@ -844,7 +901,8 @@ def replay_round(client: SupportClient, queries: Sequence[SupportQuery], round_n
             if outcome.request_id:
                 feedback_id = client.feedback(outcome.request_id, verdict.rating, f"support agent: {verdict.reason}")
             row = {"round": round_no, "query_id": query.id, "kind": query.kind, "gold": query.gold_tier.value,
-                   **asdict(outcome), "rating": verdict.rating, "f1": verdict.f1, "reason": verdict.reason,
+                   **asdict(outcome), "rating": verdict.rating, "f1": verdict.f1, "support": verdict.support,
+                   "reason": verdict.reason,
                    "feedback_id": feedback_id}
             rows.append(row)
             out.write(json.dumps(row) + "\n")
@@ -960,7 +1018,7 @@ class Bench:
         if short:
             self.notes.append(f"round {number}: fewer than {args.per_kind} `train` queries left for {short}")
         log(f"round {number}: {len(queries)} support `train` queries through Answer")
-        rows = replay_round(self.client, queries, number, self.run_id, args.f1_threshold, scratch / "replay.jsonl")
+        rows = replay_round(self.client, queries, number, self.run_id, args.support_threshold, scratch / "replay.jsonl")
         self.kind_of.update({r["request_id"]: r["kind"] for r in rows if r.get("request_id")})
         t_replay = time.perf_counter()
         expecting = [r["request_id"] for r in rows
@@ -1077,8 +1135,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "starting_router": router.how,
                 "starting_router_validation": router.held_out_validation(),
                 "shadow_share": "1.0 (every answered query also runs its neighbouring tier)",
-                "f1_threshold": f"{args.f1_threshold:g} (token F1 against the gold FAQ answer for a thumbs up)",
-                "f1_threshold_value": args.f1_threshold, "abstain_min_score": abstain_note,
+                "support_threshold": f"{args.support_threshold:g} (share of the answer's content words the "
+                                     "gold FAQ answer contains, for a thumbs up)",
+                "support_threshold_value": args.support_threshold, "abstain_min_score": abstain_note,
                 "per_kind": args.per_kind, "rounds": args.rounds,
                 "retrain": f"`arag retrain --epochs {args.epochs}"
                            + (f" --max-steps-per-epoch {args.max_steps_per_epoch}" if args.max_steps_per_epoch else "")
@@ -1146,8 +1205,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-kind", type=int, default=None,
                         help="new support `train` queries per kind per round (default 10; --quick 2)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3; --quick 1)")
-    parser.add_argument("--f1-threshold", type=float, default=DEFAULT_F1_THRESHOLD,
-                        help="token F1 against the gold FAQ answer at or above which the agent gives a thumbs up")
+    parser.add_argument("--support-threshold", type=float, default=DEFAULT_SUPPORT_THRESHOLD,
+                        help="share of the answer's content words in the gold FAQ answer at or above which the "
+                             "agent gives a thumbs up")
     parser.add_argument("--abstain-min-score", default="auto",
                         help="ARAG_ABSTAIN_MIN_SCORE of the stack: a number, or auto (best on the support train split)")
     parser.add_argument("--router", type=Path, default=None,

@@ -24,6 +24,7 @@ from adaptive_rag.cli.common import (
     open_label_store, progress_bar,
 )
 from adaptive_rag.settings import ClassifierSettings
+from adaptive_rag.training.splits import LIVE_SHARE
 
 classifier_app = typer.Typer(
     add_completion=False, no_args_is_help=True,
@@ -203,6 +204,7 @@ def retrain(
     metric: Annotated[str, typer.Option(help="macro_f1 | accuracy on the validation labels")] = "macro_f1",
     min_gain: Annotated[float, typer.Option(help="how much better the challenger must be")] = 0.0,
     int8: Annotated[bool, typer.Option(help="publish a dynamically quantized INT8 graph")] = False,
+    live_share: Annotated[float, typer.Option(min=0.0, max=0.9, help="live labels repeated up to this share of what the challenger learns from (0: counted once)")] = LIVE_SHARE,
     if_new_labels: Annotated[Optional[int], typer.Option("--if-new-labels", help="train only when at least N `train` labels arrived since the last retrain that reached a verdict (scheduled runs: ARAG_RETRAIN_MIN_NEW_LABELS)")] = None,
     relabel_first: Annotated[bool, typer.Option("--relabel/--no-relabel", help="run `arag relabel` first, under the same lock")] = False,
     triton_url: Annotated[Optional[str], typer.Option("--triton-url", help="Triton gRPC host:port(s) to load the new version on (default: ARAG_TRITON_CONTROL_URLS, else TRITON_GRPC_URL when set)")] = None,
@@ -211,7 +213,8 @@ def retrain(
     repository: RepoOpt = None,
 ) -> None:
     """Train a challenger on the `fit` part of every `train` label (benchmark + live) and serve it
-    only when it loads and beats the served champion on the `validation` part (never `test`).
+    only when it loads and beats the served champion on the `validation` part (never `test`),
+    and routes no tenant's own validation labels worse.
 
     One run at a time (a second one records `skipped`); every outcome is recorded in
     `model_promotions`. Exit code 1 when the run failed, 0 when it promoted, refused or skipped.
@@ -226,7 +229,7 @@ def retrain(
     options = RetrainOptions(
         out=out, epochs=epochs, max_steps_per_epoch=max_steps_per_epoch, learning_rate=learning_rate,
         seed=seed, threads=threads, metric=metric, min_gain=min_gain, int8=int8,
-        min_new_labels=if_new_labels or 0, relabel=relabel_first,
+        min_new_labels=if_new_labels or 0, relabel=relabel_first, live_share=live_share,
         triton_urls=tuple(control_urls(classifier, triton_url, not no_triton)),
     )
     outcome = run_retrain(database_url, classifier, options, log=console.print)

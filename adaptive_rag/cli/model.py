@@ -169,16 +169,17 @@ def verdict_summary(verdict: Verdict) -> dict:
         "reason": verdict.reason, "metric": verdict.metric, "validation_counts": verdict.validation_counts,
         "challenger": verdict.challenger and {k: verdict.challenger[k] for k in pick},
         "champion": verdict.champion and {k: verdict.champion[k] for k in pick},
-        "record_id": verdict.record_id,
+        "tenants": verdict.tenants, "record_id": verdict.record_id,
     }
 
 
-def _validation_labels(database_url: str) -> tuple[list[str], list[str]]:
-    """The validation part of the `train` labels (`adaptive_rag.training.splits`)."""
-    from adaptive_rag.training.splits import partition
+def _validation_labels(database_url: str) -> tuple[list[str], list[str], list[str | None]]:
+    """The validation part of the `train` labels (`adaptive_rag.training.splits`) and the tenant
+    of each live one."""
+    from adaptive_rag.training.splits import partition, validation_columns
 
     _, validation = partition(open_label_store(database_url).labels(split="train"), lambda row: row.question)
-    return [row.question for row in validation], [row.label for row in validation]
+    return validation_columns(validation)
 
 
 @model_app.command()
@@ -209,7 +210,7 @@ def promote(
         raise typer.BadParameter(f"{run_dir} is not a training run (no classifier.json)")
     classifier = load_classifier_settings(model_repository=repository, classifier_model=model)
     url = load_settings(database_url=database_url).database_url
-    texts, labels = _validation_labels(url)
+    texts, labels, groups = _validation_labels(url)
     if not texts:
         raise typer.BadParameter(
             f"no validation labels in {url} (the validation part of `train`): run `arag label` first")
@@ -217,7 +218,8 @@ def promote(
     with _publish_lock(store, classifier):
         verdict = promote_run(run_dir, classifier.model_repository, texts, labels,
                               classifier.classifier_model, metric, min_gain, int8,
-                              triton_urls=control_urls(classifier, triton_url, not no_triton), store=store)
+                              triton_urls=control_urls(classifier, triton_url, not no_triton), store=store,
+                              groups=groups)
     typer.echo(json.dumps(verdict_summary(verdict), indent=2))
 
 

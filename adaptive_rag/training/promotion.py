@@ -11,8 +11,13 @@ and beats the served version on the validation split.
   older version), then `switch_served` loads it on Triton (EXPLICIT model control, when Triton
   URLs are given) and moves `served.json` only once it answers; the previous version stays loaded
   meanwhile, so no front door sees a gap. A Triton refusal leaves the old version served (`failed`).
-- Every verdict (promoted, refused, failed), both scores and the validation labels per tier are
-  recorded in `model_promotions` when a `PromotionStore` is given.
+- A tenant's own traffic is checked on its own: live validation labels are a few dozen beside the
+  benchmark's hundreds, so a challenger slightly better on Wikipedia QA would win the overall
+  score whatever it did to a support tenant. Every tenant with at least `MIN_TENANT_LABELS`
+  validation labels must be routed at least as accurately by the challenger as by the champion,
+  or the challenger is refused.
+- Every verdict (promoted, refused, failed), both scores, the per-tenant scores and the validation
+  labels per tier are recorded in `model_promotions` when a `PromotionStore` is given.
 
 Exporting a run needs the `train` extras (PyTorch); `promote_candidate` (an exported version
 directory) and the scoring need only ONNX Runtime and the metrics.
@@ -45,6 +50,8 @@ METRICS = ("macro_f1", "accuracy")
 # class seen once moves macro-F1 by a third on one question (one tier-A validation label scored a
 # champion 62.5 against a challenger's 96.3; over B and C alone they were 93.8 and 94.4).
 MIN_CLASS_SUPPORT = 10
+# Validation labels of one tenant's live traffic before its own accuracy can refuse a challenger.
+MIN_TENANT_LABELS = 5
 
 
 @dataclass
@@ -63,28 +70,66 @@ class Verdict:
     served_version: int | None = None
     validation_counts: dict[str, int] = field(default_factory=dict)
     record_id: int | None = None
+    # per tenant with live validation labels: labels, champion and challenger accuracy, checked
+    tenants: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def score_version(version: ModelVersion, texts: list[str], labels: list[str]) -> dict:
-    """Accuracy, macro-F1 and per-class recall of an exported version on labelled texts.
+def predict_version(version: ModelVersion, texts: Sequence[str]) -> list[str]:
+    """The tier an exported version gives each text (argmax).
 
     Loading the graph and running it is the check that the version works at all: any exception
     (or a non-finite probability) means it must not be served."""
     import numpy as np
 
     from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
-    from adaptive_rag.training.training import classification_metrics
 
     model = LocalOnnxClassifier(version)
-    predicted = []
+    order = [t.value for t in TIERS]  # the classifier's output order
+    predicted: list[str] = []
     for start in range(0, len(texts), 64):
-        probabilities = model.probabilities(texts[start:start + 64])
+        probabilities = model.probabilities(list(texts[start:start + 64]))
         if probabilities.shape[1:] != (len(TIERS),) or not np.isfinite(probabilities).all():
             raise ValueError(f"version {version.version} gives unusable probabilities "
                              f"(shape {probabilities.shape}, finite {bool(np.isfinite(probabilities).all())})")
-        predicted.extend(probabilities.argmax(axis=1).tolist())
-    order = [t.value for t in TIERS]  # the classifier's output order
-    return with_supported_macro_f1(classification_metrics([order.index(label) for label in labels], predicted))
+        predicted.extend(order[i] for i in probabilities.argmax(axis=1).tolist())
+    return predicted
+
+
+def score_predictions(predicted: Sequence[str], labels: Sequence[str],
+                      groups: Sequence[str | None] = ()) -> dict:
+    """Accuracy, macro-F1 (`with_supported_macro_f1`) and per-class recall of predicted tiers;
+    with `groups` (a tenant or None per label) also `tenants`: accuracy on each tenant's labels."""
+    from adaptive_rag.training.training import classification_metrics
+
+    order = [t.value for t in TIERS]
+    metrics = with_supported_macro_f1(classification_metrics(
+        [order.index(label) for label in labels], [order.index(p) for p in predicted]))
+    by_tenant: dict[str, list[bool]] = {}
+    for tenant, guess, label in zip(groups, predicted, labels):
+        if tenant is not None:
+            by_tenant.setdefault(tenant, []).append(guess == label)
+    metrics["tenants"] = {t: {"labels": len(hits), "accuracy": sum(hits) / len(hits)}
+                          for t, hits in sorted(by_tenant.items())}
+    return metrics
+
+
+def score_version(version: ModelVersion, texts: Sequence[str], labels: Sequence[str],
+                  groups: Sequence[str | None] = ()) -> dict:
+    """`score_predictions` of an exported version on labelled texts (raises when it does not run)."""
+    return score_predictions(predict_version(version, texts), labels, groups)
+
+
+def tenant_check(challenger: dict, champion: dict, min_labels: int = MIN_TENANT_LABELS) -> dict[str, dict[str, Any]]:
+    """Per tenant: its validation labels, both accuracies, whether it is `checked` (enough labels)
+    and whether the challenger is `worse` there."""
+    out: dict[str, dict[str, Any]] = {}
+    for tenant, mine in challenger.get("tenants", {}).items():
+        theirs = champion.get("tenants", {}).get(tenant, {})
+        checked = mine["labels"] >= min_labels and "accuracy" in theirs
+        out[tenant] = {"labels": mine["labels"], "challenger": mine["accuracy"],
+                       "champion": theirs.get("accuracy"), "checked": checked,
+                       "worse": checked and mine["accuracy"] < theirs["accuracy"]}
+    return out
 
 
 def with_supported_macro_f1(metrics: dict, min_support: int = MIN_CLASS_SUPPORT) -> dict:
@@ -155,9 +200,12 @@ def promote_candidate(
     new_labels: int | None = None,
     label_watermark: int | None = None,
     details: dict[str, Any] | None = None,
+    groups: Sequence[str | None] = (),
 ) -> Verdict:
     """Publish the exported version in `candidate_dir` as the next version and serve it, only
-    when it loads and beats the served version on `texts`/`labels` (validation) by `min_gain`.
+    when it loads, beats the served version on `texts`/`labels` (validation) by `min_gain`, and
+    is no worse on any tenant's own labels (`groups`: the tenant of each live label, None for a
+    benchmark label; `tenant_check`).
 
     `prepare(version_dir)` runs on the staged copy before it is published (e.g. threshold
     calibration); `store` records the verdict (`action`: promote | retrain).
@@ -166,7 +214,7 @@ def promote_candidate(
         raise ValueError(f"metric must be one of {METRICS}, not {metric!r}")
     if not texts:
         raise ValueError("no validation labels to compare on")
-    texts, labels = list(texts), list(labels)
+    texts, labels, groups = list(texts), list(labels), list(groups)
     model_dir = Path(repository) / model_name
     counts = tier_counts(labels)
     record = {"store": store, "action": action, "challenger_run": challenger_run, "new_labels": new_labels,
@@ -174,23 +222,32 @@ def promote_candidate(
               "triton_urls": list(triton_urls)}
     champion_version = served_version(model_dir)
     try:
-        challenger = score_version(version_at(Path(candidate_dir), model_name), texts, labels)
+        challenger = score_version(version_at(Path(candidate_dir), model_name), texts, labels, groups)
     except Exception as exc:  # noqa: BLE001 - a challenger that does not load is never served
         return _failed(model_dir, metric, counts, f"challenger does not load or run: {short_error(exc, 400, with_type=True)}",
                        None, None, champion_version, record)
     champion, champion_error = None, None
     if champion_version is not None:
         try:
-            champion = score_version(open_version(repository, model_name, champion_version), texts, labels)
+            champion = score_version(open_version(repository, model_name, champion_version), texts, labels, groups)
         except Exception as exc:  # noqa: BLE001 - a broken champion loses to a working challenger
             champion_error = short_error(exc, 400, with_type=True)
-    if champion is not None and not challenger[metric] > champion[metric] + min_gain:
+    tenants = tenant_check(challenger, champion) if champion is not None else {}
+    record["details"]["tenants"] = tenants
+    worse = [f"{t} {c['challenger']:.1%} < {c['champion']:.1%} on {c['labels']} labels"
+             for t, c in tenants.items() if c["worse"]]
+    if champion is not None and (worse or not challenger[metric] > champion[metric] + min_gain):
+        if challenger[metric] > champion[metric] + min_gain:
+            reason = (f"challenger {metric} {challenger[metric]:.4f} beats champion version {champion_version} "
+                      f"{champion[metric]:.4f} on {len(texts)} validation labels, but routes a tenant's own "
+                      f"traffic worse: {'; '.join(worse)}")
+        else:
+            reason = (f"challenger {metric} {challenger[metric]:.4f} does not beat champion version "
+                      f"{champion_version} {champion[metric]:.4f} + {min_gain:g} on {len(texts)} validation labels")
         verdict = Verdict(
-            False, challenger, champion, None,
-            f"challenger {metric} {challenger[metric]:.4f} does not beat champion version "
-            f"{champion_version} {champion[metric]:.4f} + {min_gain:g} on {len(texts)} validation labels",
+            False, challenger, champion, None, reason,
             verdict="refused", metric=metric, champion_version=champion_version,
-            served_version=champion_version, validation_counts=counts,
+            served_version=champion_version, validation_counts=counts, tenants=tenants,
         )
         return _recorded(verdict, model_name, record)
 
@@ -234,7 +291,8 @@ def promote_candidate(
         return _failed(model_dir, metric, counts, f"version {number} was not served: {exc}",
                        challenger, champion, champion_version, record, version=number)
     verdict = Verdict(True, challenger, champion, number, reason, verdict="promoted", metric=metric,
-                      champion_version=champion_version, served_version=number, validation_counts=counts)
+                      champion_version=champion_version, served_version=number, validation_counts=counts,
+                      tenants=tenants)
     return _recorded(verdict, model_name, record)
 
 

@@ -9,8 +9,8 @@
 - `min_new_labels`: a run trains only when that many `train` labels arrived since the last
   retrain that reached a verdict (the watermark it recorded); otherwise `skipped`.
 - Labels: every `train` label (benchmark and live) split by `adaptive_rag.training.splits`; the
-  challenger learns from `fit`, promotion compares on `validation`; `test` only fills the model
-  card, never chooses.
+  challenger learns from `fit` (live labels repeated up to `live_share` of it), promotion compares
+  on `validation` overall and per tenant; `test` only fills the model card, never chooses.
 Needs the `train` extras (torch) only when it trains.
 """
 
@@ -29,7 +29,9 @@ from adaptive_rag.storage import (
     JobBusyError, LabelStore, PromotionStore, job_lock, make_engine, upgrade_database,
 )
 from adaptive_rag.training.promotion import Verdict
-from adaptive_rag.training.splits import VALIDATION_SHARE, partition, tier_counts
+from adaptive_rag.training.splits import (
+    LIVE_SHARE, VALIDATION_SHARE, partition, tier_counts, validation_columns,
+)
 
 Log = Callable[[str], None]
 
@@ -51,6 +53,7 @@ class RetrainOptions:
     relabel: bool = False  # turn feedback into live labels first (the scheduled job does)
     triton_urls: tuple[str, ...] = ()  # load on these Tritons before serving (EXPLICIT mode)
     calibrate: bool = True  # thresholds of the promoted version from its validation slice
+    live_share: float = LIVE_SHARE  # live labels repeated up to this share of `fit` (`splits.weighted_live`)
     lock_wait_s: float = 0.0
 
 
@@ -86,6 +89,7 @@ class RetrainOutcome:
                 "validation_counts": v.validation_counts,
                 "challenger": v.challenger and {k: v.challenger[k] for k in ("accuracy", "macro_f1")},
                 "champion": v.champion and {k: v.champion[k] for k in ("accuracy", "macro_f1")},
+                "tenants": v.tenants,
             })
         return data
 
@@ -206,6 +210,7 @@ def _retrain_locked(engine, promotions: PromotionStore, classifier: ClassifierSe
         base=classifier.classifier_base, epochs=options.epochs, learning_rate=options.learning_rate,
         seed=options.seed, max_length=classifier.classifier_max_length,
         max_steps_per_epoch=options.max_steps_per_epoch, threads=options.threads,
+        live_share=options.live_share,
     )
     note = (f"retrain: {len(fit)} `fit` labels of {len(train_rows)} `train` labels (benchmark + live; "
             f"{len(validation)} validation labels held out for promotion, {tier_counts([r.label for r in validation])}). "
@@ -233,9 +238,10 @@ def _retrain_locked(engine, promotions: PromotionStore, classifier: ClassifierSe
                                     new_labels=new, reason=outcome.reason)
             outcome.record_id = row.id
             return outcome
+        texts, tiers, groups = validation_columns(validation)
         verdict = promote(
-            result.run_dir, classifier.model_repository, [r.question for r in validation],
-            [r.label for r in validation], model, options.metric, options.min_gain, options.int8,
+            result.run_dir, classifier.model_repository, texts, tiers, model, options.metric,
+            options.min_gain, options.int8, groups=groups,
             triton_urls=list(options.triton_urls), store=promotions, action="retrain",
             challenger_run=str(result.run_dir), prepare=prepare, new_labels=new, label_watermark=watermark,
             details={"fit": len(fit), "test_reported": len(test_rows), "epochs": options.epochs},

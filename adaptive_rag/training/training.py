@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from adaptive_rag.training.model import LABELS, Kind, load_base, save_checkpoint
+from adaptive_rag.training.splits import weighted_live
 from adaptive_rag.errors import ConfigurationError
 
 
@@ -53,6 +54,10 @@ class TrainConfig:
     # Which label scheme the examples follow (`training.labelling.training_labels`); recorded in the
     # run's classifier.json so an evaluation row can say which ablation it shows.
     labels: str = "both"
+    # Live labels ("live:<tenant>" datasets) repeated up to this share of the training part
+    # (`splits.weighted_live`; 0: counted once like any label). The early-stopping slice is cut
+    # first, so a repeated label never sits on both sides.
+    live_share: float = 0.0
 
 
 @dataclass
@@ -198,6 +203,8 @@ def train_classifier(
     network, tokenizer, kind = load_base(config.base, config.kind)
     lr = config.learning_rate or (3e-4 if kind == "t5" else 5e-5)
     train, val = stratified_split(examples, config.val_share, config.seed)
+    if config.live_share:
+        train = weighted_live(train, lambda e: e.dataset, config.live_share)
     weights = class_weights(train) if config.class_weights else torch.ones(len(LABELS))
     loss_fn = nn.CrossEntropyLoss(weight=weights)
     optimizer = torch.optim.AdamW(network.parameters(), lr=lr, weight_decay=config.weight_decay)

@@ -2,9 +2,9 @@
 repository's own config.pbtxt) while the front door's router routes without pause: not one
 decision falls back to the rules, and the router moves 1 -> 2 -> 1 as `served.json` does.
 
-The router is the front door's `ClassifierRouter` reading the served pointer instead of the
-highest version on disk (the one-method change `ServedRouter` makes here). The models are the
-length routers of `tests/support/models.py` (cheap, real ONNX graphs).
+The router is the front door's own `ClassifierRouter`, which follows the served pointer. The models
+are the length routers of `tests/support/models.py` (cheap, real ONNX graphs). The same swap through
+the gRPC front door under client traffic: tests/e2e/test_model_swap_e2e.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 import pytest
 
 from adaptive_rag.contracts import CLASSIFIER_MODEL
-from adaptive_rag.routing.model_repository import config_pbtxt, served_version
+from adaptive_rag.routing.model_repository import config_pbtxt
 from adaptive_rag.settings import ClassifierSettings
 from adaptive_rag.storage import PromotionStore, make_engine, upgrade_database
 from adaptive_rag.training.promotion import promote_candidate, rollback
@@ -37,14 +37,6 @@ LABELLED = [
 TEXTS, LABELS = [t for t, _ in LABELLED], [label for _, label in LABELLED]
 
 
-class ServedRouter(ClassifierRouter):
-    """The front door's router following `served.json` (rollback included), not the newest."""
-
-    def published_versions(self) -> list[int]:
-        served = served_version(self.settings.model_repository / self.settings.classifier_model)
-        return [] if served is None else [served]
-
-
 async def _until(predicate, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -64,7 +56,7 @@ def test_promotion_and_rollback_swap_versions_without_a_fallback(tmp_path):
     with TritonProcess(repo, tmp_path / "triton.log") as triton:
         settings = ClassifierSettings(_env_file=None, model_repository=repo, triton_grpc_url=triton.url,
                                       classifier_timeout_s=2.0)
-        router = ServedRouter(settings, poll_s=0.1)
+        router = ClassifierRouter(settings, poll_s=0.1)
         assert router.refresh() and router.version == 1
         decisions = []
         timeline = []

@@ -15,7 +15,7 @@ from adaptive_rag.evaluation.support import (
     FAQ, JOINED, OUT_OF_KB, PARAPHRASE, SMALL_TALK, SupportQuery,
 )
 from benchmarks.domain_adaptation import (
-    RoutedQuery, agent_feedback, benchmark_check, checkpoint, change_wording, cumulative_labels, eval_strategies,
+    RoutedQuery, agent_feedback, benchmark_check, gold_polarity, supported_share, checkpoint, change_wording, cumulative_labels, eval_strategies,
     gold_agreement, in_sample_champion, last_json_object, live_label_counts, paired_change, render_markdown,
     replay_summary, retrieval_error, round_queries, summarise_routes, summary_lines, write_report,
 )
@@ -32,21 +32,44 @@ def query(kind: str, qid: str = "q1", tier: Tier = Tier.B, answers: tuple[str, .
 # --- the agent's feedback ---------------------------------------------------------------------------
 
 
-def test_an_answer_close_to_the_gold_faq_answer_gets_a_thumbs_up() -> None:
-    verdict = agent_feedback(query(FAQ), "Wash your hands often with soap and water.", True, 0.2)
-    assert verdict.rating == 1 and verdict.f1 is not None and verdict.f1 >= 0.2
+def test_a_short_answer_the_faq_backs_gets_a_thumbs_up_though_its_f1_is_low() -> None:
+    verdict = agent_feedback(query(FAQ), "wash hands with soap", True)
+    assert verdict.rating == 1 and verdict.support == pytest.approx(1.0)
+    assert verdict.f1 is not None and verdict.f1 < 0.6  # token F1 would have said no
 
 
-def test_an_answer_below_the_f1_threshold_gets_a_thumbs_down_with_its_f1() -> None:
-    verdict = agent_feedback(query(PARAPHRASE), "The capital of France is Paris.", True, 0.2)
-    assert verdict.rating == -1 and verdict.f1 == pytest.approx(0.0)
+def test_an_answer_the_faq_does_not_back_gets_a_thumbs_down_with_its_share() -> None:
+    verdict = agent_feedback(query(PARAPHRASE), "The capital of France is Paris.", True)
+    assert verdict.rating == -1 and verdict.support == pytest.approx(0.0)
+
+
+def test_words_match_their_other_forms_and_filler_does_not_count() -> None:
+    # "washing" / "wash", "hand" / "hands"; "the", "your" carry no claim
+    assert supported_share("washing the hand", GOLD) == pytest.approx(1.0)
+    assert supported_share("wash your car", GOLD) == pytest.approx(0.5)
+    assert supported_share("the", GOLD) == 0.0
 
 
 def test_the_threshold_is_inclusive() -> None:
-    answer = "Wash your hands often with soap and water."
-    f1 = agent_feedback(query(FAQ), answer, True, 0.0).f1
-    assert agent_feedback(query(FAQ), answer, True, f1).rating == 1
-    assert agent_feedback(query(FAQ), answer, True, f1 + 1e-6).rating == -1
+    answer = "wash your car"  # half backed
+    assert agent_feedback(query(FAQ), answer, True, 0.5).rating == 1
+    assert agent_feedback(query(FAQ), answer, True, 0.5 + 1e-6).rating == -1
+
+
+def test_a_yes_or_no_is_judged_by_what_the_faq_says() -> None:
+    masks = query(FAQ, answers=("No. If your child is healthy, there is no need for them to wear a facemask.",))
+    assert agent_feedback(masks, "no", True).rating == 1
+    assert agent_feedback(masks, "Yes.", True).rating == -1
+    pools = query(PARAPHRASE, answers=("There is no evidence that COVID-19 spreads through pools.",))
+    assert gold_polarity(pools.gold_answers[0]) == -1 and agent_feedback(pools, "no", True).rating == 1
+    dismissal = query(FAQ, answers=("Depending on the situation, officials may recommend school dismissals.",))
+    assert agent_feedback(dismissal, "yes", True).rating == 1
+
+
+def test_a_bare_yes_to_a_joined_question_backs_nothing() -> None:
+    joined = query(JOINED, tier=Tier.C, answers=(GOLD + " Most cases are mild.",))
+    assert agent_feedback(joined, "yes, yes", True).rating == -1
+    assert agent_feedback(joined, "wash hands, mild", True).rating == 1
 
 
 def test_out_of_kb_questions_want_an_abstention() -> None:

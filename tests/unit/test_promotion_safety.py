@@ -219,3 +219,35 @@ def test_with_only_small_classes_every_present_class_counts():
     metrics = with_supported_macro_f1(classification_metrics([0, 1, 1, 2], [0, 1, 1, 1]))
     assert metrics["macro_f1_classes"] == ["A", "B", "C"]
     assert metrics["macro_f1"] == pytest.approx(metrics["macro_f1_all"])
+
+
+# A support tenant's own validation labels: short messages its traffic needs C for. The good
+# length router sends them to A (wrong there), the always-C one gets them right.
+TENANT = [("ok", "C"), ("hey", "C"), ("yo there", "C"), ("bye now", "C"), ("cheers mate", "C")]
+
+
+def with_tenant(rows: list[tuple[str, str]]) -> tuple[list[str], list[str], list[str | None]]:
+    texts = TEXTS + [t for t, _ in rows]
+    return texts, LABELS + [label for _, label in rows], [None] * len(TEXTS) + ["support"] * len(rows)
+
+
+def test_a_challenger_better_overall_but_worse_on_a_tenants_own_labels_is_refused(tmp_path, store):
+    repo = repository_serving(tmp_path, BAD)
+    texts, labels, groups = with_tenant(TENANT)
+    verdict = promote_candidate(candidate(tmp_path, GOOD, "good"), repo, texts, labels, store=store, groups=groups)
+    assert verdict.challenger["macro_f1"] > verdict.champion["macro_f1"]  # better overall ...
+    assert not verdict.promoted and verdict.verdict == "refused"  # ... but not for the tenant
+    assert "routes a tenant's own traffic worse: support 0.0% < 100.0% on 5 labels" in verdict.reason
+    assert verdict.tenants["support"] == {"labels": 5, "challenger": 0.0, "champion": 1.0, "checked": True,
+                                          "worse": True}
+    assert served_version(repo / CLASSIFIER_MODEL) == 1
+    [row] = store.recent(CLASSIFIER_MODEL)
+    assert row.verdict == "refused" and row.details["tenants"]["support"]["worse"] is True
+
+
+def test_a_tenant_with_too_few_validation_labels_is_reported_not_checked(tmp_path, store):
+    repo = repository_serving(tmp_path, BAD)
+    texts, labels, groups = with_tenant(TENANT[:4])
+    verdict = promote_candidate(candidate(tmp_path, GOOD, "good"), repo, texts, labels, store=store, groups=groups)
+    assert verdict.promoted and verdict.tenants["support"]["checked"] is False
+    assert verdict.tenants["support"]["labels"] == 4

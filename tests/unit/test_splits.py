@@ -72,3 +72,28 @@ def test_partition_keeps_every_row_once_and_counts_tiers():
     assert all(validation_part(q) == "validation" for q, _ in validation)
     assert all(validation_part(q) == "fit" for q, _ in fit)
     assert tier_counts(["A", "C", "C"]) == {"A": 1, "B": 0, "C": 2}
+
+
+def test_live_labels_are_repeated_up_to_their_share_and_at_most_the_cap() -> None:
+    from adaptive_rag.training.splits import MAX_LIVE_REPEATS, live_repeats, weighted_live
+
+    assert live_repeats(10, 360, 0.2) == 9  # 90 of 450: a fifth
+    assert live_repeats(30, 3300, 0.2) == MAX_LIVE_REPEATS
+    assert live_repeats(0, 100) == 1 and live_repeats(10, 10, 0.2) == 1  # never fewer than once
+    assert live_repeats(10, 360, 0.0) == 1
+    rows = ["hotpotqa", "live:support", "squad"]
+    assert weighted_live(rows, lambda r: r, 0.5) == ["hotpotqa", "live:support", "live:support", "squad"]
+    assert weighted_live(["squad"], lambda r: r) == ["squad"]
+
+
+def test_the_tenant_of_a_label_comes_from_its_live_dataset() -> None:
+    from adaptive_rag.training.splits import live_group, validation_columns
+
+    assert live_group("live:support") == "support" and live_group("squad") is None and live_group("live:") is None
+
+    class Row:
+        def __init__(self, question: str, label: str, dataset: str) -> None:
+            self.question, self.label, self.dataset = question, label, dataset
+
+    assert validation_columns([Row("q1", "B", "live:acme"), Row("q2", "C", "musique")]) == (
+        ["q1", "q2"], ["B", "C"], ["acme", None])
