@@ -225,6 +225,11 @@ class ClassifierSettings(BaseSettings):
     retrain_min_new_labels: int = Field(
         50, ge=0, validation_alias=AliasChoices("ARAG_RETRAIN_MIN_NEW_LABELS", "retrain_min_new_labels")
     )
+    # What a retraining run trains: `words` (the linear bag-of-words router: seconds, no torch),
+    # `encoder` (a fine-tuned MiniLM: minutes, torch), `auto` (the family of the served version).
+    retrain_family: Literal["auto", "words", "encoder"] = Field(
+        "auto", validation_alias=AliasChoices("ARAG_RETRAIN_FAMILY", "retrain_family")
+    )
     # Crontab (minute hour day-of-month month day-of-week, UTC) of the Celery beat retraining job.
     retrain_schedule: str = Field(
         "0 3 * * *", validation_alias=AliasChoices("ARAG_RETRAIN_SCHEDULE", "retrain_schedule")

@@ -352,7 +352,12 @@ def _verdict_cell(retrain: Mapping[str, Any] | None) -> str:
     challenger, champion = retrain.get("challenger_score"), retrain.get("champion_score")
     if challenger is None or champion is None:
         return status
-    return f"{status} ({metric} {100 * challenger:.1f} vs {100 * champion:.1f})"
+    cell = f"{status} ({metric} {100 * challenger:.1f} vs {100 * champion:.1f}"
+    for tenant, check in (retrain.get("tenants") or {}).items():
+        if check.get("champion") is not None:
+            cell += (f"; {tenant}'s own {check['labels']} labels {100 * check['challenger']:.0f} vs "
+                     f"{100 * check['champion']:.0f}{'' if check.get('checked') else ', too few to check'}")
+    return cell + ")"
 
 
 def _benchmark_cell(measure: Mapping[str, Any] | None) -> str:
@@ -934,10 +939,13 @@ def retrain_summary(record: Any, printed: Mapping[str, Any] | None) -> dict[str,
             "verdict", "reason", "challenger_version", "champion_version", "served_version", "metric",
             "challenger_score", "champion_score", "validation_counts", "new_labels")})
         data["status"] = data.pop("verdict")
+        details = getattr(record, "details", None) or {}
+        data.update({k: details[k] for k in ("family", "tenants") if k in details})
     if printed:
         data.setdefault("status", printed.get("status"))
         data.setdefault("reason", printed.get("reason"))
         data.update({k: printed.get(k) for k in ("fit", "validation", "challenger", "champion") if k in printed})
+        data.setdefault("family", printed.get("family"))
     return data
 
 
@@ -1141,8 +1149,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "per_kind": args.per_kind, "rounds": args.rounds,
                 "retrain": f"`arag retrain --epochs {args.epochs}"
                            + (f" --max-steps-per-epoch {args.max_steps_per_epoch}" if args.max_steps_per_epoch else "")
-                           + f" --threads {args.train_threads}` (a fine-tuned MiniLM challenger, promoted on "
-                             "validation macro-F1)",
+                           + f" --threads {args.train_threads}` (the served version's family: the shipped "
+                             "bag-of-words router is retrained as one; `--epochs`/`--threads` only matter for a "
+                             "MiniLM; promoted on validation macro-F1 and the tenant's own validation labels)",
                 "notes": notes,
             }
             console = Console(highlight=False)

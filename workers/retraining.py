@@ -76,7 +76,7 @@ def retrain_task(min_new_labels: int | None = None, relabel: bool = True, epochs
     options = RetrainOptions(
         epochs=epochs, relabel=relabel,
         min_new_labels=classifier.retrain_min_new_labels if min_new_labels is None else min_new_labels,
-        triton_urls=tuple(control_urls(classifier)),
+        triton_urls=tuple(control_urls(classifier)), family=classifier.retrain_family,
     )
     outcome = retrain(Settings().database_url, classifier, options,
                       log=lambda line: log.info("retrain", message=line))

@@ -204,6 +204,7 @@ def retrain(
     metric: Annotated[str, typer.Option(help="macro_f1 | accuracy on the validation labels")] = "macro_f1",
     min_gain: Annotated[float, typer.Option(help="how much better the challenger must be")] = 0.0,
     int8: Annotated[bool, typer.Option(help="publish a dynamically quantized INT8 graph")] = False,
+    family: Annotated[str, typer.Option(help="what to train: words (the bag-of-words router, seconds, no torch), encoder (a fine-tuned MiniLM), auto (the served version's family; ARAG_RETRAIN_FAMILY)")] = "",
     live_share: Annotated[float, typer.Option(min=0.0, max=0.9, help="live labels repeated up to this share of what the challenger learns from (0: counted once)")] = LIVE_SHARE,
     if_new_labels: Annotated[Optional[int], typer.Option("--if-new-labels", help="train only when at least N `train` labels arrived since the last retrain that reached a verdict (scheduled runs: ARAG_RETRAIN_MIN_NEW_LABELS)")] = None,
     relabel_first: Annotated[bool, typer.Option("--relabel/--no-relabel", help="run `arag relabel` first, under the same lock")] = False,
@@ -219,17 +220,20 @@ def retrain(
     One run at a time (a second one records `skipped`); every outcome is recorded in
     `model_promotions`. Exit code 1 when the run failed, 0 when it promoted, refused or skipped.
     """
-    from adaptive_rag.training.retrain import RetrainOptions, control_urls
+    from adaptive_rag.training.retrain import FAMILIES, RetrainOptions, control_urls
     from adaptive_rag.training.retrain import retrain as run_retrain
 
     if metric not in ("macro_f1", "accuracy"):
         raise typer.BadParameter("--metric must be macro_f1 or accuracy")
+    if family and family not in FAMILIES:
+        raise typer.BadParameter(f"--family must be one of {', '.join(FAMILIES)}")
     database_url = load_settings(database_url=database_url).database_url
     classifier = load_classifier_settings(model_repository=repository)
     options = RetrainOptions(
         out=out, epochs=epochs, max_steps_per_epoch=max_steps_per_epoch, learning_rate=learning_rate,
         seed=seed, threads=threads, metric=metric, min_gain=min_gain, int8=int8,
         min_new_labels=if_new_labels or 0, relabel=relabel_first, live_share=live_share,
+        family=family or classifier.retrain_family,
         triton_urls=tuple(control_urls(classifier, triton_url, not no_triton)),
     )
     outcome = run_retrain(database_url, classifier, options, log=console.print)

@@ -37,7 +37,7 @@ import numpy as np
 from adaptive_rag.contracts import CLASSIFIER_INPUTS, CLASSIFIER_MODEL, CLASSIFIER_OUTPUT, TIERS
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.routing.learned import (
-    TIER_VALUES, LabelledQuery, label_counts, validation_report, validation_split,
+    DEFAULT_VAL_SHARE, TIER_VALUES, LabelledQuery, label_counts, validation_report, validation_split,
 )
 
 KIND = "bag-of-words"
@@ -194,12 +194,17 @@ def _fit_logistic(x: np.ndarray, labels: Sequence[str], c: float, class_weight: 
     return weights[:vocabulary_size], weights[vocabulary_size] / LENGTH_SCALE, bias
 
 
-def fit(examples: Sequence[LabelledQuery], min_count: int = 2, note: str = "") -> BagOfWordsRouter:
+def fit(examples: Sequence[LabelledQuery], min_count: int = 2, note: str = "",
+        validation_share: float = DEFAULT_VAL_SHARE, refit: bool = False) -> BagOfWordsRouter:
     """Choose C and class weighting on the hash validation split; the router returned is the one
-    fitted (vocabulary and weights) on the fitting part only."""
+    fitted (vocabulary and weights) on the fitting part only, or with `refit` on every example.
+
+    Retraining passes only promotion's `fit` part, a larger `validation_share` (the selection slice
+    is then a further hash band of `fit`, so choosing never looks at the labels promotion judges
+    on) and `refit` (the chosen settings fitted on all of `fit`, as much data as the champion had)."""
     if len({e.label for e in examples}) < 2:
         raise ConfigurationError(f"the {KIND} router needs labels of at least two tiers ({len(examples)} given)")
-    fit_idx, val_idx = validation_split(examples)
+    fit_idx, val_idx = validation_split(examples, validation_share)
     fit_part, val_part = [examples[i] for i in fit_idx], [examples[i] for i in val_idx]
     if not val_part or len({e.label for e in fit_part}) < 2:
         raise ConfigurationError(f"the validation split left {len(fit_part)} fitting and {len(val_part)} "
@@ -224,17 +229,19 @@ def fit(examples: Sequence[LabelledQuery], min_count: int = 2, note: str = "") -
                                     -g["params"]["C"]))
     # The validation part stays held out, as `arag train` keeps it: promotion judges a challenger
     # against this router on exactly those labels, which a refit on them would have seen.
-    router = trained(fit_part, best["params"]["C"], best["params"]["class_weight"])
+    router = trained(list(examples) if refit else fit_part, best["params"]["C"], best["params"]["class_weight"])
     router.card = {
         "note": note, "min_count": min_count, "vocabulary_size": len(router.vocabulary),
         "labels": {"all": label_counts(examples), "fit_part": label_counts(fit_part),
                    "validation": label_counts(val_part),
                    "sources": dict(sorted(Counter(e.source for e in examples).items()))},
-        "validation_split": "sha256 of the normalised question (training.splits.validation_part)",
+        "validation_split": "sha256 of the normalised question (training.splits.validation_part)"
+                            + (f", share {validation_share:g}" if validation_share != DEFAULT_VAL_SHARE else ""),
         "hyperparameters": best["params"],
         "selection": "C and class weighting with the highest validation macro-F1; ties: accuracy, then smaller C",
         "validation": best["validation"],
-        "refit": "none: the router is the one fitted on the fitting part (validation held out for promotion)",
+        "refit": ("on every given example (the selection slice included) with the chosen settings" if refit else
+                  "none: the router is the one fitted on the fitting part (validation held out for promotion)"),
     }  # no clock time in it: the same labels give the same bytes
     return router
 

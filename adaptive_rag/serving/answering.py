@@ -28,7 +28,7 @@ import structlog
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from adaptive_rag.contracts import (
-    AnswerResult, AnswerTask, ErrorCode, ResultKind, Source, Timings,
+    AnswerResult, AnswerTask, ErrorCode, Source, Timings,
 )
 from adaptive_rag.domain import StrategyResult
 from adaptive_rag.errors import IndexNotFoundError, LLMUnavailableError, RetrieverUnavailableError

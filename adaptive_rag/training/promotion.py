@@ -13,9 +13,12 @@ and beats the served version on the validation split.
   meanwhile, so no front door sees a gap. A Triton refusal leaves the old version served (`failed`).
 - A tenant's own traffic is checked on its own: live validation labels are a few dozen beside the
   benchmark's hundreds, so a challenger slightly better on Wikipedia QA would win the overall
-  score whatever it did to a support tenant. Every tenant with at least `MIN_TENANT_LABELS`
-  validation labels must be routed at least as accurately by the challenger as by the champion,
-  or the challenger is refused.
+  score whatever it did to a support tenant, and one that learnt the tenant could never move it.
+  Every tenant with at least `MIN_TENANT_LABELS` validation labels must be routed at least as
+  accurately by the challenger as by the champion, or the challenger is refused. A challenger
+  that routes some tenant strictly better wins even when the overall score drops, by at most
+  `max_overall_drop` (default `MAX_OVERALL_DROP`, 1 point: the most a tenant's gain may cost the
+  benchmark questions).
 - Every verdict (promoted, refused, failed), both scores, the per-tenant scores and the validation
   labels per tier are recorded in `model_promotions` when a `PromotionStore` is given.
 
@@ -52,6 +55,8 @@ METRICS = ("macro_f1", "accuracy")
 MIN_CLASS_SUPPORT = 10
 # Validation labels of one tenant's live traffic before its own accuracy can refuse a challenger.
 MIN_TENANT_LABELS = 5
+# The overall validation score (metric, 0-1) a challenger may give up for a tenant it routes better.
+MAX_OVERALL_DROP = 0.01
 
 
 @dataclass
@@ -99,7 +104,7 @@ def score_predictions(predicted: Sequence[str], labels: Sequence[str],
                       groups: Sequence[str | None] = ()) -> dict:
     """Accuracy, macro-F1 (`with_supported_macro_f1`) and per-class recall of predicted tiers;
     with `groups` (a tenant or None per label) also `tenants`: accuracy on each tenant's labels."""
-    from adaptive_rag.training.training import classification_metrics
+    from adaptive_rag.training.classification import classification_metrics
 
     order = [t.value for t in TIERS]
     metrics = with_supported_macro_f1(classification_metrics(
@@ -128,8 +133,33 @@ def tenant_check(challenger: dict, champion: dict, min_labels: int = MIN_TENANT_
         checked = mine["labels"] >= min_labels and "accuracy" in theirs
         out[tenant] = {"labels": mine["labels"], "challenger": mine["accuracy"],
                        "champion": theirs.get("accuracy"), "checked": checked,
-                       "worse": checked and mine["accuracy"] < theirs["accuracy"]}
+                       "worse": checked and mine["accuracy"] < theirs["accuracy"],
+                       "better": checked and mine["accuracy"] > theirs["accuracy"]}
     return out
+
+
+def decide(challenger: dict, champion: dict, tenants: dict[str, dict[str, Any]], metric: str,
+           min_gain: float = 0.0, max_overall_drop: float = MAX_OVERALL_DROP) -> tuple[bool, str]:
+    """`(promote, why)`: never while a checked tenant is routed worse; yes when better overall by
+    more than `min_gain`, or better for a checked tenant at an overall cost of at most
+    `max_overall_drop`."""
+    mine, theirs = challenger[metric], champion[metric]
+    worse = [f"{t} {c['challenger']:.1%} < {c['champion']:.1%} on {c['labels']} labels"
+             for t, c in tenants.items() if c["worse"]]
+    better = [f"{t} {c['challenger']:.1%} > {c['champion']:.1%} on {c['labels']} labels"
+              for t, c in tenants.items() if c.get("better")]
+    overall = f"{metric} {mine:.4f} vs {theirs:.4f}"
+    if worse:
+        return False, f"routes a tenant's own traffic worse: {'; '.join(worse)} ({overall})"
+    if mine > theirs + min_gain:
+        return True, f"better overall: {overall} (+ {min_gain:g} needed)"
+    if better and mine >= theirs - max_overall_drop:
+        return True, (f"routes a tenant's own traffic better: {'; '.join(better)}, at {overall} overall "
+                      f"(a drop of at most {max_overall_drop:g} allowed)")
+    if better:
+        return False, (f"better for a tenant ({'; '.join(better)}) but {overall} overall drops by more "
+                       f"than {max_overall_drop:g}")
+    return False, f"does not beat the champion: {overall} (+ {min_gain:g} needed), no tenant routed better"
 
 
 def with_supported_macro_f1(metrics: dict, min_support: int = MIN_CLASS_SUPPORT) -> dict:
@@ -201,11 +231,12 @@ def promote_candidate(
     label_watermark: int | None = None,
     details: dict[str, Any] | None = None,
     groups: Sequence[str | None] = (),
+    max_overall_drop: float = MAX_OVERALL_DROP,
 ) -> Verdict:
     """Publish the exported version in `candidate_dir` as the next version and serve it, only
-    when it loads, beats the served version on `texts`/`labels` (validation) by `min_gain`, and
-    is no worse on any tenant's own labels (`groups`: the tenant of each live label, None for a
-    benchmark label; `tenant_check`).
+    when it loads and `decide` says so: better on `texts`/`labels` (validation) by `min_gain`, or
+    better for a tenant at most `max_overall_drop` worse overall, and never worse on any tenant's
+    own labels (`groups`: the tenant of each live label, None for a benchmark label).
 
     `prepare(version_dir)` runs on the staged copy before it is published (e.g. threshold
     calibration); `store` records the verdict (`action`: promote | retrain).
@@ -234,18 +265,12 @@ def promote_candidate(
             champion_error = short_error(exc, 400, with_type=True)
     tenants = tenant_check(challenger, champion) if champion is not None else {}
     record["details"]["tenants"] = tenants
-    worse = [f"{t} {c['challenger']:.1%} < {c['champion']:.1%} on {c['labels']} labels"
-             for t, c in tenants.items() if c["worse"]]
-    if champion is not None and (worse or not challenger[metric] > champion[metric] + min_gain):
-        if challenger[metric] > champion[metric] + min_gain:
-            reason = (f"challenger {metric} {challenger[metric]:.4f} beats champion version {champion_version} "
-                      f"{champion[metric]:.4f} on {len(texts)} validation labels, but routes a tenant's own "
-                      f"traffic worse: {'; '.join(worse)}")
-        else:
-            reason = (f"challenger {metric} {challenger[metric]:.4f} does not beat champion version "
-                      f"{champion_version} {champion[metric]:.4f} + {min_gain:g} on {len(texts)} validation labels")
+    if champion is not None:
+        promote_it, why = decide(challenger, champion, tenants, metric, min_gain, max_overall_drop)
+        why = f"challenger against champion version {champion_version} on {len(texts)} validation labels: {why}"
+    if champion is not None and not promote_it:
         verdict = Verdict(
-            False, challenger, champion, None, reason,
+            False, challenger, champion, None, why,
             verdict="refused", metric=metric, champion_version=champion_version,
             served_version=champion_version, validation_counts=counts, tenants=tenants,
         )
@@ -281,8 +306,7 @@ def promote_candidate(
         reason = ("no champion yet" if champion_version is None
                   else f"champion version {champion_version} does not load or run: {champion_error}")
     else:
-        reason = (f"challenger {metric} {challenger[metric]:.4f} beats champion version "
-                  f"{champion_version} {champion[metric]:.4f} + {min_gain:g} on {len(texts)} validation labels")
+        reason = why
     try:
         switch_served(model_dir, number, triton_urls, reason=f"{action}: {reason}")
     except ServingSwitchError as exc:

@@ -3,6 +3,10 @@
     lock -> (relabel) -> enough new labels? -> train a challenger on `fit` -> promote on
     `validation` (calibrated, loaded by Triton, then served) -> one `model_promotions` row
 
+- The challenger's family (`family`, `ARAG_RETRAIN_FAMILY`): `auto` retrains what is served - the
+  linear bag-of-words router a fresh clone ships (`words`: seconds, no torch; its hyper-parameters
+  chosen on a hash band of `fit`, never on `validation`) or the fine-tuned MiniLM (`encoder`).
+
 - The lock (`job_lock`: a PostgreSQL advisory lock, or an flock beside the model repository) makes
   a second run that starts while one is going record `skipped` and return at once, so a slow
   run and the next schedule never train or publish side by side.
@@ -54,6 +58,7 @@ class RetrainOptions:
     triton_urls: tuple[str, ...] = ()  # load on these Tritons before serving (EXPLICIT mode)
     calibrate: bool = True  # thresholds of the promoted version from its validation slice
     live_share: float = LIVE_SHARE  # live labels repeated up to this share of `fit` (`splits.weighted_live`)
+    family: str = "auto"  # auto | words | encoder (`resolve_family`)
     lock_wait_s: float = 0.0
 
 
@@ -81,6 +86,8 @@ class RetrainOutcome:
         }
         if self.relabelled is not None:
             data["relabel"] = self.relabelled
+        if "family" in self.extra:
+            data["family"] = self.extra["family"]
         if self.verdict is not None:
             v = self.verdict
             data.update({
@@ -111,6 +118,45 @@ def publish_lock(engine, classifier: ClassifierSettings, wait_s: float = 600.0):
     during a long retrain's training still goes through; waits for a running publication."""
     name = classifier.classifier_model
     return job_lock(engine, f"publish:{name}", Path(classifier.model_repository) / f".{name}.publish.lock", wait_s)
+
+
+FAMILIES = ("auto", "words", "encoder")
+
+
+def resolve_family(family: str, repository: Path, model: str) -> str:
+    """`words` or `encoder`: `auto` follows the served version's kind (the shipped router is
+    bag-of-words; a repository without a version, or with an encoder one, retrains the encoder)."""
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, not {family!r}")
+    if family != "auto":
+        return family
+    from adaptive_rag.routing.bag_of_words import KIND
+    from adaptive_rag.routing.model_repository import served_version
+
+    served = served_version(Path(repository) / model)
+    if served is None:
+        return "encoder"
+    info_path = Path(repository) / model / str(served) / "classifier.json"
+    info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
+    return "words" if info.get("kind") == KIND else "encoder"
+
+
+def train_words(rows, out: Path, live_share: float, note: str) -> Path:
+    """Fit the bag-of-words router on `rows` (the `fit` part; live labels weighted; settings
+    chosen on a hash band of it, then refitted on all of it), write
+    `router.json` and its card into `out`, export it as a candidate version under `out/export`;
+    returns the candidate's version directory."""
+    from adaptive_rag.routing.bag_of_words import fit, model_card, publish
+    from adaptive_rag.routing.learned import examples_from_labels
+    from adaptive_rag.training.splits import weighted_live
+
+    weighted = weighted_live(list(rows), lambda row: row.dataset, live_share)
+    # The selection slice: the hash band just above promotion's validation part, inside `fit`.
+    router = fit(examples_from_labels(weighted), note=note, validation_share=2 * VALIDATION_SHARE, refit=True)
+    out.mkdir(parents=True, exist_ok=True)
+    router.save(out / "router.json")
+    (out / "MODEL_CARD.md").write_text(model_card(out / "router.json"), encoding="utf-8")
+    return publish(out / "router.json", out / "export").path
 
 
 def calibrate_in_place(version_dir: Path, labels: LabelStore, step_budget: float | None = None) -> bool:
@@ -199,13 +245,19 @@ def _retrain_locked(engine, promotions: PromotionStore, classifier: ClassifierSe
         outcome.record_id = row.id
         return outcome
 
+    out = Path(options.out or Path("var/classifier/runs") / time.strftime("%Y%m%d-%H%M%S"))
+    outcome.run_dir = out
+    family = resolve_family(options.family, Path(classifier.model_repository), model)
+    outcome.extra["family"] = family
+    if family == "words":
+        return _retrain_words(engine, promotions, classifier, options, log, outcome, fit, validation,
+                              len(test_rows), new, watermark, out)
+
     from adaptive_rag.training.training import Example, TrainConfig, train_classifier
 
     def example(row) -> Example:
         return Example(row.question, row.label, row.question_id, row.dataset)
 
-    out = options.out or Path("var/classifier/runs") / time.strftime("%Y%m%d-%H%M%S")
-    outcome.run_dir = Path(out)
     config = TrainConfig(
         base=classifier.classifier_base, epochs=options.epochs, learning_rate=options.learning_rate,
         seed=options.seed, max_length=classifier.classifier_max_length,
@@ -244,7 +296,48 @@ def _retrain_locked(engine, promotions: PromotionStore, classifier: ClassifierSe
             options.min_gain, options.int8, groups=groups,
             triton_urls=list(options.triton_urls), store=promotions, action="retrain",
             challenger_run=str(result.run_dir), prepare=prepare, new_labels=new, label_watermark=watermark,
-            details={"fit": len(fit), "test_reported": len(test_rows), "epochs": options.epochs},
+            details={"fit": len(fit), "test_reported": len(test_rows), "epochs": options.epochs,
+                     "family": family, "live_share": options.live_share},
+        )
+    outcome.status, outcome.reason, outcome.verdict = verdict.verdict, verdict.reason, verdict
+    outcome.record_id = verdict.record_id
+    log(f"{verdict.verdict}: {verdict.reason}")
+    return outcome
+
+
+def _retrain_words(engine, promotions: PromotionStore, classifier: ClassifierSettings, options: RetrainOptions,
+                   log: Log, outcome: RetrainOutcome, fit: list, validation: list, tested: int,
+                   new: int | None, watermark: int | None, out: Path) -> RetrainOutcome:
+    """The `words` family: fit the bag-of-words router (seconds) and promote it like any challenger."""
+    from adaptive_rag.training.promotion import promote_candidate
+
+    model = classifier.classifier_model
+    note = (f"retrain: {len(fit)} `fit` labels (benchmark + live, live repeated up to {options.live_share:.0%}); "
+            f"{len(validation)} validation labels held out for promotion")
+    try:
+        candidate = train_words(fit, out, options.live_share, note)
+    except Exception as exc:  # noqa: BLE001 - recorded; the served version is untouched
+        outcome.reason = f"training failed: {type(exc).__name__}: {exc}"
+        row = promotions.record(model, "retrain", "failed", challenger_run=str(out), new_labels=new,
+                                reason=outcome.reason)
+        outcome.record_id = row.id
+        return outcome
+    log(f"bag-of-words challenger fitted on {len(fit)} `fit` labels: {out / 'router.json'}")
+    with ExitStack() as held:
+        try:
+            held.enter_context(publish_lock(engine, classifier))
+        except JobBusyError as exc:
+            outcome.reason = f"could not publish: {exc}"
+            row = promotions.record(model, "retrain", "failed", challenger_run=str(out), new_labels=new,
+                                    reason=outcome.reason)
+            outcome.record_id = row.id
+            return outcome
+        texts, tiers, groups = validation_columns(validation)
+        verdict = promote_candidate(
+            candidate, classifier.model_repository, texts, tiers, model, options.metric, options.min_gain,
+            groups=groups, triton_urls=list(options.triton_urls), store=promotions, action="retrain",
+            challenger_run=str(out), new_labels=new, label_watermark=watermark,
+            details={"fit": len(fit), "test_reported": tested, "family": "words", "live_share": options.live_share},
         )
     outcome.status, outcome.reason, outcome.verdict = verdict.verdict, verdict.reason, verdict
     outcome.record_id = verdict.record_id

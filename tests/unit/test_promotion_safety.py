@@ -89,7 +89,7 @@ def test_a_worse_challenger_is_refused_and_nothing_changes(tmp_path, store):
     config_before = (repo / CLASSIFIER_MODEL / "config.pbtxt").read_text()
     verdict = promote_candidate(candidate(tmp_path, BAD, "bad"), repo, TEXTS, LABELS, store=store)
     assert not verdict.promoted and verdict.verdict == "refused" and verdict.version is None
-    assert "does not beat champion version 1" in verdict.reason
+    assert "champion version 1" in verdict.reason and "does not beat the champion" in verdict.reason
     model_dir = repo / CLASSIFIER_MODEL
     assert versions(model_dir) == [1] and served_version(model_dir) == 1
     assert read_served(model_dir) is None and (model_dir / "config.pbtxt").read_text() == config_before
@@ -239,7 +239,7 @@ def test_a_challenger_better_overall_but_worse_on_a_tenants_own_labels_is_refuse
     assert not verdict.promoted and verdict.verdict == "refused"  # ... but not for the tenant
     assert "routes a tenant's own traffic worse: support 0.0% < 100.0% on 5 labels" in verdict.reason
     assert verdict.tenants["support"] == {"labels": 5, "challenger": 0.0, "champion": 1.0, "checked": True,
-                                          "worse": True}
+                                          "worse": True, "better": False}
     assert served_version(repo / CLASSIFIER_MODEL) == 1
     [row] = store.recent(CLASSIFIER_MODEL)
     assert row.verdict == "refused" and row.details["tenants"]["support"]["worse"] is True
@@ -251,3 +251,22 @@ def test_a_tenant_with_too_few_validation_labels_is_reported_not_checked(tmp_pat
     verdict = promote_candidate(candidate(tmp_path, GOOD, "good"), repo, texts, labels, store=store, groups=groups)
     assert verdict.promoted and verdict.tenants["support"]["checked"] is False
     assert verdict.tenants["support"]["labels"] == 4
+
+
+def test_a_tenant_gain_may_cost_at_most_the_allowed_overall_drop() -> None:
+    from adaptive_rag.training.promotion import decide
+
+    champion, challenger = {"macro_f1": 0.90}, {"macro_f1": 0.895}
+    gain = {"acme": {"labels": 8, "challenger": 1.0, "champion": 0.5, "checked": True, "worse": False, "better": True}}
+    ok, why = decide(challenger, champion, gain, "macro_f1", max_overall_drop=0.01)
+    assert ok and "routes a tenant's own traffic better: acme 100.0% > 50.0% on 8 labels" in why
+    ok, why = decide({"macro_f1": 0.85}, champion, gain, "macro_f1", max_overall_drop=0.01)
+    assert not ok and "drops by more than 0.01" in why
+    # No tenant gain: the overall score alone decides, strictly.
+    assert decide(challenger, champion, {}, "macro_f1")[0] is False
+    assert decide({"macro_f1": 0.91}, champion, {}, "macro_f1")[0] is True
+    # A tenant routed worse refuses whatever the overall gain; an unchecked one neither helps nor refuses.
+    worse = {"acme": {**gain["acme"], "challenger": 0.25, "worse": True, "better": False}}
+    assert decide({"macro_f1": 0.99}, champion, worse, "macro_f1")[0] is False
+    unchecked = {"acme": {**gain["acme"], "checked": False, "better": False}}
+    assert decide(challenger, champion, unchecked, "macro_f1")[0] is False

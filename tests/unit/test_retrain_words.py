@@ -1,0 +1,95 @@
+"""Retraining the served family: with the shipped bag-of-words router served, `arag retrain`
+fits a bag-of-words challenger (seconds, no torch) on the `fit` labels, live ones weighted, and
+promotes it only through the same checks as any challenger (validation overall and per tenant).
+
+Real SQLite records with the migrations, real exported ONNX versions scored in-process; no Triton
+(the swap on Triton: tests/e2e/test_model_swap_e2e.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adaptive_rag.contracts import CLASSIFIER_MODEL
+from adaptive_rag.routing.bag_of_words import fit, publish
+from adaptive_rag.routing.learned import examples_from_labels
+from adaptive_rag.routing.model_repository import served_version
+from adaptive_rag.settings import ClassifierSettings
+from adaptive_rag.storage import LabelStore, PromotionStore, TrainingLabel, make_engine, upgrade_database
+from adaptive_rag.training.retrain import RetrainOptions, resolve_family, retrain
+
+
+def benchmark_labels(n: int = 60) -> list[TrainingLabel]:
+    """Greetings A, who-questions B, two-part comparisons C: the benchmark's word patterns."""
+    rows = []
+    for i in range(n):
+        for question, tier, dataset in (
+            (f"hello there, thanks a lot {i}", "A", "chat"),
+            (f"Who wrote book number {i}?", "B", "nq"),
+            (f"Which film came out first, film {i} or film {i + 1}, and who directed both?", "C", "hotpotqa"),
+        ):
+            rows.append(TrainingLabel(origin="benchmark", dataset=dataset, question_id=f"{dataset}-{i}",
+                                      question=question, label=tier, label_source="binary", split="train",
+                                      correct_metric="none", outcomes={}))
+    return rows
+
+
+def tenant_labels(n: int = 40) -> list[TrainingLabel]:
+    """A support tenant's questions: two-part in form, yet one FAQ entry answers them (B)."""
+    return [TrainingLabel(origin="live", dataset="live:acme", question_id=f"req-{i}",
+                          question=f"Which mask is safer, cloth mask {i} or paper mask {i}, and where to buy both?",
+                          label="B", label_source="feedback", split="train", correct_metric="em_or_acc",
+                          outcomes={}, request_id=f"req-{i}")
+            for i in range(n)]
+
+
+@pytest.fixture
+def served_words(tmp_path) -> tuple[str, ClassifierSettings]:
+    """A database with benchmark and tenant labels, and a repository serving a bag-of-words router
+    fitted on the benchmark labels only (what a fresh clone ships)."""
+    url = f"sqlite:///{tmp_path / 'records.db'}"
+    upgrade_database(url)
+    store = LabelStore(make_engine(url))
+    for row in benchmark_labels() + tenant_labels():
+        store.add(row)
+    champion = fit(examples_from_labels(benchmark_labels()))
+    champion.save(tmp_path / "router.json")
+    publish(tmp_path / "router.json", tmp_path / "repo")
+    return url, ClassifierSettings(_env_file=None, model_repository=tmp_path / "repo")
+
+
+def test_auto_retrains_the_served_family(tmp_path, served_words) -> None:
+    _, classifier = served_words
+    assert resolve_family("auto", classifier.model_repository, CLASSIFIER_MODEL) == "words"
+    assert resolve_family("auto", tmp_path / "empty", CLASSIFIER_MODEL) == "encoder"
+    assert resolve_family("encoder", classifier.model_repository, CLASSIFIER_MODEL) == "encoder"
+    with pytest.raises(ValueError, match="family must be one of"):
+        resolve_family("t5", classifier.model_repository, CLASSIFIER_MODEL)
+
+
+def test_a_words_challenger_learns_the_tenant_and_is_promoted_on_its_own_labels(tmp_path, served_words) -> None:
+    url, classifier = served_words
+    lines: list[str] = []
+    outcome = retrain(url, classifier, RetrainOptions(out=tmp_path / "run"), log=lines.append)
+    summary = outcome.summary()
+    assert summary["family"] == "words" and outcome.status == "promoted", (outcome.reason, lines)
+    tenant = outcome.verdict.tenants["acme"]
+    assert tenant["checked"] and tenant["labels"] >= 5
+    assert tenant["champion"] < 0.5 and tenant["challenger"] == 1.0  # the champion sent them to C
+    assert served_version(classifier.model_repository / CLASSIFIER_MODEL) == 2
+    card = json.loads((tmp_path / "run" / "router.json").read_text())["card"]
+    # Hyper-parameters were chosen on a band of `fit`, not on promotion's validation labels.
+    assert card["validation_split"].endswith("share 0.4")
+    [row] = PromotionStore(make_engine(url)).recent(CLASSIFIER_MODEL)
+    assert row.verdict == "promoted" and row.details["family"] == "words"
+    assert row.details["tenants"]["acme"]["checked"] is True
+
+
+def test_without_weighting_the_tenant_is_still_learnt_or_refused_never_made_worse(tmp_path, served_words) -> None:
+    url, classifier = served_words
+    outcome = retrain(url, classifier, RetrainOptions(out=tmp_path / "run", live_share=0.0), log=lambda _: None)
+    tenant = outcome.verdict.tenants["acme"]
+    assert outcome.status in ("promoted", "refused")
+    if outcome.status == "promoted":
+        assert tenant["challenger"] >= tenant["champion"]
