@@ -212,8 +212,9 @@ test-workers: setup
 # --- queue isolation benchmark -----------------------------------------------------------
 .PHONY: bench-queues test-demo
 
-## bench-queues: per-tier queue wait and front-door overhead at a steady gRPC rate, without and with
-## a backlog of 200 C tasks, separate tier queues against one shared queue (about 12 minutes)
+## bench-queues: tier A's queue wait at a steady open-loop gRPC rate, without and with a backlog of C
+## tasks, separate tier queues against one shared queue, same prefetch and worker count, blocks
+## interleaved, instant LLM measurement device (about 12 minutes)
 bench-queues: setup
 	nice -n 10 $(PY) -m benchmarks.queue_isolation --out reports/queue_isolation
 
