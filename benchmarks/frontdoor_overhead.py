@@ -9,9 +9,10 @@ interpreter (checked: `adaptive_rag`, `services`, `workers` resolve into the tre
 - after: the repository this file lives in.
 
 Shared, started here on loopback: Redis (one database number per tree), PostgreSQL (one database
-per tree, `arag_before` / `arag_after`, each migrated by its own tree's code), one Triton serving an
-untrained MiniLM-L6 exported once (its routing is effectively random: a measurement fixture), a
-tantivy index of `demo/knowledge_base.jsonl`, and an *instant* OpenAI-compatible LLM endpoint (a
+per tree, `arag_before` / `arag_after`, each migrated by its own tree's code), one Triton serving the
+router (`--router shipped`, the default: the bag-of-words router the repository ships, published
+with `arag model ship` as users get it; `--router minilm`: an untrained MiniLM-L6 exported once,
+its routing effectively random, a fixture with a transformer's inference cost), a tantivy index of `demo/knowledge_base.jsonl`, and an *instant* OpenAI-compatible LLM endpoint (a
 measurement device: a threaded HTTP server answering every completion at once with a fixed short
 text), so the workers' strategies take almost no time.
 
@@ -218,14 +219,26 @@ def check_imports(tree: Path, env: dict[str, str]) -> dict[str, str]:
     return found
 
 
-def model_repository(root: Path, log: Path) -> Path:
-    """An untrained MiniLM-L6 as version 1 (exported once with this tree's `arag model bootstrap`)."""
-    if not list((root / CLASSIFIER_MODEL).glob("*/model.onnx")):
+ROUTERS = {
+    # what a fresh clone serves (`make router`): the committed bag-of-words router, as ONNX
+    "shipped": ("the bag-of-words router the repository ships (`arag model ship`, "
+                "models/router/router.json)", ["model", "ship"]),
+    # a transformer's inference cost with random routing (a fixture, never trained)
+    "minilm": ("an untrained MiniLM-L6 (`arag model bootstrap`; random routing, a fixture)",
+               ["model", "bootstrap"]),
+}
+
+
+def model_repository(root: Path, router: str, log: Path) -> Path:
+    """A model repository (one per router kind under `root`) whose served version is `router`
+    (`ROUTERS`), published once with this tree's `arag`."""
+    repository = root / router
+    if not list((repository / CLASSIFIER_MODEL).glob("*/model.onnx")):
         with log.open("ab") as out:
-            subprocess.run([str(PYTHON.parent / "arag"), "model", "bootstrap", "--repository",
-                            str(root)], cwd=REPO, check=True, stdout=out, stderr=subprocess.STDOUT,
-                           env=tree_env(REPO, {}), timeout=900)
-    return root
+            subprocess.run([str(PYTHON.parent / "arag"), *ROUTERS[router][1], "--repository",
+                            str(repository)], cwd=REPO, check=True, stdout=out,
+                           stderr=subprocess.STDOUT, env=tree_env(REPO, {}), timeout=900)
+    return repository
 
 
 def build_index(index_dir: Path, log: Path) -> Path:
@@ -610,7 +623,7 @@ def markdown(report: dict[str, Any]) -> str:
         "- Same stack for both, started by the script on loopback: one Redis (database "
         f"{cfg['redis_db']['before']} before, {cfg['redis_db']['after']} after), one PostgreSQL "
         "(databases `arag_before` / `arag_after`, each migrated by its own tree), one Triton serving "
-        "an untrained MiniLM-L6 (`arag model bootstrap`; random routing, a fixture), the tantivy "
+        f"{ROUTERS[cfg.get('router', 'minilm')][0]}, the tantivy "
         "index of `demo/knowledge_base.jsonl`, and an **instant OpenAI-compatible LLM endpoint** (a "
         "measurement device, run by the script as a process of its own: a fixed one-word answer, no compute), "
         f"`LLM_API=chat`. Worker pools per tree: `{POOLS}`, 1 process each; queue limits 100000; "
@@ -706,6 +719,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--route-calls", type=int, default=300, help="single-stream Route calls per tree")
+    parser.add_argument("--router", choices=sorted(ROUTERS), default="shipped",
+                        help="the classifier Triton serves (shipped: what users get)")
     parser.add_argument("--before-commit", default=BEFORE_COMMIT)
     parser.add_argument("--before-tree", type=Path, default=BEFORE_TREE)
     parser.add_argument("--workdir", type=Path, default=REPO / "var" / "bench-frontdoor")
@@ -726,6 +741,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _interrupt)
     concurrencies = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    args.workdir = args.workdir.resolve()  # the trees run with their own cwd
 
     started_at = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     load_start = os.getloadavg()
@@ -739,7 +755,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(logs)
     logs.mkdir(parents=True)
     print(f"before: {before_commit[:12]} in {args.before_tree}; after: {REPO} (working tree)", flush=True)
-    repository = model_repository(args.workdir / "model_repository", logs / "setup.log")
+    repository = model_repository(args.workdir / "model_repositories", args.router,
+                                  logs / "setup.log")
     index_dir = build_index(args.workdir / "index", logs / "setup.log")
 
     from infra.local.servers import local_postgres, local_redis
@@ -833,7 +850,7 @@ def main(argv: list[str] | None = None) -> int:
                     "python": platform.python_version(), "interpreter": str(PYTHON)},
         "load_average_start": load_start, "load_average_end": load_end,
         "config": {"blocks": args.blocks, "block_size": args.block_size,
-                   "concurrency": concurrencies, "warmup": args.warmup,
+                   "concurrency": concurrencies, "warmup": args.warmup, "router": args.router,
                    "bootstrap": args.bootstrap, "seed": args.seed, "redis_db": redis_db,
                    "model_poll_s": model_poll_s, "pools": POOLS, "llm_answer": LLM_ANSWER,
                    "call_timeout_s": CALL_TIMEOUT_S},
