@@ -1,8 +1,9 @@
 """Answering a client's query, reading a stored reply, taking feedback: the front door's use cases.
 
 One Answer: authenticate (API key -> tenant and scopes) -> validate -> the tenant has a knowledge
-base (`KnowledgeBaseMissingError`) -> idempotency check (tenant, client_request_id) -> classify
-(router: Triton + policy, rules fallback) -> record the request and its decision -> check the tier
+base (`KnowledgeBaseMissingError`) -> classify (router: Triton + policy, rules fallback) -> record
+the request and its decision, which is also the idempotency check: the insert finds an earlier
+request with the same (tenant, client_request_id) and the call replays it -> check the tier
 queue's depth (`QueueFullError` when full) and the tenant's fair share (`OverShareError`) ->
 enqueue on the tier's queue (and, for a sampled share, a shadow run on the neighbouring tier) ->
 wait for the result within the deadline (`AnswerTimeoutError` while the work continues;
@@ -250,21 +251,23 @@ class AnswerService:
                 client_request_id = check_client_request_id(client_request_id)
         with progress.stage("knowledge"):
             await self.require_knowledge_base(tenant)
-        if client_request_id is not None:
-            with progress.stage("idempotency"):
-                existing = await self._io(self.records.find_request, tenant, client_request_id)
-            if existing is not None:
-                return await self._replay(existing, query, deadline, progress, started)
         request_id = uuid.uuid4().hex
-        progress.bind(request_id=request_id)
+        # Classified before the idempotency check: the request and its decision are then one
+        # insert that is the check too (a resent request costs a classification it does not use;
+        # a new one saves a round trip to the records).
         decision = await self._classify(query, progress)
-        try:  # the request and its decision in one transaction
+        try:
             with progress.stage("record"):
                 await self._io(self.records.create_request, request_id, tenant, client_request_id,
                                query, RequestStatus.QUEUED, decision)
-        except DuplicateRequestError:  # another replica took this client_request_id just now
-            existing = await self._io(self.records.find_request, tenant, client_request_id)
+        except DuplicateRequestError:  # this client_request_id was sent before (or just now)
+            with progress.stage("idempotency"):
+                existing = await self._io(self.records.find_request, tenant, client_request_id)
+            if existing is None:  # only a request id collision could get here
+                raise
             return await self._replay(existing, query, deadline, progress, started)
+        progress.bind(request_id=request_id)
+        self._routed(decision)
         return await self._admit(request_id, tenant, query, decision, deadline, progress, started)
 
     async def _classify(self, query: str, progress: CallProgress) -> RoutingDecision:
@@ -285,12 +288,15 @@ class AnswerService:
             "strategy": routed.strategy or self.config.strategy_for(routed.tier),
             "classify_ms": 1000 * (time.perf_counter() - start),
         })
-        self._on_routed(decision)
         progress.tier = decision.tier
+        return decision
+
+    def _routed(self, decision: RoutingDecision) -> None:
+        """Count and log a decision once it is recorded (a replay's unused one is not)."""
+        self._on_routed(decision)
         LOG.info("routed", tier=decision.tier.value, fallback=decision.fallback,
                  model_version=decision.model_version, classify_ms=round(decision.classify_ms, 2),
                  reason=decision.reason)
-        return decision
 
     async def _classify_and_record(
         self, request_id: str, query: str, progress: CallProgress,
@@ -298,6 +304,7 @@ class AnswerService:
         decision = await self._classify(query, progress)
         with progress.stage("record"):
             await self._io(self.records.record_decision, request_id, decision)
+        self._routed(decision)
         return decision
 
     async def _admit(
@@ -508,6 +515,7 @@ class AnswerService:
         with progress.stage("record"):
             await self._io(self.records.create_request, request_id, tenant, None, query,
                            RequestStatus.ROUTED, decision)
+        self._routed(decision)
         return Routed(request_id, decision)
 
     # --- GetResult -------------------------------------------------------------------------------

@@ -7,6 +7,11 @@ replicas are decided by the database: unique constraints for requests,
 conditional updates for the moves of a request that a worker, a sweeping front door and a
 resending client may try at the same moment (`begin_run`, `expire_queued`, `readmit`): whichever
 commits first wins, the others change nothing.
+
+Round trips are what a serving call pays for most on a busy machine (each one waits for the
+database process to be scheduled), so calls on the serving path are one statement each: reads and
+single-statement writes run in autocommit (no BEGIN / COMMIT round trips), and the writes that
+touch two tables on PostgreSQL are one statement with a data-modifying CTE (atomic on its own).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, delete, exists, func, select, update
+from sqlalchemy import Engine, delete, exists, func, literal, select, update
 from sqlalchemy.exc import IntegrityError
 
 from adaptive_rag.contracts import (
@@ -101,6 +106,9 @@ class RecordStore:
                 f"records need SQLite or PostgreSQL, not {engine.dialect.name!r}"
             )
         self._insert = insert
+        # One-statement calls: no transaction round trips (`engine.begin()` stays transactional).
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._ctes = engine.dialect.name == "postgresql"  # writes with a data-modifying CTE
 
     def ping(self) -> None:
         """One round trip to the database (health checks); raises when it does not answer."""
@@ -128,7 +136,7 @@ class RecordStore:
 
     def principal_for_key(self, key: str) -> Principal | None:
         """The tenant owning `key` and the key's scopes, or None for an unknown or revoked key."""
-        with self.engine.connect() as conn:
+        with self._autocommit.connect() as conn:
             row = conn.execute(
                 select(ApiKey.tenant, ApiKey.scopes).where(
                     ApiKey.key_hash == hash_key(key), ApiKey.revoked_at.is_(None)
@@ -171,30 +179,44 @@ class RecordStore:
         status: RequestStatus = RequestStatus.QUEUED, decision: RoutingDecision | None = None,
     ) -> RequestView:
         """Record a new request as `status` (`queued`; a decision-only request: `routed`), and its
-        routing `decision` when given, in the same transaction.
+        routing `decision` when given, atomically.
 
         Raises `DuplicateRequestError` when the request id or `(tenant, client_request_id)` is
-        already recorded: the caller (a second front-door replica racing the first) then reads
-        the existing request with `find_request`.
+        already recorded (nothing is written then): this insert is the idempotency check, and the
+        caller reads the existing request with `find_request`. On PostgreSQL it is one statement
+        (`INSERT ... ON CONFLICT DO NOTHING` feeding the decision's insert through a CTE).
         """
         now = utcnow()
-        try:
+        request = self._insert(QueryRequest).values(
+            request_id=request_id, tenant=tenant, client_request_id=client_request_id,
+            query=query, status=RequestStatus(status).value, created_at=now, updated_at=now,
+        ).on_conflict_do_nothing().returning(QueryRequest.request_id)
+        decision_values = (None if decision is None
+                           else {"created_at": now, **decision.model_dump(mode="json")})
+        if decision_values is None:
+            with self._autocommit.connect() as conn:
+                created = conn.execute(request).first() is not None
+        elif self._ctes:
+            inserted = request.cte("inserted_request")
+            columns = DecisionRow.__table__.c
+            statement = self._insert(DecisionRow).from_select(
+                ["request_id", *decision_values],
+                select(inserted.c.request_id,
+                       *(literal(v, columns[k].type) for k, v in decision_values.items())),
+            ).returning(DecisionRow.request_id)
+            with self._autocommit.connect() as conn:
+                created = conn.execute(statement).first() is not None
+        else:
             with self.engine.begin() as conn:
-                conn.execute(
-                    self._insert(QueryRequest).values(
-                        request_id=request_id, tenant=tenant, client_request_id=client_request_id,
-                        query=query, status=RequestStatus(status).value, created_at=now, updated_at=now,
-                    )
-                )
-                if decision is not None:
-                    conn.execute(self._insert(DecisionRow).values(
-                        request_id=request_id, created_at=now, **decision.model_dump(mode="json"),
-                    ))
-        except IntegrityError as exc:
+                created = conn.execute(request).first() is not None
+                if created:
+                    conn.execute(self._insert(DecisionRow).values(request_id=request_id,
+                                                                  **decision_values))
+        if not created:
             raise DuplicateRequestError(
                 f"request {request_id!r} / client request id {client_request_id!r} of tenant "
                 f"{tenant!r} is already recorded"
-            ) from exc
+            )
         return RequestView(request_id, tenant, client_request_id, query, RequestStatus(status), now, now)
 
     def find_request(self, tenant: str, client_request_id: str) -> RequestView | None:
@@ -207,7 +229,7 @@ class RecordStore:
         return self._one_request(QueryRequest.request_id == request_id)
 
     def _one_request(self, condition: Any) -> RequestView | None:
-        with self.engine.connect() as conn:
+        with self._autocommit.connect() as conn:
             row = conn.execute(
                 select(
                     QueryRequest.request_id, QueryRequest.tenant, QueryRequest.client_request_id,
@@ -234,7 +256,7 @@ class RecordStore:
         if status in IN_FLIGHT:
             allowed = IN_FLIGHT | NEVER_RAN if status is RequestStatus.QUEUED else IN_FLIGHT
             statement = statement.where(QueryRequest.status.in_([s.value for s in allowed]))
-        with self.engine.begin() as conn:
+        with self._autocommit.connect() as conn:  # the check below only explains a miss
             changed = conn.execute(statement.values(status=status.value, updated_at=utcnow())).rowcount
             if not changed and not conn.scalar(
                 select(exists().where(QueryRequest.request_id == request_id))
@@ -261,7 +283,7 @@ class RecordStore:
             column = QueryRequest.shadow_deliveries
             values = {"updated_at": QueryRequest.updated_at}
         values[column.key] = column + 1
-        with self.engine.begin() as conn:
+        with self._autocommit.connect() as conn:  # the check below only explains a miss
             count = conn.execute(statement.values(**values).returning(column)).scalar()
             if count is None and not conn.scalar(
                 select(exists().where(QueryRequest.request_id == request_id))
@@ -340,7 +362,7 @@ class RecordStore:
             raise self._missing_or_duplicate(request_id, "routing decision") from exc
 
     def decision_for(self, request_id: str) -> RoutingDecision | None:
-        with self.engine.connect() as conn:
+        with self._autocommit.connect() as conn:
             row = conn.execute(
                 select(DecisionRow).where(DecisionRow.request_id == request_id)
             ).first()
@@ -358,7 +380,8 @@ class RecordStore:
 
         `INSERT ... ON CONFLICT (request_id, kind, tier) DO NOTHING`: whichever delivery of a task
         writes first wins, on SQLite and PostgreSQL alike. A primary result also finishes the
-        request (`done`, or `error` with an error code) in the same transaction.
+        request (`done`, or `error` with an error code) atomically: on PostgreSQL in the same
+        statement (the update runs only when the insert wrote its row).
         """
         values = result.model_dump(mode="json")
         statement = self._insert(QueryResult).values(
@@ -366,16 +389,27 @@ class RecordStore:
         ).on_conflict_do_nothing(
             index_elements=["request_id", "kind", "tier"]
         ).returning(QueryResult.id)  # a row comes back only when this insert happened
+        finish = update(QueryRequest).where(QueryRequest.request_id == result.request_id).values(
+            status=(RequestStatus.DONE if result.ok else RequestStatus.ERROR).value,
+            updated_at=utcnow(),
+        )
+        primary = result.kind is ResultKind.PRIMARY
         try:
-            with self.engine.begin() as conn:
-                written = conn.execute(statement).first() is not None
-                if written and result.kind is ResultKind.PRIMARY:
-                    status = RequestStatus.DONE if result.ok else RequestStatus.ERROR
-                    conn.execute(
-                        update(QueryRequest)
-                        .where(QueryRequest.request_id == result.request_id)
-                        .values(status=status.value, updated_at=utcnow())
-                    )
+            if primary and self._ctes:
+                written_row = statement.cte("written_result")
+                with self._autocommit.connect() as conn:
+                    written = conn.execute(
+                        finish.where(exists(select(written_row.c.id)))
+                        .returning(QueryRequest.request_id)
+                    ).first() is not None
+            elif not primary:
+                with self._autocommit.connect() as conn:
+                    written = conn.execute(statement).first() is not None
+            else:
+                with self.engine.begin() as conn:
+                    written = conn.execute(statement).first() is not None
+                    if written:
+                        conn.execute(finish)
         except IntegrityError as exc:  # the foreign key: no such request
             raise RequestNotFoundError(f"no request {result.request_id!r}") from exc
         return written
@@ -402,7 +436,7 @@ class RecordStore:
         condition = (QueryResult.request_id == request_id) & (QueryResult.kind == ResultKind(kind).value)
         if tier is not None:
             condition &= QueryResult.tier == Tier(tier).value
-        with self.engine.connect() as conn:
+        with self._autocommit.connect() as conn:
             rows = conn.execute(select(QueryResult).where(condition).order_by(QueryResult.id)).all()
         return [
             StoredResult(

@@ -56,6 +56,9 @@ class FakeStore:
         return self.keys.get(hashlib.sha256(key.encode()).hexdigest())
 
     def find_request(self, tenant, client_request_id):
+        return self._find(tenant, client_request_id)
+
+    def _find(self, tenant, client_request_id):
         for r in self.requests.values():
             if r.tenant == tenant and r.client_request_id == client_request_id:
                 return replace(r)
@@ -68,7 +71,7 @@ class FakeStore:
     def create_request(self, request_id, tenant, client_request_id, query, status=RequestStatus.QUEUED,
                        decision=None):
         with self.lock:
-            if client_request_id is not None and self.find_request(tenant, client_request_id):
+            if client_request_id is not None and self._find(tenant, client_request_id):
                 raise DuplicateRequestError(client_request_id)
             self.requests[request_id] = Request(request_id, tenant, client_request_id, query,
                                                 RequestStatus(status))

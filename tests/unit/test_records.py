@@ -105,6 +105,18 @@ def test_repeated_client_request_id_is_a_duplicate_per_tenant(store):
     new_request(store, "acme", None)
 
 
+def test_a_duplicate_request_writes_nothing_not_even_its_decision(store):
+    """The insert is the idempotency check: a resent client_request_id leaves no trace."""
+    decision = RoutingDecision(tier=Tier.C, probabilities={"A": 0.1, "B": 0.2, "C": 0.7},
+                               model_name="m", model_version=3, strategy="decompose", classify_ms=1.5)
+    store.create_request("r-first", "acme", "client-9", "q", decision=decision)
+    with pytest.raises(DuplicateRequestError):
+        store.create_request("r-second", "acme", "client-9", "q", decision=decision)
+    assert store.get_request("r-second") is None and store.decision_for("r-second") is None
+    assert store.decision_for("r-first") == decision
+    assert store.find_request("acme", "client-9").request_id == "r-first"
+
+
 def test_concurrent_creates_with_one_client_id_record_one_request(store):
     """Two front-door replicas racing on one idempotency key: one wins, the other is told."""
     barrier = threading.Barrier(4)

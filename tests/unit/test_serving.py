@@ -107,6 +107,20 @@ def test_a_replayed_request_is_the_stored_reply_built_from_the_same_types():
         run(svc.answer(KEY, b"another question", "k1", soon(), CallProgress()))
 
 
+def test_the_record_insert_is_the_idempotency_check_and_a_replay_counts_no_decision():
+    svc, store, queue, routed = service()
+    asked: list[tuple] = []
+    find = store.find_request
+    store.find_request = lambda *args: asked.append(args) or find(*args)
+    live = run(svc.answer(KEY, b"compare", "k2", soon(), CallProgress()))
+    assert asked == []  # a new request: no read before its insert
+    progress = CallProgress()
+    replay = run(svc.answer(KEY, b"compare", "k2", soon(), progress))
+    assert asked == [("acme", "k2")] and replay.replayed and replay.request_id == live.request_id
+    assert routed == [live.decision] and len(store.requests) == 1 and len(queue.tasks) == 1
+    assert progress.request_id == live.request_id and "idempotency" in progress.stages
+
+
 def test_no_result_within_the_deadline_names_the_request_that_keeps_running():
     svc, store, _, _ = service(delay_s=0.5)
     progress = CallProgress()
@@ -189,6 +203,19 @@ def test_answer_task_runs_the_strategy_and_writes_the_result_once():
     assert (RequestStatus.RUNNING in [s for _, s in store.statuses])
     again = answer_task(task, store, resources, Delivery("tier-b@h/2", 2, may_retry=True))
     assert again == result and len(store.results) == 1  # a second delivery returns the first
+
+
+def test_a_first_primary_delivery_claims_its_run_without_reading_results_first():
+    store = FakeStore()
+    task = recorded_task(store)
+    reads: list[tuple] = []
+    get_result = store.get_result
+    store.get_result = lambda *args: reads.append(args) or get_result(*args)
+    resources = Resources(FakeRetriever(make_passages(4)))
+    result = answer_task(task, store, resources, Delivery("tier-b@h/1", 1, may_retry=True))
+    assert result.ok and reads == []
+    again = answer_task(task, store, resources, Delivery("tier-b@h/2", 2, may_retry=True))
+    assert again == result and len(reads) == 1  # finished: begin_run refuses, the result is read
 
 
 def test_transient_failures_retry_while_allowed_then_are_recorded():
