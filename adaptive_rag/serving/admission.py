@@ -24,7 +24,7 @@ import functools
 import random
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -256,6 +256,8 @@ class AnswerService:
         # insert that is the check too (a resent request costs a classification it does not use;
         # a new one saves a round trip to the records).
         decision = await self._classify(query, progress)
+        # The tier queue's depth is read while the request is recorded (two round trips at once).
+        depth = self._background(self._io(self.queue.depth, self.queue.queue_name(decision.tier)))
         try:
             with progress.stage("record"):
                 await self._io(self.records.create_request, request_id, tenant, client_request_id,
@@ -268,7 +270,16 @@ class AnswerService:
             return await self._replay(existing, query, deadline, progress, started)
         progress.bind(request_id=request_id)
         self._routed(decision)
-        return await self._admit(request_id, tenant, query, decision, deadline, progress, started)
+        return await self._admit(request_id, tenant, query, decision, deadline, progress, started,
+                                 depth)
+
+    @staticmethod
+    def _background(awaitable: Awaitable[T]) -> asyncio.Future[T]:
+        """Start `awaitable` now; its outcome is awaited later or not at all (an unused failure
+        is not reported as never retrieved)."""
+        future = asyncio.ensure_future(awaitable)
+        future.add_done_callback(lambda done: done.cancelled() or done.exception())
+        return future
 
     async def _classify(self, query: str, progress: CallProgress) -> RoutingDecision:
         """The router's decision with the strategy and the time it took (not yet recorded).
@@ -309,17 +320,17 @@ class AnswerService:
 
     async def _admit(
         self, request_id: str, tenant: str, query: str, decision: RoutingDecision, deadline: float,
-        progress: CallProgress, started: float,
+        progress: CallProgress, started: float, depth_read: Awaitable[int] | None = None,
     ) -> Answered:
         """Queue-depth and fair-share checks, enqueue (+ shadow), wait; the decision is already
-        recorded."""
+        recorded. `depth_read`: the tier queue's depth, already being read."""
         tier = decision.tier
         progress.tier = tier
         queue = self.queue.queue_name(tier)
         limit = self.config.max_queue_depth[tier]
         try:
             with progress.stage("admit"):
-                depth = await self._io(self.queue.depth, queue)
+                depth = await (depth_read or self._io(self.queue.depth, queue))
         except DependencyUnavailableError as exc:
             raise await self._did_not_run(request_id, exc) from exc
         self._on_queue_depth(queue, depth)
