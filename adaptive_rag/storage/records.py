@@ -12,6 +12,8 @@ Round trips are what a serving call pays for most on a busy machine (each one wa
 database process to be scheduled), so calls on the serving path are one statement each: reads and
 single-statement writes run in autocommit (no BEGIN / COMMIT round trips), and the writes that
 touch two tables on PostgreSQL are one statement with a data-modifying CTE (atomic on its own).
+The statements of the per-Answer calls are built once with bound parameters (`_HotStatements`):
+building one per call, and its cache key, costs more CPU than its round trip.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, delete, exists, func, literal, select, update
+from sqlalchemy import Engine, Table, bindparam, delete, exists, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from adaptive_rag.contracts import (
@@ -41,6 +43,59 @@ from adaptive_rag.storage.models import RoutingDecision as DecisionRow
 KEY_PREFIX = "arag_"
 # The PostgreSQL advisory lock one front door replica holds while it sweeps expired requests.
 EXPIRY_SWEEP_LOCK = "arag-sweep:expire-queued"
+
+
+REQUEST_COLUMNS = ("request_id", "tenant", "client_request_id", "query", "status", "created_at",
+                   "updated_at")
+DECISION_COLUMNS = ("request_id", "created_at", *RoutingDecision.model_fields)
+RESULT_COLUMNS = (*AnswerResult.model_fields, "attempts", "worker", "created_at")
+
+
+def _bound(table: Table, prefix: str, names: Any) -> dict[str, Any]:
+    """A bound parameter per column (named `<prefix><column>`, typed like it)."""
+    return {name: bindparam(prefix + name, type_=table.c[name].type) for name in names}
+
+
+class _HotStatements:
+    """The statements of the calls every Answer makes, built once (see the module)."""
+
+    def __init__(self, insert: Any, ctes: bool) -> None:
+        requests, decisions = QueryRequest.__table__, DecisionRow.__table__
+        request_values = _bound(requests, "r_", REQUEST_COLUMNS)
+        self.request = insert(QueryRequest).values(request_values).on_conflict_do_nothing() \
+            .returning(QueryRequest.request_id)
+        decision_values = _bound(decisions, "d_", DECISION_COLUMNS)
+        self.decision = insert(DecisionRow).values(decision_values)
+        # PostgreSQL: the decision is inserted only when the request was (one statement).
+        inserted = self.request.cte("inserted_request")
+        self.request_and_decision = insert(DecisionRow).from_select(
+            list(DECISION_COLUMNS),
+            select(inserted.c.request_id, *list(decision_values.values())[1:]),
+        ).returning(DecisionRow.request_id) if ctes else None
+        result_values = _bound(QueryResult.__table__, "v_", RESULT_COLUMNS)
+        self.result = insert(QueryResult).values(result_values).on_conflict_do_nothing(
+            index_elements=["request_id", "kind", "tier"]
+        ).returning(QueryResult.id)  # a row comes back only when this insert happened
+        self.finish = update(QueryRequest).where(
+            QueryRequest.request_id == bindparam("f_request_id")
+        ).values(status=bindparam("f_status"), updated_at=bindparam("f_updated_at"))
+        written = self.result.cte("written_result")
+        # PostgreSQL: a primary result finishes its request only when it was written.
+        self.result_and_finish = self.finish.where(exists(select(written.c.id))) \
+            .returning(QueryRequest.request_id) if ctes else None
+        in_flight = [s.value for s in IN_FLIGHT]
+        self.begin = {
+            ResultKind.PRIMARY: update(QueryRequest).where(
+                QueryRequest.request_id == bindparam("b_request_id"),
+                QueryRequest.status.in_(in_flight),
+            ).values(status=RequestStatus.RUNNING.value, updated_at=bindparam("b_updated_at"),
+                     deliveries=QueryRequest.deliveries + 1).returning(QueryRequest.deliveries),
+            # a shadow run leaves the request as it is (its age in the queue too)
+            ResultKind.SHADOW: update(QueryRequest).where(
+                QueryRequest.request_id == bindparam("b_request_id"),
+            ).values(shadow_deliveries=QueryRequest.shadow_deliveries + 1)
+            .returning(QueryRequest.shadow_deliveries),
+        }
 
 
 class SweepBusyError(AdaptiveRagError):
@@ -109,6 +164,7 @@ class RecordStore:
         # One-statement calls: no transaction round trips (`engine.begin()` stays transactional).
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._ctes = engine.dialect.name == "postgresql"  # writes with a data-modifying CTE
+        self._hot = _HotStatements(insert, self._ctes)
 
     def ping(self) -> None:
         """One round trip to the database (health checks); raises when it does not answer."""
@@ -187,31 +243,24 @@ class RecordStore:
         (`INSERT ... ON CONFLICT DO NOTHING` feeding the decision's insert through a CTE).
         """
         now = utcnow()
-        request = self._insert(QueryRequest).values(
-            request_id=request_id, tenant=tenant, client_request_id=client_request_id,
-            query=query, status=RequestStatus(status).value, created_at=now, updated_at=now,
-        ).on_conflict_do_nothing().returning(QueryRequest.request_id)
-        decision_values = (None if decision is None
-                           else {"created_at": now, **decision.model_dump(mode="json")})
-        if decision_values is None:
+        hot = self._hot
+        params: dict[str, Any] = {
+            "r_request_id": request_id, "r_tenant": tenant, "r_client_request_id": client_request_id,
+            "r_query": query, "r_status": RequestStatus(status).value, "r_created_at": now,
+            "r_updated_at": now,
+        }
+        if decision is not None:
+            params.update({f"d_{k}": v for k, v in decision.model_dump(mode="json").items()},
+                          d_request_id=request_id, d_created_at=now)
+        if decision is None or hot.request_and_decision is not None:
             with self._autocommit.connect() as conn:
-                created = conn.execute(request).first() is not None
-        elif self._ctes:
-            inserted = request.cte("inserted_request")
-            columns = DecisionRow.__table__.c
-            statement = self._insert(DecisionRow).from_select(
-                ["request_id", *decision_values],
-                select(inserted.c.request_id,
-                       *(literal(v, columns[k].type) for k, v in decision_values.items())),
-            ).returning(DecisionRow.request_id)
-            with self._autocommit.connect() as conn:
-                created = conn.execute(statement).first() is not None
+                created = conn.execute(hot.request_and_decision if decision is not None
+                                       else hot.request, params).first() is not None
         else:
             with self.engine.begin() as conn:
-                created = conn.execute(request).first() is not None
+                created = conn.execute(hot.request, params).first() is not None
                 if created:
-                    conn.execute(self._insert(DecisionRow).values(request_id=request_id,
-                                                                  **decision_values))
+                    conn.execute(hot.decision, params)
         if not created:
             raise DuplicateRequestError(
                 f"request {request_id!r} / client request id {client_request_id!r} of tenant "
@@ -274,17 +323,9 @@ class RecordStore:
         and this call cannot both win. The count is durable, so a task whose run kills its
         whole worker is recognised however often the worker restarts.
         """
-        statement = update(QueryRequest).where(QueryRequest.request_id == request_id)
-        if ResultKind(kind) is ResultKind.PRIMARY:
-            column = QueryRequest.deliveries
-            statement = statement.where(QueryRequest.status.in_([s.value for s in IN_FLIGHT]))
-            values: dict[str, Any] = {"status": RequestStatus.RUNNING.value, "updated_at": utcnow()}
-        else:  # a shadow run leaves the request as it is (its age in the queue too)
-            column = QueryRequest.shadow_deliveries
-            values = {"updated_at": QueryRequest.updated_at}
-        values[column.key] = column + 1
+        params = {"b_request_id": request_id, "b_updated_at": utcnow()}
         with self._autocommit.connect() as conn:  # the check below only explains a miss
-            count = conn.execute(statement.values(**values).returning(column)).scalar()
+            count = conn.execute(self._hot.begin[ResultKind(kind)], params).scalar()
             if count is None and not conn.scalar(
                 select(exists().where(QueryRequest.request_id == request_id))
             ):
@@ -383,33 +424,26 @@ class RecordStore:
         request (`done`, or `error` with an error code) atomically: on PostgreSQL in the same
         statement (the update runs only when the insert wrote its row).
         """
-        values = result.model_dump(mode="json")
-        statement = self._insert(QueryResult).values(
-            **values, attempts=attempts, worker=worker, created_at=utcnow(),
-        ).on_conflict_do_nothing(
-            index_elements=["request_id", "kind", "tier"]
-        ).returning(QueryResult.id)  # a row comes back only when this insert happened
-        finish = update(QueryRequest).where(QueryRequest.request_id == result.request_id).values(
-            status=(RequestStatus.DONE if result.ok else RequestStatus.ERROR).value,
-            updated_at=utcnow(),
-        )
+        hot = self._hot
+        now = utcnow()
+        values = {**result.model_dump(mode="json"), "attempts": attempts, "worker": worker,
+                  "created_at": now}
+        params = {**{f"v_{k}": v for k, v in values.items()}, "f_request_id": result.request_id,
+                  "f_updated_at": now,
+                  "f_status": (RequestStatus.DONE if result.ok else RequestStatus.ERROR).value}
         primary = result.kind is ResultKind.PRIMARY
         try:
-            if primary and self._ctes:
-                written_row = statement.cte("written_result")
+            if primary and hot.result_and_finish is not None:
                 with self._autocommit.connect() as conn:
-                    written = conn.execute(
-                        finish.where(exists(select(written_row.c.id)))
-                        .returning(QueryRequest.request_id)
-                    ).first() is not None
+                    written = conn.execute(hot.result_and_finish, params).first() is not None
             elif not primary:
                 with self._autocommit.connect() as conn:
-                    written = conn.execute(statement).first() is not None
+                    written = conn.execute(hot.result, params).first() is not None
             else:
                 with self.engine.begin() as conn:
-                    written = conn.execute(statement).first() is not None
+                    written = conn.execute(hot.result, params).first() is not None
                     if written:
-                        conn.execute(finish)
+                        conn.execute(hot.finish, params)
         except IntegrityError as exc:  # the foreign key: no such request
             raise RequestNotFoundError(f"no request {result.request_id!r}") from exc
         return written

@@ -92,3 +92,39 @@ def test_one_process_sweeps_the_queued_requests_at_a_time(store):
         assert store.get_request(request_id).status == "queued"
     assert store.expire_queued(60) == [request_id]
     assert store.get_request(request_id).status == "expired"
+
+
+def test_the_per_answer_writes_are_one_statement_each_without_a_transaction(store):
+    """What an Answer costs the records on PostgreSQL: the request with its decision (also the
+    idempotency check), the run's claim and its result are one statement each, in autocommit (no
+    BEGIN / COMMIT round trips); a resent client_request_id writes nothing."""
+    from sqlalchemy import event
+
+    from adaptive_rag.contracts import AnswerResult, RoutingDecision, Tier
+    from adaptive_rag.errors import DuplicateRequestError
+
+    sent: list[str] = []
+    engine = store.engine
+
+    def count(conn, cursor, statement, parameters, context, executemany) -> None:
+        autocommit = conn.connection.dbapi_connection.autocommit
+        sent.append(statement.split(None, 1)[0].upper() + (" (autocommit)" if autocommit else ""))
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        decision = RoutingDecision(tier=Tier.B, probabilities={"A": 0.1, "B": 0.8, "C": 0.1},
+                                   model_name="m", model_version=2, strategy="single_step")
+        store.create_request("r-1", "acme", "c-1", "q", decision=decision)
+        assert sent == ["WITH (autocommit)"]
+        with pytest.raises(DuplicateRequestError):
+            store.create_request("r-2", "acme", "c-1", "q", decision=decision)
+        assert store.begin_run("r-1") == 1
+        sent.clear()
+        result = AnswerResult(request_id="r-1", tier=Tier.B, strategy="single_step", answer="x")
+        assert store.save_result(result, "w", 1) and not store.save_result(result, "w", 2)
+        assert sent == ["WITH (autocommit)", "WITH (autocommit)"]
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+    assert store.decision_for("r-1") == decision and store.decision_for("r-2") is None
+    assert store.get_request("r-1").status.value == "done"
+    assert store.stored_result("r-1").attempts == 1
