@@ -5,15 +5,20 @@ Small on purpose: `tokenizers` (not transformers), `tritonclient[grpc]` and nump
 - Every call has a timeout (`client_timeout`). When Triton is unreachable, times out or errors,
   the decision comes from the rules (`fallback_decision`) and is flagged `fallback=True`; after
   a failure the client skips Triton for `retry_after_s` so a dead server costs no timeouts.
-- Batching: with `batching=True` a background thread takes every query waiting at that moment
-  (up to `max_batch`) into one Triton request; one caller alone is sent at once. Sequences are
-  padded to a multiple of `pad_to_multiple`, so requests from many clients share shapes and
-  Triton's dynamic batcher can merge them too.
+- Asyncio callers (`aclassify`, the grpc.aio front door) call Triton with tritonclient's asyncio
+  gRPC client on their own event loop: no hop to a thread and no blocked thread per call. With
+  `batching=True` the callers of one loop iteration share a request; Triton's dynamic batcher
+  merges concurrent requests server-side too.
+- Blocking callers (`classify`): with `batching=True` a background thread takes every query
+  waiting at that moment (up to `max_batch`) into one Triton request; one caller alone is sent at
+  once. Sequences are padded to a multiple of `pad_to_multiple`, so requests from many clients
+  share shapes and Triton's dynamic batcher can merge them too.
 - An optional LRU cache (`cache_size`) answers repeated queries without a round trip.
 """
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 import time
@@ -108,6 +113,11 @@ class TritonClassifier:
         self._queue: queue.Queue | None = None
         self._worker: threading.Thread | None = None
         self._closed = False
+        # tritonclient's asyncio client and the loop it belongs to (made on the first `aclassify`).
+        self._aio = None
+        self._aio_loop: asyncio.AbstractEventLoop | None = None
+        self._pending: list[tuple[str, asyncio.Future]] = []  # this loop iteration's callers
+        self._batches: set[asyncio.Task] = set()
         if batching:
             self._queue = queue.Queue()
             self._worker = threading.Thread(target=self._batch_loop, name="triton-batcher", daemon=True)
@@ -143,8 +153,8 @@ class TritonClassifier:
 
     # --- inference -------------------------------------------------------------------------------
 
-    def logits(self, queries: Sequence[str]) -> tuple[np.ndarray, str]:
-        """Raw logits [n, 3] and the served model version; raises `ClassifierUnavailableError`."""
+    def _inputs(self, queries: Sequence[str]) -> list:
+        """The tokenized batch as Triton inputs; `ClassifierUnavailableError` right after a failure."""
         if time.monotonic() < self._down_until:
             raise ClassifierUnavailableError("classifier unavailable (recent failure, retry later)")
         ids, mask = self.tokenize(queries)
@@ -153,22 +163,57 @@ class TritonClassifier:
         ]
         inputs[0].set_data_from_numpy(ids)
         inputs[1].set_data_from_numpy(mask)
+        return inputs
+
+    def _failed(self, exc: BaseException) -> ClassifierUnavailableError:
+        """Skip Triton for `retry_after_s` after a failure (a dead server costs no timeouts)."""
+        self._down_until = time.monotonic() + self.retry_after_s
+        return ClassifierUnavailableError(f"Triton at {self.url}: {_short(exc)}")
+
+    @staticmethod
+    def _logits_of(result, n: int) -> tuple[np.ndarray, str]:
+        logits = result.as_numpy(CLASSIFIER_OUTPUT)
+        if logits is None or logits.shape != (n, 3):
+            raise ClassifierUnavailableError(f"unexpected logits shape {getattr(logits, 'shape', None)}")
+        return logits.astype(np.float32), result.get_response().model_version
+
+    def logits(self, queries: Sequence[str]) -> tuple[np.ndarray, str]:
+        """Raw logits [n, 3] and the served model version; raises `ClassifierUnavailableError`."""
+        inputs = self._inputs(queries)
         try:
             result = self.client.infer(
                 self.model_name, inputs, model_version=self.model_version,
                 outputs=[self._grpc.InferRequestedOutput(CLASSIFIER_OUTPUT)],
                 client_timeout=self.timeout_s,
             )
-            logits = result.as_numpy(CLASSIFIER_OUTPUT)
-            version = result.get_response().model_version
         except Exception as exc:  # noqa: BLE001 - unreachable, timeout, server error
-            self._down_until = time.monotonic() + self.retry_after_s
-            raise ClassifierUnavailableError(f"Triton at {self.url}: {_short(exc)}") from exc
-        if logits is None or logits.shape != (len(queries), 3):
-            raise ClassifierUnavailableError(f"unexpected logits shape {getattr(logits, 'shape', None)}")
-        return logits.astype(np.float32), version
+            raise self._failed(exc) from exc
+        return self._logits_of(result, len(queries))
 
-    def _decide(self, queries: Sequence[str]) -> list[RoutingDecision]:
+    async def alogits(self, queries: Sequence[str]) -> tuple[np.ndarray, str]:
+        """`logits` through the asyncio client, on the running event loop."""
+        inputs = self._inputs(queries)
+        try:
+            result = await self._aio_client().infer(
+                self.model_name, inputs, model_version=self.model_version,
+                outputs=[self._grpc.InferRequestedOutput(CLASSIFIER_OUTPUT)],
+                client_timeout=self.timeout_s,
+            )
+        except Exception as exc:  # noqa: BLE001 - unreachable, timeout, server error
+            raise self._failed(exc) from exc
+        return self._logits_of(result, len(queries))
+
+    def _aio_client(self):
+        """The asyncio client of the running loop (a grpc.aio channel belongs to one loop)."""
+        loop = asyncio.get_running_loop()
+        if self._aio is None or self._aio_loop is not loop:
+            import tritonclient.grpc.aio as aioclient
+
+            self._aio, self._aio_loop = aioclient.InferenceServerClient(self.url), loop
+        return self._aio
+
+    def _cached(self, queries: Sequence[str]) -> dict[int, tuple[np.ndarray, str]]:
+        """Probabilities and version of the queries the LRU holds, by position."""
         cached: dict[int, tuple[np.ndarray, str]] = {}
         if self._cache_size:
             with self._cache_lock:
@@ -177,25 +222,46 @@ class TritonClassifier:
                     if key in self._cache:
                         self._cache.move_to_end(key)
                         cached[i] = self._cache[key]
+        return cached
+
+    def _remember(self, queries: Sequence[str], todo: list[int], logits: np.ndarray, version: str,
+                  cached: dict[int, tuple[np.ndarray, str]]) -> None:
+        probs = softmax_rows(logits)
+        for row, i in enumerate(todo):
+            cached[i] = (probs[row], version)
+            if self._cache_size:
+                with self._cache_lock:
+                    self._cache[cache_key(queries[i])] = cached[i]
+                    while len(self._cache) > self._cache_size:
+                        self._cache.popitem(last=False)
+
+    def _decisions(self, queries: Sequence[str], cached: dict[int, tuple[np.ndarray, str]],
+                   failure: ClassifierUnavailableError | None = None) -> list[RoutingDecision]:
+        """The policy's decisions; a query Triton did not answer gets the flagged rules fallback."""
+        return [
+            self._decision(*cached[i]) if i in cached else fallback_decision(q, str(failure))
+            for i, q in enumerate(queries)
+        ]
+
+    def _decide(self, queries: Sequence[str]) -> list[RoutingDecision]:
+        cached = self._cached(queries)
         todo = [i for i in range(len(queries)) if i not in cached]
         try:
             if todo:
-                logits, version = self.logits([queries[i] for i in todo])
-                probs = softmax_rows(logits)
-                for row, i in enumerate(todo):
-                    cached[i] = (probs[row], version)
-                    if self._cache_size:
-                        with self._cache_lock:
-                            self._cache[cache_key(queries[i])] = cached[i]
-                            while len(self._cache) > self._cache_size:
-                                self._cache.popitem(last=False)
+                self._remember(queries, todo, *self.logits([queries[i] for i in todo]), cached)
         except ClassifierUnavailableError as exc:
-            return [
-                self._decision(*cached[i]) if i in cached
-                else fallback_decision(q, str(exc))
-                for i, q in enumerate(queries)
-            ]
-        return [self._decision(*cached[i]) for i in range(len(queries))]
+            return self._decisions(queries, cached, exc)
+        return self._decisions(queries, cached)
+
+    async def _adecide(self, queries: Sequence[str]) -> list[RoutingDecision]:
+        cached = self._cached(queries)
+        todo = [i for i in range(len(queries)) if i not in cached]
+        try:
+            if todo:
+                self._remember(queries, todo, *await self.alogits([queries[i] for i in todo]), cached)
+        except ClassifierUnavailableError as exc:
+            return self._decisions(queries, cached, exc)
+        return self._decisions(queries, cached)
 
     def _decision(self, probabilities: np.ndarray, served_version: str) -> RoutingDecision:
         """The policy's decision, naming the model and the version Triton says answered."""
@@ -223,17 +289,40 @@ class TritonClassifier:
             return fallback_decision(query, f"batcher: {_short(exc)}")
 
     async def aclassify(self, query: str) -> RoutingDecision:
-        """`classify` for asyncio callers (the grpc.aio front door): never blocks the event loop."""
-        import asyncio
-
-        if self._queue is None or self._closed:
+        """`classify` for asyncio callers (the grpc.aio front door): the asyncio Triton client on
+        the caller's loop, never blocking it. A closed client (replaced by a newer version, calls
+        in flight finishing) answers through its blocking path."""
+        if self._closed:
             return await asyncio.to_thread(self.classify, query)
-        future: Future = Future()
-        self._queue.put((query, future))
+        if self._queue is None:
+            return (await self._aroute([query]))[0]
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+        if not self._pending:  # the first caller of this iteration: the others join its request
+            loop.call_soon(self._send_pending)
+        self._pending.append((query, future))
+        return await future
+
+    async def _aroute(self, queries: Sequence[str]) -> list[RoutingDecision]:
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_s * 4 + 1.0)
-        except Exception as exc:  # noqa: BLE001 - the batcher never answered
-            return fallback_decision(query, f"batcher: {_short(exc)}")
+            return await self._adecide(queries)
+        except Exception as exc:  # noqa: BLE001 - tokenizer or policy bug: never fail the call
+            return [fallback_decision(q, f"classifier error: {_short(exc)}") for q in queries]
+
+    def _send_pending(self) -> None:
+        """One request per `max_batch` of the callers gathered in this loop iteration."""
+        pending, self._pending = self._pending, []
+        for start in range(0, len(pending), self.max_batch):
+            batch = pending[start:start + self.max_batch]
+            task = asyncio.ensure_future(self._answer(batch))
+            self._batches.add(task)
+            task.add_done_callback(self._batches.discard)
+
+    async def _answer(self, batch: list[tuple[str, asyncio.Future]]) -> None:
+        decisions = await self._aroute([q for q, _ in batch])
+        for (_, future), decision in zip(batch, decisions):
+            if not future.done():  # its caller may have left
+                future.set_result(decision)
 
     def _batch_loop(self) -> None:
         assert self._queue is not None
@@ -259,6 +348,7 @@ class TritonClassifier:
                 future.set_result(decision)
 
     def close(self) -> None:
+        """Stop the batcher and close both clients (the asyncio one on its own loop)."""
         if self._closed:
             return
         self._closed = True
@@ -270,6 +360,16 @@ class TritonClassifier:
             self.client.close()
         except Exception:  # noqa: BLE001
             pass
+        aio, loop, self._aio, self._aio_loop = self._aio, self._aio_loop, None, None
+        if aio is not None and loop is not None and not loop.is_closed():
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:
+                loop.create_task(aio.close())
+            else:
+                asyncio.run_coroutine_threadsafe(aio.close(), loop)
 
     def __enter__(self) -> TritonClassifier:
         return self

@@ -85,6 +85,9 @@ class _StubClassifier(TritonClassifier):
         rows = [[0.0, 0.0, 5.0] if "?" in q else [0.0, 5.0, 0.0] for q in queries]
         return np.array(rows, dtype=np.float32), "7"
 
+    async def alogits(self, queries):
+        return self.logits(queries)
+
 
 def test_waiting_queries_are_batched_into_fewer_requests(tokenizer_json):
     with _StubClassifier(tokenizer_json, batching=True, max_batch=16) as client:
@@ -199,3 +202,100 @@ def test_queries_differing_in_case_and_spacing_share_the_routing_cache():
 
     assert cache_key("  How LONG is the\tHub  warranty? ") == cache_key("how long is the hub warranty?")
     assert cache_key("hub warranty") != cache_key("hub warranties")
+
+
+class _FakeTriton:
+    """Triton's gRPC inference service on loopback (grpc.aio): answers ModelInfer with fixed
+    logits after `delay_s`, naming the version asked for, and keeps each request."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s
+        self.requests: list = []
+
+    async def start(self) -> str:
+        import grpc
+        from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+        fake = self
+
+        class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+            async def ModelInfer(self, request, context):  # noqa: N802 - gRPC method name
+                import asyncio
+
+                fake.requests.append(request)
+                await asyncio.sleep(fake.delay_s)
+                n = request.inputs[0].shape[0]
+                logits = np.tile(np.array([[0.0, 5.0, 0.0]], dtype=np.float32), (n, 1))
+                return service_pb2.ModelInferResponse(
+                    model_name=request.model_name, model_version=request.model_version or "1",
+                    outputs=[service_pb2.ModelInferResponse.InferOutputTensor(
+                        name="logits", datatype="FP32", shape=[n, 3])],
+                    raw_output_contents=[logits.tobytes()],
+                )
+
+        self.server = grpc.aio.server()
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(), self.server)
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        await self.server.start()
+        return f"127.0.0.1:{port}"
+
+    async def stop(self) -> None:
+        await self.server.stop(None)
+
+
+def test_async_callers_use_the_asyncio_client_pinned_to_their_version(tokenizer_json):
+    """aclassify asks Triton through tritonclient's asyncio client on the caller's loop (no
+    batcher thread): the request names the pinned version, the decision the version that answered,
+    and the callers of one loop iteration share a request."""
+    import asyncio
+
+    from adaptive_rag.contracts import CLASSIFIER_OUTPUT
+
+    assert CLASSIFIER_OUTPUT == "logits"
+
+    async def main():
+        fake = _FakeTriton()
+        url = await fake.start()
+        client = TritonClassifier(tokenizer_json, url=url, model_version="7", timeout_s=2.0)
+        client.classify = None  # the blocking path must not be used
+        try:
+            one = await client.aclassify("who wrote dune ?")
+            many = await asyncio.gather(*(client.aclassify(f"q{i}") for i in range(5)))
+        finally:
+            client.close()
+            await asyncio.sleep(0)  # the asyncio client closes on this loop
+            await fake.stop()
+        return fake, one, many
+
+    fake, one, many = asyncio.run(main())
+    assert one.tier is Tier.B and not one.fallback and one.model_version == 7
+    assert all(d.tier is Tier.B and d.model_version == 7 for d in many)
+    assert [r.model_version for r in fake.requests] == ["7", "7"]
+    assert [r.inputs[0].shape[0] for r in fake.requests] == [1, 5]
+
+
+def test_async_timeout_gives_the_flagged_rules_fallback_and_skips_triton_for_a_while(tokenizer_json):
+    import asyncio
+
+    async def main():
+        fake = _FakeTriton(delay_s=1.0)
+        url = await fake.start()
+        client = TritonClassifier(tokenizer_json, url=url, model_version="3", timeout_s=0.2,
+                                  retry_after_s=60.0)
+        try:
+            start = time.perf_counter()
+            slow = await client.aclassify("Compare dune and who?")
+            took = time.perf_counter() - start
+            again = await client.aclassify("who wrote dune ?")
+        finally:
+            client.close()
+            await asyncio.sleep(0)
+            await fake.stop()
+        return fake, slow, took, again
+
+    fake, slow, took, again = asyncio.run(main())
+    assert slow.fallback and slow.tier is Tier.C and "rules fallback" in slow.reason
+    assert "DEADLINE" in slow.reason.upper() or "deadline" in slow.reason.lower()
+    assert took < 1.0
+    assert again.fallback and "recent failure" in again.reason
+    assert len(fake.requests) == 1  # within retry_after_s Triton is not asked again
