@@ -114,17 +114,15 @@ class CeleryTaskQueue:
     def depth(self, queue: str) -> int:
         """Messages waiting in `queue` (not the ones workers already reserved).
 
-        kombu's passive declare counts them per transport: LLEN over the queue's Redis lists
-        (one per priority), or the message files of the queue in the filesystem broker.
+        kombu's virtual-transport size hook (`Channel._size`, what a passive declare reports as
+        `message_count`): on Redis one pipelined LLEN over the queue's lists (one per priority),
+        one round trip; the passive declare checks existence first (another round trip), and a
+        missing list is an empty queue anyway. The filesystem broker counts its message files.
         """
         if queue not in (*QUEUES, SHARED_QUEUE):
             raise ValueError(f"unknown queue {queue!r}; one of {', '.join(QUEUES)}")
         with _broker_errors(f"depth of '{queue}'"), self.app.pool.acquire(block=True) as connection:
-            channel = connection.default_channel
-            try:
-                return int(channel.queue_declare(queue=queue, passive=True).message_count)
-            except connection.channel_errors:  # Redis: an empty queue has no key at all
-                return 0
+            return int(connection.default_channel._size(queue))
 
 
 # Failures Celery records for a task that never returned its own result, by exception type: what

@@ -269,6 +269,22 @@ def test_queue_depth_counts_waiting_messages_on_redis(make_settings, store):
     assert [queue_depth(q, app=app) for q in ("tier-a", "tier-b", "tier-c", "shadow")] == [1, 0, 2, 0]
 
 
+def test_queue_depth_is_one_pipelined_read_without_an_existence_check(make_settings):
+    """The depth is read with LLENs alone (one pipelined round trip), not a passive declare's
+    EXISTS first: a missing list is an empty queue."""
+    import redis
+
+    settings = make_settings(4).workers
+    app = create_app(settings)
+    client = redis.Redis.from_url(settings.redis_url)
+    assert queue_depth("tier-b", app=app) == 0  # connects first
+    client.config_resetstat()
+    assert queue_depth("tier-b", app=app) == 0
+    stats = client.info("commandstats")
+    assert "cmdstat_exists" not in stats
+    assert stats["cmdstat_llen"]["calls"] >= 1
+
+
 def test_embedded_defaults_need_no_server(make_settings, tmp_path):
     """No REDIS_URL: filesystem broker and file result backend under ARAG_BROKER_DIR, SQLite."""
     database_url = f"sqlite:///{tmp_path}/arag.db"
