@@ -229,15 +229,15 @@ ROUTERS = {
 }
 
 
-def model_repository(root: Path, router: str, log: Path) -> Path:
+def model_repository(root: Path, router: str, log: Path, tree: Path = REPO) -> Path:
     """A model repository (one per router kind under `root`) whose served version is `router`
-    (`ROUTERS`), published once with this tree's `arag`."""
+    (`ROUTERS`), published once with `tree`'s `arag` (its model configuration, too)."""
     repository = root / router
     if not list((repository / CLASSIFIER_MODEL).glob("*/model.onnx")):
         with log.open("ab") as out:
             subprocess.run([str(PYTHON.parent / "arag"), *ROUTERS[router][1], "--repository",
-                            str(repository)], cwd=REPO, check=True, stdout=out,
-                           stderr=subprocess.STDOUT, env=tree_env(REPO, {}), timeout=900)
+                            str(repository)], cwd=tree, check=True, stdout=out,
+                           stderr=subprocess.STDOUT, env=tree_env(tree, {}), timeout=900)
     return repository
 
 
@@ -622,8 +622,10 @@ def markdown(report: dict[str, Any]) -> str:
         "front door, pools and celery workers).",
         "- Same stack for both, started by the script on loopback: one Redis (database "
         f"{cfg['redis_db']['before']} before, {cfg['redis_db']['after']} after), one PostgreSQL "
-        "(databases `arag_before` / `arag_after`, each migrated by its own tree), one Triton serving "
-        f"{ROUTERS[cfg.get('router', 'minilm')][0]}, the tantivy "
+        "(databases `arag_before` / `arag_after`, each migrated by its own tree), "
+        + ("one Triton per tree, each serving its own tree's publication of "
+           if cfg.get("triton_per_tree") else "one Triton serving ")
+        + f"{ROUTERS[cfg.get('router', 'minilm')][0]}, the tantivy "
         "index of `demo/knowledge_base.jsonl`, and an **instant OpenAI-compatible LLM endpoint** (a "
         "measurement device, run by the script as a process of its own: a fixed one-word answer, no compute), "
         f"`LLM_API=chat`. Worker pools per tree: `{POOLS}`, 1 process each; queue limits 100000; "
@@ -721,6 +723,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--route-calls", type=int, default=300, help="single-stream Route calls per tree")
     parser.add_argument("--router", choices=sorted(ROUTERS), default="shipped",
                         help="the classifier Triton serves (shipped: what users get)")
+    parser.add_argument("--triton-per-tree", action="store_true",
+                        help="each tree publishes its own model repository (its model "
+                             "configuration) and gets its own Triton; default: one shared")
     parser.add_argument("--before-commit", default=BEFORE_COMMIT)
     parser.add_argument("--before-tree", type=Path, default=BEFORE_TREE)
     parser.add_argument("--workdir", type=Path, default=REPO / "var" / "bench-frontdoor")
@@ -755,8 +760,15 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(logs)
     logs.mkdir(parents=True)
     print(f"before: {before_commit[:12]} in {args.before_tree}; after: {REPO} (working tree)", flush=True)
-    repository = model_repository(args.workdir / "model_repositories", args.router,
-                                  logs / "setup.log")
+    # One repository and Triton for both trees; with --triton-per-tree each tree publishes its own
+    # (its own model configuration) and gets its own Triton.
+    repositories = {
+        name: model_repository(
+            args.workdir / ("model_repositories" if not args.triton_per_tree
+                            else f"model_repositories-{name}"),
+            args.router, logs / "setup.log", trees[name] if args.triton_per_tree else REPO)
+        for name in TREES
+    }
     index_dir = build_index(args.workdir / "index", logs / "setup.log")
 
     from infra.local.servers import local_postgres, local_redis
@@ -775,20 +787,26 @@ def main(argv: list[str] | None = None) -> int:
             redis_url = stack.enter_context(local_redis())
             postgres_url = stack.enter_context(local_postgres())
             print(f"redis {redis_url}, postgres {postgres_url}", flush=True)
-            triton = stack.enter_context(TritonProcess(repository, logs / "triton.log"))
-            print(f"triton {triton.url}", flush=True)
+            tritons: dict[str, Any] = {}
+            for name in TREES:
+                if name not in tritons and (args.triton_per_tree or not tritons):
+                    log = logs / (f"triton-{name}.log" if args.triton_per_tree else "triton.log")
+                    tritons[name] = stack.enter_context(TritonProcess(repositories[name], log))
+                    print(f"triton {tritons[name].url} ({repositories[name]})", flush=True)
+            triton_of = {name: tritons.get(name) or next(iter(tritons.values())) for name in TREES}
             llm_url = stack.enter_context(instant_llm(procs, logs))
             stack.callback(lambda: left.extend(procs.stop_all()))  # before the servers stop
             shared = {
-                "TRITON_GRPC_URL": triton.url, "ARAG_MODEL_REPOSITORY": str(repository),
                 "ARAG_INDEX_DIR": str(index_dir), "ARAG_KB_DIR": str(args.workdir / "kb"),
                 "ARAG_RETRIEVER": "tantivy",
                 "LLM_BASE_URL": llm_url, "LLM_API": "chat", "ARAG_MODEL_POLL": str(model_poll_s),
             }
             for name in TREES:
                 database_url = create_database(postgres_url, f"arag_{name}")
+                per_tree = {**shared, "TRITON_GRPC_URL": triton_of[name].url,
+                            "ARAG_MODEL_REPOSITORY": str(repositories[name])}
                 env = tree_env(trees[name], settings_env(
-                    name, shared, f"{redis_url.rsplit('/', 1)[0]}/{redis_db[name]}", database_url,
+                    name, per_tree, f"{redis_url.rsplit('/', 1)[0]}/{redis_db[name]}", database_url,
                     free_port(), args.workdir / f"broker-{name}"))
                 stacks[name] = start_tree(procs, name, trees[name], commits[name], env, logs)
                 print(f"{name}: front door on {stacks[name].listen}, modules from "
@@ -851,6 +869,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_start": load_start, "load_average_end": load_end,
         "config": {"blocks": args.blocks, "block_size": args.block_size,
                    "concurrency": concurrencies, "warmup": args.warmup, "router": args.router,
+                   "triton_per_tree": args.triton_per_tree,
                    "bootstrap": args.bootstrap, "seed": args.seed, "redis_db": redis_db,
                    "model_poll_s": model_poll_s, "pools": POOLS, "llm_answer": LLM_ANSWER,
                    "call_timeout_s": CALL_TIMEOUT_S},
