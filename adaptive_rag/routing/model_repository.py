@@ -29,13 +29,18 @@ TOKENIZER_FILE = "tokenizer.json"
 def config_pbtxt(
     name: str = CLASSIFIER_MODEL,
     max_batch_size: int = 32,
-    queue_delay_us: int = 500,
+    queue_delay_us: int = 0,
     num_versions: int = 1,
     instances: int = 1,
     keep: Sequence[int] | None = None,
 ) -> str:
     """Triton model configuration: onnxruntime backend, dynamic batching; versions: the latest
-    `num_versions`, or exactly `keep` (`specific`, what promotion and rollback write)."""
+    `num_versions`, or exactly `keep` (`specific`, what promotion and rollback write).
+
+    No queue delay by default: the dynamic batcher still merges the requests that queue while the
+    instance is busy (when batching pays), but with a delay every lone request waits all of it
+    (500 us cost 0.6 ms of Triton queue per single-stream call here).
+    """
     policy = (f"specific: {{ versions: [ {', '.join(str(v) for v in sorted(set(keep)))} ] }}" if keep
               else f"latest: {{ num_versions: {num_versions} }}")
     preferred = [b for b in (4, 8, 16, 32, 64) if b <= max_batch_size] or [max_batch_size]

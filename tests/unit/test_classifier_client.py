@@ -133,6 +133,8 @@ def test_config_pbtxt_names_the_contract():
     assert 'backend: "onnxruntime"' in text and "max_batch_size: 16" in text
     assert "preferred_batch_size: [ 4, 8, 16 ]" in text
     assert "latest: { num_versions: 1 }" in text
+    # A lone request is not held back waiting for company (busy-instance batching still merges).
+    assert "max_queue_delay_microseconds: 0" in text
 
 
 def test_serve_puts_this_interpreters_libdir_first_on_the_loader_path():
