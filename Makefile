@@ -224,11 +224,15 @@ test-demo: setup
 # --- front-door overhead, before/after the serving redesign --------------------------------------
 .PHONY: bench-frontdoor
 
-## bench-frontdoor: the front door's own time per Answer (total - queue wait - strategy), commit
-## 7b14f11 (worktree /tmp/arag-before) against this working tree, interleaved on one stack (Redis,
-## PostgreSQL, Triton, instant LLM endpoint), 1 and 4 clients; reports/frontdoor_overhead/ (~5 min)
+## bench-frontdoor: the front door's own time per Answer (total - queue wait - strategy), a before
+## commit (BEFORE=<sha>, default the serving-core redesign's 7b14f11; worktree /tmp/arag-before-<sha>)
+## against this working tree, interleaved on one stack (Redis, PostgreSQL, Triton serving the shipped
+## router, instant LLM endpoint), 1 and 4 clients (~5 min). Reports so far: reports/frontdoor_overhead/
+## (the redesign), reports/load/frontdoor-levers/ and reports/load/frontdoor-overhead/ (the levers)
+BEFORE ?= 7b14f11
 bench-frontdoor: setup
-	$(PY) -m benchmarks.frontdoor_overhead --out reports/frontdoor_overhead
+	nice -n 10 $(PY) -m benchmarks.frontdoor_overhead --before-commit $(BEFORE) --before-tree /tmp/arag-before-$(BEFORE) \
+	  --out var/bench-frontdoor/report
 
 ## bench-fair-share: two tenants, one flooding tier C at 10x its share; the other's latency alone,
 ## with the flood and fair share on, and with it off, interleaved (Redis, workers, front door, a
