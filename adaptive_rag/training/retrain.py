@@ -271,11 +271,7 @@ def _retrain_locked(engine, promotions: PromotionStore, classifier: ClassifierSe
         result = train_classifier([example(r) for r in fit], out, config,
                                   test_examples=[example(r) for r in test_rows], data_note=note, log=log)
     except Exception as exc:  # noqa: BLE001 - recorded; the served version is untouched
-        outcome.reason = f"training failed: {type(exc).__name__}: {exc}"
-        row = promotions.record(model, "retrain", "failed", challenger_run=str(out), new_labels=new,
-                                reason=outcome.reason)
-        outcome.record_id = row.id
-        return outcome
+        return _run_failed(promotions, model, outcome, f"training failed: {type(exc).__name__}: {exc}", out, new)
 
     def prepare(version_dir: Path) -> None:
         if options.calibrate and not calibrate_in_place(version_dir, labels):
@@ -285,11 +281,7 @@ def _retrain_locked(engine, promotions: PromotionStore, classifier: ClassifierSe
         try:
             held.enter_context(publish_lock(engine, classifier))
         except JobBusyError as exc:
-            outcome.reason = f"could not publish: {exc}"
-            row = promotions.record(model, "retrain", "failed", challenger_run=str(result.run_dir),
-                                    new_labels=new, reason=outcome.reason)
-            outcome.record_id = row.id
-            return outcome
+            return _run_failed(promotions, model, outcome, f"could not publish: {exc}", result.run_dir, new)
         texts, tiers, groups = validation_columns(validation)
         verdict = promote(
             result.run_dir, classifier.model_repository, texts, tiers, model, options.metric,
@@ -317,21 +309,13 @@ def _retrain_words(engine, promotions: PromotionStore, classifier: ClassifierSet
     try:
         candidate = train_words(fit, out, options.live_share, note)
     except Exception as exc:  # noqa: BLE001 - recorded; the served version is untouched
-        outcome.reason = f"training failed: {type(exc).__name__}: {exc}"
-        row = promotions.record(model, "retrain", "failed", challenger_run=str(out), new_labels=new,
-                                reason=outcome.reason)
-        outcome.record_id = row.id
-        return outcome
+        return _run_failed(promotions, model, outcome, f"training failed: {type(exc).__name__}: {exc}", out, new)
     log(f"bag-of-words challenger fitted on {len(fit)} `fit` labels: {out / 'router.json'}")
     with ExitStack() as held:
         try:
             held.enter_context(publish_lock(engine, classifier))
         except JobBusyError as exc:
-            outcome.reason = f"could not publish: {exc}"
-            row = promotions.record(model, "retrain", "failed", challenger_run=str(out), new_labels=new,
-                                    reason=outcome.reason)
-            outcome.record_id = row.id
-            return outcome
+            return _run_failed(promotions, model, outcome, f"could not publish: {exc}", out, new)
         texts, tiers, groups = validation_columns(validation)
         verdict = promote_candidate(
             candidate, classifier.model_repository, texts, tiers, model, options.metric, options.min_gain,
@@ -342,4 +326,13 @@ def _retrain_words(engine, promotions: PromotionStore, classifier: ClassifierSet
     outcome.status, outcome.reason, outcome.verdict = verdict.verdict, verdict.reason, verdict
     outcome.record_id = verdict.record_id
     log(f"{verdict.verdict}: {verdict.reason}")
+    return outcome
+
+
+def _run_failed(promotions: PromotionStore, model: str, outcome: RetrainOutcome, reason: str,
+                run_dir: Path, new: int | None) -> RetrainOutcome:
+    """A run that failed after its labels were counted: recorded; the served version is untouched."""
+    outcome.reason = reason
+    row = promotions.record(model, "retrain", "failed", challenger_run=str(run_dir), new_labels=new, reason=reason)
+    outcome.record_id = row.id
     return outcome
