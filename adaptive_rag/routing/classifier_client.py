@@ -26,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -177,28 +178,26 @@ class TritonClassifier:
             raise ClassifierUnavailableError(f"unexpected logits shape {getattr(logits, 'shape', None)}")
         return logits.astype(np.float32), result.get_response().model_version
 
+    def _request(self, queries: Sequence[str]) -> dict[str, Any]:
+        """The `infer` arguments of both clients: pinned version, one output, the timeout."""
+        return {"model_name": self.model_name, "inputs": self._inputs(queries),
+                "model_version": self.model_version, "client_timeout": self.timeout_s,
+                "outputs": [self._grpc.InferRequestedOutput(CLASSIFIER_OUTPUT)]}
+
     def logits(self, queries: Sequence[str]) -> tuple[np.ndarray, str]:
         """Raw logits [n, 3] and the served model version; raises `ClassifierUnavailableError`."""
-        inputs = self._inputs(queries)
+        request = self._request(queries)
         try:
-            result = self.client.infer(
-                self.model_name, inputs, model_version=self.model_version,
-                outputs=[self._grpc.InferRequestedOutput(CLASSIFIER_OUTPUT)],
-                client_timeout=self.timeout_s,
-            )
+            result = self.client.infer(**request)
         except Exception as exc:  # noqa: BLE001 - unreachable, timeout, server error
             raise self._failed(exc) from exc
         return self._logits_of(result, len(queries))
 
     async def alogits(self, queries: Sequence[str]) -> tuple[np.ndarray, str]:
         """`logits` through the asyncio client, on the running event loop."""
-        inputs = self._inputs(queries)
+        request = self._request(queries)
         try:
-            result = await self._aio_client().infer(
-                self.model_name, inputs, model_version=self.model_version,
-                outputs=[self._grpc.InferRequestedOutput(CLASSIFIER_OUTPUT)],
-                client_timeout=self.timeout_s,
-            )
+            result = await self._aio_client().infer(**request)
         except Exception as exc:  # noqa: BLE001 - unreachable, timeout, server error
             raise self._failed(exc) from exc
         return self._logits_of(result, len(queries))

@@ -277,24 +277,13 @@ def _retrain_locked(engine, promotions: PromotionStore, classifier: ClassifierSe
         if options.calibrate and not calibrate_in_place(version_dir, labels):
             log("no validation question has stored per-tier outcomes: default thresholds")
 
-    with ExitStack() as held:
-        try:
-            held.enter_context(publish_lock(engine, classifier))
-        except JobBusyError as exc:
-            return _run_failed(promotions, model, outcome, f"could not publish: {exc}", result.run_dir, new)
-        texts, tiers, groups = validation_columns(validation)
-        verdict = promote(
-            result.run_dir, classifier.model_repository, texts, tiers, model, options.metric,
-            options.min_gain, options.int8, groups=groups,
-            triton_urls=list(options.triton_urls), store=promotions, action="retrain",
-            challenger_run=str(result.run_dir), prepare=prepare, new_labels=new, label_watermark=watermark,
-            details={"fit": len(fit), "test_reported": len(test_rows), "epochs": options.epochs,
-                     "family": family, "live_share": options.live_share},
-        )
-    outcome.status, outcome.reason, outcome.verdict = verdict.verdict, verdict.reason, verdict
-    outcome.record_id = verdict.record_id
-    log(f"{verdict.verdict}: {verdict.reason}")
-    return outcome
+    def promote_run(texts: list[str], tiers: list[str], **common: Any) -> Verdict:
+        return promote(result.run_dir, classifier.model_repository, texts, tiers, model, options.metric,
+                       options.min_gain, options.int8, prepare=prepare, **common)
+
+    return _publish(engine, promotions, classifier, options, log, outcome, validation, new, watermark,
+                    Path(result.run_dir), promote_run,
+                    {"fit": len(fit), "test_reported": len(test_rows), "epochs": options.epochs, "family": family})
 
 
 def _retrain_words(engine, promotions: PromotionStore, classifier: ClassifierSettings, options: RetrainOptions,
@@ -311,17 +300,31 @@ def _retrain_words(engine, promotions: PromotionStore, classifier: ClassifierSet
     except Exception as exc:  # noqa: BLE001 - recorded; the served version is untouched
         return _run_failed(promotions, model, outcome, f"training failed: {type(exc).__name__}: {exc}", out, new)
     log(f"bag-of-words challenger fitted on {len(fit)} `fit` labels: {out / 'router.json'}")
+
+    def promote_run(texts: list[str], tiers: list[str], **common: Any) -> Verdict:
+        return promote_candidate(candidate, classifier.model_repository, texts, tiers, model, options.metric,
+                                 options.min_gain, **common)
+
+    return _publish(engine, promotions, classifier, options, log, outcome, validation, new, watermark, out,
+                    promote_run, {"fit": len(fit), "test_reported": tested, "family": "words"})
+
+
+def _publish(engine, promotions: PromotionStore, classifier: ClassifierSettings, options: RetrainOptions,
+             log: Log, outcome: RetrainOutcome, validation: list, new: int | None, watermark: int | None,
+             run_dir: Path, promote_run: Callable[..., Verdict], details: dict[str, Any]) -> RetrainOutcome:
+    """Under the publish lock, `promote_run` the challenger on the validation labels (overall and
+    per tenant, Triton loading it first); the outcome carries the recorded verdict."""
     with ExitStack() as held:
         try:
             held.enter_context(publish_lock(engine, classifier))
         except JobBusyError as exc:
-            return _run_failed(promotions, model, outcome, f"could not publish: {exc}", out, new)
+            return _run_failed(promotions, classifier.classifier_model, outcome, f"could not publish: {exc}",
+                               run_dir, new)
         texts, tiers, groups = validation_columns(validation)
-        verdict = promote_candidate(
-            candidate, classifier.model_repository, texts, tiers, model, options.metric, options.min_gain,
-            groups=groups, triton_urls=list(options.triton_urls), store=promotions, action="retrain",
-            challenger_run=str(out), new_labels=new, label_watermark=watermark,
-            details={"fit": len(fit), "test_reported": tested, "family": "words", "live_share": options.live_share},
+        verdict = promote_run(
+            texts, tiers, groups=groups, triton_urls=list(options.triton_urls), store=promotions,
+            action="retrain", challenger_run=str(run_dir), new_labels=new, label_watermark=watermark,
+            details={**details, "live_share": options.live_share},
         )
     outcome.status, outcome.reason, outcome.verdict = verdict.verdict, verdict.reason, verdict
     outcome.record_id = verdict.record_id

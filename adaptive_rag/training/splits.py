@@ -81,7 +81,9 @@ def tier_counts(labels: Sequence[str]) -> dict[str, int]:
 
 def live_group(dataset: str) -> str | None:
     """The tenant a label's dataset names ("live:<tenant>" -> "<tenant>"); None for benchmark labels."""
-    return dataset[len(LIVE_PREFIX):] or None if dataset.startswith(LIVE_PREFIX) else None
+    if not dataset.startswith(LIVE_PREFIX):
+        return None
+    return dataset[len(LIVE_PREFIX):] or None
 
 
 def live_repeats(live: int, benchmark: int, share: float = LIVE_SHARE, cap: int = MAX_LIVE_REPEATS) -> int:

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from adaptive_rag.training.model import LABELS, Kind, load_base, save_checkpoint
-from adaptive_rag.training.classification import classification_metrics, confusion_matrix  # noqa: F401
+from adaptive_rag.training.classification import classification_metrics
 from adaptive_rag.training.splits import weighted_live
 from adaptive_rag.errors import ConfigurationError
 

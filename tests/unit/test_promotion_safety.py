@@ -199,7 +199,7 @@ def test_the_cli_rolls_back_and_reports_status(tmp_path, store, monkeypatch):
 
 def test_macro_f1_for_promotion_leaves_out_a_class_with_a_handful_of_labels():
     from adaptive_rag.training.promotion import with_supported_macro_f1
-    from adaptive_rag.training.training import classification_metrics
+    from adaptive_rag.training.classification import classification_metrics
 
     # 1 A, 30 B, 20 C: both routers get B and C right; only the challenger gets the lone A right
     truth = [0] + [1] * 30 + [2] * 20
@@ -214,7 +214,7 @@ def test_macro_f1_for_promotion_leaves_out_a_class_with_a_handful_of_labels():
 
 def test_with_only_small_classes_every_present_class_counts():
     from adaptive_rag.training.promotion import with_supported_macro_f1
-    from adaptive_rag.training.training import classification_metrics
+    from adaptive_rag.training.classification import classification_metrics
 
     metrics = with_supported_macro_f1(classification_metrics([0, 1, 1, 2], [0, 1, 1, 1]))
     assert metrics["macro_f1_classes"] == ["A", "B", "C"]
