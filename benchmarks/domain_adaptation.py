@@ -30,8 +30,10 @@ when the gold FAQ answer backs the answer - a yes/no that agrees with it, or at 
 `--support-threshold` of the answer's content words in it -, for small talk
 when a reply came, for out-of-KB questions when it abstained; thumbs down otherwise), then, once
 every shadow run has finished, `arag relabel` and `arag retrain` (a challenger trained on the
-`fit` part of every `train` label, promoted only when better on `validation`), then the
-measurements again.
+`fit` part of every `train` label, promoted only when better on `validation`; then the tenant's
+prior shift over the served version, kept only when it routes the tenant's live `train` labels
+better under cross-validation), then the measurements again (once the front door routes with the
+new version and prior).
 
 Pure logic (feedback rule, tier accounting, paired changes, round bookkeeping, the report) is in
 the functions above `# --- the service`, unit-tested in tests/unit/test_domain_adaptation.py.
@@ -400,11 +402,12 @@ def render_markdown(report: Mapping[str, Any]) -> str:
               f"--report-only`), and its change in points against the start (allowed: a drop of at most "
               f"{MAX_BENCHMARK_DROP_POINTS:g} point).", "",
               "| round | live labels (new) | live labels A / B / C | retrain verdict (validation) | served | "
+              "tenant prior (cross-validated vs champion, on its live `train` labels) | "
               "support-test accuracy | under | over | change vs start | benchmark-test accuracy | "
               "change (points) | wall time |",
-              "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              "| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     s = start["support"]
-    lines.append(f"| start | 0 | - | - | v{start.get('served_version')} | {_pct(s['accuracy'])} | {s['under']} | "
+    lines.append(f"| start | 0 | - | - | v{start.get('served_version')} | - | {_pct(s['accuracy'])} | {s['under']} | "
                  f"{s['over']} | - | {_benchmark_cell(start.get('benchmark'))} | - | "
                  f"{start.get('seconds', 0):.0f} s |")
     for r in rounds:
@@ -414,7 +417,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                        if change else "-")
         lines.append(
             f"| {r['round']} | {labels['total']} ({r.get('new_labels', 0)}) | {_tiers(labels['by_tier'])} | "
-            f"{_verdict_cell(r.get('retrain'))} | v{r.get('served_version')} | {_pct(s['accuracy'])} | "
+            f"{_verdict_cell(r.get('retrain'))} | v{r.get('served_version')} | {_prior_cell(r.get('retrain'))} | "
+            f"{_pct(s['accuracy'])} | "
             f"{s['under']} | {s['over']} | {change_text} | {_benchmark_cell(r.get('benchmark'))} | "
             f"{_check_cell(r.get('benchmark_check'))} | {r['seconds']['total']:.0f} s |")
     points = [("start", start), *((f"round {r['round']}", r) for r in rounds)]
@@ -466,15 +470,21 @@ def render_markdown(report: Mapping[str, Any]) -> str:
               "answers concatenated), for small talk when a reply came, for out-of-KB "
               "questions when the service abstained; thumbs down otherwise (also for a failed request).",
               "- Live labels (`arag relabel`): the cheapest tier known right; with thumbs only, a shadow run "
-              "counts as right only when its answer is the same text as the primary's, so a thumbs down on B "
-              "teaches C, a thumbs down on A teaches B. Live labels go 60/40 to train/test by a hash of the "
-              "question; only `train` ones reach retraining.",
+              "counts as right only when its answer is the same text as the primary's. A thumbs down on A "
+              "teaches B, on B (its C shadow said something else) teaches C; never past a failing C: B and C "
+              "both wrong teaches B, C alone known wrong teaches nothing. Live labels go 60/40 to train/test "
+              "by a hash of the question; only `train` ones reach retraining.",
               "- Retraining (`arag retrain`): a challenger trained on the `fit` part of every `train` label "
               "(the seeded benchmark labels + live ones, each live label repeated so live labels make up to "
               f"{LIVE_SHARE:.0%} of what it learns from, at most {MAX_LIVE_REPEATS} times), promoted only when "
               "its validation score (macro-F1) beats the served version's and it routes the tenant's own "
               f"validation labels at least as accurately (checked from {MIN_TENANT_LABELS} such labels); "
               "otherwise the served router stays.",
+              "- Tenant prior (`adaptive_rag.training.tenant_adaptation`, after every verdict): offsets on the "
+              "served version's log-probabilities for A and C (B fixed), fitted by penalised maximum likelihood "
+              "on the tenant's live `train` labels (small talk left out); kept only when its tier accuracy under "
+              "5-fold cross-validation by question beats the current prior's (none at first) on the same "
+              "labels. It changes this tenant's routing only: the benchmark test is routed without it.",
               "- Changes against the start are paired (the same test queries): mean difference of per-query "
               "correctness with a bootstrap 95 % interval.", ""]
     if report.get("plot"):
@@ -565,6 +575,10 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
                  + change_wording(last.get("support_change")) + ".")
     verdicts = ", ".join(f"round {r['round']} {(r.get('retrain') or {}).get('status', '-')}" for r in rounds)
     lines.append(f"Retrain verdicts: {verdicts}.")
+    priors = [(r["round"], tenant_prior(r.get("retrain"))) for r in rounds]
+    if any(p for _, p in priors):
+        lines.append("Tenant prior verdicts: " + ", ".join(
+            f"round {n} {_prior_cell({'tenant_priors': [p]}) if p else '-'}" for n, p in priors) + ".")
     if not any(r.get("benchmark_check") for r in rounds):
         lines.append("Benchmark-test accuracy: not measured (no results directory).")
     else:
@@ -587,9 +601,10 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
                              for r in rounds) if n), None)
     if note:
         lines.append(note)
-    if all((r.get("retrain") or {}).get("status") != "promoted" for r in rounds):
-        lines.append("No challenger was promoted, so the served router never changed: the support-test figures "
-                     "after each round are the starting router's.")
+    promoted_prior = any((tenant_prior(r.get("retrain")) or {}).get("verdict") == "promoted" for r in rounds)
+    if all((r.get("retrain") or {}).get("status") != "promoted" for r in rounds) and not promoted_prior:
+        lines.append("Neither a challenger nor a tenant prior was promoted, so routing never changed: the "
+                     "support-test figures after each round are the starting router's.")
     return lines
 
 
@@ -789,13 +804,17 @@ def auto_abstain_threshold(suite: Any, settings: Any) -> dict[str, Any] | None:
     return sweep["best"]
 
 
-def wait_for_version(client: SupportClient, version: int, probe: str, timeout_s: float = 180.0) -> bool:
-    """Route `probe` until the served `version` decides it (the front door polls served.json)."""
+def wait_for_version(client: SupportClient, version: int, probe: str, timeout_s: float = 180.0,
+                     prior_revision: int | None = None) -> bool:
+    """Route `probe` until the served `version` decides it (the front door polls served.json) and,
+    with `prior_revision`, with that revision of the tenant's prior (it polls the priors file too)."""
     deadline = time.monotonic() + timeout_s
+    wanted = f"tenant prior r{prior_revision}:" if prior_revision else None
     while time.monotonic() < deadline:
         try:
             reply = client.route(probe)
-            if reply.classifier.model_version == version and not reply.classifier.fallback:
+            if (reply.classifier.model_version == version and not reply.classifier.fallback
+                    and (wanted is None or wanted in reply.classifier.reason)):
                 return True
         except Exception:  # noqa: BLE001 - the front door may be switching: ask again
             pass
@@ -940,13 +959,31 @@ def retrain_summary(record: Any, printed: Mapping[str, Any] | None) -> dict[str,
             "challenger_score", "champion_score", "validation_counts", "new_labels")})
         data["status"] = data.pop("verdict")
         details = getattr(record, "details", None) or {}
-        data.update({k: details[k] for k in ("family", "tenants") if k in details})
+        data.update({k: details[k] for k in ("family", "tenants", "tenant_priors") if k in details})
     if printed:
         data.setdefault("status", printed.get("status"))
         data.setdefault("reason", printed.get("reason"))
         data.update({k: printed.get(k) for k in ("fit", "validation", "challenger", "champion") if k in printed})
         data.setdefault("family", printed.get("family"))
+        data.setdefault("tenant_priors", printed.get("tenant_priors"))
     return data
+
+
+def tenant_prior(retrain: Mapping[str, Any] | None, tenant: str = TENANT) -> dict[str, Any] | None:
+    """The retrain's verdict on `tenant`'s prior shift, if it judged one."""
+    return next((v for v in (retrain or {}).get("tenant_priors") or [] if v.get("tenant") == tenant), None)
+
+
+def _prior_cell(retrain: Mapping[str, Any] | None) -> str:
+    prior = tenant_prior(retrain)
+    if not prior:
+        return "-"
+    if prior.get("challenger_accuracy") is None:
+        return f"{prior.get('verdict')} ({prior.get('reason', '')})"
+    offsets = prior.get("challenger_offsets") or [0, 0, 0]
+    revision = f" r{prior['revision']}" if prior.get("revision") else ""
+    return (f"{prior['verdict']}{revision} ({100 * prior['challenger_accuracy']:.1f} vs "
+            f"{100 * prior['champion_accuracy']:.1f} on {prior['labels']}; A {offsets[0]:+.2f}, C {offsets[2]:+.2f})")
 
 
 @contextmanager
@@ -993,16 +1030,18 @@ class Bench:
     def scratch(self) -> Path:
         return self.args.scratch
 
-    def measure(self, tag: str) -> dict[str, Any]:
+    def measure(self, tag: str, prior_revision: int | None = None) -> dict[str, Any]:
         """Support test through `Route` and benchmark test through `arag eval --report-only`, with
-        the version served now (once the front door routes with it)."""
+        the version served now (once the front door routes with it, and with the tenant's prior
+        `prior_revision` when one was just promoted)."""
         from adaptive_rag.routing.model_repository import served_version
 
         t0 = time.perf_counter()
         version = served_version(self.repository / self.model_name)
         probe = next(q.query for q in self.test if q.kind != SMALL_TALK)
-        if not wait_for_version(self.client, version, probe):
-            self.notes.append(f"{tag}: the front door did not route with v{version} within 180 s")
+        if not wait_for_version(self.client, version, probe, prior_revision=prior_revision):
+            prior = f" and tenant prior r{prior_revision}" if prior_revision else ""
+            self.notes.append(f"{tag}: the front door did not route with v{version}{prior} within 180 s")
         support, correct = measure_support(self.client, self.test, self.scratch / f"routes-{tag}.jsonl")
         t1 = time.perf_counter()
         bench = measure_benchmark(self.eval_source, version, tag, self.scratch, self.args.data_dir, self.cli_env)
@@ -1055,8 +1094,10 @@ class Bench:
         recent = [r for r in PromotionStore(self.engine).recent(self.model_name, 5) if r.action == "retrain"]
         retrain = retrain_summary(recent[0] if recent else None, last_json_object(printed))
         t_retrain = time.perf_counter()
-        log(f"round {number}: retrain {_verdict_cell(retrain)}; {retrain.get('reason', '')}")
-        after = self.measure(f"round-{number}")
+        log(f"round {number}: retrain {_verdict_cell(retrain)}; {retrain.get('reason', '')}; "
+            f"tenant prior {_prior_cell(retrain)}")
+        prior = tenant_prior(retrain) or {}
+        after = self.measure(f"round-{number}", prior.get("revision") if prior.get("verdict") == "promoted" else None)
         t_end = time.perf_counter()
         new_labels, self.labels_before = counts["total"] - self.labels_before, counts["total"]
         return {
@@ -1151,7 +1192,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                            + (f" --max-steps-per-epoch {args.max_steps_per_epoch}" if args.max_steps_per_epoch else "")
                            + f" --threads {args.train_threads}` (the served version's family: the shipped "
                              "bag-of-words router is retrained as one; `--epochs`/`--threads` only matter for a "
-                             "MiniLM; promoted on validation macro-F1 and the tenant's own validation labels)",
+                             "MiniLM; promoted on validation macro-F1 and the tenant's own validation labels), then "
+                             "the tenant's prior shift over the served version (kept when better under cross-validation)",
                 "notes": notes,
             }
             console = Console(highlight=False)

@@ -187,7 +187,7 @@ def relabel(database_url: DbUrl = None) -> None:
     stats = relabel_from_records(store.engine)
     console.print(
         f"{stats.requests} requests with feedback: {stats.labelled} new labels, {stats.updated} "
-        f"updated, {stats.unchanged} unchanged, {stats.unknown} without a verdict, {stats.resplit} "
+        f"updated, {stats.unchanged} unchanged, {stats.unknown} without a label ({stats.removed} removed), {stats.resplit} "
         f"moved to their question's split; tiers {stats.labels}"
     )
     _print_counts(store)
@@ -208,6 +208,7 @@ def retrain(
     live_share: Annotated[float, typer.Option(min=0.0, max=0.9, help="live labels repeated up to this share of what the challenger learns from (0: counted once)")] = LIVE_SHARE,
     if_new_labels: Annotated[Optional[int], typer.Option("--if-new-labels", help="train only when at least N `train` labels arrived since the last retrain that reached a verdict (scheduled runs: ARAG_RETRAIN_MIN_NEW_LABELS)")] = None,
     relabel_first: Annotated[bool, typer.Option("--relabel/--no-relabel", help="run `arag relabel` first, under the same lock")] = False,
+    tenant_priors: Annotated[bool, typer.Option("--tenant-priors/--no-tenant-priors", help="after the verdict, fit each tenant's prior shift over the served version on its live `train` labels (kept only when it routes them better under cross-validation)")] = True,
     triton_url: Annotated[Optional[str], typer.Option("--triton-url", help="Triton gRPC host:port(s) to load the new version on (default: ARAG_TRITON_CONTROL_URLS, else TRITON_GRPC_URL when set)")] = None,
     no_triton: Annotated[bool, typer.Option("--no-triton", help="only write the repository files; ask no Triton to load the version")] = False,
     database_url: DbUrl = None,
@@ -215,7 +216,8 @@ def retrain(
 ) -> None:
     """Train a challenger on the `fit` part of every `train` label (benchmark + live) and serve it
     only when it loads and beats the served champion on the `validation` part (never `test`),
-    and routes no tenant's own validation labels worse.
+    and routes no tenant's own validation labels worse. Then each tenant with live labels gets
+    its prior shift over the served version refitted (`adaptive_rag.training.tenant_adaptation`).
 
     One run at a time (a second one records `skipped`); every outcome is recorded in
     `model_promotions`. Exit code 1 when the run failed, 0 when it promoted, refused or skipped.
@@ -233,6 +235,7 @@ def retrain(
         out=out, epochs=epochs, max_steps_per_epoch=max_steps_per_epoch, learning_rate=learning_rate,
         seed=seed, threads=threads, metric=metric, min_gain=min_gain, int8=int8,
         min_new_labels=if_new_labels or 0, relabel=relabel_first, live_share=live_share,
+        tenant_priors=tenant_priors,
         family=family or classifier.retrain_family,
         triton_urls=tuple(control_urls(classifier, triton_url, not no_triton)),
     )

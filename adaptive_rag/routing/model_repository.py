@@ -247,11 +247,11 @@ def pin_served(model_dir: Path) -> ServedState | None:
     state = ServedState(version=current, history=(current,), loaded=(current,),
                         updated_at=datetime.now(UTC).isoformat(timespec="seconds"),
                         reason="pinned: the latest version, served before any pointer existed")
-    _atomic_write(model_dir / SERVED_FILE, state.to_json())
+    atomic_write(model_dir / SERVED_FILE, state.to_json())
     return state
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
     """Write `text` to `path` so a reader (Triton, a front door) sees the old or the new file."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     with tmp.open("w", encoding="utf-8") as sink:
@@ -301,7 +301,7 @@ def write_config(model_dir: Path, text: str | None = None, keep: Sequence[int] |
         state = read_served(model_dir)
         keep = state.loaded if state is not None and state.loaded else None
     model_dir.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, set_version_policy(text, keep) if keep else text)
+    atomic_write(path, set_version_policy(text, keep) if keep else text)
     return path
 
 
@@ -413,5 +413,5 @@ def switch_served(
         history.append(version)
     served = ServedState(version=version, history=tuple(history[-HISTORY_LIMIT:]), loaded=tuple(keep),
                          updated_at=datetime.now(UTC).isoformat(timespec="seconds"), reason=reason)
-    _atomic_write(model_dir / SERVED_FILE, served.to_json())
+    atomic_write(model_dir / SERVED_FILE, served.to_json())
     return served

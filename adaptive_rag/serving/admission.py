@@ -255,7 +255,7 @@ class AnswerService:
         # Classified before the idempotency check: the request and its decision are then one
         # insert that is the check too (a resent request costs a classification it does not use;
         # a new one saves a round trip to the records).
-        decision = await self._classify(query, progress)
+        decision = await self._classify(query, tenant, progress)
         # The tier queue's depth is read while the request is recorded (two round trips at once).
         depth = self._background(self._io(self.queue.depth, self.queue.queue_name(decision.tier)))
         try:
@@ -281,8 +281,9 @@ class AnswerService:
         future.add_done_callback(lambda done: done.cancelled() or done.exception())
         return future
 
-    async def _classify(self, query: str, progress: CallProgress) -> RoutingDecision:
-        """The router's decision with the strategy and the time it took (not yet recorded).
+    async def _classify(self, query: str, tenant: str, progress: CallProgress) -> RoutingDecision:
+        """The router's decision for `tenant` (its prior, if any, shifts the classifier's) with
+        the strategy and the time it took (not yet recorded).
 
         A small-talk turn ("hi", "thanks!", "are you a bot?") is tier A without asking the
         classifier, answered by the small-talk strategy (a short reply, no retrieval, no LLM).
@@ -294,7 +295,7 @@ class AnswerService:
                 routed = RoutingDecision(tier=Tier.A, model_name=SMALL_TALK_MODEL,
                                          reason=f"small talk ({chat.intent})", strategy=SMALL_TALK)
             else:
-                routed = await self.router.route(query)
+                routed = await self.router.route(query, tenant)
         decision = routed.model_copy(update={
             "strategy": routed.strategy or self.config.strategy_for(routed.tier),
             "classify_ms": 1000 * (time.perf_counter() - start),
@@ -310,9 +311,9 @@ class AnswerService:
                  reason=decision.reason)
 
     async def _classify_and_record(
-        self, request_id: str, query: str, progress: CallProgress,
+        self, request_id: str, tenant: str, query: str, progress: CallProgress,
     ) -> RoutingDecision:
-        decision = await self._classify(query, progress)
+        decision = await self._classify(query, tenant, progress)
         with progress.stage("record"):
             await self._io(self.records.record_decision, request_id, decision)
         self._routed(decision)
@@ -470,7 +471,7 @@ class AnswerService:
             )
         decision = await self._io(self.records.decision_for, request_id)
         if decision is None:  # recorded by a front door that stopped before routing it
-            decision = await self._classify_and_record(request_id, query, progress)
+            decision = await self._classify_and_record(request_id, existing.tenant, query, progress)
             await self._io(self.records.set_status, request_id, RequestStatus.QUEUED)
             return await self._admit(request_id, existing.tenant, query, decision, deadline,
                                      progress, started)
@@ -522,7 +523,7 @@ class AnswerService:
         query = decode_query(raw_query, self.config.max_query_chars)
         request_id = uuid.uuid4().hex
         progress.bind(request_id=request_id)
-        decision = await self._classify(query, progress)
+        decision = await self._classify(query, tenant, progress)
         with progress.stage("record"):
             await self._io(self.records.create_request, request_id, tenant, None, query,
                            RequestStatus.ROUTED, decision)

@@ -69,9 +69,10 @@ class ResultWaiter(Protocol):
 
 
 class Router(Protocol):
-    """Classifier + policy; never raises (falls back to the rules, flagged)."""
+    """Classifier + policy (+ the caller tenant's prior); never raises (falls back to the rules,
+    flagged)."""
 
-    async def route(self, query: str) -> RoutingDecision: ...
+    async def route(self, query: str, tenant: str | None = None) -> RoutingDecision: ...
 
 
 class FairShare(Protocol):

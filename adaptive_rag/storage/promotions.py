@@ -86,6 +86,16 @@ class PromotionStore:
             session.commit()
             return _record(row)
 
+    def add_details(self, record_id: int, extra: dict[str, Any]) -> PromotionRecord:
+        """Merge `extra` into a recorded decision's `details` (a step that runs after the verdict)."""
+        with self._sessions() as session:
+            row = session.get(ModelPromotion, record_id)
+            if row is None:
+                raise KeyError(f"no model_promotions row {record_id}")
+            row.details = {**(row.details or {}), **extra}
+            session.commit()
+            return _record(row)
+
     def recent(self, model_name: str, limit: int = 20) -> list[PromotionRecord]:
         """The latest decisions about `model_name`, newest first."""
         with self._sessions() as session:

@@ -13,9 +13,16 @@ were right:
 - no verdict (rating 0 or no feedback): nothing is known, no label.
 
 The label is the cheapest tier known to be right. When no tier is known to be right but some are
-known to be wrong, the label is the tier above the most capable one that failed (C at most): the
-router should have escalated. Without the shadow run every label would only confirm or move away
-from the router's own choice; with it, a cheaper tier that also worked becomes visible.
+known to be wrong:
+- the most capable tier that failed is below C: the label is the tier above it (the router should
+  have escalated, and that tier may work);
+- C failed too: nothing more capable exists, so escalation cannot be the lesson. When a cheaper
+  tier failed as well, the label is the cheapest one that failed (the same failure for less);
+  when only C is known to have failed, nothing is known about a cheaper tier: no label.
+  (Labelling such a request C taught the router to send support FAQ questions the reader gets
+  wrong at every tier to the most expensive one.)
+Without the shadow run every label would only confirm or move away from the router's own choice;
+with it, a cheaper tier that also worked becomes visible.
 """
 
 from __future__ import annotations
@@ -96,7 +103,12 @@ def live_label(runs: Sequence[TierRun], feedback: Sequence[FeedbackVerdict]) -> 
         tier = right[0]
         return LiveLabel(tier, "shadow" if kinds.get(tier) == ResultKind.SHADOW else "feedback", known)
     failed = [t for t in TIERS if known.get(t) is False]
-    tier = TIERS[min(TIERS.index(failed[-1]) + 1, len(TIERS) - 1)]
+    if failed[-1] != TIERS[-1]:
+        tier = TIERS[TIERS.index(failed[-1]) + 1]
+    elif len(failed) > 1:
+        tier = failed[0]
+    else:
+        return None
     shadow_known = any(kinds.get(t) == ResultKind.SHADOW for t in known)
     return LiveLabel(tier, "shadow" if shadow_known else "feedback", known)
 
@@ -109,7 +121,8 @@ class RelabelStats:
     labelled: int = 0  # new labels
     updated: int = 0  # labels whose tier changed with newer feedback
     unchanged: int = 0
-    unknown: int = 0  # feedback without a verdict
+    unknown: int = 0  # feedback without a verdict, or a verdict that supports no label
+    removed: int = 0  # labels dropped because the request no longer supports one
     resplit: int = 0  # labels moved to their question's split (stored before it was by question)
     labels: dict[str, int] | None = None
 
@@ -145,8 +158,14 @@ def relabel_from_records(engine) -> RelabelStats:
             runs = [TierRun(r.tier, None if r.error else r.answer, r.kind) for r in results]
             verdicts = [FeedbackVerdict(f.rating, f.correct_answer) for f in feedback]
             label = live_label(runs, verdicts) if request is not None else None
+            existing = session.scalars(select(TrainingLabel).where(
+                TrainingLabel.origin == "live", TrainingLabel.request_id == request_id,
+            )).first()
             if label is None:
                 stats.unknown += 1
+                if existing is not None:  # newer feedback (or the rule) no longer supports it
+                    session.delete(existing)
+                    stats.removed += 1
                 continue
             outcomes = {
                 r.tier: {"kind": r.kind, "strategy": r.strategy, "answer": r.answer,
@@ -154,10 +173,6 @@ def relabel_from_records(engine) -> RelabelStats:
                 for r in results
             }
             dataset = f"live:{request.tenant}"
-            existing = session.scalars(select(TrainingLabel).where(
-                TrainingLabel.origin == "live", TrainingLabel.dataset == dataset,
-                TrainingLabel.question_id == request_id,
-            )).first()
             if existing is None:
                 session.add(TrainingLabel(
                     origin="live", dataset=dataset, question_id=request_id, question=request.query,

@@ -1,7 +1,8 @@
 """One retraining run: the code behind `arag retrain` and the scheduled job (workers/retraining.py).
 
     lock -> (relabel) -> enough new labels? -> train a challenger on `fit` -> promote on
-    `validation` (calibrated, loaded by Triton, then served) -> one `model_promotions` row
+    `validation` (calibrated, loaded by Triton, then served) -> fit each tenant's prior for the
+    served version -> one `model_promotions` row
 
 - The challenger's family (`family`, `ARAG_RETRAIN_FAMILY`): `auto` retrains what is served - the
   linear bag-of-words router a fresh clone ships (`words`: seconds, no torch; its hyper-parameters
@@ -15,6 +16,11 @@
 - Labels: every `train` label (benchmark and live) split by `adaptive_rag.training.splits`; the
   challenger learns from `fit` (live labels repeated up to `live_share` of it), promotion compares
   on `validation` overall and per tenant; `test` only fills the model card, never chooses.
+- Tenant priors (`adaptive_rag.training.tenant_adaptation`): after the verdict, every tenant
+  with enough live `train` labels gets a prior shift over the served version, kept only when it
+  routes those labels better under cross-validation. The global router learns from thousands of
+  benchmark labels; the prior is where a tenant's few dozen labels act. Recorded in the row's
+  `details.tenant_priors`.
 Needs the `train` extras (torch) only when it trains.
 """
 
@@ -59,6 +65,7 @@ class RetrainOptions:
     calibrate: bool = True  # thresholds of the promoted version from its validation slice
     live_share: float = LIVE_SHARE  # live labels repeated up to this share of `fit` (`splits.weighted_live`)
     family: str = "auto"  # auto | words | encoder (`resolve_family`)
+    tenant_priors: bool = True  # fit each tenant's prior over the served version after the verdict
     lock_wait_s: float = 0.0
 
 
@@ -86,8 +93,9 @@ class RetrainOutcome:
         }
         if self.relabelled is not None:
             data["relabel"] = self.relabelled
-        if "family" in self.extra:
-            data["family"] = self.extra["family"]
+        for key in ("family", "tenant_priors"):
+            if key in self.extra:
+                data[key] = self.extra[key]
         if self.verdict is not None:
             v = self.verdict
             data.update({
@@ -213,8 +221,6 @@ def retrain(
 
 def _retrain_locked(engine, promotions: PromotionStore, classifier: ClassifierSettings,
                     options: RetrainOptions, log: Log) -> RetrainOutcome:
-    from adaptive_rag.training.promotion import promote
-
     model = classifier.classifier_model
     relabelled = None
     if options.relabel:
@@ -250,10 +256,44 @@ def _retrain_locked(engine, promotions: PromotionStore, classifier: ClassifierSe
     family = resolve_family(options.family, Path(classifier.model_repository), model)
     outcome.extra["family"] = family
     if family == "words":
-        return _retrain_words(engine, promotions, classifier, options, log, outcome, fit, validation,
-                              len(test_rows), new, watermark, out)
+        outcome = _retrain_words(engine, promotions, classifier, options, log, outcome, fit, validation,
+                                 len(test_rows), new, watermark, out)
+    else:
+        outcome = _retrain_encoder(engine, promotions, classifier, options, log, outcome, labels, fit,
+                                   validation, len(train_rows), test_rows, new, watermark, out)
+    if outcome.verdict is not None and outcome.status in ("promoted", "refused") and options.tenant_priors:
+        _adapt_tenants(engine, promotions, classifier, outcome, train_rows, log)
+    return outcome
 
+
+def _adapt_tenants(engine, promotions: PromotionStore, classifier: ClassifierSettings, outcome: RetrainOutcome,
+                   train_rows: list, log: Log) -> None:
+    """Each tenant's prior over the version served now (under the publish lock, so a rollback
+    never interleaves); the verdicts join the run's row."""
+    from adaptive_rag.routing.model_repository import open_version
+    from adaptive_rag.training.tenant_adaptation import adapt_tenants
+
+    try:
+        with publish_lock(engine, classifier):
+            served = open_version(Path(classifier.model_repository), classifier.classifier_model)
+            verdicts = [v.summary() for v in adapt_tenants(train_rows, served, log)]
+    except Exception as exc:  # noqa: BLE001 - the global verdict stands; the priors stay as they were
+        verdicts = [{"verdict": "failed", "reason": f"{type(exc).__name__}: {exc}"}]
+        log(f"tenant priors failed: {exc}")
+    outcome.extra["tenant_priors"] = verdicts
+    if outcome.record_id is not None:
+        promotions.add_details(outcome.record_id, {"tenant_priors": verdicts})
+
+
+def _retrain_encoder(engine, promotions: PromotionStore, classifier: ClassifierSettings, options: RetrainOptions,
+                     log: Log, outcome: RetrainOutcome, labels: LabelStore, fit: list, validation: list,
+                     trained_from: int, test_rows: list, new: int | None, watermark: int | None,
+                     out: Path) -> RetrainOutcome:
+    """The `encoder` family: fine-tune MiniLM on `fit` (torch) and promote it like any challenger."""
+    from adaptive_rag.training.promotion import promote
     from adaptive_rag.training.training import Example, TrainConfig, train_classifier
+
+    model = classifier.classifier_model
 
     def example(row) -> Example:
         return Example(row.question, row.label, row.question_id, row.dataset)
@@ -264,7 +304,7 @@ def _retrain_locked(engine, promotions: PromotionStore, classifier: ClassifierSe
         max_steps_per_epoch=options.max_steps_per_epoch, threads=options.threads,
         live_share=options.live_share,
     )
-    note = (f"retrain: {len(fit)} `fit` labels of {len(train_rows)} `train` labels (benchmark + live; "
+    note = (f"retrain: {len(fit)} `fit` labels of {trained_from} `train` labels (benchmark + live; "
             f"{len(validation)} validation labels held out for promotion, {tier_counts([r.label for r in validation])}). "
             f"Test: {len(test_rows)} `test` labels, reported only.")
     try:

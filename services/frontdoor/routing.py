@@ -14,6 +14,10 @@ served version (`served.json`, written by promotion and rollback) changed and Tr
 ready, a client for it replaces the current one (the
 old one is closed a little later so calls in flight finish). When Triton is down nothing is
 swapped and the rules fallback decides, flagged. Every decision carries the version that made it.
+
+Tenant priors (`adaptive_rag.routing.tenant_priors`): the served version's per-tenant shifts are
+applied to each caller tenant's decision; `refresh` reloads them when their file changes (a
+retraining run fits them), so a tenant's routing adapts without a new model version.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from adaptive_rag.contracts import RoutingDecision
 from adaptive_rag.routing.local_classifier import rules_router
 from adaptive_rag.routing.model_repository import served_version
 from adaptive_rag.routing.policy import fallback_decision
+from adaptive_rag.routing.tenant_priors import TenantPriors, priors_stamp
 from adaptive_rag.settings import ClassifierSettings, Settings
 
 LOG = structlog.get_logger("frontdoor.classifier")
@@ -66,6 +71,8 @@ class ClassifierRouter:
         self._lock = threading.Lock()
         self._kick: asyncio.Future | None = None
         self._kicked_at = float("-inf")
+        self.priors = TenantPriors()
+        self._priors_stamp: int | None = None
 
     @property
     def model_name(self) -> str:
@@ -76,14 +83,36 @@ class ClassifierRouter:
         served = served_version(self.settings.model_repository / self.settings.classifier_model)
         return [] if served is None else [served]
 
+    def _version_dir(self, version: int | None) -> Path | None:
+        if version is None:
+            return None
+        return Path(self.settings.model_repository) / self.settings.classifier_model / str(version)
+
+    def _reload_priors(self) -> None:
+        """The held version's tenant priors, read again when their file changed (a broken file
+        keeps the priors in use)."""
+        directory = self._version_dir(self.version)
+        stamp = priors_stamp(directory)
+        if stamp == self._priors_stamp:
+            return
+        try:
+            self.priors = TenantPriors.load_or_empty(directory)
+        except Exception as exc:  # noqa: BLE001 - a broken file must not stop routing
+            LOG.warning("tenant_priors_unreadable", version=self.version, error=str(exc))
+            return
+        self._priors_stamp = stamp
+        LOG.info("tenant_priors_in_use", version=self.version, tenants=sorted(self.priors.tenants))
+
     def refresh(self) -> bool:
-        """Switch to the served version if Triton serves it (or if none is held yet).
+        """Switch to the served version if Triton serves it (or if none is held yet), and reload
+        the held version's tenant priors when they changed.
 
         Blocking (file system + one Triton readiness call); returns True when it switched.
         """
         with self._lock:
             available = self.published_versions()
             if not available or available[-1] == self.version:
+                self._reload_priors()
                 return False
             newest = available[-1]
             try:
@@ -97,6 +126,8 @@ class ClassifierRouter:
                 return False
             old, self._client, previous = self._client, candidate, self.version
             self.version = newest
+            self._priors_stamp = None
+            self._reload_priors()
         LOG.info("classifier_version_in_use", model=self.model_name, version=newest, previous=previous)
         if self._on_version is not None:
             self._on_version(self.model_name, newest)
@@ -115,10 +146,10 @@ class ClassifierRouter:
             except Exception as exc:  # noqa: BLE001 - keep polling
                 LOG.warning("classifier_refresh_failed", error=str(exc))
 
-    async def route(self, query: str) -> RoutingDecision:
-        """The decision for `query`: Triton + policy (naming the version that answered), or the
-        flagged rules fallback."""
-        client = self._client
+    async def route(self, query: str, tenant: str | None = None) -> RoutingDecision:
+        """The decision for `query`: Triton + policy (naming the version that answered), shifted
+        by `tenant`'s prior when it has one, or the flagged rules fallback."""
+        client, priors = self._client, self.priors
         if client is None:
             return fallback_decision(query, "no classifier model published")
         decision = await client.aclassify(query)
@@ -126,7 +157,10 @@ class ClassifierRouter:
             # Triton may have unloaded our version for a newer one (version policy "latest 1"):
             # look for it now rather than at the next poll.
             self._refresh_soon()
-        return decision
+            return decision
+        if priors.get(tenant) is None:
+            return decision
+        return priors.adjust(decision, tenant, client.policy)
 
     def _refresh_soon(self) -> None:
         """One background `refresh`, at most every `KICK_INTERVAL_S` (Triton down: cheap no-ops)."""
@@ -145,7 +179,7 @@ class ClassifierRouter:
 
 
 class DecisionMaker(Protocol):
-    async def route(self, query: str) -> RoutingDecision: ...
+    async def route(self, query: str) -> RoutingDecision: ...  # no tenant: one router for all
 
 
 class FixedRouter:
@@ -164,7 +198,7 @@ class FixedRouter:
     async def poll_forever(self) -> None:
         return None
 
-    async def route(self, query: str) -> RoutingDecision:
+    async def route(self, query: str, tenant: str | None = None) -> RoutingDecision:
         if self._inner is None:
             return rules_router(query)
         return await self._inner.route(query)

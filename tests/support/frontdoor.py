@@ -16,7 +16,7 @@ class FixedRouter:
     def __init__(self, tier: Tier = Tier.A) -> None:
         self.tier = tier
 
-    async def route(self, query: str) -> RoutingDecision:
+    async def route(self, query: str, tenant: str | None = None) -> RoutingDecision:
         return RoutingDecision(tier=self.tier, fallback=True, reason="test")
 
     async def poll_forever(self) -> None:

@@ -239,7 +239,7 @@ class FakeRouter:
         self.version = version
         self.fallback = False
 
-    async def route(self, query: str) -> RoutingDecision:
+    async def route(self, query: str, tenant: str | None = None) -> RoutingDecision:
         if self.fallback:
             return fallback_decision(query, "Triton down")
         tier = Tier(self.tiers.get(query, "B"))

@@ -268,7 +268,7 @@ def test_summary_says_plainly_when_nothing_changed_and_when_the_benchmark_check_
     lines = summary_lines(report)
     text = "\n".join(lines)
     assert "did not change: every query was routed as before" in text
-    assert "No challenger was promoted" in text
+    assert "Neither a challenger nor a tenant prior was promoted" in text
     assert "FAIL" in text
     assert "Live labels equal to the suite's gold tier of their query kind: 2 of 3" in text
     assert "5 of the 125 `train` labels" in text
@@ -277,8 +277,21 @@ def test_summary_says_plainly_when_nothing_changed_and_when_the_benchmark_check_
 
 def test_summary_reports_an_improvement_with_its_interval() -> None:
     text = "\n".join(summary_lines(synthetic_report(promoted=True, bench_now=0.6)))
-    assert "improved" in text and "No challenger was promoted" not in text and "FAIL" not in text
+    assert "improved" in text and "Neither a challenger" not in text and "FAIL" not in text
     assert "fitted on them" not in text
+
+
+def test_a_promoted_tenant_prior_is_reported_and_counts_as_a_change() -> None:
+    report = synthetic_report(promoted=False, bench_now=0.6)
+    report["rounds"][0]["retrain"]["tenant_priors"] = [
+        {"tenant": "acme", "verdict": "skipped", "reason": "3 labels"},
+        {"tenant": "support", "verdict": "promoted", "revision": 1, "labels": 23, "challenger_accuracy": 0.826,
+         "champion_accuracy": 0.783, "challenger_offsets": [-0.04, 0.0, -1.99]},
+    ]
+    text = "\n".join(summary_lines(report))
+    assert "Tenant prior verdicts: round 1 promoted r1 (82.6 vs 78.3 on 23; A -0.04, C -1.99)." in text
+    assert "Neither a challenger" not in text
+    assert "| promoted r1 (82.6 vs 78.3 on 23; A -0.04, C -1.99) |" in render_markdown(report)
 
 
 def test_report_files_hold_the_round_table_and_the_plot(tmp_path: Path) -> None:
@@ -288,7 +301,7 @@ def test_report_files_hold_the_round_table_and_the_plot(tmp_path: Path) -> None:
     assert [p.name for p in paths] == ["report.json", "report.md", "accuracy_vs_labels.png"]
     assert all(p.stat().st_size > 0 for p in paths)
     markdown = (tmp_path / "report.md").read_text()
-    assert "| start | 0 |" in markdown and "| 1 | 8 (8) | 2 / 3 / 3 | promoted (macro_f1 61.0 vs 58.0) | v2 |" in markdown
+    assert "| start | 0 |" in markdown and "| 1 | 8 (8) | 2 / 3 / 3 | promoted (macro_f1 61.0 vs 58.0) | v2 | - |" in markdown
     assert "+0.0 (pass)" in markdown and "accuracy_vs_labels.png" in markdown
     assert "macro-F1 90.0 % on 100 labels" in markdown
     assert cumulative_labels(report) == [0, 8]

@@ -125,3 +125,24 @@ def test_a_fallback_looks_for_a_newer_version_at_once(setup):
     first, second = asyncio.run(scenario())
     assert first.fallback
     assert not second.fallback and second.model_version == 2
+
+
+def test_a_tenants_prior_shifts_its_decisions_and_reloads_when_refitted(setup):
+    from adaptive_rag.routing.policy import RoutingPolicy
+    from adaptive_rag.routing.tenant_priors import TenantPriors
+
+    router, _ready, built, _seen, repo = setup
+    publish(repo, 1)
+    assert router.refresh()
+    built[-1].policy = RoutingPolicy()
+    query = "Who makes Lumora lamps?"
+    assert asyncio.run(router.route(query, "support")).tier is Tier.B  # no prior yet
+    TenantPriors().with_tenant("support", (1.5, 0.0, 0.0)).save(repo / "complexity" / "1")
+    assert router.refresh() is False  # same version, new priors
+    shifted = asyncio.run(router.route(query, "support"))
+    assert shifted.tier is Tier.A and "tenant prior r1" in shifted.reason
+    assert shifted.model_version == 1 and not shifted.fallback
+    assert asyncio.run(router.route(query, "acme")).tier is Tier.B  # other tenants untouched
+    (repo / "complexity" / "1" / "tenant_priors.json").write_text("{not json", encoding="utf-8")
+    router.refresh()  # a broken file keeps the priors in use
+    assert asyncio.run(router.route(query, "support")).tier is Tier.A

@@ -36,9 +36,19 @@ def test_cheaper_shadow_with_another_answer_keeps_the_routed_tier() -> None:
     assert label.tier == "C" and label.correctness["B"] is False
 
 
-def test_thumbs_down_escalates_one_tier() -> None:
+def test_thumbs_down_escalates_one_tier_below_c() -> None:
     assert live_label(runs(("A", "Lyon")), [FeedbackVerdict(-1)]).tier == "B"
-    assert live_label(runs(("C", "Lyon")), [FeedbackVerdict(-1)]).tier == "C"  # nothing above C
+    # B failed, C said something else (unknown): C may work.
+    assert live_label(runs(("B", "Lyon"), ("C", "Nice")), [FeedbackVerdict(-1)]).tier == "C"
+
+
+def test_never_escalates_past_a_failing_top_tier() -> None:
+    # Only C is known to have failed: nothing is known about a cheaper tier.
+    assert live_label(runs(("C", "Lyon")), [FeedbackVerdict(-1)]) is None
+    assert live_label(runs(("C", "Lyon"), ("B", "Nice")), [FeedbackVerdict(-1)]) is None
+    # B and C both failed (C said the same wrong thing): the same failure costs less at B.
+    label = live_label(runs(("B", "Lyon"), ("C", "lyon.")), [FeedbackVerdict(-1)])
+    assert label.tier == "B" and label.correctness == {"B": False, "C": False}
 
 
 def test_correction_scores_every_run() -> None:
@@ -46,12 +56,14 @@ def test_correction_scores_every_run() -> None:
     label = live_label(runs(("A", "Lyon"), ("B", "It is Paris")), feedback)
     assert (label.tier, label.source) == ("B", "shadow")  # Acc: the gold is in B's answer
     both_wrong = live_label(runs(("A", "Lyon"), ("B", "Nice")), feedback)
-    assert both_wrong.tier == "C"
+    assert both_wrong.tier == "C"  # B failed, C never ran: escalate
+    every_tier_wrong = live_label(runs(("B", "Lyon"), ("C", "Nice")), feedback)
+    assert every_tier_wrong.tier == "B"
 
 
 def test_failed_run_counts_as_wrong_and_latest_rating_wins() -> None:
     label = live_label(runs(("B", None), ("C", None)), [FeedbackVerdict(1), FeedbackVerdict(-1)])
-    assert label.tier == "C" and label.correctness == {"B": False, "C": False}
+    assert label.tier == "B" and label.correctness == {"B": False, "C": False}
 
 
 def test_neighbour_tiers() -> None:

@@ -44,19 +44,23 @@ def tenant_labels(n: int = 40) -> list[TrainingLabel]:
             for i in range(n)]
 
 
-@pytest.fixture
-def served_words(tmp_path) -> tuple[str, ClassifierSettings]:
+def serve_words(tmp_path, tenant_count: int = 40) -> tuple[str, ClassifierSettings]:
     """A database with benchmark and tenant labels, and a repository serving a bag-of-words router
     fitted on the benchmark labels only (what a fresh clone ships)."""
     url = f"sqlite:///{tmp_path / 'records.db'}"
     upgrade_database(url)
     store = LabelStore(make_engine(url))
-    for row in benchmark_labels() + tenant_labels():
+    for row in benchmark_labels() + tenant_labels(tenant_count):
         store.add(row)
     champion = fit(examples_from_labels(benchmark_labels()))
     champion.save(tmp_path / "router.json")
     publish(tmp_path / "router.json", tmp_path / "repo")
     return url, ClassifierSettings(_env_file=None, model_repository=tmp_path / "repo")
+
+
+@pytest.fixture
+def served_words(tmp_path) -> tuple[str, ClassifierSettings]:
+    return serve_words(tmp_path)
 
 
 def test_auto_retrains_the_served_family(tmp_path, served_words) -> None:
@@ -84,6 +88,9 @@ def test_a_words_challenger_learns_the_tenant_and_is_promoted_on_its_own_labels(
     [row] = PromotionStore(make_engine(url)).recent(CLASSIFIER_MODEL)
     assert row.verdict == "promoted" and row.details["family"] == "words"
     assert row.details["tenants"]["acme"]["checked"] is True
+    # Then the tenant's prior over the version now served (v2 already routes acme right: no gain).
+    [prior] = row.details["tenant_priors"]
+    assert prior["tenant"] == "acme" and prior["verdict"] == "refused"
 
 
 def test_without_weighting_the_tenant_is_still_learnt_or_refused_never_made_worse(tmp_path, served_words) -> None:
@@ -93,3 +100,28 @@ def test_without_weighting_the_tenant_is_still_learnt_or_refused_never_made_wors
     assert outcome.status in ("promoted", "refused")
     if outcome.status == "promoted":
         assert tenant["challenger"] >= tenant["champion"]
+    assert outcome.extra["tenant_priors"][0]["tenant"] == "acme"
+
+
+def test_a_refused_challenger_still_leaves_the_tenant_a_prior_over_the_served_version(tmp_path) -> None:
+    from adaptive_rag.routing.tenant_priors import TenantPriors
+    from adaptive_rag.training.splits import validation_part
+
+    # 12 tenant labels: enough for a prior, too few in `validation` for the challenger's tenant check.
+    url, classifier = serve_words(tmp_path, tenant_count=12)
+    assert sum(validation_part(row.question) == "validation" for row in tenant_labels(12)) < 5
+    lines: list[str] = []
+    # A gain no challenger can show: the served v1 stays, and it sends acme's questions to C.
+    outcome = retrain(url, classifier, RetrainOptions(out=tmp_path / "run", min_gain=1.0), log=lines.append)
+    assert outcome.status == "refused", outcome.reason
+    [prior] = outcome.summary()["tenant_priors"]
+    assert prior["tenant"] == "acme" and prior["verdict"] == "promoted", lines
+    assert prior["champion_accuracy"] < 0.5 and prior["challenger_accuracy"] > prior["champion_accuracy"]
+    stored = TenantPriors.load_or_empty(classifier.model_repository / CLASSIFIER_MODEL / "1")
+    assert stored.tenants["acme"].offsets[2] < 0 and stored.tenants["acme"].revision == 1
+    [row] = PromotionStore(make_engine(url)).recent(CLASSIFIER_MODEL)
+    assert row.details["tenant_priors"][0]["verdict"] == "promoted"
+    # Off by option: nothing fitted, nothing recorded.
+    again = retrain(url, classifier, RetrainOptions(out=tmp_path / "run2", min_gain=1.0, tenant_priors=False),
+                    log=lambda _: None)
+    assert "tenant_priors" not in again.summary()

@@ -358,7 +358,7 @@ def test_small_talk_is_tier_a_without_the_classifier_and_without_a_shadow_run():
     svc, store, queue, routed = service(shadow_share=1.0)
     asked = []
     original = svc.router.route
-    svc.router.route = lambda query: asked.append(query) or original(query)
+    svc.router.route = lambda query, tenant=None: asked.append(query) or original(query, tenant)
     answered = run(svc.answer(KEY, "Thanks a lot!".encode(), None, soon(), CallProgress()))
     [task] = queue.tasks  # no shadow run for small talk
     assert (task.tier, task.strategy) == (Tier.A, "small_talk") and asked == []
