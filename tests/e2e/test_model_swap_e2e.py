@@ -1,6 +1,8 @@
 """Promotion refused, promotion accepted and rollback on the real Triton, through the gRPC front
 door, while clients keep calling it: not one call fails, not one decision falls back to the rules,
-and the version the replies report moves 1 -> 2 -> 1 with what is served.
+and the version the replies report moves 1 -> 2 -> 1 with what is served. Then a tenant prior
+written beside the served version shifts that tenant's decisions, and only that tenant's, without
+a restart.
 
 The operator's steps are the ones a deployment runs: `promote_candidate` (what `arag retrain`
 and `arag model promote` end in) against the running Triton (EXPLICIT model control: the new
@@ -27,6 +29,7 @@ from e2e_stack import Stack
 
 from adaptive_rag.contracts import CLASSIFIER_MODEL
 from adaptive_rag.routing.model_repository import served_version
+from adaptive_rag.routing.tenant_priors import TenantPriors
 from adaptive_rag.storage import PromotionStore
 from adaptive_rag.training.promotion import promote_candidate
 from services.frontdoor.stubs import pb2
@@ -158,3 +161,20 @@ def test_refused_accepted_and_rolled_back_without_a_failed_call(own_frontdoor, t
         ("rollback", "rolled_back"), ("promote", "promoted"), ("promote", "refused")]
     print(f"{len(traffic.routes)} Route and {len(traffic.answers)} Answer calls, 0 failed, versions "
           f"{versions_in_order([v for v, _, _ in traffic.routes])}, Route tiers {dict(Counter(t for *_, t in traffic.routes))}")
+
+    # What a retrain's tenant step writes: acme's prior over version 1 pushes its comparisons to C.
+    comparison = ASKED[-1]
+    other = (("authorization", f"Bearer {stack.store.create_api_key('globex')}"),)
+
+    def route(auth) -> pb2.RouteReply:
+        return stack.stub.Route(pb2.RouteRequest(query_text=comparison), metadata=auth, timeout=30)
+
+    assert pb2.Tier.Name(route(stack.auth).tier)[-1] == "B"
+    TenantPriors().with_tenant("acme", (0.0, 0.0, 10.0)).save(model_dir / "1")
+    deadline = time.monotonic() + 30
+    while "tenant prior r1" not in (shifted := route(stack.auth)).classifier.reason and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "tenant prior r1: A +0.00, C +10.00" in shifted.classifier.reason, shifted.classifier.reason
+    assert pb2.Tier.Name(shifted.tier)[-1] == "C" and shifted.classifier.model_version == 1
+    untouched = route(other)
+    assert pb2.Tier.Name(untouched.tier)[-1] == "B" and "tenant prior" not in untouched.classifier.reason
