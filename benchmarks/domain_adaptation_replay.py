@@ -38,7 +38,13 @@ from adaptive_rag.settings import Settings
 from adaptive_rag.storage import LabelStore, make_engine
 from adaptive_rag.training.relabel import relabel_from_records
 from adaptive_rag.training.tenant_adaptation import adapt_tenants
-from benchmarks.domain_adaptation import TENANT, RoutedQuery, _pct, _prior_cell, summarise_routes
+from benchmarks.domain_adaptation import (
+    TENANT,
+    RoutedQuery,
+    _pct,
+    _prior_cell,
+    summarise_routes,
+)
 
 
 def records_up_to(source: Path, target: Path, later_requests: Sequence[str]) -> None:

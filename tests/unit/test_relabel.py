@@ -145,3 +145,20 @@ def test_a_repeated_question_lands_in_one_split_whatever_the_request(tmp_path) -
     again = relabel_from_records(store.engine)
     assert again.resplit == 1 and again.labelled == 0
     assert {row.split for row in LabelStore(store.engine).labels(split=None, origin="live")} == {question_split(spellings[0])}
+
+
+def test_a_label_the_records_no_longer_support_is_removed(tmp_path) -> None:
+    from adaptive_rag.storage import LabelStore, make_engine, upgrade_database
+    from adaptive_rag.storage.records import RecordStore
+    from adaptive_rag.training.relabel import relabel_from_records
+
+    url = f"sqlite:///{tmp_path / 'records.db'}"
+    upgrade_database(url)
+    store = RecordStore(make_engine(url))
+    _served(store, "r1", "Compare X and Y", ("C", "X"))
+    store.add_feedback("r1", "acme", 1, None, None)
+    assert relabel_from_records(store.engine).labelled == 1
+    store.add_feedback("r1", "acme", -1, None, "wrong after all")  # only C known wrong: no label
+    again = relabel_from_records(store.engine)
+    assert (again.unknown, again.removed) == (1, 1)
+    assert LabelStore(store.engine).labels(split=None, origin="live") == []
