@@ -190,11 +190,15 @@ def test_the_cli_rolls_back_and_reports_status(tmp_path, store, monkeypatch):
     result = runner.invoke(app, ["model", "rollback", "--repository", str(repo), "--database-url", url])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == {"rolled_back": True, "from": 2, "served_version": 1}
+    from adaptive_rag.routing.tenant_priors import TenantPriors
+
+    TenantPriors().with_tenant("acme", (0.0, 0.0, -1.5), "fitted").save(repo / CLASSIFIER_MODEL / "1")
     result = runner.invoke(app, ["model", "status", "--repository", str(repo), "--database-url", url])
     assert result.exit_code == 0, result.output
     status = json.loads(result.stdout)
     assert status["served_version"] == 1 and status["versions"] == [1, 2]
     assert [r["action"] for r in status["recent"]] == ["rollback", "promote"]
+    assert status["tenant_priors"] == {"acme": {"offsets": [0.0, 0.0, -1.5], "revision": 1, "note": "fitted"}}
 
 
 def test_macro_f1_for_promotion_leaves_out_a_class_with_a_handful_of_labels():
