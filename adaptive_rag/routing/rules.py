@@ -5,6 +5,11 @@ greetings and very short chit-chat -> A; comparison or multi-part signals ("comp
 "difference between", "versus", "both", "each of", "X-er ... or ...", "... and which ...", more
 than one question mark) -> C; else B.
 
+`asks_two_questions`: a second question after the first ("X? And y?", "..., and which ...?").
+Each part needs its own look-up, so serving escalates such a query to C whatever the classifier
+says: the benchmark the classifier learned from has almost none (1 of 4,150 `train` questions),
+and the shipped router sent half of the demo's two-part questions to single step.
+
 `dataset_tier`, the dataset-identity rule: B for the single-hop benchmark sets, C for the
 multi-hop ones. It knows the answer's source, not the question, so it is no router for live
 traffic; it is the baseline every learned router must beat on the benchmark, and the tier a
@@ -15,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from adaptive_rag.contracts import Tier
+from adaptive_rag.contracts import RoutingDecision, Tier
 from adaptive_rag.evaluation.datasets import MULTI_HOP, SINGLE_HOP
 
 _GREETING = re.compile(
@@ -27,6 +32,10 @@ _MULTI_PART = re.compile(
     r"which (one )?(is|was|has|had|came|were) (more|less|older|younger|first|earlier|later|bigger|larger|smaller|higher|lower)|"
     r"(first|older|younger|earlier|later|longer|shorter|more|fewer|larger|bigger|smaller|higher|lower)\b.*\bor\b|"
     r"\band (of|what|which|who|whom|when|where|how|why)\b)",
+    re.IGNORECASE,
+)
+_SECOND_QUESTION = re.compile(
+    r"\?\s+(and|also)\s+\S[^?]*\?|[,;]\s+and\s+(what|which|who|whom|whose|when|where|why|how)\b",
     re.IGNORECASE,
 )
 _QUESTION_WORD = re.compile(r"\b(what|which|who|whom|whose|when|where|why|how)\b", re.IGNORECASE)
@@ -44,6 +53,21 @@ def rule_tier(query: str) -> Tier:
     if query.count("?") > 1 or _MULTI_PART.search(rest):
         return Tier.C
     return Tier.B
+
+
+def asks_two_questions(query: str) -> bool:
+    """True when `query` asks a second question after the first ("X? And y?", "..., and what ...")."""
+    return _SECOND_QUESTION.search(query) is not None
+
+
+def escalate_two_questions(query: str, decision: RoutingDecision) -> RoutingDecision:
+    """`decision` moved to C when `query` asks two questions (unchanged otherwise, or when C)."""
+    if decision.tier is Tier.C or not asks_two_questions(query):
+        return decision
+    return decision.model_copy(update={
+        "tier": Tier.C, "strategy": "",
+        "reason": f"{decision.reason}; two questions in one: C".lstrip("; "),
+    })
 
 
 def dataset_tier(dataset: str) -> Tier | None:

@@ -45,6 +45,7 @@ from adaptive_rag.errors import (
     KnowledgeBaseMissingError, OverShareError, PermissionDeniedError, QueueFullError,
     RequestNotFinishedError, RequestNotFoundError, UnauthenticatedError,
 )
+from adaptive_rag.routing.rules import escalate_two_questions
 from adaptive_rag.routing.small_talk import small_talk_intent
 from adaptive_rag.serving.ports import FairShare, Records, ResultWaiter, Router, TaskQueue
 from adaptive_rag.strategies import SMALL_TALK
@@ -74,6 +75,7 @@ class AdmissionConfig:
     shadow_share: float = 0.0
     key_cache_s: float = 0.0
     small_talk: bool = True
+    two_questions_to_c: bool = True  # a query asking two questions goes to C (`rules.asks_two_questions`)
     # How long a fair-share slot may stay held by work still running (the tier's lease).
     slot_lease_s: Mapping[Tier, float] = field(default_factory=dict)
     # A request still queued this long was never started: `expire_stale` expires it (None: never).
@@ -286,7 +288,8 @@ class AnswerService:
         the strategy and the time it took (not yet recorded).
 
         A small-talk turn ("hi", "thanks!", "are you a bot?") is tier A without asking the
-        classifier, answered by the small-talk strategy (a short reply, no retrieval, no LLM).
+        classifier, answered by the small-talk strategy (a short reply, no retrieval, no LLM). A
+        query asking two questions goes to C whatever the router says (`escalate_two_questions`).
         """
         start = time.perf_counter()
         with progress.stage("classify"):
@@ -296,6 +299,8 @@ class AnswerService:
                                          reason=f"small talk ({chat.intent})", strategy=SMALL_TALK)
             else:
                 routed = await self.router.route(query, tenant)
+                if self.config.two_questions_to_c:
+                    routed = escalate_two_questions(query, routed)
         decision = routed.model_copy(update={
             "strategy": routed.strategy or self.config.strategy_for(routed.tier),
             "classify_ms": 1000 * (time.perf_counter() - start),

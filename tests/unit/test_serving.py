@@ -368,6 +368,17 @@ def test_small_talk_is_tier_a_without_the_classifier_and_without_a_shadow_run():
     assert asked == ["hi, how do I reset my hub?"]  # a question that starts with a greeting
 
 
+def test_a_query_asking_two_questions_goes_to_c_whatever_the_router_says():
+    svc, store, queue, _routed = service()
+    two = "Which plan is required for the Lumora Developer API, and what is its rate limit?"
+    answered = run(svc.answer(KEY, two.encode(), None, soon(), CallProgress()))
+    decision = store.decisions[answered.request_id]
+    assert decision.tier is Tier.C and decision.reason.endswith("; two questions in one: C")
+    assert queue.tasks[-1].tier is Tier.C and queue.tasks[-1].strategy == svc.config.strategy_for(Tier.C)
+    one = run(svc.answer(KEY, b"What is the rate limit of the Lumora Developer API?", None, soon(), CallProgress()))
+    assert store.decisions[one.request_id].tier is Tier.B  # the fake router's B stands
+
+
 def test_the_small_talk_strategy_replies_briefly_without_retrieval_or_llm():
     from adaptive_rag.strategies import build_strategy, uses_retrieval
 

@@ -106,3 +106,28 @@ def test_normalise_splits_clauses_on_punctuation_and_emoji() -> None:
     assert normalise("Hi 👋 How are you?") == ["hi", "how are you"]
     assert normalise("Whats up, youre a bot") == ["what's up", "you're a bot"]
     assert normalise("!!!") == []
+
+
+@pytest.mark.parametrize(("query", "two"), [
+    ("In what year was the Hub H2 released, and which hub firmware introduced Adaptive Daylight?", True),
+    ("Can pets catch COVID-19? And how long does the virus live on surfaces?", True),
+    ("What is the rate limit; and who can raise it?", True),
+    ("What is the maximum brightness of the A19 bulb and of the Flex Strip?", False),
+    ("Are both movies Nerdcore Rising and What Would Jesus Buy? focused on similar topics?", False),
+    ("Where's Officer Tuba? is a comedy film that stars which actress?", False),
+    ("Which plan supports more devices, Lumora Plus or Lumora Pro?", False),
+])
+def test_asks_two_questions_wants_a_second_question_after_the_first(query: str, two: bool) -> None:
+    from adaptive_rag.routing.rules import asks_two_questions
+
+    assert asks_two_questions(query) is two
+
+
+def test_escalation_to_c_keeps_the_decision_and_says_why() -> None:
+    from adaptive_rag.contracts import RoutingDecision, Tier
+    from adaptive_rag.routing.rules import escalate_two_questions
+
+    b = RoutingDecision(tier=Tier.B, probabilities={"A": 0.0, "B": 0.7, "C": 0.3}, model_version=1, reason="argmax B")
+    moved = escalate_two_questions("Who makes it? And where?", b)
+    assert (moved.tier, moved.model_version, moved.reason) == (Tier.C, 1, "argmax B; two questions in one: C")
+    assert escalate_two_questions("Who makes it?", b) is b
