@@ -126,7 +126,8 @@ class ClassifierRouter:
                 return False
             old, self._client, previous = self._client, candidate, self.version
             self.version = newest
-            self._priors_stamp = None
+            # The old version's priors corrected the old version's probabilities: never carry them over.
+            self.priors, self._priors_stamp = TenantPriors(), None
             self._reload_priors()
         LOG.info("classifier_version_in_use", model=self.model_name, version=newest, previous=previous)
         if self._on_version is not None:
