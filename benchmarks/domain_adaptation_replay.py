@@ -7,8 +7,9 @@ on the traffic that run recorded: what would `arag relabel` and the tenant step 
 For round k it copies the run's records (`stack/arag.db`), keeps the feedback of rounds 1..k only,
 drops every live label and relabels (`relabel_from_records`, the current rule), then runs the
 tenant step (`adapt_tenants`) over the run's version 1 with the prior the previous round kept, and
-routes every support `test` query in-process (`LocalOnnxClassifier`, the small-talk detector
-first, the tenant's prior) against the suite's gold tiers. Global challengers are not retrained:
+routes every support `test` query in-process as the front door does (`LocalOnnxClassifier`, the
+small-talk detector first, the tenant's prior, the two-questions escalation) against the suite's
+gold tiers. Global challengers are not retrained:
 the replay holds the served router at version 1.
 
 It is only faithful to a run whose traffic version 1 served in every round (no challenger
@@ -32,6 +33,7 @@ from typing import Any
 from adaptive_rag.evaluation.support import build_suite
 from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
 from adaptive_rag.routing.model_repository import open_version
+from adaptive_rag.routing.rules import escalate_two_questions
 from adaptive_rag.routing.small_talk import small_talk_intent
 from adaptive_rag.routing.tenant_priors import TENANT_PRIORS_FILE, TenantPriors
 from adaptive_rag.settings import Settings
@@ -63,7 +65,7 @@ def route_test(classifier: LocalOnnxClassifier, priors: TenantPriors, queries: S
             tier = "A"
         else:
             decision = priors.adjust(classifier.classify(query.query), TENANT, classifier.policy)
-            tier = decision.tier.value
+            tier = escalate_two_questions(query.query, decision).tier.value
         rows.append(RoutedQuery(query.id, query.kind, query.gold_tier.value, tier, classifier.version.version))
     return summarise_routes(rows)
 
@@ -99,7 +101,10 @@ def replay(run: Path, data_dir: Path) -> dict[str, Any]:
 
 def render(result: dict[str, Any]) -> str:
     lines = [f"# Replay of {result['run']} with the current relabel rule and tenant priors", "",
-             "Recorded traffic (served by version 1 throughout), re-decided offline: not a live run.", "",
+             f"Command: `python -m benchmarks.domain_adaptation_replay {result['run']}`", "",
+             "Recorded traffic (served by version 1 throughout), re-decided offline: not a live run. The "
+             "global router is held at version 1 (no challenger retrained); only labels and the tenant "
+             "prior are decided again.", "",
              "| after | live labels A / B / C | tenant prior (cross-validated vs champion) | support-test accuracy | under | over |",
              "| --- | ---: | --- | ---: | ---: | ---: |"]
     start = result["start"]
