@@ -16,9 +16,12 @@ and beats the served version on the validation split.
   score whatever it did to a support tenant, and one that learnt the tenant could never move it.
   Every tenant with at least `MIN_TENANT_LABELS` validation labels must be routed at least as
   accurately by the challenger as by the champion, or the challenger is refused. A challenger
-  that routes some tenant strictly better wins even when the overall score drops, by at most
+  that routes some tenant better wins even when the overall score drops, by at most
   `max_overall_drop` (default `MAX_OVERALL_DROP`, 1 point: the most a tenant's gain may cost the
-  benchmark questions).
+  benchmark questions) - but only a gain that is no accident of a few labels counts: on the
+  labels where the two disagree, the challenger must be right often enough that an exact
+  one-sided sign test (McNemar) gives p <= `TENANT_GAIN_ALPHA`. (One label more out of 14 once
+  promoted a challenger that routed the tenant's test queries 3 points worse.)
 - Every verdict (promoted, refused, failed), both scores, the per-tenant scores and the validation
   labels per tier are recorded in `model_promotions` when a `PromotionStore` is given.
 
@@ -57,6 +60,9 @@ MIN_CLASS_SUPPORT = 10
 MIN_TENANT_LABELS = 5
 # The overall validation score (metric, 0-1) a challenger may give up for a tenant it routes better.
 MAX_OVERALL_DROP = 0.01
+# A tenant's gain counts when the sign test on the labels the two routers disagree on gives at most
+# this p (4 of 4, 6 of 7 disagreements won; 1 of 1 or 4 of 5 is no evidence).
+TENANT_GAIN_ALPHA = 0.1
 
 
 @dataclass
@@ -113,9 +119,18 @@ def score_predictions(predicted: Sequence[str], labels: Sequence[str],
     for tenant, guess, label in zip(groups, predicted, labels):
         if tenant is not None:
             by_tenant.setdefault(tenant, []).append(guess == label)
-    metrics["tenants"] = {t: {"labels": len(hits), "accuracy": sum(hits) / len(hits)}
+    metrics["tenants"] = {t: {"labels": len(hits), "accuracy": sum(hits) / len(hits), "hits": hits}
                           for t, hits in sorted(by_tenant.items())}
     return metrics
+
+
+def sign_test(wins: int, losses: int) -> float:
+    """One-sided exact p of at least `wins` successes in `wins + losses` fair coin flips (McNemar's
+    exact test on the discordant pairs); 1.0 when there are none."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    return sum(math.comb(n, k) for k in range(wins, n + 1)) / 2 ** n
 
 
 def score_version(version: ModelVersion, texts: Sequence[str], labels: Sequence[str],
@@ -125,16 +140,22 @@ def score_version(version: ModelVersion, texts: Sequence[str], labels: Sequence[
 
 
 def tenant_check(challenger: dict, champion: dict, min_labels: int = MIN_TENANT_LABELS) -> dict[str, dict[str, Any]]:
-    """Per tenant: its validation labels, both accuracies, whether it is `checked` (enough labels)
-    and whether the challenger is `worse` there."""
+    """Per tenant: its validation labels, both accuracies, whether it is `checked` (enough labels),
+    whether the challenger is `worse` there (any drop), and whether it is `better` (more right,
+    and the sign test on the labels the two disagree on gives p <= `TENANT_GAIN_ALPHA`)."""
     out: dict[str, dict[str, Any]] = {}
     for tenant, mine in challenger.get("tenants", {}).items():
         theirs = champion.get("tenants", {}).get(tenant, {})
         checked = mine["labels"] >= min_labels and "accuracy" in theirs
+        pairs = list(zip(mine.get("hits", ()), theirs.get("hits", ())))
+        wins = sum(c and not h for c, h in pairs)
+        losses = sum(h and not c for c, h in pairs)
+        p = sign_test(wins, losses) if pairs else (0.0 if mine["accuracy"] > theirs.get("accuracy", 1.0) else 1.0)
         out[tenant] = {"labels": mine["labels"], "challenger": mine["accuracy"],
                        "champion": theirs.get("accuracy"), "checked": checked,
+                       "wins": wins, "losses": losses, "p": round(p, 4),
                        "worse": checked and mine["accuracy"] < theirs["accuracy"],
-                       "better": checked and mine["accuracy"] > theirs["accuracy"]}
+                       "better": checked and mine["accuracy"] > theirs["accuracy"] and p <= TENANT_GAIN_ALPHA}
     return out
 
 
@@ -147,7 +168,12 @@ def decide(challenger: dict, champion: dict, tenants: dict[str, dict[str, Any]],
     worse = [f"{t} {c['challenger']:.1%} < {c['champion']:.1%} on {c['labels']} labels"
              for t, c in tenants.items() if c["worse"]]
     better = [f"{t} {c['challenger']:.1%} > {c['champion']:.1%} on {c['labels']} labels"
+              + (f" (won {c['wins']} of {c['wins'] + c['losses']} disagreements, p {c['p']:.3f})" if "wins" in c else "")
               for t, c in tenants.items() if c.get("better")]
+    unproven = [f"{t} {c['challenger']:.1%} > {c['champion']:.1%} on {c['labels']} labels but won only "
+                f"{c['wins']} of {c['wins'] + c['losses']} disagreements (p {c['p']:.3f} > {TENANT_GAIN_ALPHA:g})"
+                for t, c in tenants.items() if c.get("checked") and not c.get("better") and not c["worse"]
+                and c["challenger"] > (c["champion"] or 0.0) and "wins" in c]
     overall = f"{metric} {mine:.4f} vs {theirs:.4f}"
     if worse:
         return False, f"routes a tenant's own traffic worse: {'; '.join(worse)} ({overall})"
@@ -159,6 +185,8 @@ def decide(challenger: dict, champion: dict, tenants: dict[str, dict[str, Any]],
     if better:
         return False, (f"better for a tenant ({'; '.join(better)}) but {overall} overall drops by more "
                        f"than {max_overall_drop:g}")
+    if unproven:
+        return False, f"does not beat the champion: {overall} (+ {min_gain:g} needed); a tenant's gain is no evidence: {'; '.join(unproven)}"
     return False, f"does not beat the champion: {overall} (+ {min_gain:g} needed), no tenant routed better"
 
 

@@ -243,7 +243,7 @@ def test_a_challenger_better_overall_but_worse_on_a_tenants_own_labels_is_refuse
     assert not verdict.promoted and verdict.verdict == "refused"  # ... but not for the tenant
     assert "routes a tenant's own traffic worse: support 0.0% < 100.0% on 5 labels" in verdict.reason
     assert verdict.tenants["support"] == {"labels": 5, "challenger": 0.0, "champion": 1.0, "checked": True,
-                                          "worse": True, "better": False}
+                                          "wins": 0, "losses": 5, "p": 1.0, "worse": True, "better": False}
     assert served_version(repo / CLASSIFIER_MODEL) == 1
     [row] = store.recent(CLASSIFIER_MODEL)
     assert row.verdict == "refused" and row.details["tenants"]["support"]["worse"] is True
@@ -274,3 +274,26 @@ def test_a_tenant_gain_may_cost_at_most_the_allowed_overall_drop() -> None:
     assert decide({"macro_f1": 0.99}, champion, worse, "macro_f1")[0] is False
     unchecked = {"acme": {**gain["acme"], "checked": False, "better": False}}
     assert decide(challenger, champion, unchecked, "macro_f1")[0] is False
+
+
+def test_a_tenant_gain_of_a_label_or_two_is_no_evidence() -> None:
+    from adaptive_rag.training.promotion import TENANT_GAIN_ALPHA, decide, sign_test, tenant_check
+
+    assert sign_test(1, 0) == 0.5 and sign_test(4, 0) == 0.0625 and sign_test(0, 0) == 1.0
+    assert sign_test(6, 1) == pytest.approx(8 / 128) and sign_test(4, 1) == pytest.approx(6 / 32)
+
+    def scores(hits: list[bool]) -> dict:
+        return {"macro_f1": 0.90, "tenants": {"acme": {"labels": len(hits), "accuracy": sum(hits) / len(hits), "hits": hits}}}
+
+    # 10 of 14 against 9 of 14, one disagreement: more right, but p 0.5.
+    champion = scores([True] * 9 + [False] * 5)
+    one_more = scores([True] * 10 + [False] * 4)
+    check = tenant_check(one_more, champion)["acme"]
+    assert (check["wins"], check["losses"], check["p"], check["better"], check["worse"]) == (1, 0, 0.5, False, False)
+    ok, why = decide({"macro_f1": 0.895}, {"macro_f1": 0.90}, {"acme": check}, "macro_f1")
+    assert not ok and "won only 1 of 1 disagreements (p 0.500 > 0.1)" in why
+    # Four disagreements, all won: p 0.0625 <= 0.1, a gain.
+    four_more = scores([True] * 13 + [False] * 1)
+    check = tenant_check(four_more, champion)["acme"]
+    assert check["better"] and check["p"] <= TENANT_GAIN_ALPHA
+    assert decide({"macro_f1": 0.895}, {"macro_f1": 0.90}, {"acme": check}, "macro_f1")[0] is True
