@@ -323,7 +323,7 @@ def _retrain_encoder(engine, promotions: PromotionStore, classifier: ClassifierS
 
     return _publish(engine, promotions, classifier, options, log, outcome, validation, new, watermark,
                     Path(result.run_dir), promote_run,
-                    {"fit": len(fit), "test_reported": len(test_rows), "epochs": options.epochs, "family": family})
+                    {"fit": len(fit), "test_reported": len(test_rows), "epochs": options.epochs, "family": "encoder"})
 
 
 def _retrain_words(engine, promotions: PromotionStore, classifier: ClassifierSettings, options: RetrainOptions,
