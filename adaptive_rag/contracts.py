@@ -23,6 +23,7 @@ class Tier(StrEnum):
 
 
 TIERS: tuple[Tier, ...] = (Tier.A, Tier.B, Tier.C)  # also the classifier's output order
+TIER_VALUES: tuple[str, ...] = tuple(t.value for t in TIERS)  # "A", "B", "C", cheapest first
 
 
 class RequestStatus(StrEnum):

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from adaptive_rag.contracts import TIERS, RoutingDecision, Tier
+from adaptive_rag.contracts import TIER_VALUES, RoutingDecision, Tier
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.routing.embeddings import Embedder, OnnxEmbedder, file_sha256
 from adaptive_rag.training.splits import VALIDATION_SHARE, validation_part
@@ -56,7 +56,6 @@ from adaptive_rag.routing.policy import fallback_decision
 if TYPE_CHECKING:
     from adaptive_rag.storage.models import TrainingLabel
 
-TIER_VALUES: tuple[str, ...] = tuple(t.value for t in TIERS)  # cheapest first
 CARD_FILE = "router.json"
 ARRAYS_FILE = "router.npz"
 MODEL_CARD = "MODEL_CARD.md"

@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adaptive_rag.contracts import TIERS, RoutingDecision
+from adaptive_rag.contracts import TIER_VALUES, RoutingDecision
 from adaptive_rag.errors import ConfigurationError
 
 TENANT_PRIORS_FILE = "tenant_priors.json"
-TIER_VALUES = tuple(t.value for t in TIERS)
 
 
 @dataclass(frozen=True)
