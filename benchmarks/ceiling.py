@@ -276,6 +276,7 @@ def start_stack(mode: str, scratch: Path, console: Any) -> Iterator[Stack]:
 
 
 _POINTS = 0
+DISTINCT = False  # `--distinct`: no query text repeats (no routing-cache hits)
 
 
 def run_point(st: Stack, *, out: Path, tier: str, rate: float, users: int, ramp_s: float,
@@ -305,6 +306,8 @@ def run_point(st: Stack, *, out: Path, tier: str, rate: float, users: int, ramp_
     global _POINTS
     _POINTS += 1
     cmd += ["--seed", str(int(time.time()) % 100_000 + _POINTS)]
+    if DISTINCT:
+        cmd += ["--distinct"]
     log = (out / "locust.log").open("w")
     log.write(f"$ {shlex.join(cmd)}\n"); log.flush()
     proc = subprocess.Popen(cmd, cwd=REPO, env=st.env, stdin=subprocess.DEVNULL, stdout=log,
@@ -752,7 +755,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="ARAG_TENANT_RATE for the stack (all load comes from ONE tenant, whose token "
                              "bucket defaults to 50 queries/s, burst 100: 0 lifts it to see the machinery "
                              "behind it; default: the stack's own setting)")
+    parser.add_argument("--servers", action="store_true",
+                        help="records and broker on servers this run starts on loopback (PostgreSQL with its "
+                             "durable defaults, Redis) instead of the embedded SQLite and filesystem broker")
+    parser.add_argument("--distinct", action="store_true",
+                        help="every query text distinct (locust --distinct): the front door's routing cache never answers")
     args = parser.parse_args(argv)
+    global DISTINCT
+    DISTINCT = args.distinct
     if args.tenant_rate is not None:
         os.environ["ARAG_TENANT_RATE"] = str(args.tenant_rate)
     from rich.console import Console
@@ -775,12 +785,20 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "command": shlex.join([".venv/bin/python", "-m", "benchmarks.ceiling", *(argv if argv is not None else sys.argv[1:])]),
         "started": started.isoformat(timespec="seconds"), "machine": machine(), "modes": {}, "planner": [],
+        "distinct_queries": args.distinct,
         "tenant_rate": os.environ.get("ARAG_TENANT_RATE", "stack default (50/s, burst 100)"),
         "references": dict(REFERENCES), "scratch": str(scratch.relative_to(REPO) if scratch.is_relative_to(REPO) else scratch),
     }
     install_stop_signals()
     code = 0
+    servers = ExitStack()
     try:
+        if args.servers:
+            from infra.local.servers import local_postgres, local_redis
+
+            os.environ["REDIS_URL"] = servers.enter_context(local_redis())
+            os.environ["DATABASE_URL"] = servers.enter_context(local_postgres(durable=True))
+            result["servers"] = "PostgreSQL (fsync and synchronous commit on) and Redis, on loopback"
         for plan in plans:
             console.rule(f"[bold]mode {plan.mode}: starting the stack")
             mode_res: dict[str, Any] = {"tiers": {}}
@@ -803,6 +821,7 @@ def main(argv: list[str] | None = None) -> int:
         result["interrupted"] = True
         code = 130
     finally:
+        servers.close()
         result["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         write_report(result, out)
     for c in result["planner"]:

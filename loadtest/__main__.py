@@ -56,9 +56,9 @@ def resolve_users(args: argparse.Namespace) -> None:
 def _parse_seconds(text: str | None) -> float | None:
     if not text:
         return None
-    from locust.util.timespan import parse_timespan
+    from loadtest.shapes import parse_duration
 
-    return float(parse_timespan(text))
+    return float(parse_duration(text))
 
 
 def expected_length_s(args: argparse.Namespace) -> float:

@@ -99,6 +99,8 @@ def _options(parser) -> None:
     group.add_argument("--requests-log", default=None,
                        help="per-call JSONL (default PREFIX_requests.jsonl with --csv)")
     group.add_argument("--seed", type=int, default=0, env_var="ARAG_LOAD_SEED", help="query order seed")
+    group.add_argument("--distinct", action="store_true", default=False, env_var="ARAG_LOAD_DISTINCT",
+                       help="tag every query text [seed.pass] so none repeats (no routing-cache hits)")
 
 
 def profile_options(options: Any, users_given: int | None) -> shapes.ProfileOptions:
@@ -119,16 +121,13 @@ class ProfileShape(LoadTestShape):
 
     def __init__(self) -> None:
         super().__init__()
-        self.profile: shapes.ProfileShapeBase | None = None
+        self.profile: shapes.Profile | None = None
 
     def tick(self):
         if self.profile is None:  # not configured by the init event (e.g. a library run)
             options = self.runner.environment.parsed_options
             self.profile = shapes.make_profile(options.load_profile, profile_options(options, options.num_users))
-        t = self.get_run_time()
-        if t >= self.profile.run_time_s:
-            return None
-        return self.profile.plan(t)
+        return self.profile.at(self.get_run_time())
 
 
 def _output_path(explicit: str | None, csv_prefix: str | None, suffix: str) -> Path | None:
@@ -163,7 +162,8 @@ def _configure(environment, options) -> None:
     if not isinstance(environment.runner, MasterRunner):  # the processes that run users
         pools = queries.build_pools(options.query_source, Path(options.data_dir) if options.data_dir else None,
                                     options.per_dataset)
-        STATE["picker"] = queries.QueryPicker(pools, queries.parse_mix(options.mix), seed=options.seed)
+        STATE["picker"] = queries.QueryPicker(pools, queries.parse_mix(options.mix), seed=options.seed,
+                                              distinct=options.distinct)
         sizes = ", ".join(f"{t}: {len(p)}" for t, p in pools.items())
         LOG.info("profile %s, mix %s, query pools %s, %s", profile.name, options.mix, sizes,
                  f"open loop at {options.rate:g} Answers/s over {options.num_users} users"

@@ -119,15 +119,21 @@ def build_pools(source: str = "all", data_dir: Path | None = None,
 
 class QueryPicker:
     """Next query: the tier by smooth weighted round robin over `mix`, the query by walking a
-    seeded shuffle of that tier's pool. Thread-safe and shared by every user of a process."""
+    seeded shuffle of that tier's pool. Thread-safe and shared by every user of a process.
 
-    def __init__(self, pools: Mapping[str, Iterable[Query]], mix: Mapping[str, float], seed: int = 0) -> None:
+    `distinct`: every text gets a tag `[seed.pass]`, so no two calls of a run (nor of runs with
+    other seeds) send the same text and the front door's routing cache never answers; what a
+    ceiling of distinct queries measures (the tagged text is classified like any new query)."""
+
+    def __init__(self, pools: Mapping[str, Iterable[Query]], mix: Mapping[str, float], seed: int = 0,
+                 distinct: bool = False) -> None:
         self.pools = {tier: list(pools.get(tier, ())) for tier in TIERS}
         self.mix = {tier: share for tier, share in mix.items() if share > 0}
         empty = [tier for tier in self.mix if not self.pools[tier]]
         if empty:
             raise ValueError(f"no queries for tier(s) {empty} but the mix asks for them")
         self._random = random.Random(seed)
+        self.seed, self.distinct = seed, distinct
         for pool in self.pools.values():
             self._random.shuffle(pool)
         self._next_index = {tier: 0 for tier in TIERS}
@@ -146,6 +152,9 @@ class QueryPicker:
         tier = self.next_tier()
         with self._lock:
             pool = self.pools[tier]
-            query = pool[self._next_index[tier] % len(pool)]
+            index = self._next_index[tier]
+            query = pool[index % len(pool)]
             self._next_index[tier] += 1
+        if self.distinct:
+            query = Query(f"{query.text} [{self.seed}.{index // len(pool)}]", query.expected_tier, query.source)
         return query

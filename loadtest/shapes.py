@@ -1,4 +1,4 @@
-"""Load profiles: `LoadTestShape` subclasses, each bounded in time.
+"""Load profiles: users over time, each bounded in time.
 
 | profile | users over time | default length |
 | --- | --- | --- |
@@ -8,8 +8,13 @@
 | soak   | `users` held for a long time | 30 min |
 
 `--run-time` (when given) ends any profile earlier (or makes steady/spike/soak longer). The
-locustfile selects one with `--profile` / `ARAG_LOAD_PROFILE` and delegates to it
-(`ProfileShape`), because locust runs the first shape class a locustfile defines.
+locustfile selects one with `--profile` / `ARAG_LOAD_PROFILE` and its one `LoadTestShape`
+(`ProfileShape`) follows it, because locust runs the first shape class a locustfile defines.
+
+Plain schedules, with no locust import on purpose: importing locust monkey-patches the process
+with gevent, and the `python -m loadtest` parent, which reads the profile's length, then streams
+the knowledge base over a blocking gRPC call whose request thread (a greenlet after the patch)
+never runs: the import hangs. Only locust's own processes import locust.
 
 Spike is the one profile that provokes failures on purpose: past the tiers' queue limits
 (`ARAG_MAX_QUEUE_DEPTH`) the front door answers RESOURCE_EXHAUSTED, which is what a spike is for;
@@ -18,9 +23,8 @@ those are expected (`expected_failures`), every other failure is not.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-
-from locust import LoadTestShape
 
 
 @dataclass(frozen=True)
@@ -33,16 +37,14 @@ class ProfileOptions:
     spike_users: int = 16
 
 
-class ProfileShapeBase(LoadTestShape):
-    """A profile: `plan(t)` -> (users, spawn rate) or None once it is over."""
+class Profile:
+    """A profile: `at(t)` -> (users, spawn rate) `t` s into the run, or None once it is over."""
 
-    abstract = True
     name = ""
     default_run_time_s: float = 60.0
     expected_failures: tuple[str, ...] = ()
 
     def __init__(self, options: ProfileOptions | None = None) -> None:
-        super().__init__()
         self.options = options or ProfileOptions()
 
     @property
@@ -52,14 +54,13 @@ class ProfileShapeBase(LoadTestShape):
     def plan(self, t: float) -> tuple[int, float] | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def tick(self) -> tuple[int, float] | None:
-        t = self.get_run_time()
+    def at(self, t: float) -> tuple[int, float] | None:
         if t >= self.run_time_s:
             return None
         return self.plan(t)
 
 
-class SteadyShape(ProfileShapeBase):
+class SteadyShape(Profile):
     name = "steady"
     default_run_time_s = 60.0
 
@@ -67,7 +68,7 @@ class SteadyShape(ProfileShapeBase):
         return self.options.users, self.options.spawn_rate
 
 
-class StepShape(ProfileShapeBase):
+class StepShape(Profile):
     """1, 2, 4, ... `max_users` users, each step held `step_seconds`: where throughput stops
     growing and latency starts to (the knee)."""
 
@@ -91,7 +92,7 @@ class StepShape(ProfileShapeBase):
         return steps[index], max(float(steps[index]), self.options.spawn_rate)  # reach each step at once
 
 
-class SpikeShape(ProfileShapeBase):
+class SpikeShape(Profile):
     name = "spike"
     default_run_time_s = 90.0
     expected_failures = ("RESOURCE_EXHAUSTED",)
@@ -103,7 +104,7 @@ class SpikeShape(ProfileShapeBase):
         return self.options.users, float(self.options.spike_users)
 
 
-class SoakShape(ProfileShapeBase):
+class SoakShape(Profile):
     name = "soak"
     default_run_time_s = 30 * 60.0
 
@@ -111,13 +112,28 @@ class SoakShape(ProfileShapeBase):
         return self.options.users, self.options.spawn_rate
 
 
-PROFILES: dict[str, type[ProfileShapeBase]] = {
+PROFILES: dict[str, type[Profile]] = {
     shape.name: shape for shape in (SteadyShape, StepShape, SpikeShape, SoakShape)
 }
 
 
-def make_profile(name: str, options: ProfileOptions) -> ProfileShapeBase:
+def make_profile(name: str, options: ProfileOptions) -> Profile:
     try:
         return PROFILES[name](options)
     except KeyError:
         raise ValueError(f"unknown profile {name!r}; one of {', '.join(PROFILES)}") from None
+
+
+_SPAN = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+def parse_duration(text: str) -> int:
+    """Seconds in a locust `--run-time` (`90`, `20s`, `5m`, `1h30m`), read the way locust reads it."""
+    text = text.strip().lower()
+    if text.isdigit():
+        return int(text)
+    match = _SPAN.fullmatch(text)
+    if not text or match is None:
+        raise ValueError(f"run time {text!r}: give seconds, or e.g. 20s, 5m, 1h30m")
+    hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds

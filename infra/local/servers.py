@@ -167,12 +167,14 @@ def _run_as(user: pwd.struct_passwd | None, args: list[str], log: Path) -> None:
 
 
 @contextmanager
-def local_postgres(database: str = "arag") -> Iterator[str]:
+def local_postgres(database: str = "arag", *, durable: bool = False) -> Iterator[str]:
     """A PostgreSQL cluster (initdb + pg_ctl) on a free loopback port.
 
     Yields `postgresql+psycopg://arag@127.0.0.1:PORT/<database>` (trust authentication on
     loopback only). Under root the cluster belongs to the `postgres` (or `nobody`) account,
-    because PostgreSQL refuses to run as root.
+    because PostgreSQL refuses to run as root. Tests want speed over crash safety (fsync and
+    synchronous commit off); `durable=True` keeps PostgreSQL's own defaults, as a benchmark
+    that speaks for production must.
     """
     import psycopg
 
@@ -189,8 +191,9 @@ def local_postgres(database: str = "arag") -> Iterator[str]:
     try:
         _run_as(user, [str(PG_BIN / "initdb"), "-D", str(data), "-U", "arag", "--auth=trust",
                        "--no-sync", "-E", "UTF8"], log)
-        options = (f"-p {port} -c listen_addresses=127.0.0.1 -k {sockets} -c fsync=off "
-                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
+        options = f"-p {port} -c listen_addresses=127.0.0.1 -k {sockets} -c max_connections=200"
+        if not durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         _run_as(user, [pg_ctl, "-D", str(data), "-l", str(log), "-o", options, "-w", "-t", "60",
                        "start"], log)
         admin = f"postgresql://arag@127.0.0.1:{port}/postgres"
