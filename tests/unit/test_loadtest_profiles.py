@@ -1,4 +1,5 @@
-"""Load profiles (`loadtest/shapes.py`) and the `python -m loadtest` parent's imports.
+"""Load profiles and query picking (`loadtest/shapes.py`, `loadtest/queries.py`), and what the
+`python -m loadtest` parent imports.
 
 The parent must never import locust: locust monkey-patches the process with gevent on import,
 and the parent then streams the knowledge base over a blocking gRPC call whose request thread
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from loadtest.queries import Query, QueryPicker, parse_mix
 from loadtest.shapes import PROFILES, ProfileOptions, make_profile, parse_duration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,3 +65,29 @@ def test_the_loadtest_parent_never_imports_locust() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _pools() -> dict[str, list[Query]]:
+    return {"A": [Query(f"a{i}", "A", "chit-chat") for i in range(3)],
+            "B": [Query(f"b{i}", "B", "squad") for i in range(2)],
+            "C": [Query("c0", "C", "hotpotqa")]}
+
+
+def test_query_picker_keeps_the_mix_exactly() -> None:
+    picker = QueryPicker(_pools(), parse_mix("A=60,B=30,C=10"), seed=1)
+    tiers = [picker.next().expected_tier for _ in range(100)]
+    assert (tiers.count("A"), tiers.count("B"), tiers.count("C")) == (60, 30, 10)
+    assert {tiers[i:i + 10].count("C") for i in range(0, 100, 10)} == {1}  # every ten hold one C
+
+
+def test_query_picker_repeats_its_pool_unless_asked_for_distinct_texts() -> None:
+    plain = QueryPicker(_pools(), parse_mix("A=100"), seed=3)
+    texts = [plain.next().text for _ in range(9)]
+    assert len(set(texts)) == 3  # three queries, walked three times
+    distinct = QueryPicker(_pools(), parse_mix("A=100"), seed=3, distinct=True)
+    tagged = [distinct.next() for _ in range(9)]
+    assert len({q.text for q in tagged}) == 9
+    assert [q.text.rsplit(" ", 1)[1] for q in tagged[::3]] == ["[3.0]", "[3.1]", "[3.2]"]
+    assert [q.text.rsplit(" ", 1)[0] for q in tagged] == texts  # the same order, tagged
+    other_run = QueryPicker(_pools(), parse_mix("A=100"), seed=4, distinct=True)
+    assert not {other_run.next().text for _ in range(9)} & {q.text for q in tagged}
