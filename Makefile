@@ -234,6 +234,17 @@ bench-frontdoor: setup
 	nice -n 10 $(PY) -m benchmarks.frontdoor_overhead --before-commit $(BEFORE) --before-tree /tmp/arag-before-$(BEFORE) \
 	  --out var/bench-frontdoor/report
 
+## bench-ceiling: the serving path's ceiling on PostgreSQL (durable) and Redis started on loopback,
+## with the instant LLM endpoint (a measurement device): distinct queries (no routing-cache hits) and
+## the pools' repeated ones; tracing sampled 1 %; reports/load/ceiling-servers/ (~8 min)
+CEILING_CONCURRENCY ?= {"A":1,"B":2,"C":2,"shadow":1}
+.PHONY: bench-ceiling
+bench-ceiling: setup
+	ARAG_CONCURRENCY='$(CEILING_CONCURRENCY)' $(PY) -m benchmarks.ceiling --modes instant --tiers B --servers \
+	  --distinct --tenant-rate 0 --trace-sample 0.01 --out var/ceiling-servers/distinct
+	ARAG_CONCURRENCY='$(CEILING_CONCURRENCY)' $(PY) -m benchmarks.ceiling --modes instant --tiers A --servers \
+	  --tenant-rate 0 --trace-sample 0.01 --out var/ceiling-servers/repeated
+
 ## bench-fair-share: two tenants, one flooding tier C at 10x its share; the other's latency alone,
 ## with the flood and fair share on, and with it off, interleaved (Redis, workers, front door, a
 ## fixed-latency LLM endpoint); reports/fair_share/ (~17 min)

@@ -227,6 +227,7 @@ class Stack:
     env: dict[str, str]
     info: dict[str, Any]
     cpu: CpuMeter
+    queue: Any = None  # workers.client.CeleryTaskQueue on the stack's broker, made when first needed
 
 
 @contextmanager
@@ -276,6 +277,23 @@ def start_stack(mode: str, scratch: Path, console: Any) -> Iterator[Stack]:
 
 
 _POINTS = 0
+
+
+def drain(st: Stack, timeout_s: float = 120.0) -> float | None:
+    """Wait until every tier queue is empty (and 2 s more for the tasks in hand), so that no point
+    starts with the backlog of the one before it; the seconds it took, None if still not empty."""
+    from workers.celery_app import create_app
+    from workers.client import CeleryTaskQueue
+
+    if st.queue is None:
+        st.queue = CeleryTaskQueue(create_app(st.running.settings.workers, results=False))
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if all(st.queue.depth(q) == 0 for q in ("tier-a", "tier-b", "tier-c")):
+            time.sleep(2.0)
+            return time.monotonic() - started
+        time.sleep(0.5)
+    return None
 DISTINCT = False  # `--distinct`: no query text repeats (no routing-cache hits)
 
 
@@ -286,6 +304,7 @@ def run_point(st: Stack, *, out: Path, tier: str, rate: float, users: int, ramp_
     out.mkdir(parents=True, exist_ok=True)
     for f in out.glob("locust*"):
         f.unlink()
+    drained_s = drain(st)
     running = st.running
     spawn = max(1.0, users / 2.0)  # all started within ~2 s; each then waits a random phase < its period
     if rate > 0:  # the last user starts within spawn time + one period (`users / rate`)
@@ -352,7 +371,7 @@ def run_point(st: Stack, *, out: Path, tier: str, rate: float, users: int, ramp_
         strategies[r.get("strategy") or "?"] = strategies.get(r.get("strategy") or "?", 0) + 1
     point: dict[str, Any] = {
         "tier": tier, "rate": rate, "users": users, "window_s": round(window, 2), "exit_code": code,
-        "ramp_s": round(ramp_s, 1), "strategies": strategies,
+        "ramp_s": round(ramp_s, 1), "strategies": strategies, "drained_s": drained_s,
         "offered_rps": offered, "answered_rps": answered, "started": len(started_in),
         "answered": len(finished_ok), "failures": failures, "routed": routed,
         "latency_ms": {"p50": percentile(lat, 50), "p95": percentile(lat, 95), "p99": percentile(lat, 99),
@@ -374,8 +393,10 @@ def run_point(st: Stack, *, out: Path, tier: str, rate: float, users: int, ramp_
             reasons.append(f"answered {len(finished_ok)} < 93 % of {len(started_in)} started (minus 2)")
         if failures:
             reasons.append(f"failures {failures}")
-        if depth_slope is not None and depth_slope > max(0.05 * rate, 0.1) and (depth_last or 0) > 2:
-            reasons.append(f"queue {q} growing {depth_slope:+.2f}/s (last {depth_last})")
+        for name, series in depth_series.items():  # the tier's own queue and those it routes to
+            grow, last = slope(series), (series[-1][1] if series else None)
+            if grow is not None and grow > max(0.05 * rate, 0.1) and (last or 0) > 2:
+                reasons.append(f"queue {name} growing {grow:+.2f}/s (last {last})")
         point["sustained"] = not reasons
         point["verdict"] = "sustained" if not reasons else "; ".join(reasons)
     else:
@@ -558,6 +579,10 @@ def write_report(result: dict[str, Any], out: Path) -> None:
              "< max(0.05 R, 0.1)/s, or depth <= 2). Ceiling = highest sustained rate tried (the next rate "
              "up failed, so the true ceiling lies between). A closed-loop probe (no think time) gives the first "
              "guess; rates tried are fractions of it.\n")
+    L.append(f"Settings: servers {result.get('servers', 'embedded defaults (SQLite, filesystem broker)')}; "
+             f"queries {'distinct (every text tagged `[seed.pass]`: no routing-cache hits)' if result.get('distinct_queries') else 'from the pools as they are (repeats hit the routing cache)'}; "
+             f"tenant rate limit {result.get('tenant_rate')}; tracing {result.get('tracing', '-')}; "
+             f"ARAG_CONCURRENCY {result.get('concurrency_env') or 'the stack default'}.\n")
     for mname, mode in result.get("modes", {}).items():
         info = mode.get("stack", {})
         L.append(f"## Mode `{mname}`\n")
@@ -760,7 +785,13 @@ def main(argv: list[str] | None = None) -> int:
                              "durable defaults, Redis) instead of the embedded SQLite and filesystem broker")
     parser.add_argument("--distinct", action="store_true",
                         help="every query text distinct (locust --distinct): the front door's routing cache never answers")
+    parser.add_argument("--trace-sample", type=float, default=None,
+                        help="trace this share of requests (OpenTelemetry's parentbased_traceidratio sampler, "
+                             "as a production deployment would; default: the local stack's own, every request "
+                             "traced to files)")
     args = parser.parse_args(argv)
+    if args.trace_sample is not None:
+        os.environ.update(OTEL_TRACES_SAMPLER="parentbased_traceidratio", OTEL_TRACES_SAMPLER_ARG=f"{args.trace_sample:g}")
     global DISTINCT
     DISTINCT = args.distinct
     if args.tenant_rate is not None:
@@ -786,6 +817,9 @@ def main(argv: list[str] | None = None) -> int:
         "command": shlex.join([".venv/bin/python", "-m", "benchmarks.ceiling", *(argv if argv is not None else sys.argv[1:])]),
         "started": started.isoformat(timespec="seconds"), "machine": machine(), "modes": {}, "planner": [],
         "distinct_queries": args.distinct,
+        "tracing": (f"{args.trace_sample:.0%} of requests (parentbased_traceidratio)" if args.trace_sample is not None
+                    else "every request, to JSON-lines files (the local stack's default)"),
+        "concurrency_env": os.environ.get("ARAG_CONCURRENCY"),
         "tenant_rate": os.environ.get("ARAG_TENANT_RATE", "stack default (50/s, burst 100)"),
         "references": dict(REFERENCES), "scratch": str(scratch.relative_to(REPO) if scratch.is_relative_to(REPO) else scratch),
     }
