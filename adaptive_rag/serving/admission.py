@@ -48,6 +48,7 @@ from adaptive_rag.errors import (
 from adaptive_rag.routing.rules import escalate_two_questions
 from adaptive_rag.routing.small_talk import small_talk_intent
 from adaptive_rag.serving.ports import FairShare, Records, ResultWaiter, Router, TaskQueue
+from adaptive_rag.serving.queue_delay import QueueDelayGate
 from adaptive_rag.strategies import SMALL_TALK
 from adaptive_rag.storage.records import RequestView
 from adaptive_rag.tracing import span
@@ -80,6 +81,9 @@ class AdmissionConfig:
     slot_lease_s: Mapping[Tier, float] = field(default_factory=dict)
     # A request still queued this long was never started: `expire_stale` expires it (None: never).
     queued_expiry_s: float | None = None
+    # Wait budget per tier (`queue_delay.QueueDelayGate`); a tier left out is limited by length only.
+    queue_wait_target_s: Mapping[Tier, float] = field(default_factory=dict)
+    queue_wait_interval_s: float = 1.0
 
 
 V = TypeVar("V")
@@ -191,6 +195,7 @@ class AnswerService:
         self._has_knowledge_base = has_knowledge_base
         self.fair_share = fair_share
         self._io_pool = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="serving-io")
+        self.delay_gate = QueueDelayGate(config.queue_wait_target_s, config.queue_wait_interval_s)
         self._keys: TtlCache[Principal] = TtlCache(config.key_cache_s)
         self._knowledge: TtlCache[bool] = TtlCache(config.key_cache_s)
         self._watchers: set[asyncio.Task] = set()
@@ -340,11 +345,16 @@ class AnswerService:
         except DependencyUnavailableError as exc:
             raise await self._did_not_run(request_id, exc) from exc
         self._on_queue_depth(queue, depth)
-        if depth >= limit:
+        standing = self.delay_gate.standing(tier) if depth > 0 else None
+        if depth >= limit or standing is not None:
             await self._io(self.records.set_status, request_id, RequestStatus.REJECTED)
             self._on_rejected(tier)
+            why = (f"holds {depth} tasks (limit {limit})" if depth >= limit else
+                   f"stands: even the shortest wait of its last {standing.samples} finished tasks "
+                   f"({standing.interval_s:g} s) was {standing.shortest_wait_s:.2f} s (target "
+                   f"{standing.target_s:g} s); {depth} tasks queued")
             raise QueueFullError(
-                f"tier {tier.value} queue '{queue}' holds {depth} tasks (limit {limit}); retry later "
+                f"tier {tier.value} queue '{queue}' {why}; retry later "
                 f"(with the same client_request_id to keep request {request_id})"
             )
         if self.fair_share is not None:
@@ -456,6 +466,8 @@ class AnswerService:
             result = await self.waiter.wait(task_id_for(request_id), budget)
         except TimeoutError:
             raise _timeout(request_id, budget) from None
+        if result.ok:
+            self.delay_gate.observe(result.tier, result.timings.queue_wait_ms / 1000.0)
         return _answer_or_raise(request_id, result)
 
     async def _replay(

@@ -181,7 +181,8 @@ def answer_service(
         max_query_chars=library.max_query_chars, max_queue_depth=settings.max_queue_depth,
         strategy_for=lambda tier: strategy_for_tier(tier, library), shadow_share=settings.shadow_share,
         key_cache_s=settings.key_cache_s, slot_lease_s=settings.tenant_lease_s,
-        queued_expiry_s=settings.queued_expiry_s,
+        queued_expiry_s=settings.queued_expiry_s, queue_wait_target_s=settings.queue_wait_target_s,
+        queue_wait_interval_s=settings.queue_wait_interval_s,
     )
     return AnswerService(
         records, queue, waiter, router, config, has_knowledge_base=knowledge.has_knowledge_base,

@@ -40,6 +40,16 @@ class FrontDoorSettings(BaseSettings):
         default_factory=lambda: dict(DEFAULT_QUEUE_LIMITS),
         validation_alias=env_name("ARAG_MAX_QUEUE_DEPTH", "max_queue_depth"),
     )
+    # Wait budget per tier, as JSON (`ARAG_QUEUE_WAIT_TARGET='{"A": 1.0}'`, seconds): when even the
+    # shortest queue wait of the tier's tasks finished in the last `queue_wait_interval_s` exceeds
+    # it, the queue stands and new queries for the tier get RESOURCE_EXHAUSTED
+    # (`adaptive_rag.serving.queue_delay`); tiers left out (the default: all) are limited by length only.
+    queue_wait_target_s: dict[Tier, float] = Field(
+        default_factory=dict, validation_alias=env_name("ARAG_QUEUE_WAIT_TARGET", "queue_wait_target_s"),
+    )
+    queue_wait_interval_s: float = Field(
+        1.0, gt=0, validation_alias=env_name("ARAG_QUEUE_WAIT_INTERVAL", "queue_wait_interval_s")
+    )
     # How long Answer waits when the client sent no deadline.
     default_wait_s: float = Field(60.0, gt=0, validation_alias=env_name("ARAG_DEFAULT_WAIT", "default_wait_s"))
     # Kept free of the client's deadline so DEADLINE_EXCEEDED is ours, sent before the client's (with
@@ -155,6 +165,13 @@ class FrontDoorSettings(BaseSettings):
         if any(s <= 0 for s in leases.values()):
             raise ValueError(f"tenant leases must be > 0 s: {leases}")
         return {**DEFAULT_TENANT_LEASES, **leases}
+
+    @field_validator("queue_wait_target_s", mode="after")
+    @classmethod
+    def _wait_targets(cls, targets: dict[Tier, float]) -> dict[Tier, float]:
+        if any(target < 0 for target in targets.values()):
+            raise ValueError(f"queue wait targets must be >= 0 s (0: none): {targets}")
+        return targets
 
     @field_validator("max_queue_depth", mode="after")
     @classmethod

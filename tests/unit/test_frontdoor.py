@@ -16,7 +16,7 @@ from frontdoor_fakes import FakeQueue, FakeRouter, FakeStore, FakeWaiter, knowle
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from adaptive_rag.contracts import AnswerResult, ErrorCode, RequestStatus, ResultKind, Scope
+from adaptive_rag.contracts import AnswerResult, ErrorCode, RequestStatus, ResultKind, Scope, Tier
 from adaptive_rag.errors import AnswerFailedError
 from adaptive_rag.logs import configure_logging
 from adaptive_rag.settings import Settings
@@ -601,3 +601,15 @@ def test_a_result_backend_that_stays_away_is_unavailable_not_internal(harness):
     error = status_of(harness.answer, "Who makes Lumora lamps?")
     assert error.code() is grpc.StatusCode.UNAVAILABLE and "keeps running" in error.details()
     assert "retry-after" in trailing(error.trailing_metadata())
+
+
+def test_wait_budgets_are_read_per_tier_and_negative_ones_refused(monkeypatch):
+    from pydantic import ValidationError
+
+    monkeypatch.setenv("ARAG_QUEUE_WAIT_TARGET", '{"A": 1.5, "C": 0}')
+    monkeypatch.setenv("ARAG_QUEUE_WAIT_INTERVAL", "2")
+    settings = FrontDoorSettings(_env_file=None)
+    assert settings.queue_wait_target_s == {Tier.A: 1.5, Tier.C: 0.0} and settings.queue_wait_interval_s == 2.0
+    monkeypatch.setenv("ARAG_QUEUE_WAIT_TARGET", '{"A": -1}')
+    with pytest.raises(ValidationError, match="queue wait targets must be >= 0"):
+        FrontDoorSettings(_env_file=None)

@@ -8,10 +8,10 @@ import time
 
 import pytest
 from fakes import FakeLLM, FakeRetriever, make_passages
-from frontdoor_fakes import FakeQueue, FakeRouter, FakeStore, FakeWaiter
+from frontdoor_fakes import FakeQueue, FakeRouter, FakeStore, FakeWaiter, default_work
 
 from adaptive_rag.contracts import (
-    AnswerResult, AnswerTask, ErrorCode, RequestStatus, ResultKind, Scope, Tier,
+    AnswerResult, AnswerTask, ErrorCode, RequestStatus, ResultKind, Scope, Tier, Timings,
 )
 from adaptive_rag.errors import (
     DependencyUnavailableError, KnowledgeBaseMissingError, OverShareError, PermissionDeniedError,
@@ -29,14 +29,16 @@ STRATEGY = {Tier.A: "no_retrieval", Tier.B: "single_step", Tier.C: "decompose"}
 
 def service(delay_s: float = 0.0, work=None, shadow_share: float = 0.0, sample: float = 0.0,
             limits: dict | None = None, queued_expiry_s: float | None = None,
-            queue: FakeQueue | None = None) -> tuple[AnswerService, FakeStore, FakeQueue, list]:
+            queue: FakeQueue | None = None, wait_targets: dict | None = None,
+            ) -> tuple[AnswerService, FakeStore, FakeQueue, list]:
     store = queue.store if queue is not None else FakeStore()
     store.add_key(KEY, "acme")
     queue = queue or FakeQueue(store, work=work, delay_s=delay_s)
     routed: list = []
     config = AdmissionConfig(max_query_chars=100, strategy_for=STRATEGY.__getitem__,
                              max_queue_depth=limits or {Tier.A: 5, Tier.B: 5, Tier.C: 2},
-                             shadow_share=shadow_share, queued_expiry_s=queued_expiry_s)
+                             shadow_share=shadow_share, queued_expiry_s=queued_expiry_s,
+                             queue_wait_target_s=wait_targets or {})
     svc = AnswerService(store, queue, FakeWaiter(queue), FakeRouter({"What is 2+2?": "A", "compare": "C"}),
                         config, has_knowledge_base=lambda tenant: tenant == "acme",
                         sample=lambda: sample, on_routed=routed.append,
@@ -92,6 +94,26 @@ def test_a_full_queue_rejects_and_a_resend_runs_under_the_same_request_id():
     queue.depths["tier-c"] = 0
     answered = run(svc.answer(KEY, b"compare", "order-7", soon(), CallProgress()))
     assert answered.request_id == progress.request_id and not answered.replayed
+
+
+def test_a_standing_queue_sheds_by_its_wait_budget_before_its_length_limit():
+    def slow_queue(task):  # the workers report how long each task waited in its queue
+        return default_work(task).model_copy(update={"timings": Timings(queue_wait_ms=4000.0, strategy_ms=1.0)})
+
+    svc, store, queue, _ = service(work=slow_queue, wait_targets={Tier.A: 1.0})
+    for _ in range(3):  # three A answers, each after 4 s in the queue (its target: 1 s)
+        run(svc.answer(KEY, b"What is 2+2?", None, soon(), CallProgress()))
+    assert svc.delay_gate.standing(Tier.A) is not None
+    run(svc.answer(KEY, b"compare", None, soon(), CallProgress()))  # tier C has no wait budget
+    queue.depths["tier-a"] = 3  # far below its length limit of 5
+    progress = CallProgress()
+    with pytest.raises(QueueFullError, match=r"stands: even the shortest wait of its last 3 .* 4.00 s \(target 1 s\)"):
+        run(svc.answer(KEY, b"What is 2+2?", "k-9", soon(), progress))
+    assert store.requests[progress.request_id].status is RequestStatus.REJECTED
+    assert len(queue.tasks) == 4  # nothing more was queued
+    queue.depths["tier-a"] = 0  # the queue drained: the gate has nothing to hold back
+    again = run(svc.answer(KEY, b"What is 2+2?", "k-9", soon(), CallProgress()))
+    assert again.request_id == progress.request_id and again.result.answer == "answer to What is 2+2?"
 
 
 def test_a_replayed_request_is_the_stored_reply_built_from_the_same_types():
