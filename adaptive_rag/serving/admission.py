@@ -378,6 +378,9 @@ class AnswerService:
                 await self._maybe_shadow(request_id, tenant, query, tier)
             with progress.stage("wait"):
                 result = await self._wait(request_id, deadline)
+            # What the queue made this task wait, as it happened (a replay's or a GetResult's
+            # old result would tell about the past).
+            self.delay_gate.observe(tier, result.timings.queue_wait_ms / 1000.0)
         except AnswerFailedError:  # the worker finished, with an error
             await self._release(tenant, tier, request_id)
             raise
@@ -466,8 +469,6 @@ class AnswerService:
             result = await self.waiter.wait(task_id_for(request_id), budget)
         except TimeoutError:
             raise _timeout(request_id, budget) from None
-        if result.ok:
-            self.delay_gate.observe(result.tier, result.timings.queue_wait_ms / 1000.0)
         return _answer_or_raise(request_id, result)
 
     async def _replay(
