@@ -289,7 +289,7 @@ def drain(st: Stack, timeout_s: float = 120.0) -> float | None:
         st.queue = CeleryTaskQueue(create_app(st.running.settings.workers, results=False))
     started = time.monotonic()
     while time.monotonic() - started < timeout_s:
-        if all(st.queue.depth(q) == 0 for q in ("tier-a", "tier-b", "tier-c")):
+        if all(st.queue.depth(q) == 0 for q in QUEUE.values()):
             time.sleep(2.0)
             return time.monotonic() - started
         time.sleep(0.5)
