@@ -629,7 +629,9 @@ def markdown(report: dict[str, Any]) -> str:
         "index of `demo/knowledge_base.jsonl`, and an **instant OpenAI-compatible LLM endpoint** (a "
         "measurement device, run by the script as a process of its own: a fixed one-word answer, no compute), "
         f"`LLM_API=chat`. Worker pools per tree: `{POOLS}`, 1 process each; queue limits 100000; "
-        f"model poll {cfg['model_poll_s']:.0f} s; other settings at their defaults.",
+        f"model poll {cfg['model_poll_s']:.0f} s; other settings at their defaults"
+        + (f" except, in the after tree only, {', '.join(f'`{k}={v}`' for k, v in cfg['after_env'].items())}"
+           if cfg.get("after_env") else "") + ".",
         f"- Load: gRPC `Answer` (stubs of the after tree), a new `client_request_id` and a distinct "
         f"query each (demo questions + counter; the same query sequence for both trees), closed "
         f"loop at {', '.join(str(c) for c in cfg['concurrency'])} concurrent client(s); per "
@@ -726,6 +728,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--triton-per-tree", action="store_true",
                         help="each tree publishes its own model repository (its model "
                              "configuration) and gets its own Triton; default: one shared")
+    parser.add_argument("--after-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting for the after tree's processes only (repeatable), e.g. "
+                             "ARAG_SWITCH_INTERVAL_MS=0.5 to measure a setting against its default")
     parser.add_argument("--before-commit", default=BEFORE_COMMIT)
     parser.add_argument("--before-tree", type=Path, default=BEFORE_TREE)
     parser.add_argument("--workdir", type=Path, default=REPO / "var" / "bench-frontdoor")
@@ -746,6 +751,10 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _interrupt)
     concurrencies = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    bad = [item for item in args.after_env if "=" not in item]
+    if bad:
+        parser.error(f"--after-env takes NAME=VALUE, not {bad[0]!r}")
+    after_env = dict(item.split("=", 1) for item in args.after_env)
     args.workdir = args.workdir.resolve()  # the trees run with their own cwd
 
     started_at = time.strftime("%Y-%m-%d %H:%M:%S %Z")
@@ -804,7 +813,8 @@ def main(argv: list[str] | None = None) -> int:
             for name in TREES:
                 database_url = create_database(postgres_url, f"arag_{name}")
                 per_tree = {**shared, "TRITON_GRPC_URL": triton_of[name].url,
-                            "ARAG_MODEL_REPOSITORY": str(repositories[name])}
+                            "ARAG_MODEL_REPOSITORY": str(repositories[name]),
+                            **(after_env if name == "after" else {})}
                 env = tree_env(trees[name], settings_env(
                     name, per_tree, f"{redis_url.rsplit('/', 1)[0]}/{redis_db[name]}", database_url,
                     free_port(), args.workdir / f"broker-{name}"))
@@ -872,7 +882,7 @@ def main(argv: list[str] | None = None) -> int:
                    "triton_per_tree": args.triton_per_tree,
                    "bootstrap": args.bootstrap, "seed": args.seed, "redis_db": redis_db,
                    "model_poll_s": model_poll_s, "pools": POOLS, "llm_answer": LLM_ANSWER,
-                   "call_timeout_s": CALL_TIMEOUT_S},
+                   "call_timeout_s": CALL_TIMEOUT_S, "after_env": after_env},
         "trees": {name: {"tree": str(trees[name]), "commit": commits[name],
                          "dirty": name == "after" and bool(git(["status", "--porcelain"], REPO)),
                          "changed_paths": (git(["status", "--porcelain"], REPO).splitlines()

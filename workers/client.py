@@ -238,6 +238,7 @@ class RedisResultWaiter:
         self._redis: aioredis.Redis | None = None
         self._pubsub = None
         self._reader: asyncio.Task | None = None
+        self._unsubscribing: set[asyncio.Task] = set()
 
     async def start(self) -> None:
         # Reads of finished keys share a few connections; a burst of waits queues for them
@@ -260,6 +261,8 @@ class RedisResultWaiter:
         await self._pubsub.subscribe(IDLE_CHANNEL, *self._waiters)
 
     async def close(self) -> None:
+        for task in list(self._unsubscribing):
+            task.cancel()
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -333,9 +336,21 @@ class RedisResultWaiter:
             waiters.discard(future)
             if not waiters and self._waiters.get(key) is waiters:
                 del self._waiters[key]
-                if self._pubsub is not None:
-                    with contextlib.suppress(Exception):  # the connection may be away; harmless
-                        await asyncio.wait_for(self._pubsub.unsubscribe(key), 1.0)
+                self._unsubscribe_soon(key)
+
+    def _unsubscribe_soon(self, key: str) -> None:
+        """Unsubscribe from `key` without holding up the reply. A key waited for again meanwhile
+        stays subscribed (were the race lost, the new wait's rechecks would still find it)."""
+
+        async def unsubscribe() -> None:
+            if key in self._waiters or self._pubsub is None:
+                return
+            with contextlib.suppress(Exception):  # the connection may be away; harmless
+                await asyncio.wait_for(self._pubsub.unsubscribe(key), 1.0)
+
+        task = asyncio.ensure_future(unsubscribe())
+        self._unsubscribing.add(task)
+        task.add_done_callback(self._unsubscribing.discard)
 
     async def _stored_result(self, task_id: str) -> AnswerResult | None:
         """The result from `stored` (Redis is failing), or None (none yet, or no lookup)."""

@@ -13,7 +13,10 @@ No request waits forever: one still queued past `queued_expiry_s` (its message l
 picked up) is expired by `expire_stale`, and a resend runs it again, as it does one that never ran
 (rejected) or whose run ended because a dependency was away (`RETRYABLE_ERRORS`).
 
-Records calls block (SQLAlchemy); they run on a small thread pool so the event loop stays free.
+Records and broker calls block (SQLAlchemy, kombu); they run on a small thread pool so the event
+loop stays free. A new request's insert, queue-depth check, fair share and enqueue are one unit on
+one thread (`_queue`): each hop between the loop and a thread waits for the GIL, which under load
+costs more than the round trips themselves; the slot is given back without holding up the reply.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import functools
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -48,7 +51,7 @@ from adaptive_rag.errors import (
 from adaptive_rag.routing.rules import escalate_two_questions
 from adaptive_rag.routing.small_talk import small_talk_intent
 from adaptive_rag.serving.ports import FairShare, Records, ResultWaiter, Router, TaskQueue
-from adaptive_rag.serving.queue_delay import QueueDelayGate
+from adaptive_rag.serving.queue_delay import QueueDelayGate, Standing
 from adaptive_rag.strategies import SMALL_TALK
 from adaptive_rag.storage.records import RequestView
 from adaptive_rag.tracing import span
@@ -263,30 +266,19 @@ class AnswerService:
         # insert that is the check too (a resent request costs a classification it does not use;
         # a new one saves a round trip to the records).
         decision = await self._classify(query, tenant, progress)
-        # The tier queue's depth is read while the request is recorded (two round trips at once).
-        depth = self._background(self._io(self.queue.depth, self.queue.queue_name(decision.tier)))
+        progress.bind(request_id=request_id)
+        record = functools.partial(self.records.create_request, request_id, tenant, client_request_id,
+                                   query, RequestStatus.QUEUED, decision)
         try:
-            with progress.stage("record"):
-                await self._io(self.records.create_request, request_id, tenant, client_request_id,
-                               query, RequestStatus.QUEUED, decision)
+            await self._queue(request_id, tenant, query, decision, progress, record=record)
         except DuplicateRequestError:  # this client_request_id was sent before (or just now)
             with progress.stage("idempotency"):
                 existing = await self._io(self.records.find_request, tenant, client_request_id)
             if existing is None:  # only a request id collision could get here
                 raise
             return await self._replay(existing, query, deadline, progress, started)
-        progress.bind(request_id=request_id)
-        self._routed(decision)
-        return await self._admit(request_id, tenant, query, decision, deadline, progress, started,
-                                 depth)
-
-    @staticmethod
-    def _background(awaitable: Awaitable[T]) -> asyncio.Future[T]:
-        """Start `awaitable` now; its outcome is awaited later or not at all (an unused failure
-        is not reported as never retrieved)."""
-        future = asyncio.ensure_future(awaitable)
-        future.add_done_callback(lambda done: done.cancelled() or done.exception())
-        return future
+        return await self._answer_when_done(request_id, tenant, query, decision, deadline,
+                                            progress, started)
 
     async def _classify(self, query: str, tenant: str, progress: CallProgress) -> RoutingDecision:
         """The router's decision for `tenant` (its prior, if any, shifts the classifier's) with
@@ -331,25 +323,58 @@ class AnswerService:
 
     async def _admit(
         self, request_id: str, tenant: str, query: str, decision: RoutingDecision, deadline: float,
-        progress: CallProgress, started: float, depth_read: Awaitable[int] | None = None,
+        progress: CallProgress, started: float,
     ) -> Answered:
-        """Queue-depth and fair-share checks, enqueue (+ shadow), wait; the decision is already
-        recorded. `depth_read`: the tier queue's depth, already being read."""
+        """Queue a request whose decision is recorded, and wait for its answer."""
+        await self._queue(request_id, tenant, query, decision, progress)
+        return await self._answer_when_done(request_id, tenant, query, decision, deadline,
+                                            progress, started)
+
+    async def _queue(
+        self, request_id: str, tenant: str, query: str, decision: RoutingDecision,
+        progress: CallProgress, record: Callable[[], object] | None = None,
+    ) -> None:
+        """`record` (the new request's insert), then the queue-depth and fair-share checks and
+        the enqueue, as one blocking unit on one I/O thread: each hop between the event loop and
+        a thread waits for the GIL, and under load those waits cost an admission more than its
+        round trips do. The wait budget's verdict is read first, on the event loop (the gate's
+        state lives there)."""
+        progress.tier = decision.tier
+        standing = self.delay_gate.standing(decision.tier)
+        try:
+            await self._io(self._queue_blocking, request_id, tenant, query, decision, standing,
+                           progress, record)
+        except asyncio.CancelledError:  # the client left; the thread goes on and may queue it
+            self._release_when_done(tenant, decision.tier, request_id)
+            raise
+
+    def _queue_blocking(
+        self, request_id: str, tenant: str, query: str, decision: RoutingDecision,
+        standing: Standing | None, progress: CallProgress, record: Callable[[], object] | None,
+    ) -> None:
+        """`_queue`'s blocking part. A refusal marks the request `rejected` before it is raised
+        (a resend with its client_request_id admits it again): `QueueFullError` (the tier queue
+        at its length limit, or its wait budget standing), `OverShareError`,
+        `DependencyUnavailableError` (the broker away). `DuplicateRequestError` comes from
+        `record`, before anything else happened."""
+        if record is not None:
+            with progress.stage("record"):
+                record()
+            self._routed(decision)
         tier = decision.tier
-        progress.tier = tier
         queue = self.queue.queue_name(tier)
         limit = self.config.max_queue_depth[tier]
         try:
             with progress.stage("admit"):
-                depth = await (depth_read or self._io(self.queue.depth, queue))
+                depth = self.queue.depth(queue)
         except DependencyUnavailableError as exc:
-            raise await self._did_not_run(request_id, exc) from exc
+            raise self._did_not_run(request_id, exc) from exc
         self._on_queue_depth(queue, depth)
-        standing = self.delay_gate.standing(tier) if depth > 0 else None
+        standing = standing if depth > 0 else None  # an empty queue stands for nothing
         if depth >= limit or standing is not None:
-            await self._io(self.records.set_status, request_id, RequestStatus.REJECTED)
+            self.records.set_status(request_id, RequestStatus.REJECTED)
             self._on_rejected(tier)
-            why = (f"holds {depth} tasks (limit {limit})" if depth >= limit else
+            why = (f"holds {depth} tasks (limit {limit})" if standing is None else
                    f"stands: even the shortest wait of its last {standing.samples} finished tasks "
                    f"({standing.interval_s:g} s) was {standing.shortest_wait_s:.2f} s (target "
                    f"{standing.target_s:g} s); {depth} tasks queued")
@@ -358,21 +383,31 @@ class AnswerService:
                 f"(with the same client_request_id to keep request {request_id})"
             )
         if self.fair_share is not None:
-            with progress.stage("fair_share"):
-                await self._acquire(tenant, tier, request_id)
+            try:
+                with progress.stage("fair_share"):
+                    self.fair_share.acquire(tenant, tier, request_id)
+            except OverShareError:
+                self.records.set_status(request_id, RequestStatus.REJECTED)
+                self._on_rejected(tier)
+                raise
         task = AnswerTask(request_id=request_id, tenant=tenant, query=query, tier=tier,
                           strategy=decision.strategy, enqueued_at=time.time())
         try:
             with progress.stage("enqueue"):
-                await self._io(self.queue.enqueue, task)
-        except asyncio.CancelledError:  # the enqueue may still happen in its thread
-            self._release_when_done(tenant, tier, request_id)
-            raise
+                self.queue.enqueue(task)
         except BaseException as exc:  # nothing was queued: the slot is free at once
-            await self._release(tenant, tier, request_id)
+            self._release_blocking(tenant, tier, request_id)
             if isinstance(exc, DependencyUnavailableError):
-                raise await self._did_not_run(request_id, exc) from exc
+                raise self._did_not_run(request_id, exc) from exc
             raise
+
+    async def _answer_when_done(
+        self, request_id: str, tenant: str, query: str, decision: RoutingDecision, deadline: float,
+        progress: CallProgress, started: float,
+    ) -> Answered:
+        """The queued request's answer within the deadline (and a sampled shadow run). The
+        tenant's slot is given back once the work ended, without holding up the reply."""
+        tier = decision.tier
         try:
             if decision.strategy != SMALL_TALK:  # nothing to learn from a greeting
                 await self._maybe_shadow(request_id, tenant, query, tier)
@@ -382,44 +417,24 @@ class AnswerService:
             # old result would tell about the past).
             self.delay_gate.observe(tier, result.timings.queue_wait_ms / 1000.0)
         except AnswerFailedError:  # the worker finished, with an error
-            await self._release(tenant, tier, request_id)
+            self._release_soon(tenant, tier, request_id)
             raise
         except BaseException:  # the deadline passed or the client left: the work goes on
             self._release_when_done(tenant, tier, request_id)
             raise
-        await self._release(tenant, tier, request_id)
+        self._release_soon(tenant, tier, request_id)
         return Answered(request_id, decision, result, 1000 * (time.perf_counter() - started), False)
 
-    async def _did_not_run(self, request_id: str, cause: Exception) -> DependencyUnavailableError:
+    def _did_not_run(self, request_id: str, cause: Exception) -> DependencyUnavailableError:
         """Mark a request that could not be queued as never run (a resend with its
-        client_request_id admits it again) and say so to the caller."""
+        client_request_id admits it again) and say so to the caller (blocking)."""
         try:
-            await self._io(self.records.set_status, request_id, RequestStatus.REJECTED)
+            self.records.set_status(request_id, RequestStatus.REJECTED)
         except Exception as exc:  # noqa: BLE001 - the records may be down too; the resend fixes it
             LOG.warning("mark_not_run_failed", error=str(exc))
         return DependencyUnavailableError(
             f"{cause}; request {request_id} did not run: send it again (with the same "
             "client_request_id to keep this request id)")
-
-    async def _acquire(self, tenant: str, tier: Tier, request_id: str) -> None:
-        """The tenant's token and slot, or `OverShareError` (the request is then `rejected`)."""
-        assert self.fair_share is not None
-        acquiring = asyncio.ensure_future(self._io(self.fair_share.acquire, tenant, tier, request_id))
-        try:
-            await asyncio.shield(acquiring)
-        except OverShareError:
-            await self._io(self.records.set_status, request_id, RequestStatus.REJECTED)
-            self._on_rejected(tier)
-            raise
-        except asyncio.CancelledError:  # the client left while the slot was being taken
-            share = self.fair_share
-
-            def give_back(done: asyncio.Future) -> None:
-                if not done.cancelled() and done.exception() is None:
-                    self._io_pool.submit(share.release, tenant, tier, request_id)
-
-            acquiring.add_done_callback(give_back)
-            raise
 
     def _release_when_done(self, tenant: str, tier: Tier, request_id: str) -> None:
         """Give the slot back when the work that still runs ends (in the background: the caller's
@@ -438,13 +453,27 @@ class AnswerService:
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
 
-    async def _release(self, tenant: str, tier: Tier, request_id: str) -> None:
+    def _release_blocking(self, tenant: str, tier: Tier, request_id: str) -> None:
+        """Give the tenant's slot back; never raises (a slot not given back ends with its lease)."""
         if self.fair_share is None:
             return
         try:
-            await self._io(self.fair_share.release, tenant, tier, request_id)
+            self.fair_share.release(tenant, tier, request_id)
         except Exception as exc:  # noqa: BLE001 - the lease expires on its own
             LOG.warning("fair_share_release_failed", error=str(exc))
+
+    async def _release(self, tenant: str, tier: Tier, request_id: str) -> None:
+        if self.fair_share is not None:
+            await self._io(self._release_blocking, tenant, tier, request_id)
+
+    def _release_soon(self, tenant: str, tier: Tier, request_id: str) -> None:
+        """`_release` on an I/O thread, not awaited: the reply does not wait for it."""
+        if self.fair_share is None:
+            return
+        try:
+            self._io_pool.submit(self._release_blocking, tenant, tier, request_id)
+        except RuntimeError:  # shutting down: the lease ends the slot
+            pass
 
     async def _maybe_shadow(self, request_id: str, tenant: str, query: str, tier: Tier) -> None:
         share = self.config.shadow_share
