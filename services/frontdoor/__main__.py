@@ -36,8 +36,6 @@ async def serve(listen: str | None = None) -> None:
     if configure_tracing("frontdoor", tracing) is not None:
         log.info("tracing", exporter=tracing.mode)
     library, settings = Settings(), FrontDoorSettings()
-    if settings.switch_interval_ms is not None:
-        sys.setswitchinterval(settings.switch_interval_ms / 1000.0)
     metrics = FrontDoorMetrics()
     router = open_router(settings.router, settings.router_dir, library, lambda: ClassifierRouter(
         ClassifierSettings(), settings.model_poll_s,

@@ -105,12 +105,6 @@ class FrontDoorSettings(BaseSettings):
     wait_threads: int = Field(
         64, ge=1, validation_alias=env_name("ARAG_FRONTDOOR_WAIT_THREADS", "wait_threads")
     )
-    # How long a thread holds the GIL before one waiting for it may take it (Python's default 5 ms,
-    # `sys.setswitchinterval`). The front door's records and broker calls finish on I/O threads
-    # and hand back to the event loop; under load each hand-back can wait this long.
-    switch_interval_ms: float | None = Field(
-        None, gt=0, le=100, validation_alias=env_name("ARAG_SWITCH_INTERVAL_MS", "switch_interval_ms")
-    )
 
     # --- fair share between tenants (per tenant: a token bucket over all tiers, and slots = the
     # queued + running tasks it may hold per tier). Shared through Redis when REDIS_URL is set,
