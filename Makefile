@@ -228,7 +228,8 @@ test-demo: setup
 ## commit (BEFORE=<sha>, default the serving-core redesign's 7b14f11; worktree /tmp/arag-before-<sha>)
 ## against this working tree, interleaved on one stack (Redis, PostgreSQL, Triton serving the shipped
 ## router, instant LLM endpoint), 1 and 4 clients (~5 min). Reports so far: reports/frontdoor_overhead/
-## (the redesign), reports/load/frontdoor-levers/ and reports/load/frontdoor-overhead/ (the levers)
+## (the redesign), reports/load/frontdoor-levers/ and reports/load/frontdoor-overhead/ (the levers),
+## reports/load/frontdoor-hops/ (one thread hop per admission, with an A/A control)
 BEFORE ?= 7b14f11
 bench-frontdoor: setup
 	nice -n 10 $(PY) -m benchmarks.frontdoor_overhead --before-commit $(BEFORE) --before-tree /tmp/arag-before-$(BEFORE) \
