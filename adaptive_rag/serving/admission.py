@@ -372,8 +372,7 @@ class AnswerService:
         self._on_queue_depth(queue, depth)
         standing = standing if depth > 0 else None  # an empty queue stands for nothing
         if depth >= limit or standing is not None:
-            self.records.set_status(request_id, RequestStatus.REJECTED)
-            self._on_rejected(tier)
+            self._reject(request_id, tier)
             why = (f"holds {depth} tasks (limit {limit})" if standing is None else
                    f"stands: even the shortest wait of its last {standing.samples} finished tasks "
                    f"({standing.interval_s:g} s) was {standing.shortest_wait_s:.2f} s (target "
@@ -387,8 +386,7 @@ class AnswerService:
                 with progress.stage("fair_share"):
                     self.fair_share.acquire(tenant, tier, request_id)
             except OverShareError:
-                self.records.set_status(request_id, RequestStatus.REJECTED)
-                self._on_rejected(tier)
+                self._reject(request_id, tier)
                 raise
         task = AnswerTask(request_id=request_id, tenant=tenant, query=query, tier=tier,
                           strategy=decision.strategy, enqueued_at=time.time())
@@ -400,6 +398,11 @@ class AnswerService:
             if isinstance(exc, DependencyUnavailableError):
                 raise self._did_not_run(request_id, exc) from exc
             raise
+
+    def _reject(self, request_id: str, tier: Tier) -> None:
+        """Mark a refused request `rejected` (a resend admits it again) and count it (blocking)."""
+        self.records.set_status(request_id, RequestStatus.REJECTED)
+        self._on_rejected(tier)
 
     async def _answer_when_done(
         self, request_id: str, tenant: str, query: str, decision: RoutingDecision, deadline: float,
