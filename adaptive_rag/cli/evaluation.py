@@ -89,10 +89,11 @@ def evaluate(
     strategies = strategies or BENCHMARK_STRATEGIES
     from adaptive_rag.evaluation.datasets import interleaved, limit_per_dataset, load_questions
     from adaptive_rag.evaluation.report import (
-        add_intervals, claims, markdown, points, standard_claims, summarise, write_report,
+        add_intervals, best_fixed_row, claims, markdown, points, router_goals, standard_claims, summarise,
+        write_report,
     )
     from adaptive_rag.evaluation.runner import load_outcomes, run_evaluation
-    from adaptive_rag.strategies import build_strategy, strategy_for_tier
+    from adaptive_rag.strategies import SELF_ROUTING_NAMES, build_strategy, strategy_for_tier
 
     settings = load_settings(
         data_dir=data_dir, retriever=retriever, index_dir=index_dir, multi_step=multi_step,
@@ -120,6 +121,11 @@ def evaluate(
     described = {name: {"label": name, "kind": "strategy",
                          "description": f"`{name}` for every question (not a tier of the routing rows)"}
                  for name in names}
+    for name in (n for n in names if n in SELF_ROUTING_NAMES):
+        # It decides itself, per question, how much retrieval to spend: a router among the rows.
+        described[name] = {"label": name, "kind": "router",
+                           "description": f"`{name}` for every question: it picks its own retrieval "
+                                          "per question; its time counts every reader call it made"}
     absent: dict[str, str] = {}
     agreement: dict[str, dict] = {}
     retrieval: dict[str, dict] = {}
@@ -140,11 +146,16 @@ def evaluate(
     described = {row: d for row, d in described.items() if row in rows}
     table = add_intervals(summarise(rows), rows)
     labels = {row: d["label"] for row, d in described.items()}
+    router_rows = [row for row, d in described.items() if d["kind"] == "router"]
+    fixed_names = [n for n in names if n in rows and n not in SELF_ROUTING_NAMES]
     specs = standard_claims(
-        table, tiers, routers=[row for row, d in described.items() if d["kind"] == "router"],
-        multi_step_rows=[tiers[2], *(n for n in names if n not in tiers)],
-        fixed_rows=[n for n in names if n in rows], labels=labels,
+        table, tiers, routers=router_rows,
+        multi_step_rows=[tiers[2], *(n for n in fixed_names if n not in tiers)],
+        fixed_rows=fixed_names, labels=labels,
     )
+    best_fixed = best_fixed_row(table, fixed_names)
+    goals = router_goals(table, rows, router_rows, best_fixed, tiers[2]) \
+        if best_fixed and tiers[2] in table else {}
     date = time.strftime("%Y-%m-%d")
     from adaptive_rag.settings import DEFAULT_KNOBS, strategy_knob
 
@@ -160,6 +171,7 @@ def evaluate(
         "max_passages": settings.max_passages,
         "oracle_tiers": tiers,
         "multi_step_row": tiers[2],
+        **({"best_fixed_row": best_fixed} if best_fixed else {}),
         "multi_step_knobs": {name: strategy_knob(settings, name) for name in DEFAULT_KNOBS},
         **({"adaptive_row": adaptive_meta} if adaptive_meta else {}),
         "machine": f"{platform.machine()}, {platform.python_version()}",
@@ -167,7 +179,7 @@ def evaluate(
         **({"absent_rows": absent} if absent else {}),
     }
     found_claims = claims(specs, rows)
-    for path in write_report(table, out, meta, described, found_claims, agreement, retrieval):
+    for path in write_report(table, out, meta, described, found_claims, agreement, retrieval, goals):
         console.print(f"wrote {path}")
     console.print(markdown({row: {"average": c["average"]} for row, c in table.items() if "average" in c}, labels))
     for claim in found_claims:

@@ -89,3 +89,35 @@ def difference_interval(
     """Mean of a - b over the questions both rows answered (paired), with its interval."""
     deltas = {key: a[key] - b[key] for key in a if key in b}
     return mean_interval(deltas, resamples, seed)
+
+
+def ratio_interval(
+    numerator: Keyed, denominator: Keyed, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
+    confidence: float = CONFIDENCE,
+) -> Interval | None:
+    """The ratio of two stratified means over the questions both cover (for example a router's
+    gain over the best fixed strategy divided by the oracle's: the share of the gap it closes),
+    resampled jointly, question by question. None without questions or when the denominator's
+    mean is 0; resamples whose denominator is 0 are dropped."""
+    keys = sorted(k for k in numerator if k in denominator)
+    groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for key in keys:
+        groups[key[0]].append((numerator[key], denominator[key]))
+    if not groups:
+        return None
+    pairs = [np.asarray(groups[g], dtype=float) for g in sorted(groups)]
+    estimate_den = float(np.mean([p[:, 1].mean() for p in pairs]))
+    if estimate_den == 0:
+        return None
+    estimate = float(np.mean([p[:, 0].mean() for p in pairs])) / estimate_den
+    rng = np.random.default_rng(seed)
+    num, den = np.zeros(resamples), np.zeros(resamples)
+    for data in pairs:
+        drawn = data[rng.integers(0, len(data), size=(resamples, len(data)))]  # (resamples, n, 2)
+        num += drawn[:, :, 0].mean(axis=1)
+        den += drawn[:, :, 1].mean(axis=1)
+    kept = den != 0
+    ratios = num[kept] / den[kept]
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(ratios, [tail, 1 - tail])
+    return Interval(estimate, float(low), float(high), len(keys))

@@ -16,6 +16,7 @@ from adaptive_rag.contracts import Tier
 from adaptive_rag.evaluation.adaptive import DATASET_RULE, ORACLE, oracle_router
 from adaptive_rag.evaluation.bootstrap import (
     DEFAULT_RESAMPLES, DEFAULT_SEED, Interval, bootstrap_mean, difference_interval, mean_interval,
+    ratio_interval,
 )
 from adaptive_rag.evaluation.datasets import DATASETS, MULTI_HOP, Question
 from adaptive_rag.evaluation.runner import Outcome
@@ -48,7 +49,8 @@ def summarise(rows: Mapping[str, Sequence[Outcome]]) -> dict[str, dict[str, dict
     """`{row: {dataset | 'average': {metric: value, 'n': count, 'relative_time': x}}}`.
 
     The average is the mean over datasets (each dataset weighs the same, as in the paper).
-    Time is also given relative to the single-step row (= 1.00) when that row exists.
+    Time is also given relative to the single-step row (= 1.00) when that row exists, on the
+    row's own questions (`relative_time`).
     """
     table: dict[str, dict[str, dict[str, float]]] = {}
     for row, outcomes in rows.items():
@@ -66,12 +68,36 @@ def summarise(rows: Mapping[str, Sequence[Outcome]]) -> dict[str, dict[str, dict
             }
             cells[AVERAGE]["n"] = sum(c["n"] for c in list(cells.values())[:-1])
         table[row] = cells
-    baseline = table.get("single_step", {})
-    for cells in table.values():
+    baseline = rows.get("single_step", ())
+    for row, cells in table.items():
+        ratios = relative_time(rows[row], baseline)
         for dataset, cell in cells.items():
-            base = baseline.get(dataset, {}).get("seconds")
-            cell["relative_time"] = cell["seconds"] / base if base else None
+            cell["relative_time"] = ratios.get(dataset)
     return table
+
+
+def relative_time(outcomes: Iterable[Outcome], baseline: Iterable[Outcome]) -> dict[str, float | None]:
+    """Per dataset (and averaged, each dataset weighing the same), the row's seconds over the
+    baseline's on the questions both answered: a ratio of sums, so each question's own ratio
+    counts by its weight. Pairing by question keeps the ratio true when the outcomes were run on
+    machines of different speeds (each question's strategies run back to back on one) and when a
+    row covers only a subset of the questions."""
+    base = {(o.dataset, o.question_id): o.seconds for o in baseline}
+    spent: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])  # row seconds, base seconds, n
+    for outcome in outcomes:
+        key = (outcome.dataset, outcome.question_id)
+        if key in base:
+            cell = spent[outcome.dataset]
+            cell[0] += outcome.seconds
+            cell[1] += base[key]
+            cell[2] += 1
+    ratios: dict[str, float | None] = {d: (row / ref if ref else None) for d, (row, ref, _) in spent.items()}
+    if spent:
+        # Mean seconds per dataset on both sides, so each dataset weighs the same.
+        row_mean = sum(row / n for row, _, n in spent.values())
+        ref_mean = sum(ref / n for _, ref, n in spent.values())
+        ratios[AVERAGE] = row_mean / ref_mean if ref_mean else None
+    return ratios
 
 
 def add_intervals(
@@ -164,15 +190,20 @@ def standard_claims(
         specs.append(ClaimSpec(f"{name(router)} vs {name(single)}", router, single))
         if router != DATASET_RULE:
             specs.append(ClaimSpec(f"{name(router)} vs {name(DATASET_RULE)}", router, DATASET_RULE))
-    fixed = [r for r in fixed_rows if AVERAGE in table.get(r, {})]
-    if fixed:
-        best = max(fixed, key=lambda r: table[r][AVERAGE]["f1"])
+    best = best_fixed_row(table, fixed_rows)
+    if best:
         specs.append(ClaimSpec(f"{name(ORACLE)} vs the best fixed strategy, {name(best)}", ORACLE, best))
     for dataset in (d for d in DATASETS if d in MULTI_HOP):
         for row in multi_step_rows:
             specs.append(ClaimSpec(f"{name(row)} vs {name(single)}", row, single, dataset))
     specs.append(ClaimSpec(f"{name(single)} vs {name(no_retrieval)}", single, no_retrieval))
     return [s for s in specs if s.scope in table.get(s.a, {}) and s.scope in table.get(s.b, {})]
+
+
+def best_fixed_row(table: Mapping[str, Mapping[str, Mapping[str, Any]]], fixed_rows: Sequence[str]) -> str | None:
+    """The fixed strategy with the highest average F1 (None when none has an average)."""
+    fixed = [r for r in fixed_rows if AVERAGE in table.get(r, {})]
+    return max(fixed, key=lambda r: table[r][AVERAGE]["f1"]) if fixed else None
 
 
 def claims(
@@ -216,6 +247,82 @@ def claims_markdown(found: Sequence[Mapping[str, Any]]) -> str:
         scope = "average over datasets" if claim["scope"] == AVERAGE else claim["scope"]
         lines.append(f"- **{claim['title']}** ({scope}, n = {d['n']}): {points(d['estimate'])} "
                      f"[{points(d['low'])}, {points(d['high'])}]; {claim['verdict']}.")
+    return "\n".join(lines) + "\n"
+
+
+# --- the router goals: as good as the best fixed strategy, half the gap to the oracle, half the time
+
+
+GAP_SHARE_GOAL = 0.5
+TIME_SHARE_GOAL = 0.5
+
+
+def router_goals(
+    table: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    rows: Mapping[str, Sequence[Outcome]],
+    routers: Sequence[str],
+    best_fixed: str,
+    multi_step_row: str,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> dict[str, dict[str, Any]]:
+    """Per router (averaged over datasets, on the questions it shares with the best fixed row and
+    the oracle): its F1 minus the best fixed strategy's, the share of the best-fixed-to-oracle
+    gap it closes (both with paired bootstrap intervals), its time as a share of the multi-step
+    row's, and whether each goal is met by the estimate and by the whole interval."""
+    if ORACLE not in rows or best_fixed not in rows:
+        return {}
+    best, oracle = f1_by_question(rows[best_fixed]), f1_by_question(rows[ORACLE])
+    found = {}
+    for router in routers:
+        if router not in rows or router in (best_fixed, ORACLE):
+            continue
+        mine = {k: v for k, v in f1_by_question(rows[router]).items() if k in best and k in oracle}
+        gain = difference_interval(mine, best, resamples, seed)
+        gap = ratio_interval({k: v - best[k] for k, v in mine.items()},
+                             {k: oracle[k] - best[k] for k in mine}, resamples, seed)
+        time_share = _time_share(table[router][AVERAGE], table[multi_step_row][AVERAGE]) \
+            if AVERAGE in table.get(router, {}) and AVERAGE in table.get(multi_step_row, {}) else None
+        found[router] = {
+            "f1_vs_best_fixed": gain.as_dict() if gain else None,
+            "gap_closed": gap.as_dict() if gap else None,
+            "time_share_of_multi_step": time_share,
+            "met_by_estimate": bool(gain and gap and time_share is not None and gain.estimate >= 0
+                                    and gap.estimate >= GAP_SHARE_GOAL and time_share <= TIME_SHARE_GOAL),
+            "met_by_interval": bool(gain and gap and time_share is not None and gain.low >= 0
+                                    and gap.low >= GAP_SHARE_GOAL and time_share <= TIME_SHARE_GOAL),
+        }
+    return found
+
+
+def router_goals_markdown(
+    found: Mapping[str, Mapping[str, Any]], best_fixed: str, multi_step_row: str,
+    labels: Mapping[str, str] | None = None,
+) -> str:
+    labels = labels or {}
+    lines = [
+        "## Router goals", "",
+        (f"Goal: a router's F1 at least the best fixed strategy's (`{labels.get(best_fixed, best_fixed)}`), "
+         f"closing at least {GAP_SHARE_GOAL:.0%} of the gap from it to the oracle, at no more than "
+         f"{TIME_SHARE_GOAL:.0%} of the multi-step row's (`{labels.get(multi_step_row, multi_step_row)}`) "
+         "time. F1 difference in points and gap share with paired bootstrap 95 % intervals, on the "
+         "questions the router shares with both rows; *met* by the estimates, *shown* when the "
+         "intervals' lower ends meet it too."), "",
+        "| row | n | F1 vs best fixed | gap to oracle closed | time / multi-step | goal |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+
+    def share(d: Mapping[str, Any] | None) -> str:
+        return "-" if d is None else f"{d['estimate']:.0%} [{d['low']:.0%}, {d['high']:.0%}]"
+
+    for row, cell in found.items():
+        gain = cell["f1_vs_best_fixed"]
+        verdict = "shown" if cell["met_by_interval"] else ("met (estimate only)" if cell["met_by_estimate"] else "not met")
+        lines.append(
+            f"| {labels.get(row, row)} | {gain['n'] if gain else 0} | "
+            + ("-" if gain is None else f"{points(gain['estimate'])} [{points(gain['low'])}, {points(gain['high'])}]")
+            + f" | {share(cell['gap_closed'])} | {_percent(cell['time_share_of_multi_step'])} | {verdict} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -311,7 +418,9 @@ def versus_reference(
     table: Mapping[str, Mapping[str, Mapping[str, float]]], reference: str
 ) -> dict[str, dict[str, dict[str, float]]]:
     """Each row's F1 and time as shares of the `reference` row's (the paper's adaptive claim:
-    96-100 % of multi-step F1 at 41-44 % of its time), per dataset and averaged."""
+    96-100 % of multi-step F1 at 41-44 % of its time), per dataset and averaged. Time shares go
+    through each row's time relative to single step on its own questions when the table has it
+    (comparable across machines), else through seconds."""
     base = table.get(reference, {})
     shares: dict[str, dict[str, dict[str, float]]] = {}
     for row, cells in table.items():
@@ -320,11 +429,17 @@ def versus_reference(
         shares[row] = {
             dataset: {
                 "f1_share": c["f1"] / base[dataset]["f1"] if base[dataset]["f1"] else None,
-                "time_share": c["seconds"] / base[dataset]["seconds"] if base[dataset]["seconds"] else None,
+                "time_share": _time_share(c, base[dataset]),
             }
             for dataset, c in cells.items() if dataset in base
         }
     return shares
+
+
+def _time_share(cell: Mapping[str, Any], reference: Mapping[str, Any]) -> float | None:
+    if cell.get("relative_time") is not None and reference.get("relative_time"):
+        return cell["relative_time"] / reference["relative_time"]
+    return cell["seconds"] / reference["seconds"] if reference["seconds"] else None
 
 
 def _percent(share: float | None) -> str:
@@ -356,8 +471,9 @@ def plot(
     labels: Mapping[str, str] | None = None,
     kinds: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """F1 against seconds per query, one point per row (error bar: the F1 interval), for the
-    average and each dataset; one colour and marker per row throughout, the marker's shape by kind
+    """F1 against time per query, one point per row (error bar: the F1 interval), for the
+    average and each dataset. Time is relative to single step on each row's own questions when the
+    table has it (seconds differ between machines; these ratios do not), else seconds; one colour and marker per row throughout, the marker's shape by kind
     (square: fixed strategy, circle: router, star: oracle; past 20 rows the markers go hollow, so
     no two rows look alike). Every row of `table` is drawn and named in the legend; returns the
     legend's entries (`label`, `kind`, `colour`, `marker`, `hollow`)."""
@@ -386,19 +502,21 @@ def plot(
         kind = kinds.get(row, "")
         styles[row] = {"label": labels.get(row, row), "kind": kind, "colour": to_hex(palette[index % len(palette)]),
                        "marker": markers.get(kind, "o"), "hollow": index >= len(palette)}
+    relative = any(cell.get("relative_time") is not None for cells in table.values() for cell in cells.values())
+    time_of = "relative_time" if relative else "seconds"
     for axis, dataset in zip(panels, datasets):
         for row, cells in table.items():
-            if dataset not in cells:
+            if dataset not in cells or cells[dataset].get(time_of) is None:
                 continue
             cell, style = cells[dataset], styles[row]
             f1 = 100 * cell["f1"]
             interval = cell.get("f1_ci")
             yerr = [[f1 - 100 * interval[0]], [100 * interval[1] - f1]] if interval else None
-            axis.errorbar(cell["seconds"], f1, yerr=yerr, fmt=style["marker"], color=style["colour"], capsize=2,
+            axis.errorbar(cell[time_of], f1, yerr=yerr, fmt=style["marker"], color=style["colour"], capsize=2,
                           markersize=10 if style["kind"] == "oracle" else 6, label=style["label"],
                           markerfacecolor="none" if style["hollow"] else style["colour"])
         axis.set_title("average over datasets" if dataset == AVERAGE else dataset)
-        axis.set_xlabel("seconds / query")
+        axis.set_xlabel("time / query (single step = 1)" if relative else "seconds / query")
         axis.set_ylabel("F1 (95 % interval)")
         axis.grid(alpha=0.3)
     legend = panels[len(datasets)]
@@ -445,6 +563,7 @@ def write_report(
     found_claims: Sequence[Mapping[str, Any]] = (),
     agreement: Mapping[str, Mapping[str, Any]] | None = None,
     retrieval: Mapping[str, Mapping[str, Any]] | None = None,
+    goals: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Path]:
     """`report.json`, `report.md` and `f1_vs_time.png` in `out_dir`.
 
@@ -462,6 +581,7 @@ def write_report(
     json_path.write_text(json.dumps({
         "meta": meta, "rows": rows, "table": table, "claims": list(found_claims),
         "tier_agreement": agreement or {}, "retrieval_errors": retrieval or {}, "versus_multi_step": shares,
+        "router_goals": goals or {},
         "bootstrap": {"resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "confidence": 0.95,
                       "method": "percentile; questions resampled within each dataset; paired for differences"},
     }, indent=2))
@@ -474,10 +594,14 @@ def write_report(
     body = [rows_markdown(rows, absent)] if rows or absent else []
     body.append("## Average over datasets\n\nEach dataset weighs the same. F1 with its bootstrap 95 % "
                 f"interval ({DEFAULT_RESAMPLES} resamples of the questions within each dataset, seed "
-                f"{DEFAULT_SEED}); Time vs single: time per query relative to single step (= 1.00).\n")
+                f"{DEFAULT_SEED}); Time vs single: time per query relative to single step (= 1.00), on "
+                "the row's own questions (a ratio of sums per question pair: seconds differ between "
+                "machines, these ratios do not).\n")
     body.append(markdown(table, labels, [AVERAGE]))
     if found_claims:
         body.append(claims_markdown(found_claims))
+    if goals:
+        body.append(router_goals_markdown(goals, str(meta.get("best_fixed_row", "")), str(reference), labels))
     if agreement:
         body.append(agreement_markdown(agreement, labels))
     if retrieval:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from adaptive_rag.evaluation.bootstrap import (
-    Interval, bootstrap_mean, difference_interval, mean_interval,
+    Interval, bootstrap_mean, difference_interval, mean_interval, ratio_interval,
 )
 
 
@@ -90,3 +90,20 @@ def test_interval_as_dict_states_whether_it_excludes_zero() -> None:
         "estimate": 0.1, "low": 0.02, "high": 0.2, "n": 10, "excludes_zero": True}
     assert not Interval(-0.1, -0.3, 0.0, 10).excludes_zero
     assert Interval(-0.1, -0.3, -0.01, 10).excludes_zero
+
+
+def test_ratio_interval_is_the_ratio_of_means_with_a_joint_resample() -> None:
+    numerator = {("nq", str(i)): v for i, v in enumerate([1.0, 0.0, 1.0, 0.0])}
+    denominator = {("nq", str(i)): 1.0 for i in range(4)}
+    found = ratio_interval(numerator, denominator, resamples=500)
+    assert found.estimate == pytest.approx(0.5) and found.n == 4
+    assert 0.0 <= found.low < 0.5 < found.high <= 1.0
+    # Numerator equal to the denominator on every question: the ratio is 1 on every resample.
+    same = ratio_interval(numerator, numerator, resamples=500)
+    assert (same.estimate, same.low, same.high) == (1.0, 1.0, 1.0)
+
+
+def test_ratio_interval_without_questions_or_with_a_zero_denominator() -> None:
+    assert ratio_interval({}, {}) is None
+    assert ratio_interval({("nq", "1"): 1.0}, {("nq", "2"): 1.0}) is None  # no shared question
+    assert ratio_interval({("nq", "1"): 1.0}, {("nq", "1"): 0.0}) is None

@@ -8,7 +8,10 @@ import pytest
 
 from adaptive_rag.domain import Passage, StrategyResult
 from adaptive_rag.evaluation.datasets import Question
-from adaptive_rag.evaluation.report import AVERAGE, markdown, oracle_outcomes, summarise, write_report
+from adaptive_rag.evaluation.adaptive import ORACLE
+from adaptive_rag.evaluation.report import (
+    AVERAGE, markdown, oracle_outcomes, router_goals, router_goals_markdown, summarise, write_report,
+)
 from adaptive_rag.evaluation.runner import Outcome, load_outcomes, run_evaluation
 
 
@@ -167,10 +170,26 @@ def test_summarise_means_per_dataset_and_over_datasets() -> None:
     assert ss[AVERAGE]["n"] == 3
     assert all(cell["relative_time"] == pytest.approx(1.0) for cell in ss.values())
     nr = table["no_retrieval"]
-    assert nr["squad"]["relative_time"] == pytest.approx(0.5)
+    # On its own questions: squad question 1 took 1 s in both rows (not 1 s against squad's 2 s mean).
+    assert nr["squad"]["relative_time"] == pytest.approx(1.0)
     assert nr["hotpotqa"]["relative_time"] == pytest.approx(0.25)
-    assert nr[AVERAGE]["relative_time"] == pytest.approx(1.0 / 3.0)
+    assert nr[AVERAGE]["relative_time"] == pytest.approx((1.0 + 1.0) / (1.0 + 4.0))
     assert nr[AVERAGE]["steps"] == 0
+
+
+def test_relative_time_pairs_questions_so_machine_speed_and_subsets_cancel() -> None:
+    # Question 1 ran on a machine twice as fast as question 2's; the subset row ran only on 2.
+    rows = {
+        "single_step": [outcome("1", "nq", "single_step", seconds=2.0),
+                        outcome("2", "nq", "single_step", seconds=4.0)],
+        "ircot": [outcome("1", "nq", "ircot", seconds=6.0), outcome("2", "nq", "ircot", seconds=12.0)],
+        "self_route": [outcome("2", "nq", "self_route", seconds=6.0)],
+    }
+    table = summarise(rows)
+    assert table["ircot"]["nq"]["relative_time"] == pytest.approx(3.0)
+    # Against all of single step's seconds (mean 3.0) it would read 2.0; paired it is 1.5.
+    assert table["self_route"]["nq"]["relative_time"] == pytest.approx(1.5)
+    assert table["self_route"][AVERAGE]["relative_time"] == pytest.approx(1.5)
 
 
 def test_summarise_without_single_step_has_no_relative_time() -> None:
@@ -262,3 +281,30 @@ def test_report_gives_f1_and_time_shares_of_the_multi_step_row(tmp_path) -> None
     assert shares["musique"]["f1_share"] is None  # reference F1 is zero: no share, not a crash
     md = paths[1].read_text()
     assert "share of `decompose`" in md and "| adaptive | 75 % / 40 % | - / 50 % |" in md
+
+
+def test_router_goals_measure_the_gain_the_gap_closed_and_the_time_share() -> None:
+    # Ten nq questions: the best fixed row answers 0-3, the oracle 0-7; the good router 0-5 at a
+    # quarter of multi-step time, the cheap router only 0-1.
+    def row(name: str, correct: int, seconds: float) -> list[Outcome]:
+        return [outcome(str(i), "nq", name, f1=float(i < correct), seconds=seconds) for i in range(10)]
+
+    rows = {"single_step": row("single_step", 3, 1.0), "ircot": row("ircot", 4, 4.0),
+            ORACLE: row(ORACLE, 8, 1.0), "good": row("good", 6, 1.0), "cheap": row("cheap", 2, 0.5)}
+    table = summarise(rows)
+    found = router_goals(table, rows, ["good", "cheap"], best_fixed="ircot", multi_step_row="ircot",
+                         resamples=300)
+    good, cheap = found["good"], found["cheap"]
+    assert good["f1_vs_best_fixed"]["estimate"] == pytest.approx(0.2)
+    assert good["gap_closed"]["estimate"] == pytest.approx(0.5)
+    assert good["time_share_of_multi_step"] == pytest.approx(0.25)
+    assert good["met_by_estimate"] and not good["met_by_interval"]  # ten questions decide nothing
+    assert cheap["f1_vs_best_fixed"]["estimate"] == pytest.approx(-0.2) and not cheap["met_by_estimate"]
+    text = router_goals_markdown(found, "ircot", "ircot")
+    assert "| good | 10 | +20.0 [" in text and "| 25 % | met (estimate only) |" in text
+    assert "| cheap | 10 | -20.0 [" in text and "not met |" in text
+
+
+def test_router_goals_need_the_oracle_and_the_best_fixed_row() -> None:
+    rows = {"ircot": [outcome("1", "nq", "ircot")], "good": [outcome("1", "nq", "good")]}
+    assert router_goals(summarise(rows), rows, ["good"], "ircot", "ircot") == {}
