@@ -8,7 +8,8 @@ import platform
 import shlex
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -23,6 +24,7 @@ from adaptive_rag.contracts import Tier
 from adaptive_rag.errors import AdaptiveRagError
 
 if TYPE_CHECKING:
+    from adaptive_rag.evaluation.adaptive import RoutingRow
     from adaptive_rag.evaluation.datasets import Question
     from adaptive_rag.evaluation.runner import Outcome
     from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
@@ -50,6 +52,7 @@ def evaluate(
     reader_abstains: Annotated[Optional[bool], typer.Option("--reader-abstains/--no-reader-abstains", help="let the single-step reader say the passages lack the answer (default: ARAG_READER_ABSTAINS)")] = None,
     classifier_versions: Annotated[Optional[str], typer.Option(help="further trained classifier versions shown beside \"adaptive\", comma-separated (e.g. the silver-only, binary-only and mpnet-base runs of `arag train --labels/--base`): rows \"adaptive v<N>\"")] = None,
     routers: Annotated[Optional[list[Path]], typer.Option("--routers", help="saved learned routers (`arag routers train`), each a router directory or a folder of them; repeatable (default: var/routers when it exists)")] = None,
+    llm_judge: Annotated[bool, typer.Option("--llm-judge", help="add the LLM-judge router's row: the reader picks each question's tier (one LLM call per question, counted in its time); its routes are recorded and replayed by --report-only")] = False,
 ) -> None:
     """Evaluate strategies on the `test` split; writes report.json, report.md, f1_vs_time.png.
 
@@ -102,6 +105,7 @@ def evaluate(
     chosen = datasets.split(",") if datasets else None
     questions = interleaved(limit_per_dataset(load_questions(settings.data_dir, chosen, split="test"), limit))
     names = [resolve_strategy(s.strip(), settings) for s in strategies.split(",") if s.strip()]
+    judge = None
     if report_only:
         outcomes = load_outcomes(out / "results.jsonl")
     else:
@@ -113,6 +117,11 @@ def evaluate(
         runners = {name: build_strategy(name, retr, llm, settings) for name in names}
         with progress_bar("evaluating", len(questions) * len(runners)) as advance:
             outcomes = run_evaluation(questions, runners, out / "results.jsonl", advance)
+        if llm_judge:
+            from adaptive_rag.evaluation.adaptive import llm_judge_row
+            from adaptive_rag.routing.llm_judge import LLMJudge
+
+            judge = llm_judge_row(LLMJudge(llm), settings.reader)
     rows = {
         name: [outcomes[(q.dataset, q.id, name)] for q in questions if (q.dataset, q.id, name) in outcomes]
         for name in names
@@ -141,7 +150,11 @@ def evaluate(
             raise typer.BadParameter(f"--classifier-versions takes version numbers, not {classifier_versions!r}") from None
         rows, described, absent, agreement, adaptive_meta, retrieval = _routing_rows(
             rows, described, outcomes, questions, tiers, out, classifier_version, router_paths, extra_versions,
+            judge,
         )
+    elif llm_judge:
+        raise typer.BadParameter("--llm-judge routes between the tiers: run every tier's strategy "
+                                 f"({', '.join(tiers)}) in --strategies")
     rows = {row: found for row, found in rows.items() if found}
     described = {row: d for row, d in described.items() if row in rows}
     table = add_intervals(summarise(rows), rows)
@@ -191,15 +204,15 @@ def evaluate(
 def _routing_rows(
     rows: dict[str, list[Outcome]], described: dict[str, dict], outcomes: Mapping[tuple[str, str, str], Outcome],
     questions: Sequence[Question], tiers: Sequence[str], out: Path, classifier_version: int | None,
-    router_paths: Sequence[Path] = (), extra_versions: Sequence[int] = (),
+    router_paths: Sequence[Path] = (), extra_versions: Sequence[int] = (), judge: RoutingRow | None = None,
 ) -> tuple[dict[str, list[Outcome]], dict[str, dict], dict[str, str], dict[str, dict], str | None, dict[str, dict]]:
     """The routing rows over the tier outcomes (always A/B/C, the dataset-identity rule, the
-    question-form rules, the trained classifier, the learned routers, the oracle), in report
-    order, with what made each, and every row's under- and over-retrieval; the trained
-    classifier's and the learned routers' routes are recorded, and replayed when the model is
-    absent."""
+    question-form rules, the trained classifier, the learned routers, the LLM judge, the oracle),
+    in report order, with what made each, and every row's under- and over-retrieval; the trained
+    classifier's, the learned routers' and the judge's routes are recorded, and replayed when the
+    model is absent (or the judge was not asked)."""
     from adaptive_rag.evaluation.adaptive import (
-        ADAPTIVE, LEARNED_PREFIX, ORACLE, ROUTES_FILE, cheapest_correct, classifier_row,
+        ADAPTIVE, LEARNED_PREFIX, LLM_JUDGE, ORACLE, ROUTES_FILE, cheapest_correct, classifier_row,
         classifier_version_row_name, dataset_rule_row, fixed_rows, learned_router_rows, oracle_row,
         question_form_row, recorded_names, replayed_row, route_row, save_routes,
     )
@@ -233,13 +246,24 @@ def _routing_rows(
     for directory, problem in problems.items():
         console.print(f"learned router {directory} not used: {problem}")
         absent[f"learned router {directory}"] = problem
-    live = {row.name for row in learned}
+    asked = [judge] if judge is not None else []
+    live = {row.name for row in [*learned, *asked]}
     replayed = [replayed_row(routes_path, name) for name in recorded_names(routes_path)
-                if name.startswith(LEARNED_PREFIX) and name not in live]
-    recorded_rows = [*versions_rows, *learned]  # run here: their routes are recorded
+                if (name.startswith(LEARNED_PREFIX) or name == LLM_JUDGE) and name not in live]
+    recorded_rows = [*versions_rows, *learned, *asked]  # run here: their routes are recorded
     routing += [*recorded_rows, *(row for row in replayed if row is not None)]
     routing.append(oracle_row(outcomes, tiers))
-    routed = {row.name: route_row(row, outcomes, questions, tiers) for row in routing}
+    routed = {}
+    for row in routing:
+        if row not in asked:
+            routed[row.name] = route_row(row, outcomes, questions, tiers)
+            continue
+        with progress_bar(f"routing ({row.name})", len(questions)) as advance:  # an LLM call each
+            def counted(question: Question, route: Callable[[Question], Any] = row.route) -> Any:
+                advance(1)
+                return route(question)
+
+            routed[row.name] = route_row(replace(row, route=counted), outcomes, questions, tiers)
     if classifier is not None and trained is not None:  # a replayed row is not recorded again
         save_routes(routes_path, trained, routed[trained.name])
         console.print(f"adaptive row: classifier version {classifier.version.version}, routed "

@@ -32,6 +32,7 @@ from adaptive_rag.routing.rules import dataset_tier
 
 if TYPE_CHECKING:
     from adaptive_rag.routing.learned import LearnedRouter
+    from adaptive_rag.routing.llm_judge import LLMJudge
     from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
 
 # A router's answer for one question: a tier, a full decision, or None (no decision: skipped).
@@ -43,6 +44,7 @@ DATASET_RULE = "dataset-identity rule"
 QUESTION_FORM_RULES = "adaptive, rules only"  # the row's name since before the baselines
 ADAPTIVE = "adaptive"
 LEARNED_PREFIX = "learned "  # the rows of the learned routers: "learned knn", "learned lr (mpnet)", ...
+LLM_JUDGE = "llm judge"
 
 
 @dataclass(frozen=True)
@@ -232,6 +234,15 @@ def learned_router_rows(paths: Sequence[Path]) -> tuple[list[RoutingRow], dict[s
     return rows, problems
 
 
+def llm_judge_row(judge: LLMJudge, reader: str) -> RoutingRow:
+    """The reader asked which tier a question needs (`adaptive_rag.routing.llm_judge`); its one LLM
+    call per question is counted in the answer's time (the decision's `classify_ms`)."""
+    return RoutingRow(LLM_JUDGE, lambda q: judge.route(q.question), label=f"{LLM_JUDGE} ({reader})",
+                      info={"reader": reader, "prompt": "adaptive_rag.prompts.router_judge"},
+                      description="the reader picks the tier from one-line descriptions of A, B and C "
+                      "(no passages); unparsed answers go to B; its LLM call's time included")
+
+
 def classifier_info(classifier: LocalOnnxClassifier) -> dict[str, Any]:
     """The model version and thresholds a classifier row actually runs with."""
     version, thresholds = classifier.version, classifier.policy.thresholds
@@ -302,7 +313,8 @@ def replayed_row(path: Path, name: str = ADAPTIVE) -> RoutingRow | None:
             "the model was not run for this report"}
     version = info.get("version")
     label = f"{name} (classifier v{version}, replayed)" if version is not None else f"{name} (replayed)"
-    what = "a learned router's" if name.startswith(LEARNED_PREFIX) else "a trained classifier's"
+    what = ("a learned router's" if name.startswith(LEARNED_PREFIX)
+            else "the LLM judge's" if name == LLM_JUDGE else "a trained classifier's")
     return RoutingRow(name, route, label=label, info=info, description=f"{what} recorded routes, replayed; "
                       "recorded routing time included")
 

@@ -88,3 +88,29 @@ def test_the_prompt_has_both_forms_with_every_tier() -> None:
     for letter, description in router_judge.TIER_DESCRIPTIONS.items():
         assert f"{letter} = {description}" in text and description in messages[0]["content"]
     assert {tier for _, tier in router_judge.PROMPT.examples} == {"A", "B", "C"}
+
+
+def test_the_judge_as_an_evaluation_row_counts_its_call_and_replays_its_routes(tmp_path) -> None:
+    from adaptive_rag.evaluation.adaptive import LLM_JUDGE, llm_judge_row, replayed_row, route_row, save_routes
+    from adaptive_rag.evaluation.datasets import Question
+    from adaptive_rag.evaluation.runner import Outcome
+
+    tiers = ("no_retrieval", "single_step", "ircot")
+    questions = [Question("1", "squad", "Who wrote Carrie?", ("x",)),
+                 Question("2", "hotpotqa", "Who was born first, A or B?", ("x",))]
+    outcomes = {(q.dataset, q.id, name): Outcome(q.id, q.dataset, name, name, rank, 1.0 + rank, 0.0, 0.0, 0.0)
+                for q in questions for rank, name in enumerate(tiers)}
+    llm = FakeLLM(lambda prompt: "C" if "born first" in prompt else "I think no retrieval", prompt_style="chat")
+    row = llm_judge_row(LLMJudge(llm), "qwen-1.5b")
+    routed = route_row(row, outcomes, questions, tiers)
+    assert routed.tiers == {("squad", "1"): Tier.A, ("hotpotqa", "2"): Tier.C} and len(llm.calls) == 2
+    # The judge's own call is part of the answer's time.
+    by_question = {o.question_id: o for o in routed.outcomes}
+    assert by_question["2"].seconds == pytest.approx(3.0 + routed.seconds[("hotpotqa", "2")])
+    assert all(o.strategy == LLM_JUDGE for o in routed.outcomes)
+
+    save_routes(tmp_path / "routes.json", row, routed)
+    replayed = replayed_row(tmp_path / "routes.json", LLM_JUDGE)
+    again = route_row(replayed, outcomes, questions, tiers)
+    assert again.tiers == routed.tiers and len(llm.calls) == 2  # replayed: the LLM is not asked
+    assert "replayed" in replayed.label and "LLM judge's recorded routes" in replayed.description
