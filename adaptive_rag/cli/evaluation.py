@@ -112,7 +112,7 @@ def evaluate(
         from adaptive_rag.llm import build_llm
         from adaptive_rag.retrieval import open_retriever
 
-        _same_generator(out, settings)
+        _same_generator(out, settings, names)
         retr, llm = open_retriever(settings), build_llm(settings)
         runners = {name: build_strategy(name, retr, llm, settings) for name in names}
         with progress_bar("evaluating", len(questions) * len(runners)) as advance:
@@ -186,6 +186,7 @@ def evaluate(
         "multi_step_row": tiers[2],
         **({"best_fixed_row": best_fixed} if best_fixed else {}),
         "multi_step_knobs": {name: strategy_knob(settings, name) for name in DEFAULT_KNOBS},
+        **({UNCERTAINTY_KNOBS: _recorded_uncertainty(out, settings)} if "uncertainty" in rows else {}),
         **({"adaptive_row": adaptive_meta} if adaptive_meta else {}),
         "machine": f"{platform.machine()}, {platform.python_version()}",
         "date": date,
@@ -369,25 +370,45 @@ def _trained_classifier(version: int | None) -> tuple[LocalOnnxClassifier | None
 
 
 GENERATOR_FILE = "generator.json"
+UNCERTAINTY_KNOBS = "uncertainty_knobs"
 
 
-def _same_generator(out: Path, settings) -> None:
+def _uncertainty_knobs(settings) -> dict[str, Any]:
+    return {"threshold": settings.uncertainty_threshold, "aggregate": settings.uncertainty_aggregate}
+
+
+def _recorded_uncertainty(out: Path, settings) -> dict[str, Any]:
+    """The threshold and aggregate the uncertainty row ran with (as recorded), else the settings'."""
+    path = out / GENERATOR_FILE
+    recorded = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return recorded.get(UNCERTAINTY_KNOBS) or _uncertainty_knobs(settings)
+
+
+def _same_generator(out: Path, settings, names: Sequence[str] = ()) -> None:
     """Outcomes are resumed by (dataset, question, strategy): a results file made with another
-    reader or other multi-step knobs must not be continued (its answers would count as done)."""
+    reader or other multi-step knobs must not be continued (its answers would count as done).
+    The uncertainty strategy's threshold and aggregate are recorded once it runs, and held to
+    from then on."""
     from adaptive_rag.settings import DEFAULT_KNOBS, strategy_knob
 
-    made_with = {
+    made_with: dict[str, Any] = {
         "llm": settings.llm_base_url or str(settings.gguf_path or settings.reader),
         "multi_step_knobs": {name: strategy_knob(settings, name) for name in DEFAULT_KNOBS},
     }
+    if "uncertainty" in names:
+        made_with[UNCERTAINTY_KNOBS] = _uncertainty_knobs(settings)
     path = out / GENERATOR_FILE
     if path.is_file():
         recorded = json.loads(path.read_text(encoding="utf-8"))
-        if recorded != made_with:
+        compared = {k: v for k, v in recorded.items() if k != UNCERTAINTY_KNOBS or k in made_with}
+        wanted = {k: v for k, v in made_with.items() if k != UNCERTAINTY_KNOBS or k in recorded}
+        if compared != wanted:
             raise typer.BadParameter(
                 f"{out / 'results.jsonl'} was made with {recorded}, this run would use {made_with}: "
                 "choose another --out (or remove that directory to start over)"
             )
+        if UNCERTAINTY_KNOBS in made_with and UNCERTAINTY_KNOBS not in recorded:
+            path.write_text(json.dumps({**recorded, **made_with}, indent=2) + "\n", encoding="utf-8")
         return
     if (out / "results.jsonl").is_file():
         raise typer.BadParameter(

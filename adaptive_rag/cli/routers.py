@@ -1,6 +1,6 @@
-"""`arag routers train | route | fetch-base`: the learned routers beside the fine-tuned classifier
-(logistic regression, kNN over labelled queries, cost-aware reward regression; see
-`adaptive_rag.routing.learned`).
+"""`arag routers train | route | fetch-base | tune-uncertainty`: the learned routers beside the
+fine-tuned classifier (logistic regression, kNN over labelled queries, cost-aware reward
+regression; see `adaptive_rag.routing.learned`), and the uncertainty strategy's threshold.
 
 `train` reads the `train` labels (benchmark and live) from the labels store, exports the sentence
 encoder once to ONNX next to the routers (`<root>/encoders/<name>`, needs the `train` extras),
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -23,6 +24,8 @@ from rich.table import Table
 from adaptive_rag.cli.common import (
     DataDir,
     DbUrl,
+    IndexDir,
+    Retr,
     console,
     load_settings,
     open_label_store,
@@ -218,3 +221,66 @@ def fetch_base(name: Annotated[str, typer.Argument(help="mpnet-base (minilm-l6 i
 
     path = fetch(name, log=console.print)
     console.print(f"{name}: {path}")
+
+
+@routers_app.command(name="tune-uncertainty")
+def tune_uncertainty(
+    limit: Annotated[int, typer.Option(help="`train` questions per dataset (the first, in the evaluation's stable order)")] = 20,
+    datasets: Annotated[Optional[str], typer.Option(help="comma-separated subset of squad,nq,trivia,musique,hotpotqa,2wiki")] = None,
+    cost: Annotated[str, typer.Option(help="what the budget bounds: seconds (draft + single step where it triggers) | steps")] = "seconds",
+    budget: Annotated[Optional[float], typer.Option(help="max mean cost per question (default: none, best F1)")] = None,
+    out: Annotated[Path, typer.Option(help="drafts.jsonl and single_step.jsonl (resumable), tuning.json")] = Path("var/uncertainty"),
+    data_dir: DataDir = None,
+    retriever: Retr = None,
+    index_dir: IndexDir = None,
+) -> None:
+    """Choose the uncertainty strategy's threshold on `train` questions (never `test`): the
+    no-retrieval draft's token probabilities and the single step's F1 per question, every
+    threshold between them swept; prints the ARAG_UNCERTAINTY_THRESHOLD and
+    ARAG_UNCERTAINTY_AGGREGATE to serve and evaluate with."""
+    from adaptive_rag.evaluation.datasets import interleaved, limit_per_dataset, load_questions
+    from adaptive_rag.evaluation.runner import run_evaluation
+    from adaptive_rag.evaluation.uncertainty_tuning import collect_drafts, tune
+    from adaptive_rag.llm import build_llm
+    from adaptive_rag.retrieval import open_retriever
+    from adaptive_rag.strategies import build_strategy
+
+    if cost not in ("seconds", "steps"):
+        raise typer.BadParameter(f"--cost is seconds or steps, not {cost!r}")
+    if limit < 1:
+        raise typer.BadParameter("--limit is at least 1")
+    settings = load_settings(data_dir=data_dir, retriever=retriever, index_dir=index_dir)
+    chosen = [d.strip() for d in datasets.split(",") if d.strip()] if datasets else None
+    questions = interleaved(limit_per_dataset(load_questions(settings.data_dir, chosen, split="train"), limit))
+    retr, llm = open_retriever(settings), build_llm(settings)
+    drafter = build_strategy("uncertainty", retr, llm, settings)
+    single = {"single_step": build_strategy("single_step", retr, llm, settings)}
+    with progress_bar("drafting (no retrieval, log-probabilities)", len(questions)) as advance:
+        drafts = collect_drafts(questions, drafter, out / "drafts.jsonl", advance)  # type: ignore[arg-type]
+    with progress_bar("single step", len(questions)) as advance:
+        outcomes = run_evaluation(questions, single, out / "single_step.jsonl", advance)
+    asked = {(q.dataset, q.id) for q in questions}
+    drafts = {k: d for k, d in drafts.items() if k in asked}
+    by_question = {(d, q): o for (d, q, _), o in outcomes.items() if (d, q) in asked}
+    found = tune(drafts, by_question, cost=cost, budget=budget)  # type: ignore[arg-type]
+    if not found:
+        raise typer.BadParameter("no question has both a draft and a single-step outcome")
+    best = max(found, key=lambda t: (round(t.choice.score, 9), -t.choice.cost))
+    unit = "s" if cost == "seconds" else " steps"
+    table = Table(title=f"uncertainty threshold on {len(drafts)} `train` questions (reader {settings.reader})")
+    for column in ("aggregate", "threshold", "F1", f"cost ({cost})", "retrieves", "always A F1", "always B F1"):
+        table.add_column(column)
+    for tuned in found:
+        c = tuned.choice
+        table.add_row(tuned.aggregate, f"{c.threshold:.4f}", f"{100 * c.score:.1f}", f"{c.cost:.2f}{unit}",
+                      f"{100 * c.triggered:.0f} %", f"{100 * tuned.always_a['f1']:.1f}",
+                      f"{100 * tuned.always_b['f1']:.1f}")
+    console.print(table)
+    (out / "tuning.json").write_text(json.dumps({
+        "split": "train", "questions": len(drafts), "reader": settings.reader, "cost": cost, "budget": budget,
+        "chosen": {"aggregate": best.aggregate, "threshold": best.choice.threshold, "note": best.choice.note},
+        "aggregates": [{"aggregate": t.aggregate, "choice": asdict(t.choice), "always_a": t.always_a,
+                        "always_b": t.always_b, "sweep": t.sweep} for t in found],
+    }, indent=1) + "\n", encoding="utf-8")
+    console.print(f"wrote {out / 'tuning.json'}; serve and evaluate with "
+                  f"ARAG_UNCERTAINTY_AGGREGATE={best.aggregate} ARAG_UNCERTAINTY_THRESHOLD={best.choice.threshold:.4f}")

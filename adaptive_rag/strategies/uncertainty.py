@@ -76,10 +76,16 @@ class Uncertainty:
         Greedy on the same prompt, the answer is the no-retrieval strategy's: collecting these
         on train questions beside A's and B's outcomes is all `tune_threshold` needs.
         """
+        answer, token_logprobs = self.draft_tokens(question)
+        score = confidence(token_logprobs, self.aggregate) if answer else 0.0
+        return answer, score, token_logprobs is not None
+
+    def draft_tokens(self, question: str) -> tuple[str, list[float] | None]:
+        """A's answer from the draft and its tokens' log-probabilities (None when none came):
+        what the threshold is tuned on, for either aggregate."""
         completion = ask(self.draft_llm, prompt.PROMPT, question=question)
-        answer = clean_answer(completion.text)
-        score = confidence(completion.token_logprobs, self.aggregate) if answer else 0.0
-        return answer, score, completion.token_logprobs is not None
+        logprobs = completion.token_logprobs
+        return clean_answer(completion.text), (list(logprobs) if logprobs is not None else None)
 
     def run(self, question: str) -> StrategyResult:
         timer = PhaseTimer()

@@ -300,6 +300,12 @@ def test_a_results_directory_is_never_continued_with_another_generator(tmp_path)
         _same_generator(out, Settings(reader="qwen-1.5b"))
     with pytest.raises(typer.BadParameter, match="another --out"):
         _same_generator(out, Settings(reader="gemma-270m", ircot_min_steps=3))
+    # The uncertainty strategy's knobs join the record when it first runs, and hold from then on.
+    _same_generator(out, Settings(reader="gemma-270m", uncertainty_threshold=0.3), ["uncertainty"])
+    assert json.loads((out / GENERATOR_FILE).read_text())["uncertainty_knobs"]["threshold"] == 0.3
+    _same_generator(out, Settings(reader="gemma-270m"), ["single_step"])  # other strategies continue
+    with pytest.raises(typer.BadParameter, match="another --out"):
+        _same_generator(out, Settings(reader="gemma-270m", uncertainty_threshold=0.6), ["uncertainty"])
     legacy = tmp_path / "legacy"
     legacy.mkdir()
     (legacy / "results.jsonl").write_text("{}\n")

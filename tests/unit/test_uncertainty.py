@@ -216,3 +216,33 @@ def test_tune_reports_an_unmeetable_budget() -> None:
     costly = [DraftExample(0.5, 1.0, 1.0, a_cost=1.0)]  # the draft alone exceeds the budget
     choice = tune_threshold(costly, cost_budget=0.5)
     assert choice.threshold == 0.0 and "no threshold met the budget" in choice.note
+
+
+# --- tuning on train questions (`arag routers tune-uncertainty`) -------------------------------
+
+
+def test_tuning_collects_drafts_once_and_picks_the_threshold_by_f1_within_the_budget(tmp_path) -> None:
+    from adaptive_rag.evaluation.datasets import Question
+    from adaptive_rag.evaluation.runner import Outcome
+    from adaptive_rag.evaluation.uncertainty_tuning import collect_drafts, draft_examples, tune
+
+    questions = [Question(str(i), "nq", f"q{i}?", (answer,)) for i, answer in enumerate(["paris", "rome", "oslo"])]
+    # Confident and right; unsure and wrong; unsure and right (min probabilities 0.9, 0.2, 0.3).
+    drafts_llm = LogprobLLM([("Paris", [0.9, 0.95]), ("Milan", [0.2, 0.9]), ("Oslo", [0.3, 0.4])])
+    drafter = Uncertainty(drafts_llm, SingleStep(FakeRetriever(make_passages(3)), FakeLLM([]), top_k=3))  # type: ignore[arg-type]
+    path = tmp_path / "drafts.jsonl"
+    drafts = collect_drafts(questions, drafter, path)
+    assert [d.f1 for d in drafts.values()] == [1.0, 0.0, 1.0]
+    assert collect_drafts(questions, drafter, path) == drafts  # resumed: no second call (the script is empty)
+    single = {("nq", str(i)): Outcome(str(i), "nq", "single_step", "x", 1, 2.0, 0.0, f1, 0.0)
+              for i, f1 in enumerate([1.0, 1.0, 0.0])}
+    examples = draft_examples(drafts, single, "min", cost="steps")
+    assert [(round(e.confidence, 2), e.a_score, e.b_score, e.b_cost) for e in examples] == [
+        (0.9, 1.0, 1.0, 1.0), (0.2, 0.0, 1.0, 1.0), (0.3, 1.0, 0.0, 1.0)]
+    best = {t.aggregate: t for t in tune(drafts, single, cost="steps")}["min"]
+    # Retrieving below 0.25 (only the second question) answers all three.
+    assert 0.2 < best.choice.threshold < 0.3 and best.choice.score == pytest.approx(1.0)
+    assert best.choice.triggered == pytest.approx(1 / 3)
+    assert best.always_a["f1"] == pytest.approx(2 / 3) and best.always_b["f1"] == pytest.approx(2 / 3)
+    # A budget of no retrieval at all: the cheapest threshold, 0.
+    assert tune(drafts, single, aggregates=("min",), cost="steps", budget=0.0)[0].choice.threshold == 0.0
