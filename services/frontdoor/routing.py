@@ -5,7 +5,9 @@ swap to a newly served model version without a restart.
 routers of the evaluation can serve too: `rules` (the question-form rules), `lr`, `knn`, `reward`
 (the learned routers of `adaptive_rag.routing.learned`, loaded from `ARAG_ROUTER_DIR`, default
 `var/routers/<kind>`, run in-process), `llm-judge` (the reader chooses from the tiers'
-descriptions: an LLM call per query). Each is wrapped in `FixedRouter`, which has nothing to swap.
+descriptions: an LLM call per query), `self-route` and `uncertainty` (no router: every query
+enters at B, or A, and the strategy escalates by itself; `adaptive_rag.routing.self_routing`).
+Each is wrapped in `FixedRouter`, which has nothing to swap.
 
 Classifier: `TritonClassifier` is built for one model version (its tokenizer, max length and thresholds come
 from that version's directory), and it pins requests to that version so tokenizer, thresholds and
@@ -35,6 +37,7 @@ from adaptive_rag.contracts import RoutingDecision
 from adaptive_rag.routing.local_classifier import rules_router
 from adaptive_rag.routing.model_repository import served_version
 from adaptive_rag.routing.policy import fallback_decision
+from adaptive_rag.routing.self_routing import SELF_ROUTING_POLICIES, self_routing_policy
 from adaptive_rag.routing.tenant_priors import TenantPriors, priors_stamp
 from adaptive_rag.settings import ClassifierSettings, Settings
 
@@ -218,6 +221,8 @@ def open_router(
         return classifier()
     if kind == "rules":
         return FixedRouter("rules")
+    if kind in SELF_ROUTING_POLICIES:
+        return FixedRouter(kind, self_routing_policy(kind))
     if kind == "llm-judge":
         from adaptive_rag.llm import build_llm
         from adaptive_rag.routing.llm_judge import LLMJudge

@@ -63,8 +63,9 @@ class FrontDoorSettings(BaseSettings):
     )
     # Which router decides the tier (see services/frontdoor/routing.py): the Triton classifier,
     # the question-form rules, a learned router (lr, knn, reward; from `router_dir`, default
-    # var/routers/<kind>) or the LLM judge.
-    router: Literal["classifier", "rules", "lr", "knn", "reward", "llm-judge"] = Field(
+    # var/routers/<kind>), the LLM judge, or a self-routing strategy (self-route: B first, C when the
+    # reader abstains; uncertainty: A first, B when the draft is unsure).
+    router: Literal["classifier", "rules", "lr", "knn", "reward", "llm-judge", "self-route", "uncertainty"] = Field(
         "classifier", validation_alias=env_name("ARAG_ROUTER", "router")
     )
     router_dir: Path | None = Field(None, validation_alias=env_name("ARAG_ROUTER_DIR", "router_dir"))

@@ -176,6 +176,20 @@ def test_each_tier_is_answered_by_its_own_pool(pools, store, app):
     assert all(queue_depth(q, app=app) == 0 for q in ("tier-a", "tier-b", "tier-c"))
 
 
+@pytest.mark.parametrize(("tier", "strategy"), [("B", "self_route"), ("A", "uncertainty")])
+def test_a_self_routing_strategy_runs_whole_on_its_entry_tiers_pool(pools, store, app, tier, strategy):
+    """`ARAG_ROUTER=self-route | uncertainty`: the task names the strategy; the entry tier's pool
+    runs it, escalation included (more steps, and passages for an escalated draft)."""
+    request_id, task = submit(store, app, tier, query=QUESTIONS["B"][0], strategy=strategy)
+    result = wait_result(app, task, WAIT_S)
+    assert result.ok and (result.tier, result.strategy) == (tier, strategy), result
+    stored = store.stored_result(request_id)
+    assert stored.worker.startswith(f"{QUEUE_FOR_TIER[Tier(tier)]}@") and stored.attempts == 1
+    escalated = result.steps > (0 if tier == "A" else 1)
+    assert bool(result.sources) == (tier == "B" or escalated)  # A's draft alone retrieves nothing
+    assert store.get_request(request_id).status is RequestStatus.DONE
+
+
 def test_a_task_delivered_twice_writes_one_row(pools, store, app):
     request_id, first = submit(store, app, "A")
     second = send(app, request_id, "A")  # the same task id

@@ -57,3 +57,17 @@ def test_the_classifier_follows_the_served_pointer_not_the_newest_version(tmp_pa
     state = ServedState(version=2, history=(1, 3, 2), loaded=(3, 2), reason="rollback")
     (model_dir / SERVED_FILE).write_text(state.to_json())
     assert router.published_versions() == [2]
+
+
+@pytest.mark.parametrize(("kind", "tier", "strategy"), [
+    ("self-route", Tier.B, "self_route"), ("uncertainty", Tier.A, "uncertainty"),
+])
+def test_a_self_routing_strategy_serves_without_a_router(kind: str, tier: Tier, strategy: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARAG_ROUTER", kind)
+    assert FrontDoorSettings().router == kind
+    router = open_router(kind, None, Settings(), _never)
+    assert isinstance(router, FixedRouter) and router.model_name == kind
+    decision = asyncio.run(router.route("Who directed the film that won the 1998 Palme d'Or?"))
+    assert (decision.tier, decision.strategy, decision.model_name) == (tier, strategy, kind)
+    assert not decision.fallback and decision.probabilities is None

@@ -629,3 +629,21 @@ def test_the_default_cap_is_the_runs_a_task_may_lose_its_pool_process_in():
 
     assert WorkerSettings(_env_file=None, task_max_retries=4).max_deliveries == 5
     assert WorkerSettings(_env_file=None, task_max_retries=4, task_max_deliveries=2).max_deliveries == 2
+
+
+def test_a_self_routing_policy_names_its_strategy_in_the_task_and_the_record():
+    from services.frontdoor.routing import FixedRouter
+    from adaptive_rag.routing.self_routing import self_routing_policy
+
+    svc, store, queue, _routed = service()
+    svc.router = FixedRouter("self-route", self_routing_policy("self-route"))
+    answered = run(svc.answer(KEY, b"Who founded the company that makes the X200?", None, soon(), CallProgress()))
+    task = queue.tasks[-1]
+    assert (task.tier, task.strategy) == (Tier.B, "self_route")
+    assert store.decisions[answered.request_id].strategy == "self_route"
+    # Two questions in one still go to C, with C's own strategy, not the self-routing one.
+    two = "Which plan is required for the Lumora Developer API, and what is its rate limit?"
+    run(svc.answer(KEY, two.encode(), None, soon(), CallProgress()))
+    assert (queue.tasks[-1].tier, queue.tasks[-1].strategy) == (Tier.C, "decompose")
+    with pytest.raises(ValueError, match="self-route, uncertainty"):
+        self_routing_policy("astrology")
