@@ -112,13 +112,20 @@ bench-setup: | $(VENV)/.created
 	nice -n 10 $(PYTHON) -m benchmarks.setup_time --python $(PYTHON) --wheels $(ARAG_CACHE)/wheels \
 	  --out reports/setup $(BENCH_SETUP_ARGS)
 
-## eval: the evaluation report on the test split (long: see README)
+## eval: the evaluation report on the test split (long: see README): the shipped router published
+## for the adaptive row, the uncertainty threshold tuned on train, every strategy and the LLM judge
 # EVAL_READER: whose outcomes (one results directory per reader: reports/eval holds Gemma's)
 EVAL_READER ?= qwen-1.5b
+EVAL_OUT = reports/eval-$(EVAL_READER)
 eval: setup-eval
 	$(ARAG) index --benchmark --data-dir $(DATA_DIR) --index-dir var/bench-index
-	ARAG_READER=$(EVAL_READER) $(ARAG) eval --data-dir $(DATA_DIR) --index-dir var/bench-index --limit 100 \
-	  --strategies no_retrieval,single_step,ircot,decompose,self_route,uncertainty --out reports/eval-$(EVAL_READER)
+	$(ARAG) model ship --repository $(MODEL_REPOSITORY)
+	ARAG_READER=$(EVAL_READER) $(ARAG) routers tune-uncertainty --limit 20 --data-dir $(DATA_DIR) \
+	  --index-dir var/bench-index --out $(EVAL_OUT)/uncertainty-tuning
+	ARAG_READER=$(EVAL_READER) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval --data-dir $(DATA_DIR) \
+	  --index-dir var/bench-index --limit 100 --out $(EVAL_OUT) --llm-judge \
+	  --uncertainty-tuning $(EVAL_OUT)/uncertainty-tuning/tuning.json \
+	  --strategies no_retrieval,single_step,ircot,decompose,self_route,uncertainty
 
 ## eval-support: the support suite on the test split (COVID FAQ knowledge base; ~10 min)
 eval-support: setup-eval

@@ -52,6 +52,7 @@ def evaluate(
     reader_abstains: Annotated[Optional[bool], typer.Option("--reader-abstains/--no-reader-abstains", help="let the single-step reader say the passages lack the answer (default: ARAG_READER_ABSTAINS)")] = None,
     classifier_versions: Annotated[Optional[str], typer.Option(help="further trained classifier versions shown beside \"adaptive\", comma-separated (e.g. the silver-only, binary-only and mpnet-base runs of `arag train --labels/--base`): rows \"adaptive v<N>\"")] = None,
     routers: Annotated[Optional[list[Path]], typer.Option("--routers", help="saved learned routers (`arag routers train`), each a router directory or a folder of them; repeatable (default: var/routers when it exists)")] = None,
+    uncertainty_tuning: Annotated[Optional[Path], typer.Option(help="the tuning.json of `arag routers tune-uncertainty` (same reader, `train` split): the uncertainty strategy's threshold and aggregate (default: ARAG_UNCERTAINTY_THRESHOLD / ARAG_UNCERTAINTY_AGGREGATE)")] = None,
     llm_judge: Annotated[bool, typer.Option("--llm-judge", help="add the LLM-judge router's row: the reader picks each question's tier (one LLM call per question, counted in its time); its routes are recorded and replayed by --report-only")] = False,
 ) -> None:
     """Evaluate strategies on the `test` split; writes report.json, report.md, f1_vs_time.png.
@@ -102,6 +103,8 @@ def evaluate(
         data_dir=data_dir, retriever=retriever, index_dir=index_dir, multi_step=multi_step,
         abstain_min_score=min_score, reader_abstains=reader_abstains,
     )
+    if uncertainty_tuning is not None:
+        settings = settings.model_copy(update=_tuned_uncertainty(uncertainty_tuning, settings.reader))
     chosen = datasets.split(",") if datasets else None
     questions = interleaved(limit_per_dataset(load_questions(settings.data_dir, chosen, split="test"), limit))
     names = [resolve_strategy(s.strip(), settings) for s in strategies.split(",") if s.strip()]
@@ -375,6 +378,26 @@ UNCERTAINTY_KNOBS = "uncertainty_knobs"
 
 def _uncertainty_knobs(settings) -> dict[str, Any]:
     return {"threshold": settings.uncertainty_threshold, "aggregate": settings.uncertainty_aggregate}
+
+
+def _tuned_uncertainty(path: Path, reader: str) -> dict[str, Any]:
+    """The settings `arag routers tune-uncertainty` chose, from its tuning.json, for this reader."""
+    try:
+        tuned = json.loads(path.read_text(encoding="utf-8"))
+        chosen, made_for, split = tuned["chosen"], tuned["reader"], tuned["split"]
+        values = {"uncertainty_threshold": float(chosen["threshold"]),
+                  "uncertainty_aggregate": chosen["aggregate"]}
+        if values["uncertainty_aggregate"] not in ("min", "mean") or not 0.0 <= values["uncertainty_threshold"] <= 1.0:
+            raise ValueError(f"threshold {values['uncertainty_threshold']} / aggregate {values['uncertainty_aggregate']!r}")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise typer.BadParameter(f"--uncertainty-tuning {path}: not a tuning.json of "
+                                 f"`arag routers tune-uncertainty` ({type(exc).__name__}: {exc})") from None
+    if split != "train":
+        raise typer.BadParameter(f"--uncertainty-tuning {path} was tuned on {split!r}; only `train` may choose it")
+    if made_for != reader:
+        raise typer.BadParameter(f"--uncertainty-tuning {path} was tuned for reader {made_for!r}, "
+                                 f"this evaluation reads with {reader!r}")
+    return values
 
 
 def _recorded_uncertainty(out: Path, settings) -> dict[str, Any]:

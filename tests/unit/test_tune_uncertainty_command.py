@@ -53,3 +53,26 @@ def test_tuning_runs_on_train_questions_and_resumes(tmp_path: Path) -> None:
 def test_bad_options_are_refused(tmp_path: Path, option: tuple[str, str], message: str) -> None:
     done = arag("routers", "tune-uncertainty", *option, "--out", str(tmp_path))
     assert done.returncode == 2 and message in done.stdout + done.stderr
+
+
+def test_the_evaluation_takes_the_tuned_threshold_only_from_train_and_the_same_reader(tmp_path: Path) -> None:
+    import typer
+
+    from adaptive_rag.cli.evaluation import _tuned_uncertainty
+
+    def tuning(**changes) -> Path:
+        path = tmp_path / "tuning.json"
+        path.write_text(json.dumps({"split": "train", "reader": "qwen-1.5b",
+                                    "chosen": {"aggregate": "mean", "threshold": 0.42}, **changes}))
+        return path
+
+    assert _tuned_uncertainty(tuning(), "qwen-1.5b") == {"uncertainty_threshold": 0.42,
+                                                         "uncertainty_aggregate": "mean"}
+    for changes, message in (({"reader": "gemma-270m"}, "tuned for reader 'gemma-270m'"),
+                             ({"split": "test"}, "only `train` may choose it"),
+                             ({"chosen": {"aggregate": "median", "threshold": 0.4}}, "not a tuning.json"),
+                             ({"chosen": {"threshold": 0.4}}, "not a tuning.json")):
+        with pytest.raises(typer.BadParameter, match=message):
+            _tuned_uncertainty(tuning(**changes), "qwen-1.5b")
+    with pytest.raises(typer.BadParameter, match="not a tuning.json"):
+        _tuned_uncertainty(tmp_path / "missing.json", "qwen-1.5b")
