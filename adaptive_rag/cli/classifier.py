@@ -20,7 +20,7 @@ import typer
 from rich.table import Table
 
 from adaptive_rag.cli.common import (
-    DataDir, DbUrl, IndexDir, RepoOpt, Retr, console, load_classifier_settings, load_settings,
+    DataDir, Datasets, DbUrl, IndexDir, RepoOpt, Retr, console, load_classifier_settings, load_settings,
     open_label_store, progress_bar,
 )
 from adaptive_rag.settings import ClassifierSettings
@@ -36,7 +36,7 @@ TOP_LEVEL = ("label", "train", "calibrate", "relabel", "retrain")  # also `arag 
 
 @classifier_app.command()
 def label(
-    datasets: Annotated[Optional[str], typer.Option(help="comma-separated subset of squad,nq,trivia,musique,hotpotqa,2wiki")] = None,
+    datasets: Datasets = None,
     limit: Annotated[Optional[int], typer.Option(help="questions per dataset")] = None,
     split: Annotated[str, typer.Option(help="train (classifier training) or test (classifier accuracy only)")] = "train",
     correct: Annotated[Optional[str], typer.Option(help="what counts as correct: em | acc | em_or_acc")] = None,

@@ -30,6 +30,7 @@ err_console = Console(stderr=True)
 Retr = Annotated[Optional[str], typer.Option("--retriever", help="tantivy | opensearch")]
 IndexDir = Annotated[Optional[Path], typer.Option("--index-dir", help="tantivy index directory")]
 DataDir = Annotated[Optional[Path], typer.Option("--data-dir", help="benchmark data (default: ARAG_DATA_DIR)")]
+Datasets = Annotated[Optional[str], typer.Option("--datasets", help="comma-separated subset of squad,nq,trivia,musique,hotpotqa,2wiki")]
 DbUrl = Annotated[Optional[str], typer.Option("--database-url", help="default: DATABASE_URL or sqlite:///var/arag.db")]
 RepoOpt = Annotated[Optional[Path], typer.Option("--repository", help="Triton model repository (default: ARAG_MODEL_REPOSITORY)")]
 

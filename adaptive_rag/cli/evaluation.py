@@ -17,7 +17,7 @@ import typer
 from rich.table import Table
 
 from adaptive_rag.cli.common import (
-    DataDir, IndexDir, Retr, console, load_classifier_settings, load_settings, progress_bar,
+    DataDir, Datasets, IndexDir, Retr, console, load_classifier_settings, load_settings, progress_bar,
     resolve_strategy,
 )
 from adaptive_rag.contracts import Tier
@@ -38,7 +38,7 @@ SUPPORT_FIXED_ROWS = "b"
 def evaluate(
     out: Annotated[Optional[Path], typer.Option(help="report directory (results.jsonl makes it resumable); default reports/eval, or reports/support for --suite support")] = None,
     suite: Annotated[str, typer.Option(help="benchmark (the six QA sets) | support (the COVID FAQ as a help centre)")] = "benchmark",
-    datasets: Annotated[Optional[str], typer.Option(help="comma-separated subset of squad,nq,trivia,musique,hotpotqa,2wiki")] = None,
+    datasets: Datasets = None,
     limit: Annotated[Optional[int], typer.Option(help="questions per dataset (support: per query kind) of the split")] = None,
     strategies: Annotated[Optional[str], typer.Option(help=f"comma-separated strategies to run (default {BENCHMARK_STRATEGIES}); support: the fixed-tier rows beside the router, as tiers a,b,c (default {SUPPORT_FIXED_ROWS})")] = None,
     data_dir: DataDir = None,

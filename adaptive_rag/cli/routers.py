@@ -23,6 +23,7 @@ from rich.table import Table
 
 from adaptive_rag.cli.common import (
     DataDir,
+    Datasets,
     DbUrl,
     IndexDir,
     Retr,
@@ -226,7 +227,7 @@ def fetch_base(name: Annotated[str, typer.Argument(help="mpnet-base (minilm-l6 i
 @routers_app.command(name="tune-uncertainty")
 def tune_uncertainty(
     limit: Annotated[int, typer.Option(help="`train` questions per dataset (the first, in the evaluation's stable order)")] = 20,
-    datasets: Annotated[Optional[str], typer.Option(help="comma-separated subset of squad,nq,trivia,musique,hotpotqa,2wiki")] = None,
+    datasets: Datasets = None,
     cost: Annotated[str, typer.Option(help="what the budget bounds: seconds (draft + single step where it triggers) | steps")] = "seconds",
     budget: Annotated[Optional[float], typer.Option(help="max mean cost per question (default: none, best F1)")] = None,
     out: Annotated[Path, typer.Option(help="drafts.jsonl and single_step.jsonl (resumable), tuning.json")] = Path("var/uncertainty"),
