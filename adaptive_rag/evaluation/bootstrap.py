@@ -55,18 +55,28 @@ def bootstrap_mean(
     groups = [g for g in groups if len(g)]
     if not groups:
         return None
-    rng = np.random.default_rng(seed)
-    means = np.zeros(resamples)
-    for data in groups:
-        means += data[rng.integers(0, len(data), size=(resamples, len(data)))].mean(axis=1)
-    means /= len(groups)
-    tail = (1 - confidence) / 2
-    low, high = np.quantile(means, [tail, 1 - tail])
+    low, high = _percentiles(_resampled_means(groups, resamples, seed), confidence)
     estimate = float(np.mean([g.mean() for g in groups]))
     # Rounding noise only (every resample equal): an interval of constant values is the value.
     low = estimate if abs(low - estimate) < 1e-12 else float(low)
     high = estimate if abs(high - estimate) < 1e-12 else float(high)
     return Interval(estimate, low, high, sum(len(g) for g in groups))
+
+
+def _resampled_means(groups: Sequence[np.ndarray], resamples: int, seed: int) -> np.ndarray:
+    """Per resample, the mean over groups of each group's mean, every group redrawn with
+    replacement to its own size (column by column for groups of paired values)."""
+    rng = np.random.default_rng(seed)
+    total = np.zeros((resamples, *groups[0].shape[1:]))
+    for data in groups:
+        total += data[rng.integers(0, len(data), size=(resamples, len(data)))].mean(axis=1)
+    return total / len(groups)
+
+
+def _percentiles(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(values, [tail, 1 - tail])
+    return float(low), float(high)
 
 
 def by_dataset(values: Keyed) -> dict[str, list[float]]:
@@ -110,14 +120,7 @@ def ratio_interval(
     if estimate_den == 0:
         return None
     estimate = float(np.mean([p[:, 0].mean() for p in pairs])) / estimate_den
-    rng = np.random.default_rng(seed)
-    num, den = np.zeros(resamples), np.zeros(resamples)
-    for data in pairs:
-        drawn = data[rng.integers(0, len(data), size=(resamples, len(data)))]  # (resamples, n, 2)
-        num += drawn[:, :, 0].mean(axis=1)
-        den += drawn[:, :, 1].mean(axis=1)
-    kept = den != 0
-    ratios = num[kept] / den[kept]
-    tail = (1 - confidence) / 2
-    low, high = np.quantile(ratios, [tail, 1 - tail])
-    return Interval(estimate, float(low), float(high), len(keys))
+    means = _resampled_means(pairs, resamples, seed)  # (resamples, 2): numerator, denominator
+    kept = means[:, 1] != 0
+    low, high = _percentiles(means[kept, 0] / means[kept, 1], confidence)
+    return Interval(estimate, low, high, len(keys))
