@@ -30,7 +30,7 @@ from pathlib import Path
 
 from adaptive_rag.evaluation.bootstrap import Interval, difference_interval, mean_interval
 from adaptive_rag.evaluation.datasets import MULTI_HOP, interleaved, limit_per_dataset, load_questions
-from adaptive_rag.evaluation.runner import Outcome, load_outcomes, run_evaluation
+from adaptive_rag.evaluation.runner import Outcome, context_reset, load_outcomes, run_evaluation
 from adaptive_rag.llm import build_llm
 from adaptive_rag.llm.readers import READERS
 from adaptive_rag.retrieval import open_retriever
@@ -55,10 +55,11 @@ def run(args: argparse.Namespace) -> None:
     questions = limit_per_dataset(interleaved(load_questions(base.data_dir, args.datasets, split="train")),
                                   args.per_dataset)
     retriever = open_retriever(base)
-    runners = {}
+    runners, resets = {}, []
     for reader in args.readers:
         settings = base.model_copy(update={"reader": reader})
         llm = build_llm(settings)
+        resets.append(context_reset(llm))
         for row in args.strategies:
             strategy, overrides = VARIANTS.get(row, (row, {}))
             runners[f"{reader}/{row}"] = build_strategy(
@@ -71,7 +72,15 @@ def run(args: argparse.Namespace) -> None:
         run_evaluation(
             questions, runners, args.out / "results.jsonl",
             lambda n: progress.advance(task, n),
+            lambda: forget_all(resets),
         )
+
+
+def forget_all(resets: list) -> None:
+    """Every reader forgets its prompt state (see `run_evaluation`'s `fresh_context`)."""
+    for reset in resets:
+        if reset:
+            reset()
 
 
 Key = tuple[str, str]  # (dataset, question id)

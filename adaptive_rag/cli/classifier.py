@@ -53,6 +53,7 @@ def label(
     """
     from adaptive_rag.contracts import Tier
     from adaptive_rag.evaluation.datasets import interleaved, load_questions
+    from adaptive_rag.evaluation.runner import context_reset
     from adaptive_rag.llm import build_llm
     from adaptive_rag.retrieval import open_retriever
     from adaptive_rag.strategies import build_strategy, strategy_for_tier
@@ -77,7 +78,9 @@ def label(
     }
     start = time.perf_counter()
     with progress_bar(f"labelling ({split})", len(questions)) as advance:
-        stats = label_questions(questions, strategies, store, cache, label_correct, labeller, advance)
+        stats = label_questions(
+            questions, strategies, store, cache, label_correct, labeller, advance, context_reset(llm)
+        )
     console.print(
         f"labelled {stats.labelled}, skipped {stats.skipped} already stored, in "
         f"{time.perf_counter() - start:.1f} s; new labels {stats.labels}, sources {stats.sources}"

@@ -96,7 +96,7 @@ def evaluate(
         add_intervals, best_fixed_row, claims, markdown, points, router_goals, standard_claims, summarise,
         write_report,
     )
-    from adaptive_rag.evaluation.runner import load_outcomes, run_evaluation
+    from adaptive_rag.evaluation.runner import context_reset, load_outcomes, run_evaluation
     from adaptive_rag.strategies import SELF_ROUTING_NAMES, build_strategy, strategy_for_tier
 
     settings = load_settings(
@@ -119,7 +119,7 @@ def evaluate(
         retr, llm = open_retriever(settings), build_llm(settings)
         runners = {name: build_strategy(name, retr, llm, settings) for name in names}
         with progress_bar("evaluating", len(questions) * len(runners)) as advance:
-            outcomes = run_evaluation(questions, runners, out / "results.jsonl", advance)
+            outcomes = run_evaluation(questions, runners, out / "results.jsonl", advance, context_reset(llm))
         if llm_judge:
             from adaptive_rag.evaluation.adaptive import llm_judge_row
             from adaptive_rag.routing.llm_judge import LLMJudge

@@ -240,7 +240,7 @@ def tune_uncertainty(
     threshold between them swept; prints the ARAG_UNCERTAINTY_THRESHOLD and
     ARAG_UNCERTAINTY_AGGREGATE to serve and evaluate with."""
     from adaptive_rag.evaluation.datasets import interleaved, limit_per_dataset, load_questions
-    from adaptive_rag.evaluation.runner import run_evaluation
+    from adaptive_rag.evaluation.runner import context_reset, run_evaluation
     from adaptive_rag.evaluation.uncertainty_tuning import collect_drafts, tune
     from adaptive_rag.llm import build_llm
     from adaptive_rag.retrieval import open_retriever
@@ -259,7 +259,7 @@ def tune_uncertainty(
     with progress_bar("drafting (no retrieval, log-probabilities)", len(questions)) as advance:
         drafts = collect_drafts(questions, drafter, out / "drafts.jsonl", advance)  # type: ignore[arg-type]
     with progress_bar("single step", len(questions)) as advance:
-        outcomes = run_evaluation(questions, single, out / "single_step.jsonl", advance)
+        outcomes = run_evaluation(questions, single, out / "single_step.jsonl", advance, context_reset(llm))
     asked = {(q.dataset, q.id) for q in questions}
     drafts = {k: d for k, d in drafts.items() if k in asked}
     by_question = {(d, q): o for (d, q, _), o in outcomes.items() if (d, q) in asked}

@@ -58,6 +58,12 @@ def load_keyed_jsonl(path: Path, record: Callable[..., R]) -> dict[Any, R]:
     return records
 
 
+def context_reset(llm: object) -> Callable[[], None] | None:
+    """The reader's way to forget its reusable prompt state, when it keeps one in this process
+    (llama.cpp); a remote endpoint's server-side cache is out of reach and gets None."""
+    return getattr(llm, "forget_context", None)
+
+
 def load_outcomes(path: Path) -> dict[tuple[str, str, str], Outcome]:
     """Outcomes already on disk (see `load_keyed_jsonl`)."""
     return load_keyed_jsonl(path, Outcome)
@@ -77,8 +83,12 @@ def run_evaluation(
     strategies: Mapping[str, Strategy],
     results_path: Path,
     on_progress: Callable[[int], None] | None = None,
+    fresh_context: Callable[[], None] | None = None,
 ) -> dict[tuple[str, str, str], Outcome]:
-    """Run every strategy on every question not yet in `results_path`; return all outcomes."""
+    """Run every strategy on every question not yet in `results_path`; return all outcomes.
+
+    `fresh_context` is called before each run (`context_reset(llm)`), so that no run's time
+    benefits from the prompt state the previous strategy left in the same reader process."""
     results_path.parent.mkdir(parents=True, exist_ok=True)
     outcomes = load_outcomes(results_path)
     _end_last_line(results_path)
@@ -87,6 +97,8 @@ def run_evaluation(
             for name, strategy in strategies.items():
                 key = (question.dataset, question.id, name)
                 if key not in outcomes:
+                    if fresh_context:
+                        fresh_context()
                     result = strategy.run(question.question)
                     outcome = Outcome(
                         question_id=question.id, dataset=question.dataset, strategy=name,

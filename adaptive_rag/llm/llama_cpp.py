@@ -63,6 +63,14 @@ class LlamaCppLLM:
         atexit.register(_close_at_exit, weakref.ref(self._llama))
         self._lock = threading.Lock()
 
+    def forget_context(self) -> None:
+        """Drop the evaluated prompt llama.cpp keeps for prefix reuse, so the next call is timed as
+        a fresh request's. An evaluation runs several strategies on one question in one process;
+        without this, a strategy whose prompt repeats the previous one's (the same passages, the
+        same instructions) skips most of its prompt processing, which no served request would."""
+        with self._lock:
+            self._llama.reset()
+
     def _fit(self, prompt: str, max_tokens: int) -> str:
         """Trim the prompt's middle so prompt + answer fit in the context window."""
         budget = self.n_ctx - max_tokens - 64

@@ -88,8 +88,10 @@ def label_questions(
     metric: CorrectMetric = "em_or_acc",
     labeller: Mapping[str, object] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    fresh_context: Callable[[], None] | None = None,
 ) -> LabelRunStats:
-    """Label every question not yet stored (origin "benchmark"); one progress tick per question."""
+    """Label every question not yet stored (origin "benchmark"); one progress tick per question
+    (`fresh_context`: as in `run_evaluation`)."""
     missing = [t for t in TIER_ORDER if t not in strategies]
     if missing:
         raise ValueError(f"a strategy is needed for every tier; missing {[t.value for t in missing]}")
@@ -102,7 +104,7 @@ def label_questions(
         if (question.dataset, question.id) in done:
             stats.skipped += 1
         else:
-            outcomes = run_evaluation([question], runners, cache_path)
+            outcomes = run_evaluation([question], runners, cache_path, fresh_context=fresh_context)
             per_tier = {t: outcomes[(question.dataset, question.id, names[t])] for t in TIER_ORDER}
             tier, source = choose_label(per_tier, question.multi_hop, metric)
             store.add(

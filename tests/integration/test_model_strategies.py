@@ -139,6 +139,15 @@ def test_generate_honours_stop_strings(llm) -> None:
     assert free.text.startswith(stopped.text)
 
 
+def test_forgetting_the_context_drops_the_reused_prompt_and_changes_no_answer(llm) -> None:
+    prompt = "Numbers from one to ten: one, two, three,"
+    first = llm.generate(prompt, 8)
+    assert llm._llama.n_tokens > 0  # llama.cpp keeps the evaluated tokens for prefix reuse
+    llm.forget_context()
+    assert llm._llama.n_tokens == 0
+    assert llm.generate(prompt, 8).text == first.text
+
+
 def test_missing_gguf_path_is_a_configuration_error(tmp_path) -> None:
     with pytest.raises(ConfigurationError, match="GGUF model not found"):
         LlamaCppLLM(tmp_path / "missing.gguf")

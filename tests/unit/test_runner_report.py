@@ -12,7 +12,7 @@ from adaptive_rag.evaluation.adaptive import ORACLE
 from adaptive_rag.evaluation.report import (
     AVERAGE, markdown, oracle_outcomes, router_goals, router_goals_markdown, summarise, write_report,
 )
-from adaptive_rag.evaluation.runner import Outcome, load_outcomes, run_evaluation
+from adaptive_rag.evaluation.runner import Outcome, context_reset, load_outcomes, run_evaluation
 
 
 class ScriptedStrategy:
@@ -89,6 +89,32 @@ def test_second_run_reruns_nothing(tmp_path) -> None:
     assert sum(progress) == 6  # progress still counts the pairs already done
     assert second == first
     assert path.read_text() == before
+
+
+def test_each_run_starts_from_a_fresh_reader_context_and_cached_pairs_do_not(tmp_path) -> None:
+    path = tmp_path / "results.jsonl"
+    strats = strategies()
+    calls: list[int] = []
+
+    def forget() -> None:
+        calls.append(total_runs(strats))  # how many runs had happened when the reader forgot
+
+    run_evaluation(QUESTIONS[:1], strats, path, fresh_context=forget)
+    assert calls == [0, 1]  # before each of the two strategies' runs, not after
+    run_evaluation(QUESTIONS, strats, path, fresh_context=forget)
+    assert len(calls) == 2 + 4  # the first question's two pairs came from the file
+
+
+def test_a_reader_without_local_prompt_state_has_no_reset() -> None:
+    class Remote:
+        prompt_style = "chat"
+
+    class Embedded:
+        def forget_context(self) -> None: ...
+
+    assert context_reset(Remote()) is None
+    embedded = Embedded()
+    assert context_reset(embedded) == embedded.forget_context
 
 
 def test_new_strategy_runs_only_itself(tmp_path) -> None:
