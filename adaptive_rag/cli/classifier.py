@@ -97,16 +97,20 @@ def _print_counts(store) -> None:
     console.print(table)
 
 
-def _examples(store, split: str, datasets: list[str] | None = None, labels: str = "both") -> list:
+def _examples(store, split: str, datasets: list[str] | None = None, labels: str = "both",
+              binary_from: Path | None = None) -> list:
     """Training examples of one split, benchmark and live labels alike (`labels`: the label
-    scheme, `adaptive_rag.training.labelling.training_labels`)."""
-    from adaptive_rag.training.labelling import training_labels
+    scheme, `adaptive_rag.training.labelling.training_labels`); with `binary_from` (the benchmark
+    data), every question of the split without a stored label gets its binary one."""
+    from adaptive_rag.training.labelling import binary_labels, training_labels
     from adaptive_rag.training.training import Example
 
-    return [
-        Example(row.question, label, row.question_id, row.dataset)
-        for row, label in training_labels(store.labels(split=split, datasets=datasets), labels)
-    ]
+    rows = list(store.labels(split=split, datasets=datasets))
+    if binary_from is not None:
+        rows += [r for r in binary_labels(binary_from, {(r.dataset, r.question_id) for r in rows}, split)
+                 if datasets is None or r.dataset in datasets]
+    return [Example(row.question, label, row.question_id, row.dataset)
+            for row, label in training_labels(rows, labels)]
 
 
 @classifier_app.command()
@@ -123,6 +127,8 @@ def train(
     patience: int = 2,
     seed: int = 13,
     no_class_weights: bool = False,
+    fill_binary: Annotated[bool, typer.Option(help="label every benchmark `train` question the database has no label for by its dataset's bias (the paper's binary labels; `arag label` runs the reader on only some)")] = False,
+    data_dir: DataDir = None,
     max_steps_per_epoch: Annotated[Optional[int], typer.Option(help="cap for smoke runs")] = None,
     threads: Annotated[Optional[int], typer.Option(help="torch threads")] = None,
     export: Annotated[bool, typer.Option(help="also export the run as a new model version")] = False,
@@ -148,7 +154,8 @@ def train(
 
     # The validation part of `train` (a hash of the normalised question) is held out for
     # promotion, so a run is never judged on questions it saw.
-    train_rows, held_out = partition(_examples(store, "train", chosen, labels), lambda e: e.text)
+    binary_from = load_settings(data_dir=data_dir).data_dir if fill_binary else None
+    train_rows, held_out = partition(_examples(store, "train", chosen, labels, binary_from), lambda e: e.text)
     test_rows = _examples(store, "test", chosen)
     if not train_rows:
         raise typer.BadParameter(f"no `train` labels ({labels}) in the database: run `arag classifier label` first")
@@ -158,7 +165,8 @@ def train(
               "answered correctly)", "binary": "binary labels only (every question labelled by its "
               "dataset's bias)"}[labels]
     note = (
-        f"{len(train_rows)} `train` labels from `training_labels` ({database_url}), {scheme}; "
+        f"{len(train_rows)} `train` labels from `training_labels` ({database_url})"
+        f"{', every other benchmark question binary' if fill_binary else ''}, {scheme}; "
         f"per dataset (A/B/C): "
         + ", ".join(
             f"{d} {per_dataset[(d, 'A')]}/{per_dataset[(d, 'B')]}/{per_dataset[(d, 'C')]}"

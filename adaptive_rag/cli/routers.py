@@ -126,19 +126,6 @@ def train(
 SHIPPED_DIR = Path("models/router")
 
 
-def binary_labels(data_dir: Path, known: set[tuple[str, str]]) -> list:
-    """A binary label (the dataset's bias) for every benchmark `train` question not in `known`."""
-    from adaptive_rag.evaluation.datasets import load_questions
-    from adaptive_rag.routing.rules import dataset_tier
-    from adaptive_rag.storage.models import TrainingLabel
-
-    return [TrainingLabel(origin="benchmark", dataset=q.dataset, question_id=q.id, question=q.question,
-                          label=tier.value, label_source="binary", split="train", correct_metric="none",
-                          outcomes={})
-            for q in load_questions(data_dir, split="train")
-            if (q.dataset, q.id) not in known and (tier := dataset_tier(q.dataset)) is not None]
-
-
 @routers_app.command(name="fit-words")
 def fit_words(
     labels_file: Annotated[Optional[Path], typer.Option(help="a label file (JSONL, as written here) instead of the database")] = None,
@@ -161,6 +148,7 @@ def fit_words(
     from adaptive_rag.routing.bag_of_words import fit, model_card
     from adaptive_rag.routing.learned import examples_from_labels
     from adaptive_rag.storage.labels import read_label_file, write_label_file
+    from adaptive_rag.training.labelling import binary_labels
 
     if labels_file is not None:
         if not labels_file.is_file():

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from adaptive_rag.contracts import RoutingDecision, Tier
 from adaptive_rag.evaluation.datasets import Question
 from adaptive_rag.evaluation.runner import Outcome
+from adaptive_rag.routing.embeddings import DEFAULT_ENCODER
 from adaptive_rag.routing.local_classifier import Router, rules_router
 from adaptive_rag.routing.rules import dataset_tier
 
@@ -210,7 +211,12 @@ def learned_router_info(router: LearnedRouter, directory: Path) -> dict[str, Any
 def learned_router_row(router: LearnedRouter, directory: Path) -> RoutingRow:
     """A saved learned router as a report row (routing time included: it runs per question)."""
     directory = Path(directory)
-    name = LEARNED_PREFIX + router.kind + ("" if directory.name == router.kind else f" ({directory.name})")
+    # "learned lr", "learned lr (mpnet-base)" for another encoder, "learned lr (<dir>)" for a
+    # directory not named after its kind: rows of one report never share a name.
+    encoder = str(router.card.get("encoder", {}).get("name") or DEFAULT_ENCODER)
+    suffix = (directory.name if directory.name != router.kind
+              else encoder if encoder != DEFAULT_ENCODER else "")
+    name = LEARNED_PREFIX + router.kind + (f" ({suffix})" if suffix else "")
     info = learned_router_info(router, directory)
     params = ", ".join(f"{k} {v}" for k, v in info["hyperparameters"].items())
     return RoutingRow(name, lambda q: router.route(q.question), label=f"{name} ({params})", timed=True,

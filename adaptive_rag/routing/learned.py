@@ -6,7 +6,7 @@ every hyper-parameter chosen on a validation split carved from those labels by a
 the normalised question (`validation_split`: duplicates and paraphrases that normalise alike land
 on the same side), then refitted on all of them:
 
-- `LogisticRouter` ("lr"): multinomial logistic regression on MiniLM-L6 sentence embeddings;
+- `LogisticRouter` ("lr"): multinomial logistic regression on sentence embeddings;
   C and the class weighting chosen by validation macro-F1 (the fine-tuned classifier's criterion).
 - `KnnRouter` ("knn"): the tier most voted by the k nearest labelled past queries (cosine), as in
   SKR (Wang et al., 2023, "Self-Knowledge Guided Retrieval Augmentation"); k and the vote weighting
@@ -379,7 +379,7 @@ class LogisticRouter(LearnedRouter):
     """Multinomial logistic regression on the sentence embeddings."""
 
     kind = "lr"
-    description = "logistic regression (scikit-learn) on MiniLM-L6 sentence embeddings; argmax tier"
+    description = "logistic regression (scikit-learn) on sentence embeddings; argmax tier"
     selection_rule = ("C and class weighting with the highest validation macro-F1 of the labels; ties: "
                       "higher accuracy, then the smaller C (stronger regularisation)")
     C_GRID = (0.01, 0.1, 1.0, 10.0, 100.0)
@@ -466,7 +466,7 @@ class KnnRouter(LearnedRouter):
     """The tier most voted among the k nearest labelled queries."""
 
     kind = "knn"
-    description = ("k nearest labelled past queries (cosine on MiniLM-L6 sentence embeddings), SKR style; "
+    description = ("k nearest labelled past queries (cosine on sentence embeddings), SKR style; "
                    "the memory grows with live labelled queries")
     selection_rule = ("k and vote weighting with the highest validation macro-F1 of the labels; ties: "
                       "higher accuracy, then the smaller k")
@@ -550,7 +550,7 @@ class RewardRouter(LearnedRouter):
 
     kind = "reward"
     description = ("cost-aware reward regression (MBA-RAG style): per tier correctness - lambda * steps, "
-                   "ridge on MiniLM-L6 sentence embeddings, argmax reward")
+                   "ridge on sentence embeddings, argmax reward")
     ALPHAS = (0.1, 1.0, 10.0, 100.0)
     LAMBDAS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
 

@@ -97,3 +97,18 @@ def test_untrained_versions_give_no_adaptive_row(outcomes_dir, tmp_path) -> None
     (version / "classifier.json").write_text(json.dumps({"labels": ["A", "B", "C"], "untrained": True}))
     report = report_rows(outcomes_dir, repository)
     assert "adaptive" not in report["table"] and "adaptive, rules only" in report["table"]
+
+
+@pytest.mark.parametrize(("directory", "encoder", "name"), [
+    ("var/routers/lr", "minilm-l6", "learned lr"),
+    ("var/routers-mpnet/lr", "mpnet-base", "learned lr (mpnet-base)"),
+    ("var/routers/lr-small", "minilm-l6", "learned lr (lr-small)"),
+])
+def test_a_learned_router_row_is_named_by_kind_and_any_other_encoder(directory: str, encoder: str, name: str) -> None:
+    from types import SimpleNamespace
+
+    from adaptive_rag.evaluation.adaptive import learned_router_row
+
+    router = SimpleNamespace(kind="lr", artefact_sha256="0" * 64, route=lambda text: None,
+                             card={"encoder": {"name": encoder}, "hyperparameters": {"C": 1.0}})
+    assert learned_router_row(router, Path(directory)).name == name  # type: ignore[arg-type]

@@ -108,3 +108,23 @@ def test_arag_train_reads_the_chosen_label_scheme(tmp_path: Path) -> None:
         ("3", "C"), ("4", "C"), ("1", "B"), ("2", "B")]  # the store's order: dataset, question id
     assert [e.question_id for e in _examples(store, "train", labels="silver")] == ["3", "1"]
     assert len(_examples(store, "train")) == 5 and len(_examples(store, "test")) == 1
+
+
+def test_binary_fill_labels_only_the_questions_without_a_stored_label(monkeypatch: pytest.MonkeyPatch) -> None:
+    from adaptive_rag.evaluation import datasets
+    from adaptive_rag.evaluation.datasets import Question
+    from adaptive_rag.training.labelling import binary_labels
+
+    asked: list[str | None] = []
+
+    def load_questions(data_dir: Path, datasets_=None, split: str | None = None) -> list[Question]:
+        asked.append(split)
+        return [Question(id="1", dataset="squad", question="q1", answers=("a",)),
+                Question(id="2", dataset="squad", question="q2", answers=("a",)),
+                Question(id="3", dataset="hotpotqa", question="q3", answers=("a",))]
+
+    monkeypatch.setattr(datasets, "load_questions", load_questions)
+    filled = binary_labels(Path("unused"), known={("squad", "1")})
+    assert asked == ["train"]
+    assert [(r.dataset, r.question_id, r.label, r.label_source, r.split) for r in filled] == [
+        ("squad", "2", "B", "binary", "train"), ("hotpotqa", "3", "C", "binary", "train")]
