@@ -204,7 +204,7 @@ def test_report_shows_every_row_its_interval_the_claims_and_the_regeneration(tmp
 
 # --- the command ---------------------------------------------------------------------------------
 
-DATA_DIR = Path(os.environ.get("ARAG_DATA_DIR", "../shared/data"))
+DATA_DIR = Path(os.environ.get("ARAG_DATA_DIR", "../shared/data")).resolve()
 
 
 def test_report_only_run_records_the_classifier_and_replays_it_when_the_model_is_gone(tmp_path: Path) -> None:
@@ -239,6 +239,7 @@ def test_report_only_run_records_the_classifier_and_replays_it_when_the_model_is
              "--strategies", ",".join(TIERS), "--out", str(out)],
             capture_output=True, text=True, timeout=120, check=False,
             env={**os.environ, "ARAG_MODEL_REPOSITORY": str(repository), "COLUMNS": "200"},
+            cwd=tmp_path,  # no learned routers a developer trained under ./var/routers (a default)
         )
         assert done.returncode == 0, done.stdout + done.stderr
         return json.loads((out / "report.json").read_text())
