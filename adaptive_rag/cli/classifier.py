@@ -107,8 +107,7 @@ def _examples(store, split: str, datasets: list[str] | None = None, labels: str 
 
     rows = list(store.labels(split=split, datasets=datasets))
     if binary_from is not None:
-        rows += [r for r in binary_labels(binary_from, {(r.dataset, r.question_id) for r in rows}, split)
-                 if datasets is None or r.dataset in datasets]
+        rows += binary_labels(binary_from, {(r.dataset, r.question_id) for r in rows}, split, datasets)
     return [Example(row.question, label, row.question_id, row.dataset)
             for row, label in training_labels(rows, labels)]
 

@@ -72,17 +72,18 @@ def training_labels(rows: Sequence[TrainingLabel], mode: LabelMode = "both") -> 
     raise ValueError(f"unknown label mode {mode!r}: {' | '.join(LABEL_MODES)}")
 
 
-def binary_labels(data_dir: Path, known: set[tuple[str, str]], split: str = "train") -> list[TrainingLabel]:
-    """A binary label (the dataset's bias) for every benchmark question of `split` not in `known`
-    (`(dataset, question_id)`): the paper labels every training question, while the reader is
-    run on only some of them."""
+def binary_labels(data_dir: Path, known: set[tuple[str, str]], split: str = "train",
+                  datasets: Sequence[str] | None = None) -> list[TrainingLabel]:
+    """A binary label (the dataset's bias) for every benchmark question of `split` (of `datasets`,
+    default all) not in `known` (`(dataset, question_id)`): the paper labels every training
+    question, while the reader is run on only some of them."""
     from adaptive_rag.evaluation.datasets import load_questions
     from adaptive_rag.routing.rules import dataset_tier
 
     return [TrainingLabel(origin="benchmark", dataset=q.dataset, question_id=q.id, question=q.question,
                           label=tier.value, label_source="binary", split=split, correct_metric="none",
                           outcomes={})
-            for q in load_questions(data_dir, split=split)
+            for q in load_questions(data_dir, datasets, split=split)
             if (q.dataset, q.id) not in known and (tier := dataset_tier(q.dataset)) is not None]
 
 
