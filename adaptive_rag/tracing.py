@@ -32,7 +32,14 @@ def span(name: str, kind: trace.SpanKind = trace.SpanKind.INTERNAL,
     """A child span of the current one for the `with` block; attributes set to None are left out.
 
     An exception leaving the block is recorded on the span (status ERROR) and raised on.
+    Inside a trace that is not sampled (a valid parent that records nothing) no span is made:
+    under the parent-based sampler its children would not be recorded either, and making them
+    costs the hot path (a front door or worker) more than the work they would time.
     """
+    parent = trace.get_current_span()
+    if not parent.is_recording() and parent.get_span_context().is_valid:
+        yield parent
+        return
     with _TRACER.start_as_current_span(name, kind=kind) as current:
         if current.is_recording():
             for key, value in attributes.items():

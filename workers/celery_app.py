@@ -168,10 +168,18 @@ def app_settings(app: Celery) -> WorkerSettings:
     return getattr(app, "arag_settings", None) or WorkerSettings()
 
 
+# Celery's own line per task received and per task succeeded (the latter with a repr of the whole
+# result): the task logs its own `task.started` / `task.done` lines with the request id, so these
+# only repeat them, at a cost per task the pools pay at every rate. Warnings and errors still show.
+PER_TASK_LOGGERS = ("celery.worker.strategy", "celery.app.trace")
+
+
 @signals.celeryd_init.connect
 def _json_logs(**_: Any) -> None:
     """A worker's own events are JSON lines, like the front door's (its pool children inherit)."""
     configure_logging(stdlib=False)
+    for name in PER_TASK_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 @signals.celeryd_init.connect

@@ -9,10 +9,12 @@ Waiting for results:
 - Redis result backend (`REDIS_URL`): `RedisResultWaiter`, one pub/sub connection on the event
   loop for every waiting Answer, no thread per wait. Celery's Redis backend writes a finished
   task's meta to `celery-task-meta-<id>` and publishes it on a channel of that name in one
-  transaction. A wait subscribes, then reads the key (the task may have finished before the
-  subscription), then sleeps on a future that the reader task resolves; since subscription and
-  read use different connections and a pub/sub connection can drop, the key is read again every
-  `recheck_s`: a lost message costs at most that long, never the answer.
+  transaction. The connection holds one pattern subscription to every such channel, made once:
+  a wait reads the key (the task may have finished before it began waiting), then sleeps on a
+  future that the reader task resolves, with no subscribe and unsubscribe of its own (two
+  messages per Answer fewer on the event loop; every replica sees every result's message and
+  drops the ones nobody waits for, by channel name). A pub/sub connection can drop, so the key is
+  read again every `recheck_s`: a lost message costs at most that long, never the answer.
 - Any other backend (the server-less file backend of the embedded demo): `ThreadedResultWaiter`,
   Celery's blocking `AsyncResult.get` on a thread pool (Celery keeps one backend per thread, so
   each wait makes its own `AsyncResult` from the task id).
@@ -49,8 +51,6 @@ from workers.celery_app import QUEUES
 LOG = structlog.get_logger("workers.client")
 # A stored-result lookup that answers without Redis (the records database), used while Redis fails.
 StoredResult = Callable[[str], "AnswerResult | None"]
-# Subscribed from the start so the reader always has a connection to read from.
-IDLE_CHANNEL = "arag-frontdoor-idle"
 
 
 @contextlib.contextmanager
@@ -213,9 +213,9 @@ class RedisResultWaiter:
     """`await wait(task_id, timeout)` -> the task's result, `TimeoutError`, or
     `DependencyUnavailableError` when Redis stayed unreachable until the timeout.
 
-    A Redis restart costs no answer: a failed read or subscription is retried every
-    `recheck_s` until the timeout (the reader resubscribes every waiting key once it reconnects,
-    and connections left dead by the restart are pinged and replaced before use). While Redis
+    A Redis restart costs no answer: a failed read is retried every `recheck_s` until the timeout
+    (the reader subscribes again once it reconnects, and connections left dead by the restart are
+    pinged and replaced before use). While Redis
     fails, `stored` (when given: the records database, where the worker writes every result
     first) is asked instead, so a result written during the outage is not waited for in vain.
     """
@@ -238,7 +238,9 @@ class RedisResultWaiter:
         self._redis: aioredis.Redis | None = None
         self._pubsub = None
         self._reader: asyncio.Task | None = None
-        self._unsubscribing: set[asyncio.Task] = set()
+        # Every result channel: the key prefix (Celery's, with any global prefix) and a wildcard.
+        # (Celery names no key without a task id: the prefix is a key without its id.)
+        self.pattern = _glob_escape(self._key("0")[:-1]) + "*"
 
     async def start(self) -> None:
         # Reads of finished keys share a few connections; a burst of waits queues for them
@@ -258,11 +260,9 @@ class RedisResultWaiter:
     async def _connect(self) -> None:
         assert self._redis is not None
         self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-        await self._pubsub.subscribe(IDLE_CHANNEL, *self._waiters)
+        await self._pubsub.psubscribe(self.pattern)
 
     async def close(self) -> None:
-        for task in list(self._unsubscribing):
-            task.cancel()
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -284,19 +284,12 @@ class RedisResultWaiter:
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
         waiters = self._waiters.setdefault(key, set())
-        subscribe = not waiters
         waiters.add(future)
         deadline = loop.time() + timeout
         failure: BaseException | None = None  # the last Redis error, None once Redis answers
         try:
             while True:
                 remaining = deadline - loop.time()
-                if subscribe and self._pubsub is not None:
-                    try:
-                        await asyncio.wait_for(self._pubsub.subscribe(key), max(remaining, 0.001))
-                        subscribe = False
-                    except Exception as exc:  # noqa: BLE001 - the reader resubscribes; rechecks cover
-                        LOG.debug("result_subscribe_failed", key=key, error=str(exc))
                 try:
                     payload = await asyncio.wait_for(self._redis.get(key), max(remaining, 0.001))
                     self._offer(key, payload)
@@ -336,21 +329,6 @@ class RedisResultWaiter:
             waiters.discard(future)
             if not waiters and self._waiters.get(key) is waiters:
                 del self._waiters[key]
-                self._unsubscribe_soon(key)
-
-    def _unsubscribe_soon(self, key: str) -> None:
-        """Unsubscribe from `key` without holding up the reply. A key waited for again meanwhile
-        stays subscribed (were the race lost, the new wait's rechecks would still find it)."""
-
-        async def unsubscribe() -> None:
-            if key in self._waiters or self._pubsub is None:
-                return
-            with contextlib.suppress(Exception):  # the connection may be away; harmless
-                await asyncio.wait_for(self._pubsub.unsubscribe(key), 1.0)
-
-        task = asyncio.ensure_future(unsubscribe())
-        self._unsubscribing.add(task)
-        task.add_done_callback(self._unsubscribing.discard)
 
     async def _stored_result(self, task_id: str) -> AnswerResult | None:
         """The result from `stored` (Redis is failing), or None (none yet, or no lookup)."""
@@ -383,7 +361,7 @@ class RedisResultWaiter:
                 if lost:
                     LOG.info("result_pubsub_back")
                     lost = False
-                if message and message.get("type") == "message":
+                if message and message.get("type") == "pmessage":
                     channel = message["channel"]
                     self._offer(channel.decode() if isinstance(channel, bytes) else channel,
                                 message["data"])
@@ -400,6 +378,11 @@ class RedisResultWaiter:
                         await old.aclose()
                 with contextlib.suppress(Exception):
                     await self._connect()
+
+
+def _glob_escape(text: str) -> str:
+    """`text` matched literally in a Redis glob pattern (PSUBSCRIBE)."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
 
 
 def open_result_waiter(
