@@ -15,11 +15,12 @@ once per point:
    ceiling;
 2. open-loop points at fixed offered rates (locust's `constant_throughput(R/users)`, the
    locustfile's `--rate R`, with users = ceil(R x a user period well above the latency)) at
-   fractions of X, going up until one is not sustained. A rate is **sustained** when, inside
+   fractions of X, going up until one is not sustained, then up to two points halving the
+   bracket between the last sustained and the first failed rate. A rate is **sustained** when, inside
    the measuring window (after a ramp), the calls started are >= R x window - max(5 %, sqrt(n)) (else the
    users fell back to a closed loop because calls got slower than their period), the calls
    answered are >= 93 % of the calls started (minus two), no call failed, and the tier's queue
-   does not grow (least-squares slope of its depth below max(0.05 R, 0.1)/s, or its depth
+   does not grow (least-squares slope of its depth below max(0.01 R, 0.5)/s, or its depth
    stays <= 2). The ceiling is the highest sustained rate;
 3. two points at 50 % and 90 % of the ceiling: latency p50/p95/p99, and the capacity planner's
    check (M/M/c of `adaptive_rag.capacity` fed the measured service time and worker count,
@@ -395,7 +396,7 @@ def run_point(st: Stack, *, out: Path, tier: str, rate: float, users: int, ramp_
             reasons.append(f"failures {failures}")
         for name, series in depth_series.items():  # the tier's own queue and those it routes to
             grow, last = slope(series), (series[-1][1] if series else None)
-            if grow is not None and grow > max(0.05 * rate, 0.1) and (last or 0) > 2:
+            if grow is not None and grow > max(GROWTH_PER_S * rate, 0.5) and (last or 0) > 2:
                 reasons.append(f"queue {name} growing {grow:+.2f}/s (last {last})")
         point["sustained"] = not reasons
         point["verdict"] = "sustained" if not reasons else "; ".join(reasons)
@@ -481,6 +482,9 @@ def measure_tier(st: Stack, plan: ModePlan, tier: str, tp: TierPlan, scratch: Pa
                            window_for(rate), "ladder")
                 if p2 is not None and p2["sustained"]:
                     best = p2
+            elif best is not None:
+                best = refine(best, rate, point, users_for, window_for,
+                              max(base_latency, (probe["latency_ms"]["p50"] or 0) / 1000.0))
             break
     res["ceiling"] = best["rate"] if best else None
     if best and tp.latency_points:
@@ -491,6 +495,33 @@ def measure_tier(st: Stack, plan: ModePlan, tier: str, tp: TierPlan, scratch: Pa
             if p is not None:
                 p["share_of_ceiling"] = share
     return res
+
+
+# A queue growing faster than this share of the offered rate per second (or 0.5/s) is not
+# sustained: at 150/s, 1.5 tasks/s, i.e. a backlog of at most 30 tasks (0.2 s of work) in a 20 s window.
+GROWTH_PER_S = 0.01
+REFINE_STEPS = 2  # bisection points between the highest sustained and the lowest failed rate
+REFINE_UNTIL = 0.04  # stop once the bracket is this narrow (share of the sustained rate)
+
+
+def refine(best: dict[str, Any], failed_rate: float, point: Any, users_for: Any, window_for: Any,
+           latency_s: float) -> dict[str, Any]:
+    """Narrow the bracket the ladder left (its steps are 15-25 % apart): up to `REFINE_STEPS`
+    points halfway between the highest sustained rate and the lowest failed one; the highest
+    sustained point is returned (the ceiling)."""
+    low, high = best["rate"], failed_rate
+    for _ in range(REFINE_STEPS):
+        if high - low < REFINE_UNTIL * low:
+            break
+        rate = round((low + high) / 2, 3)
+        p = point(rate, users_for(rate, latency_s), window_for(rate), "ladder")
+        if p is None:
+            break
+        if p["sustained"]:
+            best, low = p, rate
+        else:
+            high = rate
+    return best
 
 
 # --- planner check --------------------------------------------------------------------------------
@@ -576,7 +607,7 @@ def write_report(result: dict[str, Any], out: Path) -> None:
              "then a measuring window; offered = calls started in the window / window, answered = OK "
              "replies finished in the window / window. **Sustained** = calls started >= R x window minus max(5 %, sqrt(n)) (counting noise of paced users at the window's edges), answered >= "
              "93 % of started (minus two), no failure, the tier queue not growing (least-squares slope "
-             "< max(0.05 R, 0.1)/s, or depth <= 2). Ceiling = highest sustained rate tried (the next rate "
+             "< max(0.01 R, 0.5)/s, or depth <= 2). Ceiling = highest sustained rate tried (the next rate "
              "up failed, so the true ceiling lies between). A closed-loop probe (no think time) gives the first "
              "guess; rates tried are fractions of it.\n")
     L.append(f"Settings: servers {result.get('servers', 'embedded defaults (SQLite, filesystem broker)')}; "

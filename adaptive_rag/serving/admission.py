@@ -51,7 +51,7 @@ from adaptive_rag.errors import (
 from adaptive_rag.routing.rules import escalate_two_questions
 from adaptive_rag.routing.small_talk import small_talk_intent
 from adaptive_rag.serving.ports import FairShare, Records, ResultWaiter, Router, TaskQueue
-from adaptive_rag.serving.queue_delay import QueueDelayGate, Standing
+from adaptive_rag.serving.queue_delay import DepthEstimate, QueueDelayGate, Standing
 from adaptive_rag.strategies import SMALL_TALK
 from adaptive_rag.storage.records import RequestView
 from adaptive_rag.tracing import span
@@ -87,6 +87,9 @@ class AdmissionConfig:
     # Wait budget per tier (`queue_delay.QueueDelayGate`); a tier left out is limited by length only.
     queue_wait_target_s: Mapping[Tier, float] = field(default_factory=dict)
     queue_wait_interval_s: float = 1.0
+    # How old a tier queue's depth read may be before an admission reads it again
+    # (`queue_delay.DepthEstimate`; 0: read on every admission).
+    depth_max_age_s: float = 0.0
 
 
 V = TypeVar("V")
@@ -199,6 +202,7 @@ class AnswerService:
         self.fair_share = fair_share
         self._io_pool = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="serving-io")
         self.delay_gate = QueueDelayGate(config.queue_wait_target_s, config.queue_wait_interval_s)
+        self._depths = DepthEstimate(config.depth_max_age_s)
         self._keys: TtlCache[Principal] = TtlCache(config.key_cache_s)
         self._knowledge: TtlCache[bool] = TtlCache(config.key_cache_s)
         self._watchers: set[asyncio.Task] = set()
@@ -366,10 +370,11 @@ class AnswerService:
         limit = self.config.max_queue_depth[tier]
         try:
             with progress.stage("admit"):
-                depth = self.queue.depth(queue)
+                depth, read_now = self._depths.depth(queue, self.queue.depth)
         except DependencyUnavailableError as exc:
             raise self._did_not_run(request_id, exc) from exc
-        self._on_queue_depth(queue, depth)
+        if read_now:
+            self._on_queue_depth(queue, depth)
         standing = standing if depth > 0 else None  # an empty queue stands for nothing
         if depth >= limit or standing is not None:
             self._reject(request_id, tier)
@@ -398,6 +403,7 @@ class AnswerService:
             if isinstance(exc, DependencyUnavailableError):
                 raise self._did_not_run(request_id, exc) from exc
             raise
+        self._depths.added(queue)
 
     def _reject(self, request_id: str, tier: Tier) -> None:
         """Mark a refused request `rejected` (a resend admits it again) and count it (blocking)."""

@@ -80,3 +80,40 @@ class QueueDelayGate:
     def _prune(self, waits: deque[tuple[float, float]], now: float) -> None:
         while waits and waits[0][0] < now - self.interval_s:
             waits.popleft()
+
+
+class DepthEstimate:
+    """Each queue's depth as last read, plus the tasks this front door queued since; read again
+    once older than `max_age_s` (0: read on every admission).
+
+    At a high rate, reading the depth for every admission is a broker round trip that tells
+    little new. The estimate never counts fewer tasks than this replica added since the read (it
+    ignores what the workers took meanwhile, so it errs towards refusing), and what other
+    replicas queued was never seen before an enqueue anyway: the length limit stays a limit on
+    what one replica lets through, checked at most `max_age_s` late for the others. Thread-safe
+    (admissions run on I/O threads)."""
+
+    def __init__(self, max_age_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_age_s = max_age_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._known: dict[str, tuple[int, float]] = {}  # queue -> (depth, when read)
+
+    def depth(self, queue: str, read: Callable[[str], int]) -> tuple[int, bool]:
+        """The queue's depth and whether it was read just now (`read(queue)`: the broker's)."""
+        if self.max_age_s > 0:
+            with self._lock:
+                known = self._known.get(queue)
+                if known is not None and self._clock() - known[1] < self.max_age_s:
+                    return known[0], False
+        depth = read(queue)
+        with self._lock:
+            self._known[queue] = (depth, self._clock())
+        return depth, True
+
+    def added(self, queue: str) -> None:
+        """One task more on `queue` since its last read."""
+        with self._lock:
+            known = self._known.get(queue)
+            if known is not None:
+                self._known[queue] = (known[0] + 1, known[1])

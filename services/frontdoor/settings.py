@@ -50,6 +50,12 @@ class FrontDoorSettings(BaseSettings):
     queue_wait_interval_s: float = Field(
         1.0, gt=0, validation_alias=env_name("ARAG_QUEUE_WAIT_INTERVAL", "queue_wait_interval_s")
     )
+    # How old a tier queue's depth may be when an admission checks it against the limit: read
+    # again past it, and in between the last read plus what this replica queued since
+    # (`adaptive_rag.serving.queue_delay.DepthEstimate`; 0: one broker read per admission).
+    queue_depth_max_age_s: float = Field(
+        0.05, ge=0, validation_alias=env_name("ARAG_QUEUE_DEPTH_MAX_AGE", "queue_depth_max_age_s")
+    )
     # How long Answer waits when the client sent no deadline.
     default_wait_s: float = Field(60.0, gt=0, validation_alias=env_name("ARAG_DEFAULT_WAIT", "default_wait_s"))
     # Kept free of the client's deadline so DEADLINE_EXCEEDED is ours, sent before the client's (with

@@ -76,7 +76,8 @@ LIBRARY = Settings(_env_file=None, max_query_chars=200)
 
 
 def make_settings(**overrides) -> FrontDoorSettings:
-    values = {"max_queue_depth": {"C": 3}, **overrides}
+    # Depths set by a test are read at once (the front door's own default re-reads every 50 ms).
+    values = {"max_queue_depth": {"C": 3}, "queue_depth_max_age_s": 0.0, **overrides}
     return FrontDoorSettings(_env_file=None, **values)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from adaptive_rag.contracts import Tier
-from adaptive_rag.serving.queue_delay import QueueDelayGate
+from adaptive_rag.serving.queue_delay import DepthEstimate, QueueDelayGate
 
 
 class Clock:
@@ -58,3 +58,49 @@ def test_tiers_without_a_target_and_other_tiers_are_never_refused() -> None:
 def test_a_bad_interval_is_refused() -> None:
     with pytest.raises(ValueError, match="interval_s"):
         QueueDelayGate({Tier.A: 1.0}, interval_s=0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_depth_is_read_again_only_once_older_than_its_max_age_and_counts_what_was_added():
+    clock, reads = Clock(), []
+
+    def read(queue: str) -> int:
+        reads.append(queue)
+        return 5
+
+    depths = DepthEstimate(0.05, clock)
+    assert depths.depth("tier-a", read) == (5, True)
+    depths.added("tier-a")
+    depths.added("tier-a")
+    clock.now = 0.049
+    assert depths.depth("tier-a", read) == (7, False)  # the read plus what this replica queued
+    assert depths.depth("tier-b", read) == (5, True)  # each queue has its own read
+    clock.now = 0.05
+    assert depths.depth("tier-a", read) == (5, True)  # old enough: the broker's figure again
+    assert reads == ["tier-a", "tier-b", "tier-a"]
+
+
+def test_depth_with_no_max_age_is_read_for_every_admission():
+    clock, reads = Clock(), []
+    depths = DepthEstimate(0.0, clock)
+    for _ in range(3):
+        assert depths.depth("tier-c", lambda q: reads.append(q) or len(reads)) == (len(reads), True)
+    assert reads == ["tier-c"] * 3
+
+
+def test_a_failed_read_is_raised_and_leaves_no_figure_behind():
+    depths = DepthEstimate(10.0, Clock())
+
+    def unreachable(queue: str) -> int:
+        raise ConnectionError("broker away")
+
+    with pytest.raises(ConnectionError):
+        depths.depth("tier-a", unreachable)
+    assert depths.depth("tier-a", lambda q: 3) == (3, True)
