@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+# A pooled server connection that sat unused this long is pinged before it is handed out.
+PING_AFTER_IDLE_S = 1.0
 
 
 def normalise_url(url: str) -> str:
@@ -36,7 +41,37 @@ def make_engine(url: str) -> Engine:
             cursor.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    engine = create_engine(url)
+    ping_when_idle(engine)
+    return engine
+
+
+def ping_when_idle(engine: Engine, idle_s: float = PING_AFTER_IDLE_S) -> None:
+    """Ping a pooled connection before use only when it sat unused for `idle_s` or longer.
+
+    SQLAlchemy's `pool_pre_ping` pings on every checkout: a round trip per records call, on the
+    hot path of every Answer (the front door's insert, the worker's claim and result write). A
+    connection in steady use was just seen working; one left idle is the one a database restart or
+    an idle timeout has silently closed. A ping that fails makes the pool drop the connection and
+    hand out a fresh one (SQLAlchemy's checkout-event recipe for pessimistic disconnect handling).
+    A connection that breaks while in steady use fails its call once (the caller's error handling
+    covers it: UNAVAILABLE at the front door, a retry in a worker), and the pool then replaces
+    every connection opened before the failure.
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _note_idle(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.pop("idle_since", None)
+        if idle_since is None or time.monotonic() - idle_since < idle_s:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:  # noqa: BLE001 - any failure: the pool replaces the connection
+            raise DisconnectionError(f"idle connection failed its ping: {exc}") from exc
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

@@ -9,6 +9,7 @@ import asyncio
 import functools
 import signal
 import sys
+from collections.abc import Callable
 
 import structlog
 
@@ -18,8 +19,8 @@ from adaptive_rag.settings import ClassifierSettings, Settings
 from services.frontdoor.settings import FrontDoorSettings
 
 
-async def serve(listen: str | None = None) -> None:
-    """Read the settings once, build the real adapters, serve until a signal."""
+async def serve(listen: str | None = None, settings: FrontDoorSettings | None = None) -> None:
+    """Build the real adapters from the settings (read once), serve until a signal."""
     from adaptive_rag.knowledge.service import open_knowledge_service
     from adaptive_rag.storage import RecordStore, make_engine
     from workers.client import CeleryTaskQueue, open_result_waiter, stored_results
@@ -32,10 +33,11 @@ async def serve(listen: str | None = None) -> None:
     from workers.telemetry import TracingSettings, configure_tracing, flush_tracing
 
     log = structlog.get_logger("frontdoor")
+    log.info("event_loop", loop=f"{type(asyncio.get_running_loop()).__module__}")
     tracing = TracingSettings()
     if configure_tracing("frontdoor", tracing) is not None:
         log.info("tracing", exporter=tracing.mode)
-    library, settings = Settings(), FrontDoorSettings()
+    library, settings = Settings(), settings or FrontDoorSettings()
     metrics = FrontDoorMetrics()
     router = open_router(settings.router, settings.router_dir, library, lambda: ClassifierRouter(
         ClassifierSettings(), settings.model_poll_s,
@@ -80,8 +82,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
-    asyncio.run(serve(args.listen))
+    settings = FrontDoorSettings()
+    with asyncio.Runner(loop_factory=event_loop_factory(settings.event_loop)) as runner:
+        runner.run(serve(args.listen, settings))
     return 0
+
+
+def event_loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop (libuv; grpc.aio runs on any asyncio loop) or None: the standard one."""
+    if name == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop
+    return None
 
 
 if __name__ == "__main__":

@@ -56,6 +56,11 @@ class FrontDoorSettings(BaseSettings):
     queue_depth_max_age_s: float = Field(
         0.05, ge=0, validation_alias=env_name("ARAG_QUEUE_DEPTH_MAX_AGE", "queue_depth_max_age_s")
     )
+    # The event loop the server runs on: uvloop (libuv; less work per call on the loop) or
+    # asyncio's own.
+    event_loop: Literal["uvloop", "asyncio"] = Field(
+        "uvloop", validation_alias=env_name("ARAG_EVENT_LOOP", "event_loop")
+    )
     # How long Answer waits when the client sent no deadline.
     default_wait_s: float = Field(60.0, gt=0, validation_alias=env_name("ARAG_DEFAULT_WAIT", "default_wait_s"))
     # Kept free of the client's deadline so DEADLINE_EXCEEDED is ours, sent before the client's (with
