@@ -94,6 +94,24 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time the processes `pids` have used so far: the sum over their live threads of the
+    scheduler's run time (`/proc/<pid>/task/<tid>/schedstat`, nanoseconds; `stat`'s clock ticks
+    are 10 ms, too coarse for one block)."""
+    total = 0
+    for pid in pids:
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:  # exited: its time is gone with it
+            continue
+        for task in tasks:
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+    return total / 1e9
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -369,6 +387,13 @@ def start_tree(procs: Processes, name: str, tree: Path, commit: str, env: dict[s
     })
 
 
+def cpu_groups(stack: TreeStack) -> dict[str, list[int]]:
+    """A tree's own processes by role: its front door; its worker pools with their children."""
+    pools = stack.worker_pids["pools"]["pid"]
+    return {"front door": [stack.worker_pids["frontdoor"]["pid"]],
+            "worker pools": [pools, *descendants(pools)]}
+
+
 # --- load --------------------------------------------------------------------------------------------
 
 @dataclass
@@ -567,6 +592,44 @@ def summarize(samples: list[Sample], concurrencies: list[int], n_boot: int, seed
     return {"rows": rows, "ratios": ratios}
 
 
+def cpu_summary(blocks: list[dict[str, Any]], concurrencies: list[int], n_boot: int,
+                seed: int) -> dict[str, Any]:
+    """CPU milliseconds per answered call, by role, per tree and concurrency (all its blocks'
+    CPU over all their answers), and after/before of the total with a bootstrap over blocks.
+
+    CPU per Answer is what decides a machine's ceiling; measured in the same interleaved blocks
+    as the latency, it compares two trees far more tightly than two ceiling runs can."""
+    import numpy as np
+
+    rows, ratios = [], []
+    for c in concurrencies:
+        per = {t: [b for b in blocks if b["concurrency"] == c and b["tree"] == t and b.get("cpu_s")
+                   and b["answered"]] for t in TREES}
+        if not all(per.values()):
+            continue
+        for tree in TREES:
+            answered = sum(b["answered"] for b in per[tree])
+            roles = sorted({role for b in per[tree] for role in b["cpu_s"]})
+            by_role = {role: 1000 * sum(b["cpu_s"].get(role, 0.0) for b in per[tree]) / answered
+                       for role in roles}
+            rows.append({"tree": tree, "concurrency": c, "answered": answered, "blocks": len(per[tree]),
+                         "cpu_ms_per_answer": by_role, "total_ms": sum(by_role.values())})
+        rng = np.random.default_rng(seed + 100 + c)
+        cpu = {t: np.array([sum(b["cpu_s"].values()) for b in per[t]]) for t in TREES}
+        n = {t: np.array([b["answered"] for b in per[t]], dtype=float) for t in TREES}
+        draws = []
+        for _ in range(n_boot):
+            per_answer = {}
+            for t in TREES:
+                pick = rng.integers(0, len(cpu[t]), len(cpu[t]))
+                per_answer[t] = cpu[t][pick].sum() / n[t][pick].sum()
+            draws.append(per_answer["after"] / per_answer["before"])
+        point = (cpu["after"].sum() / n["after"].sum()) / (cpu["before"].sum() / n["before"].sum())
+        lo, hi = np.percentile(draws, [2.5, 97.5])
+        ratios.append({"concurrency": c, "total": float(point), "total_ci95": [float(lo), float(hi)]})
+    return {"rows": rows, "ratios": ratios}
+
+
 # --- report ------------------------------------------------------------------------------------------
 
 def _f(value: float | None, digits: int = 1) -> str:
@@ -597,6 +660,24 @@ def ratio_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(f"| {r['concurrency']} | {r['p50']:.2f}x | {r['p50_ci95'][0]:.2f}x - "
                      f"{r['p50_ci95'][1]:.2f}x | {r['p95']:.2f}x | {r['p99']:.2f}x | "
                      f"{r['client_p50']:.2f}x |")
+    return lines
+
+
+def cpu_lines(cpu: dict[str, Any] | None) -> list[str]:
+    if not cpu or not cpu["rows"]:
+        return []
+    roles = sorted({role for r in cpu["rows"] for role in r["cpu_ms_per_answer"]})
+    ratio = {r["concurrency"]: r for r in cpu["ratios"]}
+    lines = ["| clients | tree | answered | " + " | ".join(roles) + " | total | after/before total (95 % interval) |",
+             "| ---: | --- | ---: |" + " ---: |" * len(roles) + " ---: | --- |"]
+    for r in cpu["rows"]:
+        q = ratio.get(r["concurrency"]) if r["tree"] == "after" else None
+        lines.append(
+            f"| {r['concurrency']} | {r['tree']} | {r['answered']} | "
+            + " | ".join(_f(r["cpu_ms_per_answer"].get(role), 2) for role in roles)
+            + f" | {_f(r['total_ms'], 2)} | "
+            + (f"{q['total']:.2f}x ({q['total_ci95'][0]:.2f}x - {q['total_ci95'][1]:.2f}x)" if q else "")
+            + " |")
     return lines
 
 
@@ -668,6 +749,14 @@ def markdown(report: dict[str, Any]) -> str:
         "(independently), ratio of the medians.",
         "",
     ]
+    if report.get("cpu") and report["cpu"]["rows"]:
+        lines += ["## CPU per Answer (ms)", "",
+                  "Each tree's own processes, read from /proc before and after each of its blocks: "
+                  "the front door, and the worker pools (Celery main processes and their prefork "
+                  "children). Not counted: the shared Redis, PostgreSQL, Triton, the instant LLM and "
+                  "the client. The ceiling of a machine is its cores over the CPU per Answer.", "",
+                  *cpu_lines(report["cpu"]), "",
+                  f"Interval: percentile bootstrap, {cfg['bootstrap']} resamples of each tree's blocks.", ""]
     stage_rows = report.get("stages_ms") or {}
     names = sorted({stage for per in stage_rows.values() for stage in per})
     if names:
@@ -691,8 +780,8 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def print_table(summary: dict[str, Any]) -> None:
-    for line in [*table_lines(summary), "", *ratio_lines(summary)]:
+def print_table(summary: dict[str, Any], cpu: dict[str, Any] | None = None) -> None:
+    for line in [*table_lines(summary), "", *ratio_lines(summary), "", *cpu_lines(cpu)]:
         print(line)
 
 
@@ -748,9 +837,10 @@ def main(argv: list[str] | None = None) -> int:
         samples = [Sample(**{k: v for k, v in s.items() if k != "overhead_ms"})
                    for s in report["samples"]]
         report["summary"] = summarize(samples, cfg["concurrency"], cfg["bootstrap"], cfg["seed"])
+        report["cpu"] = cpu_summary(report["blocks"], cfg["concurrency"], cfg["bootstrap"], cfg["seed"])
         args.render.write_text(json.dumps(report, indent=1, default=str))
         (args.render.parent / "report.md").write_text(markdown(report))
-        print_table(report["summary"])
+        print_table(report["summary"], report["cpu"])
         return 0
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _interrupt)
@@ -841,13 +931,18 @@ def main(argv: list[str] | None = None) -> int:
                         if b % 2 == 0:  # both trees of a pair get the same queries
                             texts = queries.take(args.block_size)
                         la = os.getloadavg()
+                        groups = cpu_groups(stacks[name])
+                        cpu0 = {role: cpu_seconds(pids) for role, pids in groups.items()}
                         t0 = time.monotonic()
                         got = clients[name].run(texts, c, b)
+                        seconds = time.monotonic() - t0
+                        cpu_s = {role: cpu_seconds(pids) - cpu0[role] for role, pids in groups.items()}
                         samples += got
                         ok = [s.overhead_ms for s in got if s.status == "OK"]
                         blocks.append({"concurrency": c, "block": b, "tree": name,
-                                       "seconds": time.monotonic() - t0, "load_average_start": la,
-                                       "answered": len(ok), "overhead_p50_ms": pct(ok, 50)})
+                                       "seconds": seconds, "load_average_start": la,
+                                       "answered": len(ok), "overhead_p50_ms": pct(ok, 50),
+                                       "cpu_s": cpu_s})
                         print(f"clients {c} block {b:2d} {name:6s}: {len(ok)}/{len(got)} ok, "
                               f"overhead p50 {_f(pct(ok, 50))} ms, {blocks[-1]['seconds']:.1f} s, "
                               f"load {la[0]:.2f}", flush=True)
@@ -873,6 +968,7 @@ def main(argv: list[str] | None = None) -> int:
         notes.append(f"processes still alive after stopping: {left}")
 
     summary = summarize(samples, concurrencies, args.bootstrap, args.seed)
+    cpu = cpu_summary(blocks, concurrencies, args.bootstrap, args.seed)
     load_end = os.getloadavg()
     report = {
         "command": shlex.join([".venv/bin/python", "-m", "benchmarks.frontdoor_overhead",
@@ -897,11 +993,11 @@ def main(argv: list[str] | None = None) -> int:
                                  if k.startswith(("ARAG_", "LLM_", "TRITON_", "REDIS_", "DATABASE_"))
                                  or k == "PYTHONPATH"} if name in stacks else None}
                   for name in TREES},
-        "summary": summary, "blocks": blocks, "notes": notes, "stages_ms": stages, "route": route,
+        "summary": summary, "cpu": cpu, "blocks": blocks, "notes": notes, "stages_ms": stages, "route": route,
         "samples": [{**asdict(s), "overhead_ms": s.overhead_ms} for s in samples],
     }
     print()
-    print_table(summary)
+    print_table(summary, cpu)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "report.json").write_text(json.dumps(report, indent=1, default=str))
     (args.out / "report.md").write_text(markdown(report))

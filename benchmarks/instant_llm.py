@@ -35,7 +35,7 @@ READY = "READY instant LLM"
 class _InstantLLM(BaseHTTPRequestHandler):
     """POST /v1/chat/completions and /v1/completions: a fixed short answer, at once."""
 
-    protocol_version = "HTTP/1.1"  # keep-alive: the workers' httpx clients reuse connections
+    protocol_version = "HTTP/1.1"  # keep-alive: the workers' HTTP clients reuse connections
     # Headers and body go out in two writes; with Nagle on, the body waits for the client's
     # delayed ACK of the headers on a kept-alive connection: +40 ms per completion (measured).
     disable_nagle_algorithm = True

@@ -9,16 +9,18 @@ when the server returns them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal, Protocol
 
-import httpx
+import urllib3
 from tenacity import (
     retry,
     retry_if_exception,
     stop_after_attempt,
     wait_exponential_jitter,
 )
+from urllib3.exceptions import HTTPError as TransportError
 
 from adaptive_rag.domain import Completion
 from adaptive_rag.errors import LLMUnavailableError
@@ -26,10 +28,26 @@ from adaptive_rag.errors import LLMUnavailableError
 _RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
+class HTTPStatusError(Exception):
+    """The endpoint answered with an error status."""
+
+    def __init__(self, status: int, url: str, body: bytes) -> None:
+        super().__init__(f"HTTP {status} from {url}: {body[:200]!r}")
+        self.status = status
+
+
+class HTTPPool(Protocol):
+    """What the client needs of `urllib3.PoolManager` (a unit test passes its own)."""
+
+    def request(self, method: str, url: str, *, body: bytes, headers: Mapping[str, str]) -> Any: ...
+
+    def clear(self) -> None: ...
+
+
 def _is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, httpx.TransportError):
+    if isinstance(exc, TransportError):  # refused, reset, timed out, closed mid-response
         return True
-    return isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code in _RETRYABLE_STATUS
+    return isinstance(exc, HTTPStatusError) and exc.status in _RETRYABLE_STATUS
 
 
 def _logprobs(block: dict | None) -> list[float] | None:
@@ -57,23 +75,29 @@ class OpenAICompatibleLLM:
         max_retries: int = 3,
         api: Literal["chat", "completions"] = "chat",
         logprobs: bool = True,
-        transport: httpx.BaseTransport | None = None,
+        http: HTTPPool | None = None,
         prompt_style: Literal["completion", "chat"] = "completion",
     ) -> None:
         self.prompt_style = prompt_style
         base = base_url.rstrip("/")
         if not base.endswith("/v1"):
             base += "/v1"
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.base_url = base
         self.model = model
         self.api = api
         self.logprobs = logprobs
-        self._client = httpx.Client(
-            base_url=base,
-            headers=headers,
-            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
-            transport=transport,
-        )
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self.timeout = urllib3.Timeout(connect=min(timeout_s, 5.0), read=timeout_s)
+        # urllib3 rather than httpx: http.client sends a request's headers and body in one write,
+        # and the client spends less CPU per call (measured against the instant endpoint here:
+        # 183 us against 400-420 us per completion; the serving path makes one per B answer).
+        # Retries are tenacity's below, never urllib3's own.
+        # maxsize: connections kept per host for callers sharing one client across threads.
+        self._http: HTTPPool = http or urllib3.PoolManager(maxsize=8, timeout=self.timeout,
+                                                           retries=False)
+        self._closed = False
         self._post = retry(
             retry=retry_if_exception(_is_transient),
             stop=stop_after_attempt(max_retries + 1),
@@ -82,10 +106,14 @@ class OpenAICompatibleLLM:
         )(self._post_once)
 
     def _post_once(self, payload: dict) -> dict:
-        path = "/chat/completions" if "messages" in payload else "/completions"
-        response = self._client.post(path, json=payload)
-        response.raise_for_status()
-        return response.json()
+        if self._closed:
+            raise LLMUnavailableError(f"the client of {self.base_url} is closed")
+        url = self.base_url + ("/chat/completions" if "messages" in payload else "/completions")
+        response = self._http.request("POST", url, body=json.dumps(payload).encode(),
+                                      headers=self._headers)
+        if response.status >= 400:
+            raise HTTPStatusError(response.status, url, response.data)
+        return json.loads(response.data)
 
     def generate(self, prompt: str, max_tokens: int, stop: Sequence[str] = ()) -> Completion:
         if self.api == "chat":
@@ -108,10 +136,8 @@ class OpenAICompatibleLLM:
             payload["logprobs"] = True if "messages" in payload else 1
         try:
             body = self._post(payload)
-        except (httpx.HTTPError, ValueError) as exc:
-            raise LLMUnavailableError(
-                f"LLM endpoint {self._client.base_url} failed: {exc}"
-            ) from exc
+        except (TransportError, HTTPStatusError, ValueError) as exc:
+            raise LLMUnavailableError(f"LLM endpoint {self.base_url} failed: {exc}") from exc
         try:
             choice = body["choices"][0]
             text = (choice.get("message") or {}).get("content") or choice.get("text") or ""
@@ -126,4 +152,5 @@ class OpenAICompatibleLLM:
         )
 
     def close(self) -> None:
-        self._client.close()
+        self._closed = True
+        self._http.clear()

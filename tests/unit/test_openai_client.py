@@ -1,11 +1,16 @@
-"""OpenAI-compatible HTTP generator against httpx.MockTransport: payloads, parsing, retries."""
+"""OpenAI-compatible HTTP generator: payloads, parsing, retries, against a stand-in for urllib3's
+pool manager; one real round trip over loopback at the end."""
 
 from __future__ import annotations
 
 import json
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
-import httpx
 import pytest
+from urllib3.exceptions import NewConnectionError, ProtocolError
 
 from adaptive_rag.errors import LLMUnavailableError
 from adaptive_rag.llm.openai_compat import OpenAICompatibleLLM
@@ -26,19 +31,44 @@ COMPLETIONS_BODY = {
 }
 
 
+@dataclass
+class Sent:
+    method: str
+    url: str
+    headers: dict[str, str]
+    content: bytes
+
+    @property
+    def path(self) -> str:
+        return urlsplit(self.url).path
+
+
+@dataclass
+class Reply:
+    status: int
+    data: bytes
+
+
 class Server:
-    """Mock endpoint: answers with queued (status, body) pairs, then repeats the last; records."""
+    """Stand-in for urllib3's PoolManager: answers with queued (status, body) pairs, then repeats
+    the last; records what was sent. A body that is an exception is raised instead."""
 
     def __init__(self, *responses: tuple[int, object]) -> None:
         self.responses = list(responses)
-        self.requests: list[httpx.Request] = []
+        self.requests: list[Sent] = []
+        self.cleared = False
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        status, body = self.responses.pop(0) if len(self.responses) > 1 else self.responses[0]
-        if isinstance(body, (bytes, str)):
-            return httpx.Response(status, content=body)
-        return httpx.Response(status, json=body)
+    def request(self, method: str, url: str, *, body: bytes, headers: dict[str, str]) -> Reply:
+        self.requests.append(Sent(method, url, {k.lower(): v for k, v in headers.items()}, body))
+        status, reply = self.responses.pop(0) if len(self.responses) > 1 else self.responses[0]
+        if isinstance(reply, BaseException):
+            raise reply
+        if isinstance(reply, str):
+            reply = reply.encode()
+        return Reply(status, reply if isinstance(reply, bytes) else json.dumps(reply).encode())
+
+    def clear(self) -> None:
+        self.cleared = True
 
     @property
     def payloads(self) -> list[dict]:
@@ -48,7 +78,7 @@ class Server:
 def make_llm(server: Server, *, sleeps: list[float] | None = None, **kwargs) -> OpenAICompatibleLLM:
     kwargs.setdefault("base_url", "http://llm.test")
     kwargs.setdefault("model", "m")
-    llm = OpenAICompatibleLLM(transport=httpx.MockTransport(server), **kwargs)
+    llm = OpenAICompatibleLLM(http=server, **kwargs)
     # Never really sleep between retries; record the waits the backoff asked for.
     record = sleeps if sleeps is not None else []
     llm._post.retry.sleep = record.append
@@ -66,6 +96,7 @@ def test_chat_payload_and_parsing() -> None:
     request = server.requests[0]
     assert request.method == "POST"
     assert request.url == "http://llm.test/v1/chat/completions"
+    assert request.headers["content-type"] == "application/json"
     assert request.headers["authorization"] == "Bearer sk-123"
     payload = server.payloads[0]
     assert payload == {
@@ -83,7 +114,7 @@ def test_completions_payload_and_parsing() -> None:
     server = Server((200, COMPLETIONS_BODY))
     llm = make_llm(server, api="completions")
     completion = llm.generate("Raw prompt", 8)
-    assert server.requests[0].url.path == "/v1/completions"
+    assert server.requests[0].path == "/v1/completions"
     assert "authorization" not in server.requests[0].headers
     payload = server.payloads[0]
     assert payload == {
@@ -116,13 +147,13 @@ def test_null_content_gives_empty_text() -> None:
 def test_base_url_with_or_without_v1(base_url: str) -> None:
     server = Server((200, CHAT_BODY))
     make_llm(server, base_url=base_url).generate("p", 4)
-    assert str(server.requests[0].url) == "http://llm.test/v1/chat/completions"
+    assert server.requests[0].url == "http://llm.test/v1/chat/completions"
 
 
 def test_base_url_with_path_prefix() -> None:
     server = Server((200, CHAT_BODY))
     make_llm(server, base_url="http://gw.test/openai").generate("p", 4)
-    assert str(server.requests[0].url) == "http://gw.test/openai/v1/chat/completions"
+    assert server.requests[0].url == "http://gw.test/openai/v1/chat/completions"
 
 
 @pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
@@ -135,19 +166,14 @@ def test_retries_transient_status_then_succeeds(status: int) -> None:
     assert len(sleeps) == 2 and all(0 < s <= 5.0 for s in sleeps)
 
 
-def test_retries_transport_errors() -> None:
-    calls = {"n": 0}
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise httpx.ConnectError("refused", request=request)
-        return httpx.Response(200, json=CHAT_BODY)
-
-    llm = OpenAICompatibleLLM("http://llm.test", "m", transport=httpx.MockTransport(handler))
-    llm._post.retry.sleep = lambda seconds: None
-    assert llm.generate("p", 4).text == "Paris"
-    assert calls["n"] == 2
+@pytest.mark.parametrize("error", [
+    NewConnectionError(None, "refused"),  # type: ignore[arg-type]
+    ProtocolError("Connection aborted.", ConnectionResetError(104, "reset")),
+])
+def test_retries_transport_errors(error: Exception) -> None:
+    server = Server((0, error), (200, CHAT_BODY))
+    assert make_llm(server).generate("p", 4).text == "Paris"
+    assert len(server.requests) == 2
 
 
 def test_gives_up_after_retries() -> None:
@@ -191,17 +217,20 @@ def test_malformed_body_is_llm_unavailable(body) -> None:
 
 
 def test_close_closes_the_client() -> None:
-    llm = make_llm(Server((200, CHAT_BODY)))
+    server = Server((200, CHAT_BODY))
+    llm = make_llm(server)
     llm.close()
-    with pytest.raises((RuntimeError, LLMUnavailableError)):
+    assert server.cleared
+    with pytest.raises(LLMUnavailableError, match="closed"):
         llm.generate("p", 4)
+    assert server.requests == []
 
 
 @pytest.mark.parametrize(("timeout_s", "connect"), [(60.0, 5.0), (2.0, 2.0)])
 def test_timeouts(timeout_s: float, connect: float) -> None:
     llm = make_llm(Server((200, CHAT_BODY)), timeout_s=timeout_s)
-    assert llm._client.timeout.read == timeout_s
-    assert llm._client.timeout.connect == connect
+    assert llm.timeout.read_timeout == timeout_s
+    assert llm.timeout.connect_timeout == connect
 
 
 def test_chat_prompts_go_as_their_messages() -> None:
@@ -217,4 +246,48 @@ def test_chat_prompts_use_the_chat_endpoint_whatever_the_completion_api() -> Non
     server = Server((200, CHAT_BODY))
     llm = make_llm(server, api="completions", prompt_style="chat")
     assert llm.chat([{"role": "user", "content": "Capital?"}], 8).text == "Paris"
-    assert server.requests[0].url.path.endswith("/chat/completions")
+    assert server.requests[0].path.endswith("/chat/completions")
+
+
+class _Endpoint(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    seen: list[tuple[str, str, dict]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).seen.append((self.path, self.headers.get("Authorization", ""), json.loads(body)))
+        reply = json.dumps(CHAT_BODY).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_real_round_trip_over_loopback_reuses_its_connection() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Endpoint)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        llm = OpenAICompatibleLLM(f"http://127.0.0.1:{server.server_port}", "m", api_key="k")
+        assert [llm.generate(f"q{i}", 4).text for i in range(3)] == ["Paris"] * 3
+        assert [(p, a, b["messages"][0]["content"]) for p, a, b in _Endpoint.seen] == [
+            ("/v1/chat/completions", "Bearer k", f"q{i}") for i in range(3)]
+        pool = llm._http.connection_from_url(llm.base_url)  # type: ignore[attr-defined]
+        assert pool.num_connections == 1  # kept alive between calls
+        llm.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_refused_connection_is_llm_unavailable_after_the_retries() -> None:
+    probe = ThreadingHTTPServer(("127.0.0.1", 0), _Endpoint)
+    port = probe.server_port
+    probe.server_close()  # nothing listens there now
+    llm = OpenAICompatibleLLM(f"http://127.0.0.1:{port}", "m", max_retries=1)
+    llm._post.retry.sleep = lambda seconds: None
+    with pytest.raises(LLMUnavailableError, match=f"127.0.0.1:{port}"):
+        llm.generate("p", 4)

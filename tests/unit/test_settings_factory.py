@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import pydantic
 import pytest
+import urllib3
 
 from adaptive_rag.domain import Passage
 from adaptive_rag.errors import ConfigurationError, IndexNotFoundError
@@ -90,7 +90,7 @@ def test_build_llm_is_the_http_client_when_base_url_set(monkeypatch) -> None:
     def no_network(*args, **kwargs):
         raise AssertionError("build_llm must not call the endpoint")
 
-    monkeypatch.setattr(httpx.Client, "send", no_network)
+    monkeypatch.setattr(urllib3.PoolManager, "urlopen", no_network)
     monkeypatch.setenv("LLM_BASE_URL", "http://llm.test:8000/")
     monkeypatch.setenv("LLM_MODEL", "served-model")
     monkeypatch.setenv("LLM_API_KEY", "sk-secret")
@@ -99,9 +99,9 @@ def test_build_llm_is_the_http_client_when_base_url_set(monkeypatch) -> None:
     llm = build_llm(env_settings())
     assert isinstance(llm, OpenAICompatibleLLM)
     assert llm.model == "served-model" and llm.api == "chat"
-    assert str(llm._client.base_url) == "http://llm.test:8000/v1/"
-    assert llm._client.headers["authorization"] == "Bearer sk-secret"
-    assert llm._client.timeout.read == 7.0
+    assert llm.base_url == "http://llm.test:8000/v1"
+    assert llm._headers["Authorization"] == "Bearer sk-secret"
+    assert llm.timeout.read_timeout == 7.0
     assert llm._post.retry.stop.max_attempt_number == 2
 
 
