@@ -19,7 +19,8 @@ from benchmarks.frontdoor_overhead import (
 )
 
 
-def blocks_of(rng: np.random.Generator, scale: float, n_blocks: int = 10, size: int = 50) -> list[list[float]]:
+def blocks_of(rng: np.random.Generator, scale: float, n_blocks: int = 10,
+              size: int = 50) -> list[list[float]]:
     """Blocks whose level moves from block to block (the machine's noise), as in a real run."""
     return [list(rng.lognormal(np.log(10 * scale) + rng.normal(0, 0.15), 0.3, size))
             for _ in range(n_blocks)]
