@@ -111,6 +111,10 @@ def test_enqueue_routes_by_tier_with_its_limits_and_queue_depth_counts(tmp_path)
     assert message["headers"]["task"] == "adaptive_rag.answer"
     assert message["headers"]["id"] == "req1"  # the primary run's task id is the request id
     assert message["headers"]["timelimit"] == [10.0, 7.0]  # [hard, soft]
+    # What monitors show of the arguments names the request, never the user's query.
+    assert message["headers"]["kwargsrepr"] == (
+        "{'request_id': 'req1', 'tenant': 'acme', 'tier': 'B', 'kind': 'primary'}")
+    assert "pair a bulb" not in message["headers"]["kwargsrepr"] + message["headers"]["argsrepr"]
     with pytest.raises(ValueError):
         queue.depth("tier-d")
 
