@@ -60,7 +60,6 @@ from adaptive_rag.validation import (
 )
 
 LOG = structlog.get_logger("serving.admission")
-IO_THREADS = 16
 T = TypeVar("T")
 
 
@@ -90,6 +89,8 @@ class AdmissionConfig:
     # How old a tier queue's depth read may be before an admission reads it again
     # (`queue_delay.DepthEstimate`; 0: read on every admission).
     depth_max_age_s: float = 0.0
+    # Threads for the blocking records and broker calls (one hop per admission).
+    io_threads: int = 4
 
 
 V = TypeVar("V")
@@ -200,7 +201,7 @@ class AnswerService:
         self._on_expired = on_expired
         self._has_knowledge_base = has_knowledge_base
         self.fair_share = fair_share
-        self._io_pool = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="serving-io")
+        self._io_pool = ThreadPoolExecutor(config.io_threads, thread_name_prefix="serving-io")
         self.delay_gate = QueueDelayGate(config.queue_wait_target_s, config.queue_wait_interval_s)
         self._depths = DepthEstimate(config.depth_max_age_s)
         self._keys: TtlCache[Principal] = TtlCache(config.key_cache_s)

@@ -183,7 +183,7 @@ def answer_service(
         key_cache_s=settings.key_cache_s, slot_lease_s=settings.tenant_lease_s,
         queued_expiry_s=settings.queued_expiry_s, queue_wait_target_s=settings.queue_wait_target_s,
         queue_wait_interval_s=settings.queue_wait_interval_s,
-        depth_max_age_s=settings.queue_depth_max_age_s,
+        depth_max_age_s=settings.queue_depth_max_age_s, io_threads=settings.io_threads,
     )
     return AnswerService(
         records, queue, waiter, router, config, has_knowledge_base=knowledge.has_knowledge_base,

@@ -614,3 +614,16 @@ def test_wait_budgets_are_read_per_tier_and_negative_ones_refused(monkeypatch):
     monkeypatch.setenv("ARAG_QUEUE_WAIT_TARGET", '{"A": -1}')
     with pytest.raises(ValidationError, match="queue wait targets must be >= 0"):
         FrontDoorSettings(_env_file=None)
+
+
+def test_the_blocking_calls_run_on_as_many_threads_as_configured(monkeypatch):
+    monkeypatch.setenv("ARAG_FRONTDOOR_IO_THREADS", "2")
+    h = Harness(make_settings())
+    try:
+        assert h.running.servicer.service._io_pool._max_workers == 2
+        replies = [h.answer(q)[0] for q in ("Who makes Lumora lamps?", "Which is older, X or Y?")]
+        assert [r.tier for r in replies] == [pb2.TIER_B, pb2.TIER_C]
+    finally:
+        h.close()
+    monkeypatch.delenv("ARAG_FRONTDOOR_IO_THREADS")
+    assert FrontDoorSettings(_env_file=None).io_threads == 4
