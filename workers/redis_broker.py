@@ -65,10 +65,24 @@ class QoS(redis.QoS):
 
 class Channel(redis.Channel):
     QoS = QoS
+    _sync_client: Any = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # connects (kombu pings the server here)
         self._restore_unrestored()
+
+    def _create_client(self, asynchronous: bool = False) -> Any:
+        """One client over the channel's connection pool, reused. Kombu builds a new one for
+        every publish and every ack, and redis-py fills a table of reply callbacks in each
+        client's constructor. A client over a pool is safe to share between threads; a new pool
+        (after a fork or a lost connection) gets a new client."""
+        if asynchronous:
+            return super()._create_client(asynchronous=True)
+        pool = self.pool
+        client = self._sync_client
+        if client is None or client.connection_pool is not pool:
+            client = self._sync_client = super()._create_client()
+        return client
 
     def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
         if self.connection is None or self.connection.client is None:

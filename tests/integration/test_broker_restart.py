@@ -121,6 +121,29 @@ def test_messages_reserved_when_the_broker_went_away_come_back_when_it_returns(t
         server.stop()
 
 
+def test_a_channel_reuses_one_client_until_its_pool_is_replaced(redis_url):
+    connection = kombu.Connection(redis_url, transport="workers.redis_broker:Transport")
+    try:
+        channel = connection.channel()
+        first = channel._create_client()
+        assert channel._create_client() is first and first.connection_pool is channel.pool
+        queue = kombu.Queue("reuse-test", routing_key="reuse-test")
+        producer = kombu.Producer(channel)
+        for n in range(3):  # publishes and acks go through the one client
+            producer.publish({"n": n}, routing_key="reuse-test", declare=[queue])
+        received = [queue(channel).get(no_ack=False) for _ in range(3)]
+        for message in received:
+            message.ack()
+        assert [m.payload["n"] for m in received] == [0, 1, 2]
+        assert channel._create_client() is first
+        channel._disconnect_pools()  # what a fork or a lost connection does
+        second = channel._create_client()
+        assert second is not first and second.connection_pool is channel.pool
+        assert second.ping()
+    finally:
+        connection.release()
+
+
 # --- worker pools ----------------------------------------------------------------------------------
 
 def test_pools_survive_a_broker_restart_and_answer_what_was_in_flight_and_what_comes_after(stack):
