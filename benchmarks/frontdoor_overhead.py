@@ -28,6 +28,10 @@ uncounted warm-up. Per Answer:
 i.e. what the front door itself spends: authentication, validation, records writes, routing
 (tokenize + Triton), enqueue, result delivery back to the waiting call, reply building.
 
+Around each block the CPU time of that tree's processes is read from /proc (front door; worker
+pools with their children): CPU per Answer, what bounds a machine's throughput, compared with
+an interval over blocks. `--after-env NAME=VALUE` measures a setting against its default.
+
     .venv/bin/python -m benchmarks.frontdoor_overhead --out reports/frontdoor_overhead
 """
 
