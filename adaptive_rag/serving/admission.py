@@ -60,6 +60,9 @@ from adaptive_rag.validation import (
 )
 
 LOG = structlog.get_logger("serving.admission")
+# Threads for the blocking records and broker calls (one hop per admission); see the front
+# door's `io_threads` setting for why four.
+IO_THREADS = 4
 T = TypeVar("T")
 
 
@@ -89,8 +92,7 @@ class AdmissionConfig:
     # How old a tier queue's depth read may be before an admission reads it again
     # (`queue_delay.DepthEstimate`; 0: read on every admission).
     depth_max_age_s: float = 0.0
-    # Threads for the blocking records and broker calls (one hop per admission).
-    io_threads: int = 4
+    io_threads: int = IO_THREADS
 
 
 V = TypeVar("V")

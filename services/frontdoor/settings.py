@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adaptive_rag.contracts import Tier
+from adaptive_rag.serving.admission import IO_THREADS
 from adaptive_rag.settings import env_name
 
 DEFAULT_QUEUE_LIMITS = {Tier.A: 500, Tier.B: 200, Tier.C: 100}
@@ -61,7 +62,7 @@ class FrontDoorSettings(BaseSettings):
     # the front door's CPU than sixteen at 16 clients (fewer threads waiting for the GIL;
     # reports/load/frontdoor-io-threads).
     io_threads: int = Field(
-        4, ge=1, le=256, validation_alias=env_name("ARAG_FRONTDOOR_IO_THREADS", "io_threads")
+        IO_THREADS, ge=1, le=256, validation_alias=env_name("ARAG_FRONTDOOR_IO_THREADS", "io_threads")
     )
     # The event loop the server runs on: uvloop (libuv; less work per call on the loop) or
     # asyncio's own.
