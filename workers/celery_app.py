@@ -27,6 +27,7 @@ from kombu import Queue
 
 from adaptive_rag.contracts import QUEUE_FOR_TIER, SHADOW_QUEUE, SHARED_QUEUE, TIERS
 from adaptive_rag.logs import configure_logging
+from workers import redis_results
 from workers.settings import WorkerSettings
 
 QUEUES = (*QUEUE_FOR_TIER.values(), SHADOW_QUEUE)
@@ -105,7 +106,8 @@ def celery_config(settings: WorkerSettings) -> dict[str, Any]:
             broker_url=settings.redis_url,
             # kombu's Redis transport, safe across a broker restart (see the module)
             broker_transport="workers.redis_broker:Transport",
-            result_backend=settings.redis_url,
+            # Celery's Redis result backend, without its read before each success (see the module)
+            result_backend=redis_results.backend_url(settings.redis_url),
             broker_transport_options={
                 "visibility_timeout": visibility,
                 # Sweep for messages of dead workers often enough to notice them about one

@@ -403,9 +403,9 @@ def open_result_waiter(
     door passes the records database), asked while Redis fails.
     """
     app = app or _celery.app
-    backend_url = str(app.conf.result_backend or "")
+    backend = app.backend
+    backend_url = str(getattr(backend, "url", None) or "")  # without a `<backend>+` prefix
     if backend_url.startswith(("redis://", "rediss://", "unix://")):
-        backend = app.backend
         return RedisResultWaiter(
             backend_url, backend.get_key_for_task, backend.decode_result, stored=stored,
             health_check_interval_s=_celery.REDIS_CONNECTION_OPTIONS["health_check_interval"],

@@ -1,6 +1,6 @@
 """The asyncio result waiter the front door uses (`workers.client.RedisResultWaiter`) against real
-Redis, with results written by Celery's own Redis backend (`store_result`: SET + PUBLISH, exactly
-what a worker does)."""
+Redis, with results written by the workers' result backend (`workers.redis_results`, Celery's
+Redis backend: `store_result` is SET + PUBLISH, exactly what a worker does)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,44 @@ import time
 import uuid
 
 import pytest
+import redis
 from celery import Celery
 
 from adaptive_rag.contracts import AnswerResult, ErrorCode
 from workers.client import RedisResultWaiter
+from workers.redis_results import backend_url
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def backend(redis_url):
-    app = Celery("results-test", broker=redis_url, backend=redis_url)
+    app = Celery("results-test", broker=redis_url, backend=backend_url(redis_url))
     # 200 writer threads at once: above redis-py's default pool limit of 100 connections
     app.conf.redis_max_connections = 256
     return app.backend
+
+
+def redis_calls(redis_url: str, command: str) -> int:
+    return redis.Redis.from_url(redis_url).info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0)
+
+
+def test_a_success_is_stored_without_reading_the_key_first(backend, redis_url):
+    task_id = uuid.uuid4().hex
+    assert type(backend).__name__ == "WriteOnceRedisBackend"
+    gets = redis_calls(redis_url, "get")
+    backend.store_result(task_id, result(task_id, "first"), "SUCCESS")
+    assert redis_calls(redis_url, "get") == gets  # Celery's own backend reads the key first
+    assert backend.get_task_meta(task_id)["result"]["answer"] == "first"
+
+
+def test_a_retry_or_failure_never_replaces_a_stored_success(backend, redis_url):
+    task_id = uuid.uuid4().hex
+    backend.store_result(task_id, result(task_id, "stored"), "SUCCESS")
+    backend.store_result(task_id, None, "RETRY")
+    backend.store_result(task_id, KeyError("late failure"), "FAILURE")
+    meta = Celery("results-reader", backend=backend_url(redis_url)).backend.get_task_meta(task_id)
+    assert (meta["status"], meta["result"]["answer"]) == ("SUCCESS", "stored")
 
 
 def waiter_for(backend, redis_url, recheck_s: float = 2.0) -> RedisResultWaiter:

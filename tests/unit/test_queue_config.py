@@ -27,7 +27,8 @@ def test_redis_config_keeps_messages_until_the_task_finished():
     settings = WorkerSettings(_env_file=None, redis_url="redis://127.0.0.1:6399/0", visibility_timeout_s=40)
     config = celery_config(settings)
     assert config["task_acks_late"] and config["task_reject_on_worker_lost"]
-    assert config["broker_url"] == config["result_backend"] == "redis://127.0.0.1:6399/0"
+    assert config["broker_url"] == "redis://127.0.0.1:6399/0"
+    assert config["result_backend"] == "workers.redis_results:WriteOnceRedisBackend+redis://127.0.0.1:6399/0"
     options = config["broker_transport_options"]
     assert options["visibility_timeout"] == 40 and options["unacked_restore_interval"] <= 10
     assert [q.name for q in config["task_queues"]] == list(QUEUES) == [
@@ -46,6 +47,8 @@ def test_redis_config_rides_out_a_broker_restart():
     assert config["task_publish_retry_policy"]["max_retries"] >= 1
     app = create_app(WorkerSettings(_env_file=None, redis_url="redis://127.0.0.1:6399/0"))
     assert type(app.connection_for_write().transport).__module__ == "workers.redis_broker"
+    assert type(app.backend).__name__ == "WriteOnceRedisBackend"
+    assert app.backend.url == "redis://127.0.0.1:6399/0"  # Celery's `<backend>+<url>` form
 
 
 def test_without_redis_the_broker_needs_no_server(tmp_path):
