@@ -81,6 +81,9 @@ class TierPlan:
     fractions: tuple[float, ...]  # of the probe's throughput, tried in order until one fails
     latency_points: bool = True
     min_answers: int = 20
+    # Shares of the ceiling measured once it is found: latency and the front door's own overhead
+    # against the offered load.
+    latency_shares: tuple[float, ...] = (0.5, 0.9)
 
 
 @dataclass
@@ -93,8 +96,10 @@ class ModePlan:
 
 def full_plans() -> list[ModePlan]:
     ladder = (0.6, 0.85, 1.0, 1.15)
+    # The machinery alone: the overhead's curve from a nearly idle machine to near the ceiling.
     instant = ModePlan("instant", ramp_s=4.0, tiers={
-        t: TierPlan(probe_users=12, probe_window_s=15, window_s=20, max_window_s=20, fractions=ladder)
+        t: TierPlan(probe_users=12, probe_window_s=15, window_s=20, max_window_s=20, fractions=ladder,
+                    latency_shares=(0.1, 0.25, 0.5, 0.9))
         for t in TIERS})
     del ladder
     llm = ModePlan("llm-server", ramp_s=6.0, ramp_cap_s=40.0, tiers={
@@ -377,6 +382,7 @@ def run_point(st: Stack, *, out: Path, tier: str, rate: float, users: int, ramp_
         "answered": len(finished_ok), "failures": failures, "routed": routed,
         "latency_ms": {"p50": percentile(lat, 50), "p95": percentile(lat, 95), "p99": percentile(lat, 99),
                        "mean": (sum(lat) / len(lat)) if lat else None, "n": len(lat)},
+        "overhead_ms": overhead_summary(ok_started),
         "depth": {"queue": q, "slope_per_s": depth_slope, "last": depth_last, "max": depth_max,
                   "mean": (sum(y for _, y in pts) / len(pts)) if pts else None,
                   "series": {k: v for k, v in depth_series.items()}},
@@ -409,6 +415,18 @@ def run_point(st: Stack, *, out: Path, tier: str, rate: float, users: int, ramp_
 # --- the search -----------------------------------------------------------------------------------
 
 
+def overhead_summary(replies: list[dict[str, Any]]) -> dict[str, Any]:
+    """The front door's own overhead per reply, `total_ms - queue_wait_ms - strategy_ms` (what
+    is neither the strategy's run nor waiting in the tier queue): p50/p95/p99/mean and n, with
+    the classification's p50 (part of it)."""
+    own = [r["total_ms"] - r["queue_wait_ms"] - r["strategy_ms"] for r in replies
+           if all(r.get(k) is not None for k in ("total_ms", "queue_wait_ms", "strategy_ms"))]
+    classify = [r["classify_ms"] for r in replies if r.get("classify_ms") is not None]
+    return {"p50": percentile(own, 50), "p95": percentile(own, 95), "p99": percentile(own, 99),
+            "mean": (sum(own) / len(own)) if own else None, "n": len(own),
+            "classify_p50": percentile(classify, 50)}
+
+
 def users_for(rate: float, latency_s: float) -> int:
     """Users so that each user's period (users / rate) is well above the latency seen."""
     period = max(2.0, 2.0 * latency_s)
@@ -421,7 +439,8 @@ def fmt_point(p: dict[str, Any]) -> str:
     return (f"  rate {p['rate']:.3g}/s users {p['users']}: offered {p['offered_rps']:.2f}/s answered "
             f"{p['answered_rps']:.2f}/s p50 {lat['p50'] or 0:.0f} p95 {lat['p95'] or 0:.0f} ms, depth last "
             f"{p['depth']['last']} slope {p['depth']['slope_per_s'] if p['depth']['slope_per_s'] is None else round(p['depth']['slope_per_s'], 2)}"
-            f" -> {p['verdict']} | cpu {cpu}")
+            f" -> {p['verdict']} | cpu {cpu}"
+            + (f" | own overhead p50 {p['overhead_ms']['p50']:.1f} ms" if (p.get("overhead_ms") or {}).get("p50") else ""))
 
 
 def measure_tier(st: Stack, plan: ModePlan, tier: str, tp: TierPlan, scratch: Path, deadline: float | None,
@@ -489,7 +508,7 @@ def measure_tier(st: Stack, plan: ModePlan, tier: str, tp: TierPlan, scratch: Pa
     res["ceiling"] = best["rate"] if best else None
     if best and tp.latency_points:
         lat_s = max(0.05, (best["latency_ms"]["p95"] or 100.0) / 1000.0)
-        for share in (0.5, 0.9):
+        for share in tp.latency_shares:
             rate = round(best["rate"] * share, 3)
             p = point(rate, users_for(rate, lat_s), window_for(rate), f"at{int(share * 100)}")
             if p is not None:
@@ -643,16 +662,24 @@ def write_report(result: dict[str, Any], out: Path) -> None:
                          f"{p['routed']['A']}/{p['routed']['B']}/{p['routed']['C']} | {_f(lat['p50'], 0)} | "
                          f"{_f(lat['p95'], 0)} | {_f(lat['p99'], 0)} | {_f(d['last'])} / {_f(d['max'])} / "
                          f"{_f(d['slope_per_s'], 2)} | {cpu} | {p['verdict']} |")
-        L.append("\n### Latency at 50 % and 90 % of the ceiling\n")
-        L.append("| tier | ceiling | share | rate | answered/s | p50 ms | p95 ms | p99 ms | n | sustained |")
-        L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+        L.append("\n### Latency and the front door's own overhead at shares of the ceiling\n")
+        L.append("Own overhead = `total_ms - queue_wait_ms - strategy_ms` of each reply started in the "
+                 "measuring window (the front door's stages plus the worker's claim, result write and "
+                 "result publish; neither the strategy nor the wait in the tier queue). CPU: every "
+                 "process of the run, locust included (% of one core).\n")
+        L.append("| tier | ceiling | share | rate | answered/s | CPU % | p50 ms | p95 ms | p99 ms | "
+                 "own overhead p50 / p95 / p99 ms | classify p50 ms | n | sustained |")
+        L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |")
         for t, tr in mode.get("tiers", {}).items():
             for p in tr["points"]:
                 if p["what"].startswith("at"):
-                    lat = p["latency_ms"]
-                    L.append(f"| {t} | {_f(tr.get('ceiling'), 2)} | {int(p['share_of_ceiling'] * 100)} % | "
-                             f"{_f(p['rate'], 2)} | {_f(p['answered_rps'], 2)} | {_f(lat['p50'], 0)} | "
-                             f"{_f(lat['p95'], 0)} | {_f(lat['p99'], 0)} | {lat['n']} | {p['sustained']} |")
+                    lat, own = p["latency_ms"], p.get("overhead_ms") or {}
+                    L.append(f"| {t} | {_f(tr.get('ceiling'), 2)} | {round(p['share_of_ceiling'] * 100)} % | "
+                             f"{_f(p['rate'], 2)} | {_f(p['answered_rps'], 2)} | "
+                             f"{_f(sum(p['cpu_pct'].values()), 0)} | {_f(lat['p50'], 0)} | "
+                             f"{_f(lat['p95'], 0)} | {_f(lat['p99'], 0)} | {_f(own.get('p50'))} / "
+                             f"{_f(own.get('p95'))} / {_f(own.get('p99'))} | {_f(own.get('classify_p50'))} | "
+                             f"{lat['n']} | {p['sustained']} |")
         L.append("\n### Where an Answer's time goes (front door's `arag_frontdoor_stage_seconds`, mean ms per "
                  "call that went through the stage, measuring windows only)\n")
         L.append("| tier | point | " + " | ".join(STAGES) + " | sum | wait = queue wait + strategy + rest | client p50 |")
@@ -752,7 +779,7 @@ def make_plots(result: dict[str, Any], out: Path) -> list[str]:
         tiers = list(mode.get("tiers", {}).items())
         if not tiers:
             continue
-        fig, axes = plt.subplots(2, len(tiers), figsize=(4.6 * len(tiers), 7.5), squeeze=False)
+        fig, axes = plt.subplots(3, len(tiers), figsize=(4.6 * len(tiers), 11), squeeze=False)
         for i, (t, tr) in enumerate(tiers):
             ax = axes[0][i]
             pts = [p for p in tr["points"] if p["rate"] > 0]
@@ -782,6 +809,27 @@ def make_plots(result: dict[str, Any], out: Path) -> list[str]:
             ax2.set_xlabel("s into the measuring window")
             ax2.set_ylabel("messages queued")
             ax2.legend(fontsize=7, title="offered", title_fontsize=7)
+            curve = sorted((p for p in pts if p["what"].startswith("at") and (p.get("overhead_ms") or {}).get("n")),
+                           key=lambda p: p["rate"])
+            if curve:
+                ax3 = axes[2][i]
+                for q, style in (("p50", "o-"), ("p95", "s--"), ("p99", "^:")):
+                    ax3.plot([p["offered_rps"] for p in curve], [p["overhead_ms"][q] for p in curve], style,
+                             label=f"own overhead {q}")
+                for y, what in ((5, "p50 target"), (20, "p99 target")):
+                    ax3.axhline(y, color="grey", lw=0.8, ls=":")
+                    ax3.annotate(what, (curve[0]["offered_rps"], y), fontsize=7, xytext=(0, 2),
+                                 textcoords="offset points")
+                for p in curve:
+                    ax3.annotate(f"{round(p['share_of_ceiling'] * 100)} %", (p["offered_rps"], p["overhead_ms"]["p50"]),
+                                 fontsize=7, xytext=(3, -10), textcoords="offset points")
+                ax3.set_ylim(bottom=0)
+                ax3.set_title("the front door's own overhead against the load")
+                ax3.set_xlabel("offered Answers/s (share of the ceiling)")
+                ax3.set_ylabel("ms")
+                ax3.legend(fontsize=7)
+            else:
+                axes[2][i].set_visible(False)
         fig.tight_layout()
         name = f"ceiling_{mname}.png"
         fig.savefig(out / name, dpi=90)
