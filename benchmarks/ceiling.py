@@ -55,6 +55,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
+from benchmarks.cpu_latency import CpuLatencyUnavailable, hold_cpu_latency
 from infra.local.servers import stop_process
 
 REPO = Path(__file__).resolve().parents[1]
@@ -632,6 +633,7 @@ def write_report(result: dict[str, Any], out: Path) -> None:
     L.append(f"Settings: servers {result.get('servers', 'embedded defaults (SQLite, filesystem broker)')}; "
              f"queries {'distinct (every text tagged `[seed.pass]`: no routing-cache hits)' if result.get('distinct_queries') else 'from the pools as they are (repeats hit the routing cache)'}; "
              f"tenant rate limit {result.get('tenant_rate')}; tracing {result.get('tracing', '-')}; "
+             f"CPU wake-up latency limit {result.get('cpu_latency_limit', 'none')}; "
              f"ARAG_CONCURRENCY {result.get('concurrency_env') or 'the stack default'}.\n")
     for mname, mode in result.get("modes", {}).items():
         info = mode.get("stack", {})
@@ -868,6 +870,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="trace this share of requests (OpenTelemetry's parentbased_traceidratio sampler, "
                              "as a production deployment would; default: the local stack's own, every request "
                              "traced to files)")
+    parser.add_argument("--cpu-latency-us", type=int, default=None,
+                        help="hold this CPU wake-up latency limit (Linux PM QoS, /dev/cpu_dma_latency; "
+                             "0 = idle CPUs poll instead of halting; needs root) for the whole run, to "
+                             "see what idle vCPUs' wake-ups cost (see benchmarks.cpu_latency)")
     args = parser.parse_args(argv)
     if args.trace_sample is not None:
         os.environ.update(OTEL_TRACES_SAMPLER="parentbased_traceidratio", OTEL_TRACES_SAMPLER_ARG=f"{args.trace_sample:g}")
@@ -905,6 +911,12 @@ def main(argv: list[str] | None = None) -> int:
     install_stop_signals()
     code = 0
     servers = ExitStack()
+    result["cpu_latency_limit"] = (f"{args.cpu_latency_us} us (PM QoS held for the run)"
+                                   if args.cpu_latency_us is not None else "none (the machine's idle states)")
+    try:
+        servers.enter_context(hold_cpu_latency(args.cpu_latency_us))
+    except CpuLatencyUnavailable as exc:
+        parser.error(str(exc))
     try:
         if args.servers:
             from infra.local.servers import local_postgres, local_redis
