@@ -244,7 +244,8 @@ bench-frontdoor: setup
 
 ## bench-ceiling: the serving path's ceiling on PostgreSQL (durable) and Redis started on loopback,
 ## with the instant LLM endpoint (a measurement device): distinct queries (no routing-cache hits) and
-## the pools' repeated ones; tracing sampled 1 %; reports/load/ceiling-servers/ (~8 min)
+## the pools' repeated ones; tracing sampled 1 %; the front door's own overhead at 10/25/50/90 % of
+## each ceiling; reports/load/ceiling-servers/ (~12 min)
 CEILING_CONCURRENCY ?= {"A":1,"B":2,"C":2,"shadow":1}
 .PHONY: bench-ceiling
 bench-ceiling: setup

@@ -22,9 +22,14 @@ once per point:
    answered are >= 93 % of the calls started (minus two), no call failed, and the tier's queue
    does not grow (least-squares slope of its depth below max(0.01 R, 0.5)/s, or its depth
    stays <= 2). The ceiling is the highest sustained rate;
-3. two points at 50 % and 90 % of the ceiling: latency p50/p95/p99, and the capacity planner's
-   check (M/M/c of `adaptive_rag.capacity` fed the measured service time and worker count,
-   against the measured mean queue wait `timings.queue_wait_ms`, bootstrap 95 % interval).
+3. points at shares of the ceiling (50 % and 90 %; the machinery alone also 10 % and 25 %):
+   latency p50/p95/p99, the front door's own overhead per reply (total - queue wait - strategy)
+   p50/p95/p99 against the load, and the capacity planner's check (M/M/c of
+   `adaptive_rag.capacity` fed the measured service time and worker count, against the measured
+   mean queue wait `timings.queue_wait_ms`, bootstrap 95 % interval).
+
+`--cpu-latency-us 0` holds a CPU wake-up latency limit (PM QoS, `benchmarks/cpu_latency.py`) for
+the run, to see what waking idle CPUs costs the path (`benchmarks/wakeup_latency.py`).
 
 Every point also records the front door's per-stage histogram (`arag_frontdoor_stage_seconds`,
 difference of two scrapes around the window), the queue depths (the locustfile's sampler) and
