@@ -37,15 +37,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from adaptive_rag.evaluation.retrieval_eval import percentile
 from benchmarks.cpu_latency import CpuLatencyUnavailable, hold_cpu_latency
 
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = ("no limit", "PM QoS 0 us")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
 def timed(call: Callable[[], object], calls: int, gap_s: float) -> list[float]:
