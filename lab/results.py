@@ -214,8 +214,8 @@ def overhead_at_half_ceiling(run: str) -> Callable[[Path], str]:
 
 
 def overhead_one_client(reports: Path) -> str:
-    """The after tree of the latest one-client measurement, from its per-request samples."""
-    overheads = [s["overhead_ms"] for s in read_jsonl(reports / "load" / "frontdoor-session-levers" / "samples.jsonl.gz")
+    """The after tree (c823e17) of the latest one-client measurement, from its per-request samples."""
+    overheads = [s["overhead_ms"] for s in read_jsonl(reports / "load" / "frontdoor-since-5213067" / "samples.jsonl.gz")
                  if s["tree"] == "after" and s["concurrency"] == 1 and s["status"] == "OK"]
     return f"{percentile(overheads, 50):.1f} / {percentile(overheads, 99):.1f} ms"
 
