@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,27 @@ def test_gzipped_and_plain_records_read_alike(tmp_path: Path) -> None:
     with gzip.open(tmp_path / "packed.jsonl.gz", "wt") as handle:
         handle.write(rows)
     assert list(results.read_jsonl(tmp_path / "plain.jsonl")) == list(results.read_jsonl(tmp_path / "packed.jsonl.gz")) == [{"a": 1}, {"a": 2}]
+
+
+def _experiments(reports: Path) -> set[str]:
+    """Folders with a README.md, except the runs inside an experiment (whose parent has one)."""
+    found = set()
+    for readme in reports.rglob("README.md"):
+        folder = readme.parent
+        is_run = folder.parent != reports and (folder.parent / "README.md").exists()
+        if folder != reports and not is_run:
+            found.add(folder.relative_to(reports).as_posix())
+    return found
+
+
+def test_the_reports_index_links_every_experiment_and_only_existing_ones() -> None:
+    reports = results.DEFAULT_REPORTS
+    index = (reports / "README.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\(([^)#]+)/\)", index))
+    assert linked == _experiments(reports)
+
+
+def test_every_report_the_results_page_links_exists() -> None:
+    docs = results.DEFAULT_DOCS
+    for target in re.findall(r"\]\((\.\./reports/[^)]*)\)", PAGE):
+        assert (docs.parent / target).exists(), target
