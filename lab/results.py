@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from adaptive_rag.evaluation.bootstrap import Interval, bootstrap_mean, difference_interval, mean_interval
+from adaptive_rag.evaluation.datasets import SINGLE_HOP
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DOCS = REPO / "docs" / "results.md"
@@ -79,7 +80,6 @@ def percent(interval: Interval) -> str:
 
 EVAL = "eval-qwen-1.5b"
 TIER_STRATEGY = {"A": "no_retrieval", "B": "single_step", "C": "ircot"}
-SINGLE_HOP = {"squad", "nq", "trivia"}  # the dataset-identity rule: B for these, C for the multi-hop sets
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,7 @@ class Evaluation:
         return {k: tier for k in self.tier_questions()}
 
     def dataset_rule(self) -> dict[Key, str]:
+        """B for the single-hop sets, C for the multi-hop ones: the rule knows the source."""
         return {k: "B" if k[0] in SINGLE_HOP else "C" for k in self.tier_questions()}
 
     def oracle(self) -> dict[Key, str]:
