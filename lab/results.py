@@ -385,12 +385,22 @@ class Check:
         return self.documented is not None and self.documented == self.recomputed
 
 
+def _recompute(figure: Figure, reports: Path) -> str | None:
+    """The figure's value, or None (a failed check, with the reason on stderr) when its records
+    are missing or no longer have the shape it reads."""
+    try:
+        return figure.compute(reports)
+    except (OSError, KeyError, ValueError, TypeError) as error:
+        print(f"{figure.name}: cannot recompute: {type(error).__name__}: {error}", file=sys.stderr)
+        return None
+
+
 def check(docs_path: Path = DEFAULT_DOCS, reports: Path = DEFAULT_REPORTS) -> list[Check]:
     """Each figure of the page against its recomputation; page rows nothing here recomputes and
     figures the page lacks come out as failed checks too."""
     stated = documented(docs_path.read_text(encoding="utf-8"))
     known = {f.name for f in FIGURES}
-    checks = [Check(f.name, stated.get(f.name), f.compute(reports)) for f in FIGURES]
+    checks = [Check(f.name, stated.get(f.name), _recompute(f, reports)) for f in FIGURES]
     checks += [Check(name, value, None) for name, value in stated.items() if name not in known]
     return checks
 

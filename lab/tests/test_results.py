@@ -88,3 +88,11 @@ def test_every_report_the_results_page_links_exists() -> None:
     docs = results.DEFAULT_DOCS
     for target in re.findall(r"\]\((\.\./reports/[^)]*)\)", PAGE):
         assert (docs.parent / target).exists(), target
+
+
+def test_a_figure_whose_records_are_gone_fails(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    (reports / "security").mkdir(parents=True)
+    failed = {c.name: c for c in results.check(results.DEFAULT_DOCS, reports) if not c.ok}
+    assert failed["Hostile inputs passed"].recomputed is None
+    assert results.main(["--reports", str(reports)]) == 1
