@@ -30,8 +30,11 @@ from adaptive_rag.errors import (
     QueueFullError, RequestNotFinishedError, RequestNotFoundError, UnauthenticatedError,
 )
 from adaptive_rag.knowledge.service import KnowledgeBaseService
-from adaptive_rag.serving.admission import AdmissionConfig, Answered, AnswerService, CallProgress, Routed
+from adaptive_rag.serving import commands
+from adaptive_rag.serving.commands import Answered, Routed
+from adaptive_rag.serving.context import AdmissionConfig, CallProgress
 from adaptive_rag.serving.ports import FairShare, Records, ResultWaiter, TaskQueue
+from adaptive_rag.serving.service import AnswerService
 from adaptive_rag.settings import Settings
 from adaptive_rag.strategies import strategy_for_tier
 from adaptive_rag.tracing import current_trace_id
@@ -132,6 +135,11 @@ def query_input(request: Any) -> bytes:
     if request.WhichOneof("query_input") == "query_text":
         return request.query_text.encode("utf-8")
     return request.query
+
+
+def optional(request: Any, name: str) -> Any:
+    """An optional field's value, None when the client left it unset."""
+    return getattr(request, name) if request.HasField(name) else None
 
 
 def build_reply(answered: Answered) -> pb2.AnswerReply:
@@ -266,11 +274,11 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
 
     async def Answer(self, request, context):  # noqa: N802 - gRPC method name
         async def body(progress: CallProgress) -> pb2.AnswerReply:
-            answered = await self.service.answer(
-                bearer_token(context.invocation_metadata()), query_input(request),
-                request.client_request_id if request.HasField("client_request_id") else None,
-                self._deadline(context), progress,
-            )
+            answered = await self.service.answer(commands.Answer(
+                api_key=bearer_token(context.invocation_metadata()), raw_query=query_input(request),
+                client_request_id=optional(request, "client_request_id"),
+                deadline=self._deadline(context),
+            ), progress)
             with progress.stage("reply"):
                 return build_reply(answered)
 
@@ -278,29 +286,29 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
 
     async def GetResult(self, request, context):  # noqa: N802
         async def body(progress: CallProgress) -> pb2.AnswerReply:
-            answered = await self.service.get_result(
-                bearer_token(context.invocation_metadata()), request.request_id, progress
-            )
+            answered = await self.service.get_result(commands.GetResult(
+                api_key=bearer_token(context.invocation_metadata()), request_id=request.request_id,
+            ), progress)
             return build_reply(answered)
 
         return await self.run_call("GetResult", context, body)
 
     async def SubmitFeedback(self, request, context):  # noqa: N802
         async def body(progress: CallProgress) -> pb2.FeedbackReply:
-            feedback_id = await self.service.submit_feedback(
-                bearer_token(context.invocation_metadata()), request.request_id, request.rating,
-                request.correct_answer if request.HasField("correct_answer") else None,
-                request.comment if request.HasField("comment") else None, progress,
-            )
+            feedback_id = await self.service.submit_feedback(commands.SubmitFeedback(
+                api_key=bearer_token(context.invocation_metadata()), request_id=request.request_id,
+                rating=request.rating, correct_answer=optional(request, "correct_answer"),
+                comment=optional(request, "comment"),
+            ), progress)
             return pb2.FeedbackReply(feedback_id=feedback_id)
 
         return await self.run_call("SubmitFeedback", context, body)
 
     async def Route(self, request, context):  # noqa: N802
         async def body(progress: CallProgress) -> pb2.RouteReply:
-            routed = await self.service.route(
-                bearer_token(context.invocation_metadata()), query_input(request), progress
-            )
+            routed = await self.service.route(commands.Route(
+                api_key=bearer_token(context.invocation_metadata()), raw_query=query_input(request),
+            ), progress)
             return build_route_reply(routed)
 
         return await self.run_call("Route", context, body)
