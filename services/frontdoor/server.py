@@ -23,7 +23,7 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from opentelemetry.instrumentation.grpc.filters import any_of, health_check, negate, service_prefix
 
-from adaptive_rag.contracts import QUEUE_FOR_TIER, SHADOW_QUEUE, TIERS, ErrorCode, RoutingDecision, Tier
+from adaptive_rag.contracts import SHADOW_QUEUE, TIERS, ErrorCode, RoutingDecision, Tier
 from adaptive_rag.errors import (
     AnswerFailedError, AnswerTimeoutError, DependencyUnavailableError, ClientRequestIdReusedError, InvalidRequestError,
     KnowledgeBaseBusyError, KnowledgeBaseMissingError, OverShareError, PermissionDeniedError,
@@ -313,6 +313,11 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
 
         return await self.run_call("Route", context, body)
 
+    def queues(self) -> list[str]:
+        """The queues this front door sends to: each tier's (one shared queue in the comparison
+        setup) and the shadow queue."""
+        return sorted({self.service.queue.queue_name(tier) for tier in TIERS} | {SHADOW_QUEUE})
+
     async def watch_health(self, health_servicer: health.aio.HealthServicer, interval_s: float = 5.0) -> None:
         """Readiness says NOT_SERVING while the records database or the task queue is away, or no
         worker answers a ping (a load balancer then sends calls to another replica), SERVING
@@ -343,7 +348,7 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
             return [f"workers: {clip(str(exc), 200)}"]
         self.workers_seen = alive
         served = {name.split("@", 1)[0] for name in alive}
-        queues = sorted({self.service.queue.queue_name(tier) for tier in TIERS} | {SHADOW_QUEUE})
+        queues = self.queues()
         for queue in queues:
             self.metrics.workers_alive.labels(queue).set(
                 sum(1 for name in alive if name.split("@", 1)[0] == queue))
@@ -357,7 +362,7 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
 
     async def watch_queues(self, interval_s: float = 5.0) -> None:
         """Keep the queue-depth gauge current for every queue, not only the ones queried."""
-        queues = [*QUEUE_FOR_TIER.values(), SHADOW_QUEUE]
+        queues = self.queues()
         while True:
             await self.service.queue_depths(queues)
             await asyncio.sleep(interval_s)
