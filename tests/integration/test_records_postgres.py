@@ -131,21 +131,22 @@ def test_the_per_answer_writes_are_one_statement_each_without_a_transaction(stor
     assert store.stored_result("r-1").attempts == 1
 
 
-def test_a_server_that_drops_the_connection_is_unavailable_once_then_the_store_recovers(postgres_url):
+def test_a_server_that_drops_the_connection_is_unavailable_once_then_the_store_recovers(postgres_url, migrated_engine):
     """The store's error mapping leaves SQLAlchemy's disconnect handling as it was: the broken
     connection is dropped from the pool, and the next call gets a fresh one."""
-    engine = make_engine(postgres_url)
+    engine, killer = make_engine(postgres_url), make_engine(postgres_url)
     try:
         store = RecordStore(engine)
         with engine.connect() as conn:
             pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
-        with make_engine(postgres_url).connect() as killer:
-            assert killer.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar()
+        with killer.connect() as conn:
+            assert conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar()
         with pytest.raises(DatabaseUnavailableError, match="records database is unreachable"):
             store.get_request("r-none")  # the pooled connection was in steady use: it fails once
         assert store.get_request("r-none") is None
     finally:
         engine.dispose()
+        killer.dispose()
 
 
 def test_a_server_that_is_not_there_is_unavailable():
