@@ -8,8 +8,11 @@ two components must agree on (queues, the task, the model and its tensors) is sp
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -150,6 +153,7 @@ class AnswerTask(_Message):
 
 
 def task_id_for(request_id: str, kind: ResultKind = ResultKind.PRIMARY, tier: Tier | None = None) -> str:
+    """The queue's task id of a run (`parse_task_id` reads it back)."""
     return request_id if kind is ResultKind.PRIMARY else f"{request_id}.{kind.value}.{tier}"
 
 
@@ -192,3 +196,35 @@ class AnswerResult(_Message):
     @property
     def ok(self) -> bool:
         return self.error_code is None
+
+
+# --- records and task ids, as the serving use cases read them ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """One recorded request, as the records return it (no ORM object crosses a layer)."""
+
+    request_id: str
+    tenant: str
+    client_request_id: str | None
+    query: str
+    status: RequestStatus
+    created_at: datetime
+    updated_at: datetime
+    deliveries: int = 0  # deliveries of the primary task that began its run (`begin_run`)
+
+
+class TaskRef(NamedTuple):
+    """What a task id names: the request, the run's kind and, for a shadow run, its tier."""
+
+    request_id: str
+    kind: ResultKind
+    tier: Tier | None
+
+
+def parse_task_id(task_id: str) -> TaskRef:
+    """The run a task id names; the inverse of `task_id_for` (a primary run's id names no tier)."""
+    request_id, _, rest = task_id.partition(".")
+    kind, _, tier = rest.partition(".")
+    return TaskRef(request_id, ResultKind(kind or ResultKind.PRIMARY), Tier(tier) if tier else None)

@@ -104,6 +104,12 @@ class DependencyUnavailableError(AdaptiveRagError):
     nothing was lost and the same call may be sent again (with its client_request_id)."""
 
 
+class DatabaseUnavailableError(DependencyUnavailableError):
+    """The records database does not answer (connection refused or lost, server gone): what the
+    storage adapters raise instead of their driver's errors (`storage.db.map_database_errors`);
+    the call may be tried again once the database is back."""
+
+
 def short_error(exc: BaseException, limit: int, *, with_type: bool = False) -> str:
     """`exc` on one line, at most `limit` characters (for records, verdicts and log fields)."""
     text = " ".join((f"{type(exc).__name__}: {exc}" if with_type else str(exc)).split())

@@ -40,13 +40,14 @@ from opentelemetry.trace import SpanKind
 
 from adaptive_rag.contracts import (
     ANSWER_TASK, QUEUE_FOR_TIER, SHADOW_QUEUE, SHARED_QUEUE, AnswerResult, AnswerTask, ErrorCode,
-    ResultKind, Tier,
+    ResultKind, Tier, parse_task_id,
 )
 from adaptive_rag.errors import DependencyUnavailableError
 from adaptive_rag.serving.ports import Records
 from adaptive_rag.tracing import inject_context, span
 from workers import celery_app as _celery
 from workers.celery_app import QUEUES
+from workers.failures import dead_task_error
 
 LOG = structlog.get_logger("workers.client")
 # A stored-result lookup that answers without Redis (the records database), used while Redis fails.
@@ -128,15 +129,6 @@ class CeleryTaskQueue:
             return int(connection.default_channel._size(queue))
 
 
-# Failures Celery records for a task that never returned its own result, by exception type: what
-# the client is told (the worker records the same codes in the records, `workers.tasks`).
-KNOWN_FAILURES: dict[str, tuple[ErrorCode, str]] = {
-    "TimeLimitExceeded": (ErrorCode.TIME_LIMIT, "the strategy did not finish within the worker's time limit"),
-    "SoftTimeLimitExceeded": (ErrorCode.TIME_LIMIT, "the strategy did not finish within the worker's time limit"),
-    "RecordsUnavailable": (ErrorCode.DEPENDENCY_UNAVAILABLE, "the records database stayed unreachable"),
-}
-
-
 def _arguments_shown(task: AnswerTask) -> str:
     return (f"{{'request_id': {task.request_id!r}, 'tenant': {task.tenant!r}, "
             f"'tier': {task.tier.value!r}, 'kind': {task.kind.value!r}}}")
@@ -144,23 +136,19 @@ def _arguments_shown(task: AnswerTask) -> str:
 
 def result_from_meta(task_id: str, meta: dict[str, Any]) -> AnswerResult:
     """The task's result; a task that died outside its own error handling (it never returned a
-    result) becomes an error result: a time limit or the records away by their own codes, anything
-    else `internal`."""
+    result) becomes an error result with the code `dead_task_error` gives it."""
     if meta.get("status") == states.SUCCESS and isinstance(meta.get("result"), dict):
         return AnswerResult.model_validate(meta["result"])
     failure = meta.get("result")
-    code = ErrorCode.INTERNAL
-    if isinstance(failure, dict) and failure.get("exc_type") in KNOWN_FAILURES:
-        code, detail = KNOWN_FAILURES[failure["exc_type"]]
-    elif isinstance(failure, dict):
-        detail = f"{failure.get('exc_type', 'Error')}: {failure.get('exc_message', '')}"
+    if isinstance(failure, dict):
+        code, detail = dead_task_error(str(failure.get("exc_type", "")))
+        detail = detail or f"{failure.get('exc_type', 'Error')}: {failure.get('exc_message', '')}"
     else:
-        detail = f"task ended {meta.get('status')}: {failure!r}"
-    request_id, _, rest = task_id.partition(".")
-    kind, _, tier = rest.partition(".")
-    return AnswerResult(
-        request_id=request_id, kind=ResultKind(kind or ResultKind.PRIMARY), tier=Tier(tier or Tier.B),
-        strategy="", error=detail, error_code=code,
+        code, detail = ErrorCode.INTERNAL, f"task ended {meta.get('status')}: {failure!r}"
+    run = parse_task_id(task_id)
+    return AnswerResult(  # a primary task's id names no tier: B stands in
+        request_id=run.request_id, kind=run.kind, tier=run.tier or Tier.B, strategy="", error=detail,
+        error_code=code,
     )
 
 
@@ -169,10 +157,7 @@ def stored_results(records: Records) -> StoredResult:
     by the worker before it reaches Redis); task ids as in `result_from_meta`."""
 
     def lookup(task_id: str) -> AnswerResult | None:
-        request_id, _, rest = task_id.partition(".")
-        kind, _, tier = rest.partition(".")
-        return records.get_result(request_id, ResultKind(kind or ResultKind.PRIMARY),
-                                  Tier(tier) if tier else None)
+        return records.get_result(*parse_task_id(task_id))
 
     return lookup
 

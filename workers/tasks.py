@@ -17,11 +17,11 @@ from typing import Any
 import structlog
 from cachetools import LRUCache
 from celery import Task
-from celery.exceptions import Ignore, SoftTimeLimitExceeded, TimeLimitExceeded
+from celery.exceptions import Ignore, SoftTimeLimitExceeded
 from celery.signals import task_failure, task_retry, worker_process_init
 from celery.utils.time import get_exponential_backoff_interval
 
-from adaptive_rag.contracts import ANSWER_TASK, AnswerResult, AnswerTask, ErrorCode
+from adaptive_rag.contracts import ANSWER_TASK, AnswerResult, AnswerTask
 from adaptive_rag.knowledge.documents import KnowledgeIndex
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.serving.answering import (
@@ -30,6 +30,7 @@ from adaptive_rag.serving.answering import (
 from adaptive_rag.settings import Settings
 from adaptive_rag.storage import RecordStore, make_engine
 from workers.celery_app import app, app_settings
+from workers.failures import dead_task_error
 from workers.metrics import worker_metrics
 
 log = structlog.get_logger("workers.tasks")
@@ -187,12 +188,7 @@ def _record_failure(
     except ValueError:
         log.error("task.failure_unrecordable", task_id=task_id, kwargs=str(kwargs)[:500])
         return
-    if isinstance(exception, TimeLimitExceeded):
-        code = ErrorCode.TIME_LIMIT
-    elif isinstance(exception, RecordsUnavailable):  # the records stayed away: a dependency, not a bug
-        code = ErrorCode.DEPENDENCY_UNAVAILABLE
-    else:
-        code = ErrorCode.INTERNAL
+    code, _ = dead_task_error(type(exception).__name__)
     detail = f"{type(exception).__name__}: {exception}"
     worker_metrics().task_failed(task.tier.value, task.kind.value, code.value)
     retries = getattr(getattr(sender, "request", None), "retries", 0) or 0

@@ -25,13 +25,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import structlog
-from sqlalchemy.exc import InterfaceError, OperationalError
 
 from adaptive_rag.contracts import (
     AnswerResult, AnswerTask, ErrorCode, ResultKind, Source, Timings,
 )
 from adaptive_rag.domain import StrategyResult
-from adaptive_rag.errors import IndexNotFoundError, LLMUnavailableError, RetrieverUnavailableError
+from adaptive_rag.errors import (
+    DatabaseUnavailableError, IndexNotFoundError, LLMUnavailableError, RetrieverUnavailableError,
+)
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.serving.ports import Records
 from adaptive_rag.settings import Settings
@@ -45,8 +46,8 @@ LOG = structlog.get_logger("serving.answering")
 EMPTY_ANSWER = "the model produced no answer to this question"
 # Failures that may pass: the same task can succeed a little later.
 TRANSIENT: tuple[type[BaseException], ...] = (
-    RetrieverUnavailableError, LLMUnavailableError, IndexNotFoundError, OperationalError,
-    InterfaceError, ConnectionError, TimeoutError,
+    RetrieverUnavailableError, LLMUnavailableError, IndexNotFoundError, DatabaseUnavailableError,
+    ConnectionError, TimeoutError,
 )
 
 
@@ -88,7 +89,7 @@ class NotRunnable(Exception):
 
 
 # The records database's own failures (connection refused, server gone): see `RecordsUnavailable`.
-RECORDS_DOWN: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
+RECORDS_DOWN: tuple[type[BaseException], ...] = (DatabaseUnavailableError,)
 
 
 def answer_task(

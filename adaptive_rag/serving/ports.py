@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import Protocol
 
 from adaptive_rag.contracts import (
-    AnswerResult, AnswerTask, Principal, RequestStatus, ResultKind, RoutingDecision, Tier,
+    AnswerResult, AnswerTask, Principal, RequestStatus, RequestView, ResultKind, RoutingDecision, Tier,
 )
-from adaptive_rag.storage.records import RequestView
 
 
 class Records(Protocol):
-    """Requests, routing decisions, results and feedback (blocking calls)."""
+    """Requests, routing decisions, results and feedback (blocking calls); a database that does
+    not answer is `DatabaseUnavailableError`."""
 
     def ping(self) -> None: ...  # raises when the records cannot be reached
     def principal_for_key(self, key: str) -> Principal | None: ...

@@ -10,11 +10,11 @@ from adaptive_rag.storage.models import (
     ApiKey, Base, Feedback, ModelPromotion, QueryRequest, QueryResult, RoutingDecision, TrainingLabel,
 )
 from adaptive_rag.storage.promotions import JobBusyError, PromotionRecord, PromotionStore, job_lock
-from adaptive_rag.storage.records import ApiKeyView, RecordStore, RequestView, StoredResult
+from adaptive_rag.storage.records import ApiKeyView, RecordStore, StoredResult
 
 __all__ = [
     "ApiKey", "ApiKeyView", "Base", "Feedback", "JobBusyError", "KnowledgeRecords", "LabelStore",
     "ModelPromotion", "PromotionRecord", "PromotionStore", "QueryRequest", "QueryResult",
-    "RecordStore", "RequestView", "RoutingDecision", "StoredResult", "TrainingLabel",
+    "RecordStore", "RoutingDecision", "StoredResult", "TrainingLabel",
     "job_lock", "make_engine", "session_factory", "upgrade_database",
 ]

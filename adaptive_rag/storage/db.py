@@ -1,4 +1,5 @@
-"""Engines, sessions and migrations for the URL in `DATABASE_URL` (SQLite file by default)."""
+"""Engines, sessions and migrations for the URL in `DATABASE_URL` (SQLite file by default), and
+the one place the driver's "the database does not answer" becomes the library's own error."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.engine import ExceptionContext, make_url
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+
+from adaptive_rag.errors import DatabaseUnavailableError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 # A pooled server connection that sat unused this long is pinged before it is handed out.
@@ -72,6 +75,31 @@ def ping_when_idle(engine: Engine, idle_s: float = PING_AFTER_IDLE_S) -> None:
             engine.dialect.do_ping(dbapi_connection)
         except Exception as exc:  # noqa: BLE001 - any failure: the pool replaces the connection
             raise DisconnectionError(f"idle connection failed its ping: {exc}") from exc
+
+
+# The driver's errors that say the database does not answer (refused, lost, gone), as opposed to a
+# statement it refused (`IntegrityError` and the like stay what they are).
+UNREACHABLE: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
+
+
+def map_database_errors(engine: Engine) -> None:
+    """Make `engine` raise `DatabaseUnavailableError` wherever its driver says the database does
+    not answer, for every statement and connection attempt (SQLAlchemy's `handle_error` hook, as
+    httpx's `map_exceptions` does for its transports), so no caller above the storage adapters
+    handles SQLAlchemy's exceptions. The pool's own handling (dropping a broken connection) runs
+    as before. Idempotent: every adapter over the engine calls it."""
+    if not event.contains(engine, "handle_error", _unavailable):
+        event.listen(engine, "handle_error", _unavailable)
+
+
+def _unavailable(context: ExceptionContext) -> DatabaseUnavailableError | None:
+    if getattr(context, "is_pre_ping", False):  # SQLAlchemy's own pre-ping decides what to do
+        return None
+    if not (isinstance(context.sqlalchemy_exception, UNREACHABLE) or context.is_disconnect):
+        return None
+    # The driver's class name only: a status message must not carry hosts or credentials.
+    return DatabaseUnavailableError(
+        f"the records database is unreachable ({type(context.original_exception).__name__})")
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

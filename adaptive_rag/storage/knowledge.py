@@ -17,6 +17,7 @@ from datetime import datetime
 from sqlalchemy import Engine, delete, func, select, update
 
 from adaptive_rag.errors import KnowledgeBaseBusyError
+from adaptive_rag.storage.db import map_database_errors
 from adaptive_rag.storage.locks import advisory_lock
 from adaptive_rag.storage.models import (
     KnowledgeBaseRow,
@@ -48,6 +49,7 @@ class KnowledgeRecords:
     """Rows of `knowledge_bases` and `kb_documents` through one engine (SQLite or PostgreSQL)."""
 
     def __init__(self, engine: Engine) -> None:
+        map_database_errors(engine)  # a database away is `DatabaseUnavailableError`, as for the records
         self.engine = engine
         self._local_locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()

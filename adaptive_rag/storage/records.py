@@ -29,11 +29,12 @@ from sqlalchemy.exc import IntegrityError
 
 from adaptive_rag.contracts import (
     DEFAULT_SCOPES, IN_FLIGHT, NEVER_RAN, RETRYABLE_ERRORS, AnswerResult, ErrorCode, Principal,
-    RequestStatus, ResultKind, RoutingDecision, Scope, Source, Tier, Timings,
+    RequestStatus, RequestView, ResultKind, RoutingDecision, Scope, Source, Tier, Timings,
 )
 from adaptive_rag.errors import (
     AdaptiveRagError, ConfigurationError, DuplicateRequestError, RequestNotFoundError,
 )
+from adaptive_rag.storage.db import map_database_errors
 from adaptive_rag.storage.locks import advisory_lock
 from adaptive_rag.storage.models import (
     FEEDBACK_RATINGS, ApiKey, Feedback, QueryRequest, QueryResult, as_utc, utcnow,
@@ -126,18 +127,6 @@ class ApiKeyView:
 
 
 @dataclass(frozen=True, slots=True)
-class RequestView:
-    request_id: str
-    tenant: str
-    client_request_id: str | None
-    query: str
-    status: RequestStatus
-    created_at: datetime
-    updated_at: datetime
-    deliveries: int = 0  # deliveries of the primary task that began its run (`begin_run`)
-
-
-@dataclass(frozen=True, slots=True)
 class StoredResult:
     """A result row: the result itself and how it was delivered (for operators and tests)."""
 
@@ -148,9 +137,13 @@ class StoredResult:
 
 
 class RecordStore:
-    """Reads and writes the serving records through one SQLAlchemy engine (SQLite or PostgreSQL)."""
+    """Reads and writes the serving records through one SQLAlchemy engine (SQLite or PostgreSQL).
+
+    A database that does not answer is `DatabaseUnavailableError` from every call
+    (`map_database_errors`); no SQLAlchemy exception leaves this store."""
 
     def __init__(self, engine: Engine) -> None:
+        map_database_errors(engine)  # before the autocommit engine below is derived from it
         self.engine = engine
         if engine.dialect.name == "postgresql":
             from sqlalchemy.dialects.postgresql import insert
@@ -532,4 +525,4 @@ class RecordStore:
         return DuplicateRequestError(f"{what} of request {request_id!r} is already recorded")
 
 
-__all__ = ["ApiKeyView", "RecordStore", "RequestView", "StoredResult", "SweepBusyError", "hash_key"]
+__all__ = ["ApiKeyView", "RecordStore", "StoredResult", "SweepBusyError", "hash_key"]

@@ -17,7 +17,7 @@ from adaptive_rag.contracts import Scope
 from adaptive_rag.errors import InvalidRequestError
 from adaptive_rag.knowledge.documents import Document, Section
 from adaptive_rag.knowledge.service import ChangeSummary, KnowledgeBaseService
-from adaptive_rag.serving.admission import CallProgress
+from adaptive_rag.serving.context import CallProgress
 
 from services.frontdoor.auth import bearer_token
 from services.frontdoor.stubs import pb2, pb2_grpc

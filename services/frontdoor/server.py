@@ -23,15 +23,18 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from opentelemetry.instrumentation.grpc.filters import any_of, health_check, negate, service_prefix
 
-from adaptive_rag.contracts import QUEUE_FOR_TIER, SHADOW_QUEUE, TIERS, ErrorCode, RoutingDecision, Tier
+from adaptive_rag.contracts import SHADOW_QUEUE, TIERS, ErrorCode, RoutingDecision, Tier
 from adaptive_rag.errors import (
     AnswerFailedError, AnswerTimeoutError, DependencyUnavailableError, ClientRequestIdReusedError, InvalidRequestError,
     KnowledgeBaseBusyError, KnowledgeBaseMissingError, OverShareError, PermissionDeniedError,
     QueueFullError, RequestNotFinishedError, RequestNotFoundError, UnauthenticatedError,
 )
 from adaptive_rag.knowledge.service import KnowledgeBaseService
-from adaptive_rag.serving.admission import AdmissionConfig, Answered, AnswerService, CallProgress, Routed
+from adaptive_rag.serving import commands
+from adaptive_rag.serving.commands import Answered, Routed
+from adaptive_rag.serving.context import AdmissionConfig, CallProgress
 from adaptive_rag.serving.ports import FairShare, Records, ResultWaiter, TaskQueue
+from adaptive_rag.serving.service import AnswerService
 from adaptive_rag.settings import Settings
 from adaptive_rag.strategies import strategy_for_tier
 from adaptive_rag.tracing import current_trace_id
@@ -132,6 +135,11 @@ def query_input(request: Any) -> bytes:
     if request.WhichOneof("query_input") == "query_text":
         return request.query_text.encode("utf-8")
     return request.query
+
+
+def optional(request: Any, name: str) -> Any:
+    """An optional field's value, None when the client left it unset."""
+    return getattr(request, name) if request.HasField(name) else None
 
 
 def build_reply(answered: Answered) -> pb2.AnswerReply:
@@ -266,11 +274,11 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
 
     async def Answer(self, request, context):  # noqa: N802 - gRPC method name
         async def body(progress: CallProgress) -> pb2.AnswerReply:
-            answered = await self.service.answer(
-                bearer_token(context.invocation_metadata()), query_input(request),
-                request.client_request_id if request.HasField("client_request_id") else None,
-                self._deadline(context), progress,
-            )
+            answered = await self.service.answer(commands.Answer(
+                api_key=bearer_token(context.invocation_metadata()), raw_query=query_input(request),
+                client_request_id=optional(request, "client_request_id"),
+                deadline=self._deadline(context),
+            ), progress)
             with progress.stage("reply"):
                 return build_reply(answered)
 
@@ -278,32 +286,37 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
 
     async def GetResult(self, request, context):  # noqa: N802
         async def body(progress: CallProgress) -> pb2.AnswerReply:
-            answered = await self.service.get_result(
-                bearer_token(context.invocation_metadata()), request.request_id, progress
-            )
+            answered = await self.service.get_result(commands.GetResult(
+                api_key=bearer_token(context.invocation_metadata()), request_id=request.request_id,
+            ), progress)
             return build_reply(answered)
 
         return await self.run_call("GetResult", context, body)
 
     async def SubmitFeedback(self, request, context):  # noqa: N802
         async def body(progress: CallProgress) -> pb2.FeedbackReply:
-            feedback_id = await self.service.submit_feedback(
-                bearer_token(context.invocation_metadata()), request.request_id, request.rating,
-                request.correct_answer if request.HasField("correct_answer") else None,
-                request.comment if request.HasField("comment") else None, progress,
-            )
+            feedback_id = await self.service.submit_feedback(commands.SubmitFeedback(
+                api_key=bearer_token(context.invocation_metadata()), request_id=request.request_id,
+                rating=request.rating, correct_answer=optional(request, "correct_answer"),
+                comment=optional(request, "comment"),
+            ), progress)
             return pb2.FeedbackReply(feedback_id=feedback_id)
 
         return await self.run_call("SubmitFeedback", context, body)
 
     async def Route(self, request, context):  # noqa: N802
         async def body(progress: CallProgress) -> pb2.RouteReply:
-            routed = await self.service.route(
-                bearer_token(context.invocation_metadata()), query_input(request), progress
-            )
+            routed = await self.service.route(commands.Route(
+                api_key=bearer_token(context.invocation_metadata()), raw_query=query_input(request),
+            ), progress)
             return build_route_reply(routed)
 
         return await self.run_call("Route", context, body)
+
+    def queues(self) -> list[str]:
+        """The queues this front door sends to: each tier's (one shared queue in the comparison
+        setup) and the shadow queue."""
+        return sorted({self.service.queue.queue_name(tier) for tier in TIERS} | {SHADOW_QUEUE})
 
     async def watch_health(self, health_servicer: health.aio.HealthServicer, interval_s: float = 5.0) -> None:
         """Readiness says NOT_SERVING while the records database or the task queue is away, or no
@@ -335,7 +348,7 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
             return [f"workers: {clip(str(exc), 200)}"]
         self.workers_seen = alive
         served = {name.split("@", 1)[0] for name in alive}
-        queues = sorted({self.service.queue.queue_name(tier) for tier in TIERS} | {SHADOW_QUEUE})
+        queues = self.queues()
         for queue in queues:
             self.metrics.workers_alive.labels(queue).set(
                 sum(1 for name in alive if name.split("@", 1)[0] == queue))
@@ -349,7 +362,7 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
 
     async def watch_queues(self, interval_s: float = 5.0) -> None:
         """Keep the queue-depth gauge current for every queue, not only the ones queried."""
-        queues = [*QUEUE_FOR_TIER.values(), SHADOW_QUEUE]
+        queues = self.queues()
         while True:
             await self.service.queue_depths(queues)
             await asyncio.sleep(interval_s)

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adaptive_rag.contracts import Tier
-from adaptive_rag.serving.admission import IO_THREADS
+from adaptive_rag.serving.context import IO_THREADS
 from adaptive_rag.settings import env_name
 
 DEFAULT_QUEUE_LIMITS = {Tier.A: 500, Tier.B: 200, Tier.C: 100}

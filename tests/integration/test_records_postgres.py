@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, text
 
+from adaptive_rag.errors import DatabaseUnavailableError
 from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
 from adaptive_rag.storage.db import alembic_config
 
@@ -128,3 +129,27 @@ def test_the_per_answer_writes_are_one_statement_each_without_a_transaction(stor
     assert store.decision_for("r-1") == decision and store.decision_for("r-2") is None
     assert store.get_request("r-1").status.value == "done"
     assert store.stored_result("r-1").attempts == 1
+
+
+def test_a_server_that_drops_the_connection_is_unavailable_once_then_the_store_recovers(postgres_url, migrated_engine):
+    """The store's error mapping leaves SQLAlchemy's disconnect handling as it was: the broken
+    connection is dropped from the pool, and the next call gets a fresh one."""
+    engine, killer = make_engine(postgres_url), make_engine(postgres_url)
+    try:
+        store = RecordStore(engine)
+        with engine.connect() as conn:
+            pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+        with killer.connect() as conn:
+            assert conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar()
+        with pytest.raises(DatabaseUnavailableError, match="records database is unreachable"):
+            store.get_request("r-none")  # the pooled connection was in steady use: it fails once
+        assert store.get_request("r-none") is None
+    finally:
+        engine.dispose()
+        killer.dispose()
+
+
+def test_a_server_that_is_not_there_is_unavailable():
+    store = RecordStore(make_engine("postgresql+psycopg://arag@127.0.0.1:1/arag?connect_timeout=2"))
+    with pytest.raises(DatabaseUnavailableError, match=r"unreachable \(OperationalError\)"):
+        store.ping()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from adaptive_rag.contracts import (
     DEFAULT_SCOPES, IN_FLIGHT, NEVER_RAN, QUEUE_FOR_TIER, RETRYABLE_ERRORS, Principal, Scope, AnswerResult,
-    AnswerTask, RequestStatus, ResultKind, RoutingDecision, Source, Tier, Timings,
+    AnswerTask, RequestStatus, ResultKind, RoutingDecision, Source, Tier, Timings, parse_task_id,
 )
 from adaptive_rag.domain import Passage
 from adaptive_rag.errors import DuplicateRequestError, RequestNotFoundError
@@ -215,8 +215,7 @@ class FakeWaiter:
         done = self.queue.done.setdefault(task_id, threading.Event())
         if not await asyncio.to_thread(done.wait, timeout):
             raise TimeoutError(f"no result within {timeout} s")
-        request_id = task_id.split(".", 1)[0]
-        result = self.queue.store.get_result(request_id)
+        result = self.queue.store.get_result(*parse_task_id(task_id))
         assert result is not None
         return result
 

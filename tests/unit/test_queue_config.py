@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from adaptive_rag.contracts import AnswerTask, ResultKind, Tier
+from adaptive_rag.contracts import AnswerTask, ResultKind, Tier, parse_task_id, task_id_for
 from adaptive_rag.settings import Settings, as_environment
 from workers.celery_app import QUEUES, broker_folders, celery_config, create_app
 from workers.client import CeleryTaskQueue, ThreadedResultWaiter
@@ -125,6 +125,18 @@ def test_enqueue_routes_by_tier_with_its_limits_and_queue_depth_counts(tmp_path)
 def test_tasks_are_typed_messages():
     with pytest.raises(ValueError):
         task("req2", "D", "x")  # no tier D
+
+
+@pytest.mark.parametrize("kind, tier", [(ResultKind.PRIMARY, Tier.B), (ResultKind.SHADOW, Tier.C)])
+def test_a_task_id_reads_back_as_the_run_it_names(kind, tier):
+    made = AnswerTask(request_id="0f3a", tenant="acme", query="q", tier=tier, strategy="s", kind=kind,
+                      enqueued_at=0.0)
+    run = parse_task_id(made.task_id)
+    assert (run.request_id, run.kind) == ("0f3a", kind)
+    assert run.tier == (tier if kind is ResultKind.SHADOW else None)  # a primary id names no tier
+    assert task_id_for(*run) == made.task_id
+    with pytest.raises(ValueError):
+        parse_task_id("0f3a.bogus.B")
 
 
 def test_waiting_times_out_as_the_builtin_timeout_error(tmp_path):

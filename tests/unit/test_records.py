@@ -11,13 +11,13 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from sqlalchemy import inspect
+from sqlalchemy import create_engine, inspect
 
 from adaptive_rag.contracts import (
     AnswerResult, ErrorCode, RequestStatus, ResultKind, RoutingDecision, Source, Tier, Timings,
 )
-from adaptive_rag.errors import DuplicateRequestError, RequestNotFoundError
-from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
+from adaptive_rag.errors import DatabaseUnavailableError, DuplicateRequestError, RequestNotFoundError
+from adaptive_rag.storage import KnowledgeRecords, RecordStore, make_engine, upgrade_database
 from adaptive_rag.storage.records import hash_key
 
 SOURCES = (Source(id="kb-1", title="Pairing a bulb", score=3.5),)
@@ -43,6 +43,20 @@ def save(store: RecordStore, request_id: str, answer: str | None = "Hold the but
                   answer=answer, steps=1, sources=SOURCES, timings=TIMINGS)
     fields.update(kw)
     return store.save_result(AnswerResult(**fields), worker, attempts)
+
+
+def test_a_database_that_does_not_answer_is_the_librarys_unavailable_error(tmp_path):
+    """No SQLAlchemy exception leaves the store: a database it cannot reach (here a SQLite file in
+    a directory that does not exist) is `DatabaseUnavailableError`, for every call."""
+    engine = create_engine(f"sqlite:///{tmp_path}/missing/arag.db")
+    unreachable = RecordStore(engine)
+    calls = (unreachable.ping, lambda: unreachable.principal_for_key("arag_x"),
+             lambda: new_request(unreachable), lambda: unreachable.readmit("r1"),
+             lambda: KnowledgeRecords(engine).state("acme"))
+    for call in calls:
+        with pytest.raises(DatabaseUnavailableError,
+                           match=r"^the records database is unreachable \(OperationalError\)$"):
+            call()
 
 
 def test_migrations_create_every_serving_table(store):

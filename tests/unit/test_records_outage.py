@@ -9,16 +9,16 @@ import time
 import pytest
 from fakes import FakeLLM, FakeRetriever, make_passages
 from frontdoor_fakes import FakeStore
-from sqlalchemy.exc import OperationalError
 
 from adaptive_rag.contracts import AnswerTask, ErrorCode, RequestStatus, Tier
-from adaptive_rag.errors import RetrieverUnavailableError
+from adaptive_rag.errors import DatabaseUnavailableError, RetrieverUnavailableError
 from adaptive_rag.serving.answering import Delivery, RecordsUnavailable, RetryLater, answer_task
 from adaptive_rag.settings import Settings
 
 
-def db_down() -> OperationalError:
-    return OperationalError("SELECT 1", {}, ConnectionRefusedError("connection refused"))
+def db_down() -> DatabaseUnavailableError:
+    """What the records adapter raises for its driver's "connection refused" (`test_records`)."""
+    return DatabaseUnavailableError("the records database is unreachable (OperationalError)")
 
 
 class FlakyStore(FakeStore):

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from types import SimpleNamespace
 
 import pytest
+from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 
+from adaptive_rag.contracts import AnswerTask, Tier
 from adaptive_rag.errors import DependencyUnavailableError
+from adaptive_rag.serving.answering import RecordsUnavailable
 from workers.client import RedisResultWaiter
 
 
@@ -67,3 +71,24 @@ def test_a_failure_celery_recorded_keeps_its_meaning_and_names_no_class_it_knows
                                      "result": {"exc_type": exc_type, "exc_message": "(315.0,)"}})
     assert result.error_code.value == code and result.request_id == "r1"
     assert (exc_type in result.error) == (code == "internal")
+
+
+@pytest.mark.parametrize("failure", [TimeLimitExceeded(315.0), SoftTimeLimitExceeded(),
+                                     RecordsUnavailable("the records stayed away"), KeyError("oops")])
+def test_the_worker_records_a_dead_task_with_the_code_its_client_reads(failure, monkeypatch) -> None:
+    """`workers.tasks` (the exception itself) and `workers.client` (its class name in the result
+    backend) decide the code of a task that died alike."""
+    from celery import states
+
+    tasks = pytest.importorskip("workers.tasks")
+    from workers.client import result_from_meta
+
+    written = []
+    monkeypatch.setattr(tasks, "write_once", lambda store, result, delivery: written.append(result))
+    monkeypatch.setattr(tasks, "resources", lambda: SimpleNamespace(store=None))
+    task = AnswerTask(request_id="r1", tenant="acme", query="q", tier=Tier.B, strategy="single_step",
+                      enqueued_at=0.0)
+    tasks._record_failure(task_id="r1", exception=failure, kwargs={"task": task.model_dump(mode="json")})
+    read = result_from_meta("r1", {"status": states.FAILURE,
+                                   "result": {"exc_type": type(failure).__name__, "exc_message": str(failure)}})
+    assert [r.error_code for r in written] == [read.error_code]

@@ -14,12 +14,14 @@ from adaptive_rag.contracts import (
     AnswerResult, AnswerTask, ErrorCode, RequestStatus, ResultKind, Scope, Tier, Timings,
 )
 from adaptive_rag.errors import (
-    DependencyUnavailableError, KnowledgeBaseMissingError, OverShareError, PermissionDeniedError,
+    DatabaseUnavailableError, DependencyUnavailableError, KnowledgeBaseMissingError, OverShareError, PermissionDeniedError,
     AnswerFailedError, AnswerTimeoutError, ClientRequestIdReusedError, IndexNotFoundError,
     InvalidQueryError, QueueFullError, RequestNotFinishedError, RequestNotFoundError,
     UnauthenticatedError,
 )
-from adaptive_rag.serving.admission import AdmissionConfig, AnswerService, CallProgress
+from adaptive_rag.serving.commands import Answer, GetResult, Route, SubmitFeedback
+from adaptive_rag.serving.context import AdmissionConfig, CallProgress
+from adaptive_rag.serving.service import AnswerService
 from adaptive_rag.serving.answering import Delivery, NotRunnable, RetryLater, answer_task
 from adaptive_rag.settings import Settings
 
@@ -65,7 +67,7 @@ def eventually(check, within_s: float = 2.0) -> None:
 def test_answer_records_routes_enqueues_and_returns_the_workers_result():
     svc, store, queue, routed = service()
     progress = CallProgress()
-    answered = run(svc.answer(KEY, b"compare", None, soon(), progress))
+    answered = run(svc.answer(Answer(KEY, b"compare", None, soon()), progress))
     [task] = queue.tasks
     assert (task.tier, task.strategy, task.kind, task.query) == (Tier.C, "decompose", ResultKind.PRIMARY, "compare")
     assert answered.request_id == task.request_id == progress.request_id and progress.tier is Tier.C
@@ -84,9 +86,9 @@ def test_answer_records_routes_enqueues_and_returns_the_workers_result():
 def test_the_request_is_refused_before_anything_is_recorded():
     svc, store, queue, _ = service()
     with pytest.raises(UnauthenticatedError):
-        run(svc.answer("arag_wrong", b"What is 2+2?", None, soon(), CallProgress()))
+        run(svc.answer(Answer("arag_wrong", b"What is 2+2?", None, soon()), CallProgress()))
     with pytest.raises(InvalidQueryError, match="not valid UTF-8"):
-        run(svc.answer(KEY, b"\xff", None, soon(), CallProgress()))
+        run(svc.answer(Answer(KEY, b"\xff", None, soon()), CallProgress()))
     assert store.requests == {} and queue.tasks == []
 
 
@@ -95,12 +97,12 @@ def test_a_full_queue_rejects_and_a_resend_runs_under_the_same_request_id():
     queue.depths["tier-c"] = 2
     progress = CallProgress()
     with pytest.raises(QueueFullError, match="limit 2"):
-        run(svc.answer(KEY, b"compare", "order-7", soon(), progress))
+        run(svc.answer(Answer(KEY, b"compare", "order-7", soon()), progress))
     assert store.requests[progress.request_id].status is RequestStatus.REJECTED and queue.tasks == []
     with pytest.raises(RequestNotFinishedError, match="never ran"):
-        run(svc.get_result(KEY, progress.request_id, CallProgress()))
+        run(svc.get_result(GetResult(KEY, progress.request_id), CallProgress()))
     queue.depths["tier-c"] = 0
-    answered = run(svc.answer(KEY, b"compare", "order-7", soon(), CallProgress()))
+    answered = run(svc.answer(Answer(KEY, b"compare", "order-7", soon()), CallProgress()))
     assert answered.request_id == progress.request_id and not answered.replayed
 
 
@@ -110,31 +112,31 @@ def test_a_standing_queue_sheds_by_its_wait_budget_before_its_length_limit():
 
     svc, store, queue, _ = service(work=slow_queue, wait_targets={Tier.A: 1.0})
     for _ in range(3):  # three A answers, each after 4 s in the queue (its target: 1 s)
-        run(svc.answer(KEY, b"What is 2+2?", None, soon(), CallProgress()))
+        run(svc.answer(Answer(KEY, b"What is 2+2?", None, soon()), CallProgress()))
     assert svc.delay_gate.standing(Tier.A) is not None
-    run(svc.answer(KEY, b"compare", None, soon(), CallProgress()))  # tier C has no wait budget
+    run(svc.answer(Answer(KEY, b"compare", None, soon()), CallProgress()))  # tier C has no wait budget
     queue.depths["tier-a"] = 3  # far below its length limit of 5
     progress = CallProgress()
     with pytest.raises(QueueFullError, match=r"stands: even the shortest wait of its last 3 .* 4.00 s \(target 1 s\)"):
-        run(svc.answer(KEY, b"What is 2+2?", "k-9", soon(), progress))
+        run(svc.answer(Answer(KEY, b"What is 2+2?", "k-9", soon()), progress))
     assert store.requests[progress.request_id].status is RequestStatus.REJECTED
     assert len(queue.tasks) == 4  # nothing more was queued
     queue.depths["tier-a"] = 0  # the queue drained: the gate has nothing to hold back
-    again = run(svc.answer(KEY, b"What is 2+2?", "k-9", soon(), CallProgress()))
+    again = run(svc.answer(Answer(KEY, b"What is 2+2?", "k-9", soon()), CallProgress()))
     assert again.request_id == progress.request_id and again.result.answer == "answer to What is 2+2?"
 
 
 def test_a_replayed_request_is_the_stored_reply_built_from_the_same_types():
     svc, _, queue, _ = service()
-    live = run(svc.answer(KEY, b"What is 2+2?", "k1", soon(), CallProgress()))
-    replay = run(svc.answer(KEY, b"What is 2+2?", "k1", soon(), CallProgress()))
-    stored = run(svc.get_result(KEY, live.request_id, CallProgress()))
+    live = run(svc.answer(Answer(KEY, b"What is 2+2?", "k1", soon()), CallProgress()))
+    replay = run(svc.answer(Answer(KEY, b"What is 2+2?", "k1", soon()), CallProgress()))
+    stored = run(svc.get_result(GetResult(KEY, live.request_id), CallProgress()))
     assert replay.replayed and stored.replayed and len(queue.tasks) == 1
     assert replay.result == stored.result == live.result and replay.decision == live.decision
     assert stored.total_ms == pytest.approx(
         live.decision.classify_ms + live.result.timings.queue_wait_ms + live.result.timings.strategy_ms)
     with pytest.raises(ClientRequestIdReusedError):
-        run(svc.answer(KEY, b"another question", "k1", soon(), CallProgress()))
+        run(svc.answer(Answer(KEY, b"another question", "k1", soon()), CallProgress()))
 
 
 def test_the_record_insert_is_the_idempotency_check_and_a_replay_counts_no_decision():
@@ -142,10 +144,10 @@ def test_the_record_insert_is_the_idempotency_check_and_a_replay_counts_no_decis
     asked: list[tuple] = []
     find = store.find_request
     store.find_request = lambda *args: asked.append(args) or find(*args)
-    live = run(svc.answer(KEY, b"compare", "k2", soon(), CallProgress()))
+    live = run(svc.answer(Answer(KEY, b"compare", "k2", soon()), CallProgress()))
     assert asked == []  # a new request: no read before its insert
     progress = CallProgress()
-    replay = run(svc.answer(KEY, b"compare", "k2", soon(), progress))
+    replay = run(svc.answer(Answer(KEY, b"compare", "k2", soon()), progress))
     assert asked == [("acme", "k2")] and replay.replayed and replay.request_id == live.request_id
     assert routed == [live.decision] and len(store.requests) == 1 and len(queue.tasks) == 1
     assert progress.request_id == live.request_id and "idempotency" in progress.stages
@@ -155,12 +157,12 @@ def test_no_result_within_the_deadline_names_the_request_that_keeps_running():
     svc, store, _, _ = service(delay_s=0.5)
     progress = CallProgress()
     with pytest.raises(AnswerTimeoutError) as info:
-        run(svc.answer(KEY, b"What is 2+2?", None, soon(0.1), progress))
+        run(svc.answer(Answer(KEY, b"What is 2+2?", None, soon(0.1)), progress))
     assert info.value.request_id == progress.request_id
     with pytest.raises(RequestNotFinishedError, match="still queued"):
-        run(svc.get_result(KEY, progress.request_id, CallProgress()))
+        run(svc.get_result(GetResult(KEY, progress.request_id), CallProgress()))
     time.sleep(0.6)
-    assert run(svc.get_result(KEY, progress.request_id, CallProgress())).result.answer == "answer to What is 2+2?"
+    assert run(svc.get_result(GetResult(KEY, progress.request_id), CallProgress())).result.answer == "answer to What is 2+2?"
 
 
 def test_a_recorded_worker_error_is_raised_with_its_code():
@@ -170,29 +172,29 @@ def test_a_recorded_worker_error_is_raised_with_its_code():
 
     svc, *_ = service(work=fail)
     with pytest.raises(AnswerFailedError) as info:
-        run(svc.answer(KEY, b"What is 2+2?", None, soon(), CallProgress()))
+        run(svc.answer(Answer(KEY, b"What is 2+2?", None, soon()), CallProgress()))
     assert info.value.code is ErrorCode.DEPENDENCY_UNAVAILABLE and "refused" in str(info.value)
 
 
 def test_shadow_runs_are_sampled_onto_the_neighbouring_tier():
     svc, _, queue, _ = service(shadow_share=0.5, sample=0.1)
-    run(svc.answer(KEY, b"What is 2+2?", None, soon(), CallProgress()))
+    run(svc.answer(Answer(KEY, b"What is 2+2?", None, soon()), CallProgress()))
     shadow = [t for t in queue.tasks if t.kind is ResultKind.SHADOW]
     assert [(t.tier, t.strategy) for t in shadow] == [(Tier.B, "single_step")]
     svc, _, queue, _ = service(shadow_share=0.5, sample=0.9)
-    run(svc.answer(KEY, b"What is 2+2?", None, soon(), CallProgress()))
+    run(svc.answer(Answer(KEY, b"What is 2+2?", None, soon()), CallProgress()))
     assert all(t.kind is ResultKind.PRIMARY for t in queue.tasks)
 
 
 def test_other_tenants_requests_are_not_found():
     svc, store, _, _ = service()
     store.add_key("arag_other", "globex")
-    answered = run(svc.answer(KEY, b"What is 2+2?", None, soon(), CallProgress()))
+    answered = run(svc.answer(Answer(KEY, b"What is 2+2?", None, soon()), CallProgress()))
     with pytest.raises(RequestNotFoundError):
-        run(svc.get_result("arag_other", answered.request_id, CallProgress()))
+        run(svc.get_result(GetResult("arag_other", answered.request_id), CallProgress()))
     with pytest.raises(RequestNotFoundError):
-        run(svc.submit_feedback("arag_other", answered.request_id, 1, None, None, CallProgress()))
-    assert run(svc.submit_feedback(KEY, answered.request_id, 1, None, None, CallProgress())) == 1
+        run(svc.submit_feedback(SubmitFeedback("arag_other", answered.request_id, 1, None, None), CallProgress()))
+    assert run(svc.submit_feedback(SubmitFeedback(KEY, answered.request_id, 1, None, None), CallProgress())) == 1
 
 
 # --- the worker's use case -------------------------------------------------------------------------
@@ -279,22 +281,22 @@ def test_a_time_limit_and_a_bug_are_recorded_with_their_codes():
 def test_route_records_a_decision_and_runs_nothing():
     svc, store, queue, routed = service()
     progress = CallProgress()
-    decided = run(svc.route(KEY, b"compare", progress))
+    decided = run(svc.route(Route(KEY, b"compare"), progress))
     assert decided.decision.tier is Tier.C and decided.decision.strategy == "decompose"
     assert decided.decision_id == progress.request_id and progress.tier is Tier.C
     assert queue.tasks == [] and routed == [decided.decision]
     assert store.requests[decided.decision_id].status is RequestStatus.ROUTED
     assert store.decisions[decided.decision_id] == decided.decision
     with pytest.raises(RequestNotFinishedError, match="routing decision only"):
-        run(svc.get_result(KEY, decided.decision_id, CallProgress()))
+        run(svc.get_result(GetResult(KEY, decided.decision_id), CallProgress()))
     # The client ran the strategy itself and says how it went: feedback on the decision.
-    assert run(svc.submit_feedback(KEY, decided.decision_id, 1, None, None, CallProgress())) == 1
+    assert run(svc.submit_feedback(SubmitFeedback(KEY, decided.decision_id, 1, None, None), CallProgress())) == 1
     with pytest.raises(InvalidQueryError):
-        run(svc.route(KEY, b"", CallProgress()))
+        run(svc.route(Route(KEY, b""), CallProgress()))
 
 
 def test_known_keys_are_remembered_for_their_time_to_live_only():
-    from adaptive_rag.serving.admission import TtlCache
+    from adaptive_rag.serving.context import TtlCache
 
     now = [0.0]
     keys = TtlCache(ttl_s=30.0, max_items=2, clock=lambda: now[0])
@@ -314,11 +316,11 @@ def test_with_a_key_cache_the_records_are_asked_once_per_key():
     original = store.principal_for_key
     store.principal_for_key = lambda key: asked.append(key) or original(key)
     for _ in range(3):
-        run(svc.answer(KEY, b"What is 2+2?", None, soon(), CallProgress()))
+        run(svc.answer(Answer(KEY, b"What is 2+2?", None, soon()), CallProgress()))
     with pytest.raises(UnauthenticatedError):
-        run(svc.answer("arag_unknown", b"What is 2+2?", None, soon(), CallProgress()))
+        run(svc.answer(Answer("arag_unknown", b"What is 2+2?", None, soon()), CallProgress()))
     with pytest.raises(UnauthenticatedError):
-        run(svc.answer("arag_unknown", b"What is 2+2?", None, soon(), CallProgress()))
+        run(svc.answer(Answer("arag_unknown", b"What is 2+2?", None, soon()), CallProgress()))
     assert asked == [KEY, "arag_unknown", "arag_unknown"]  # unknown keys are never cached
 
 
@@ -331,21 +333,21 @@ def test_each_call_needs_its_scope_and_the_tenant_comes_from_the_key():
     store.add_key("arag_writer", "acme", frozenset({Scope.KB_WRITE}))
     for key in ("arag_feedback_only", "arag_writer"):
         with pytest.raises(PermissionDeniedError, match="may not 'answer'"):
-            run(svc.answer(key, b"What is 2+2?", None, soon(), CallProgress()))
+            run(svc.answer(Answer(key, b"What is 2+2?", None, soon()), CallProgress()))
         with pytest.raises(PermissionDeniedError):
-            run(svc.route(key, b"What is 2+2?", CallProgress()))
-    answered = run(svc.answer(KEY, b"What is 2+2?", None, soon(), CallProgress()))
+            run(svc.route(Route(key, b"What is 2+2?"), CallProgress()))
+    answered = run(svc.answer(Answer(KEY, b"What is 2+2?", None, soon()), CallProgress()))
     assert queue.tasks[-1].tenant == "acme"
     with pytest.raises(PermissionDeniedError, match="may not 'feedback'"):
-        run(svc.submit_feedback("arag_writer", answered.request_id, 1, None, None, CallProgress()))
-    assert run(svc.submit_feedback("arag_feedback_only", answered.request_id, 1, None, None, CallProgress())) == 1
+        run(svc.submit_feedback(SubmitFeedback("arag_writer", answered.request_id, 1, None, None), CallProgress()))
+    assert run(svc.submit_feedback(SubmitFeedback("arag_feedback_only", answered.request_id, 1, None, None), CallProgress())) == 1
 
 
 def test_a_tenant_without_a_knowledge_base_is_refused_before_anything_is_recorded():
     svc, store, queue, _ = service()
     store.add_key("arag_newcomer", "initech")
     with pytest.raises(KnowledgeBaseMissingError, match="'initech' has no knowledge base"):
-        run(svc.answer("arag_newcomer", b"What is 2+2?", None, soon(), CallProgress()))
+        run(svc.answer(Answer("arag_newcomer", b"What is 2+2?", None, soon()), CallProgress()))
     assert store.requests == {} and queue.tasks == []
 
 
@@ -371,16 +373,16 @@ class CountingFairShare:
 def test_a_tenant_over_its_share_is_rejected_and_a_finished_answer_gives_its_slot_back():
     svc, store, queue, _ = service()
     share = svc.fair_share = CountingFairShare(allowed=1)
-    first = run(svc.answer(KEY, b"What is 2+2?", "c-1", soon(), CallProgress()))
+    first = run(svc.answer(Answer(KEY, b"What is 2+2?", "c-1", soon()), CallProgress()))
     eventually(lambda: share.released == [first.request_id] and share.held["acme"] == set())
     share.held["acme"] = {"someone-else"}  # the tenant's one slot is taken
     with pytest.raises(OverShareError) as refused:
-        run(svc.answer(KEY, b"compare", "c-2", soon(), CallProgress()))
+        run(svc.answer(Answer(KEY, b"compare", "c-2", soon()), CallProgress()))
     assert refused.value.retry_after_s == 2.5
     rejected = store.find_request("acme", "c-2")
     assert rejected.status is RequestStatus.REJECTED and len(queue.tasks) == 1  # nothing ran
     share.held["acme"] = set()
-    again = run(svc.answer(KEY, b"compare", "c-2", soon(), CallProgress()))  # the resend runs
+    again = run(svc.answer(Answer(KEY, b"compare", "c-2", soon()), CallProgress()))  # the resend runs
     assert again.request_id == rejected.request_id and again.result.answer == "answer to compare"
 
 
@@ -389,23 +391,23 @@ def test_small_talk_is_tier_a_without_the_classifier_and_without_a_shadow_run():
     asked = []
     original = svc.router.route
     svc.router.route = lambda query, tenant=None: asked.append(query) or original(query, tenant)
-    answered = run(svc.answer(KEY, "Thanks a lot!".encode(), None, soon(), CallProgress()))
+    answered = run(svc.answer(Answer(KEY, "Thanks a lot!".encode(), None, soon()), CallProgress()))
     [task] = queue.tasks  # no shadow run for small talk
     assert (task.tier, task.strategy) == (Tier.A, "small_talk") and asked == []
     decision = store.decisions[answered.request_id]
     assert decision.model_name == "small_talk" and decision.reason == "small talk (thanks)"
-    run(svc.answer(KEY, b"hi, how do I reset my hub?", None, soon(), CallProgress()))
+    run(svc.answer(Answer(KEY, b"hi, how do I reset my hub?", None, soon()), CallProgress()))
     assert asked == ["hi, how do I reset my hub?"]  # a question that starts with a greeting
 
 
 def test_a_query_asking_two_questions_goes_to_c_whatever_the_router_says():
     svc, store, queue, _routed = service()
     two = "Which plan is required for the Lumora Developer API, and what is its rate limit?"
-    answered = run(svc.answer(KEY, two.encode(), None, soon(), CallProgress()))
+    answered = run(svc.answer(Answer(KEY, two.encode(), None, soon()), CallProgress()))
     decision = store.decisions[answered.request_id]
     assert decision.tier is Tier.C and decision.reason.endswith("; two questions in one: C")
     assert queue.tasks[-1].tier is Tier.C and queue.tasks[-1].strategy == svc.config.strategy_for(Tier.C)
-    one = run(svc.answer(KEY, b"What is the rate limit of the Lumora Developer API?", None, soon(), CallProgress()))
+    one = run(svc.answer(Answer(KEY, b"What is the rate limit of the Lumora Developer API?", None, soon()), CallProgress()))
     assert store.decisions[one.request_id].tier is Tier.B  # the fake router's B stands
 
 
@@ -424,13 +426,13 @@ def test_a_slot_is_held_while_the_work_runs_even_after_the_caller_stopped_waitin
 
     async def scenario() -> None:
         with pytest.raises(AnswerTimeoutError):  # the deadline passes; the work goes on
-            await svc.answer(KEY, b"compare", None, soon(0.1), CallProgress())
+            await svc.answer(Answer(KEY, b"compare", None, soon(0.1)), CallProgress())
         [held] = share.held["acme"]
         with pytest.raises(OverShareError):  # still the tenant's one slot
-            await svc.answer(KEY, b"compare", None, soon(), CallProgress())
+            await svc.answer(Answer(KEY, b"compare", None, soon()), CallProgress())
         await asyncio.sleep(0.6)  # the work finished: its slot came back
         assert share.held["acme"] == set() and share.released[0] == held
-        cancelled = asyncio.create_task(svc.answer(KEY, b"compare", None, soon(), CallProgress()))
+        cancelled = asyncio.create_task(svc.answer(Answer(KEY, b"compare", None, soon()), CallProgress()))
         await asyncio.sleep(0.1)
         cancelled.cancel()  # the client left; its task is queued and runs
         with pytest.raises(asyncio.CancelledError):
@@ -446,25 +448,37 @@ def test_a_request_the_queue_could_not_take_is_never_lost_and_runs_when_resent()
     svc, store, queue, _ = service()
     queue.down = DependencyUnavailableError("the task queue is unreachable (enqueue: ConnectionError)")
     with pytest.raises(DependencyUnavailableError, match="did not run: send it again") as info:
-        run(svc.answer(KEY, b"compare", "c-9", soon(), CallProgress()))
+        run(svc.answer(Answer(KEY, b"compare", "c-9", soon()), CallProgress()))
     stored = store.find_request("acme", "c-9")
     assert stored.status is RequestStatus.REJECTED and stored.request_id in str(info.value)
     queue.down = None  # the broker is back: the resend runs under the same request id
-    again = run(svc.answer(KEY, b"compare", "c-9", soon(), CallProgress()))
+    again = run(svc.answer(Answer(KEY, b"compare", "c-9", soon()), CallProgress()))
     assert again.request_id == stored.request_id and again.result.answer == "answer to compare"
 
 
 def test_a_records_database_that_does_not_answer_is_unavailable_not_a_bug():
-    from sqlalchemy.exc import OperationalError
-
+    """The records adapter says so in the library's words (`test_records`: a real engine's)."""
     svc, store, _, _ = service()
 
     def down(*_args):
-        raise OperationalError("SELECT 1", {}, ConnectionRefusedError("connection refused"))
+        raise DatabaseUnavailableError("the records database is unreachable (OperationalError)")
 
     store.principal_for_key = down
     with pytest.raises(DependencyUnavailableError, match="records database is unreachable"):
-        run(svc.answer(KEY, b"compare", None, soon(), CallProgress()))
+        run(svc.answer(Answer(KEY, b"compare", None, soon()), CallProgress()))
+
+
+def test_a_resent_request_recorded_without_a_decision_is_routed_and_run_under_its_id():
+    """A front door that stopped between recording a request and routing it left no decision:
+    the resend records its own decision and runs the request."""
+    svc, store, queue, routed = service()
+    store.create_request("r-old", "acme", "c-old", "compare", RequestStatus.QUEUED)
+    progress = CallProgress()
+    answered = run(svc.answer(Answer(KEY, b"compare", "c-old", soon()), progress))
+    assert answered.request_id == progress.request_id == "r-old" and not answered.replayed
+    assert store.decisions["r-old"] == answered.decision == routed[0] and answered.decision.tier is Tier.C
+    assert [t.request_id for t in queue.tasks] == ["r-old"]
+    assert answered.result.answer == "answer to compare"
 
 
 # --- no request left queued forever; a resend runs ----------------------------------------------------
@@ -488,18 +502,18 @@ def test_a_request_whose_message_was_lost_expires_and_its_resend_runs_under_the_
     svc, store, queue, seen = service(queued_expiry_s=0.2, queue=LosingQueue(FakeStore()))
     progress = CallProgress()
     with pytest.raises(AnswerTimeoutError):
-        run(svc.answer(KEY, b"compare", "order-1", soon(0.1), progress))
+        run(svc.answer(Answer(KEY, b"compare", "order-1", soon(0.1)), progress))
     request_id = progress.request_id
     with pytest.raises(RequestNotFinishedError, match="still queued; call GetResult again later"):
-        run(svc.get_result(KEY, request_id, CallProgress()))
+        run(svc.get_result(GetResult(KEY, request_id), CallProgress()))
     assert run(svc.expire_stale()) == []  # not old enough yet
     time.sleep(0.25)
     assert run(svc.expire_stale()) == [request_id] and seen[-1] == ("expired", 1)  # counted
     assert store.requests[request_id].status is RequestStatus.EXPIRED
     with pytest.raises(RequestNotFinishedError,
                        match=f"request {request_id} was expired and never ran; send the Answer again"):
-        run(svc.get_result(KEY, request_id, CallProgress()))
-    answered = run(svc.answer(KEY, b"compare", "order-1", soon(), CallProgress()))
+        run(svc.get_result(GetResult(KEY, request_id), CallProgress()))
+    answered = run(svc.answer(Answer(KEY, b"compare", "order-1", soon()), CallProgress()))
     assert answered.request_id == request_id and not answered.replayed
     assert answered.result.answer == "answer to compare"
     assert [t.request_id for t in [*queue.lost, *queue.tasks]] == [request_id, request_id]
@@ -509,11 +523,11 @@ def test_a_request_whose_message_was_lost_expires_and_its_resend_runs_under_the_
 def test_expiry_is_off_without_an_age_and_skipped_while_another_front_door_sweeps():
     svc, store, _, seen = service(delay_s=5.0)
     with pytest.raises(AnswerTimeoutError):
-        run(svc.answer(KEY, b"compare", None, soon(0.05), CallProgress()))
+        run(svc.answer(Answer(KEY, b"compare", None, soon(0.05)), CallProgress()))
     assert run(svc.expire_stale()) == []
     svc, store, _, seen = service(queued_expiry_s=0.01, delay_s=5.0)
     with pytest.raises(AnswerTimeoutError):
-        run(svc.answer(KEY, b"compare", None, soon(0.05), CallProgress()))
+        run(svc.answer(Answer(KEY, b"compare", None, soon(0.05)), CallProgress()))
     store.sweeping = True
     assert run(svc.expire_stale()) == [] and ("expired", 1) not in seen
     store.sweeping = False
@@ -542,15 +556,15 @@ def test_a_resend_runs_a_request_that_failed_for_a_dependency_again():
     svc, store, queue, _ = service(work=work)
     progress = CallProgress()
     with pytest.raises(AnswerFailedError, match="send the Answer again with the same client_request_id") as info:
-        run(svc.answer(KEY, b"compare", "order-2", soon(), progress))
+        run(svc.answer(Answer(KEY, b"compare", "order-2", soon()), progress))
     assert info.value.code is ErrorCode.DEPENDENCY_UNAVAILABLE
     with pytest.raises(AnswerFailedError):  # GetResult says the same
-        run(svc.get_result(KEY, progress.request_id, CallProgress()))
-    again = run(svc.answer(KEY, b"compare", "order-2", soon(), CallProgress()))
+        run(svc.get_result(GetResult(KEY, progress.request_id), CallProgress()))
+    again = run(svc.answer(Answer(KEY, b"compare", "order-2", soon()), CallProgress()))
     assert again.request_id == progress.request_id and again.result.answer == "answered after all"
     assert runs == [progress.request_id] * 2 and queue.forgotten == [progress.request_id]
     assert list(store.results) == [(progress.request_id, ResultKind.PRIMARY, Tier.C)]  # one row
-    replay = run(svc.answer(KEY, b"compare", "order-2", soon(), CallProgress()))
+    replay = run(svc.answer(Answer(KEY, b"compare", "order-2", soon()), CallProgress()))
     assert replay.replayed and replay.result == again.result and len(runs) == 2
 
 
@@ -559,12 +573,12 @@ def test_other_recorded_errors_are_final_and_a_resend_returns_them(code):
     work, runs = dependency_then(code)
     svc, store, queue, _ = service(work=work)
     with pytest.raises(AnswerFailedError):
-        run(svc.answer(KEY, b"compare", "order-3", soon(), CallProgress()))
+        run(svc.answer(Answer(KEY, b"compare", "order-3", soon()), CallProgress()))
     with pytest.raises(AnswerFailedError) as info:  # the resend runs it again: now it is final
-        run(svc.answer(KEY, b"compare", "order-3", soon(), CallProgress()))
+        run(svc.answer(Answer(KEY, b"compare", "order-3", soon()), CallProgress()))
     assert info.value.code is code
     with pytest.raises(AnswerFailedError) as info:
-        run(svc.answer(KEY, b"compare", "order-3", soon(), CallProgress()))
+        run(svc.answer(Answer(KEY, b"compare", "order-3", soon()), CallProgress()))
     assert info.value.code is code and "send the Answer again" not in str(info.value)
     assert len(runs) == 2 and len(queue.tasks) == 2
 
@@ -637,13 +651,13 @@ def test_a_self_routing_policy_names_its_strategy_in_the_task_and_the_record():
 
     svc, store, queue, _routed = service()
     svc.router = FixedRouter("self-route", self_routing_policy("self-route"))
-    answered = run(svc.answer(KEY, b"Who founded the company that makes the X200?", None, soon(), CallProgress()))
+    answered = run(svc.answer(Answer(KEY, b"Who founded the company that makes the X200?", None, soon()), CallProgress()))
     task = queue.tasks[-1]
     assert (task.tier, task.strategy) == (Tier.B, "self_route")
     assert store.decisions[answered.request_id].strategy == "self_route"
     # Two questions in one still go to C, with C's own strategy, not the self-routing one.
     two = "Which plan is required for the Lumora Developer API, and what is its rate limit?"
-    run(svc.answer(KEY, two.encode(), None, soon(), CallProgress()))
+    run(svc.answer(Answer(KEY, two.encode(), None, soon()), CallProgress()))
     assert (queue.tasks[-1].tier, queue.tasks[-1].strategy) == (Tier.C, "decompose")
     with pytest.raises(ValueError, match="self-route, uncertainty"):
         self_routing_policy("astrology")

@@ -45,3 +45,18 @@ def test_the_shared_pool_has_the_total_concurrency(tmp_path):
     assert command[command.index("--prefetch-multiplier") + 1] == "1"
     with pytest.raises(ValueError):
         WorkerPools(WorkerSettings(_env_file=None), pools=["shared"], migrate=False)
+
+
+def test_the_front_door_watches_the_queues_it_sends_to(tmp_path):
+    """Depth gauge and worker checks: the shared queue in the comparison setup, not empty tier queues."""
+    from types import SimpleNamespace
+
+    from services.frontdoor.server import FrontDoor
+
+    def front_door(shared: bool) -> FrontDoor:
+        queue = CeleryTaskQueue(create_app(WorkerSettings(_env_file=None, broker_dir=tmp_path / str(shared),
+                                                          shared_queue=shared)))
+        return FrontDoor(SimpleNamespace(queue=queue), settings=None, metrics=None)
+
+    assert front_door(shared=False).queues() == sorted(QUEUES)
+    assert front_door(shared=True).queues() == sorted([SHARED_QUEUE, "shadow"])

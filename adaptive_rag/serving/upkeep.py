@@ -1,0 +1,54 @@
+"""What the front door does besides calls: expire requests left queued, say what keeps it from
+serving (health), read the queues' depths (the gauge)."""
+
+from __future__ import annotations
+
+import structlog
+
+from adaptive_rag.contracts import Tier
+from adaptive_rag.serving.context import Serving
+
+LOG = structlog.get_logger("serving.upkeep")
+
+
+async def expire_stale(serving: Serving) -> list[str]:
+    """Expire the requests queued longer than `queued_expiry_s` (never started: their message
+    was lost, or not picked up before their client's deadline), so GetResult says "never ran;
+    send the Answer again" instead of "call again later" forever. Returns their ids (empty
+    when another front door is sweeping, or expiry is off)."""
+    expiry_s = serving.config.queued_expiry_s
+    if not expiry_s:
+        return []
+    expired = await serving.io(serving.records.expire_queued, expiry_s)
+    if expired:
+        serving.on_expired(len(expired))
+        LOG.warning("requests_expired", count=len(expired), request_ids=expired[:20],
+                    queued_expiry_s=expiry_s)
+    return expired or []
+
+
+async def dependency_problems(serving: Serving) -> list[str]:
+    """What keeps this front door from answering right now (empty: nothing): the records
+    database and the task queue are each asked once."""
+    queue = serving.queue
+    problems = []
+    for name, check in (("records database", serving.records.ping),
+                        ("task queue", lambda: queue.depth(queue.queue_name(Tier.A)))):
+        try:
+            await serving.io(check)
+        except Exception as exc:  # noqa: BLE001 - any failure means not serving
+            problems.append(f"{name}: {exc}")
+    return problems
+
+
+async def queue_depths(serving: Serving, queues: list[str]) -> dict[str, int]:
+    """Current depth of each queue (for the queue-depth gauge); unreachable ones are left out."""
+    depths: dict[str, int] = {}
+    for queue in queues:
+        try:
+            depths[queue] = await serving.io(serving.queue.depth, queue)
+        except Exception as exc:  # noqa: BLE001 - the broker may be briefly away
+            LOG.warning("queue_depth_failed", queue=queue, error=str(exc))
+    for queue, depth in depths.items():
+        serving.on_queue_depth(queue, depth)
+    return depths
