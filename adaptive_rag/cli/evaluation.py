@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from adaptive_rag.evaluation.adaptive import RoutingRow
     from adaptive_rag.evaluation.datasets import Question
     from adaptive_rag.evaluation.runner import Outcome
-    from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
+    from adaptive_rag.routers.local_classifier import LocalOnnxClassifier
 
 
 BENCHMARK_STRATEGIES = "no_retrieval,single_step,ircot,decompose"
@@ -122,7 +122,7 @@ def evaluate(
             outcomes = run_evaluation(questions, runners, out / "results.jsonl", advance, context_reset(llm))
         if llm_judge:
             from adaptive_rag.evaluation.adaptive import llm_judge_row
-            from adaptive_rag.routing.llm_judge import LLMJudge
+            from adaptive_rag.routers.llm_judge import LLMJudge
 
             judge = llm_judge_row(LLMJudge(llm), settings.reader)
     rows = {
@@ -221,7 +221,7 @@ def _routing_rows(
         question_form_row, recorded_names, replayed_row, route_row, save_routes,
     )
     from adaptive_rag.evaluation.report import retrieval_errors, tier_agreement
-    from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
+    from adaptive_rag.routers.local_classifier import LocalOnnxClassifier
     from adaptive_rag.routing.model_repository import open_version
 
     routing = [*fixed_rows(tiers), dataset_rule_row(), question_form_row()]
@@ -355,7 +355,7 @@ def _evaluate_support(
 def _trained_classifier(version: int | None) -> tuple[LocalOnnxClassifier | None, str]:
     """The exported classifier for the "adaptive" row, or None and why when only untrained ones
     exist."""
-    from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
+    from adaptive_rag.routers.local_classifier import LocalOnnxClassifier
     from adaptive_rag.routing.model_repository import open_version, served_version, versions
 
     settings = load_classifier_settings()

@@ -1,6 +1,6 @@
 """`arag routers train | route | fetch-base | tune-uncertainty`: the learned routers beside the
 fine-tuned classifier (logistic regression, kNN over labelled queries, cost-aware reward
-regression; see `adaptive_rag.routing.learned`), and the uncertainty strategy's threshold.
+regression; see `adaptive_rag.routers.learned`), and the uncertainty strategy's threshold.
 
 `train` reads the `train` labels (benchmark and live) from the labels store, exports the sentence
 encoder once to ONNX next to the routers (`<root>/encoders/<name>`, needs the `train` extras),
@@ -76,8 +76,9 @@ def train(
 ) -> None:
     """Fit learned routers on the `train` labels; choose hyper-parameters on a validation split of
     them (never `test`); write router.npz, router.json and MODEL_CARD.md per router."""
-    from adaptive_rag.routing.embeddings import OnnxEmbedder, ensure_encoder
-    from adaptive_rag.routing.learned import KINDS, RewardRouter, examples_from_labels
+    from adaptive_rag.routers.embeddings import OnnxEmbedder
+    from adaptive_rag.training.encoders import ensure_encoder
+    from adaptive_rag.training.learned_routers import KINDS, RewardRouter, examples_from_labels
 
     kinds = list(ALL_KINDS) if kind == "all" else [kind]
     if any(k not in KINDS for k in kinds):
@@ -145,8 +146,8 @@ def fit_words(
     follow from the benchmark data), so `arag routers fit-words --labels-file <out>/labels.jsonl`
     rebuilds the same router.json.
     """
-    from adaptive_rag.routing.bag_of_words import fit, model_card
-    from adaptive_rag.routing.learned import examples_from_labels
+    from adaptive_rag.training.bag_of_words import fit, model_card
+    from adaptive_rag.training.learned_routers import examples_from_labels
     from adaptive_rag.storage.labels import read_label_file, write_label_file
     from adaptive_rag.training.labelling import binary_labels
 
@@ -192,7 +193,7 @@ def route(
     router: Annotated[Path, typer.Option(help="a saved router directory")] = DEFAULT_ROOT / "knn",
 ) -> None:
     """Route one query with a saved router (prints the decision and the time it took)."""
-    from adaptive_rag.routing.learned import load_router
+    from adaptive_rag.routers.learned import load_router
 
     loaded = load_router(router)
     loaded.route(question)  # warm-up: the first ONNX run allocates

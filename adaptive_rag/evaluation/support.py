@@ -427,7 +427,7 @@ class Routed:
 
 def rules_support_router(query: str) -> Tier:
     """The default router of the suite: the rule classifier's tier."""
-    from adaptive_rag.routing.local_classifier import rules_router
+    from adaptive_rag.routing.rules import rules_router
 
     return rules_router(query).tier
 

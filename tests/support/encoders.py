@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from adaptive_rag.routing.embeddings import (
+from adaptive_rag.routers.embeddings import (
     ENCODER_FILE,
     INPUTS,
     MODEL_FILE,
