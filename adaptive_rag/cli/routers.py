@@ -32,6 +32,7 @@ from adaptive_rag.cli.common import (
     open_label_store,
     progress_bar,
 )
+from adaptive_rag.contracts import StrategyName
 
 routers_app = typer.Typer(
     add_completion=False, no_args_is_help=True,
@@ -243,8 +244,8 @@ def tune_uncertainty(
     chosen = [d.strip() for d in datasets.split(",") if d.strip()] if datasets else None
     questions = interleaved(limit_per_dataset(load_questions(settings.data_dir, chosen, split="train"), limit))
     retr, llm = open_retriever(settings), build_llm(settings)
-    drafter = build_strategy("uncertainty", retr, llm, settings)
-    single = {"single_step": build_strategy("single_step", retr, llm, settings)}
+    drafter = build_strategy(StrategyName.UNCERTAINTY, retr, llm, settings)
+    single = {StrategyName.SINGLE_STEP: build_strategy(StrategyName.SINGLE_STEP, retr, llm, settings)}
     with progress_bar("drafting (no retrieval, log-probabilities)", len(questions)) as advance:
         drafts = collect_drafts(questions, drafter, out / "drafts.jsonl", advance)  # type: ignore[arg-type]
     with progress_bar("single step", len(questions)) as advance:
