@@ -13,7 +13,7 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adaptive_rag.contracts import CLASSIFIER_MODEL, StrategyName
-from adaptive_rag.llm.readers import DEFAULT_READER, ReaderName, reader_model
+from adaptive_rag.readers import DEFAULT_READER, ReaderName, reader_model
 
 CACHE_DIR = Path.home() / ".cache" / "adaptive-rag"
 
@@ -92,7 +92,7 @@ class Settings(BaseSettings):
     llm_max_retries: int = Field(
         3, ge=0, validation_alias=AliasChoices("LLM_MAX_RETRIES", "llm_max_retries")
     )
-    # The embedded reader (`adaptive_rag.llm.readers`): which pinned GGUF llama.cpp loads. With
+    # The embedded reader (`adaptive_rag.readers`): which pinned GGUF llama.cpp loads. With
     # LLM_BASE_URL set it still names the model family, which decides the prompt form.
     reader: ReaderName = Field(DEFAULT_READER, validation_alias=env_name("ARAG_READER", "reader"))
     # "auto": the reader's own form (few-shot completion for base models, chat for instruct ones).
