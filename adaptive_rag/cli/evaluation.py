@@ -22,6 +22,7 @@ from adaptive_rag.cli.common import (
 )
 from adaptive_rag.contracts import StrategyName, Tier
 from adaptive_rag.errors import AdaptiveRagError
+from adaptive_rag.strategies import STRATEGY_NAMES
 
 if TYPE_CHECKING:
     from adaptive_rag.evaluation.adaptive import RoutingRow
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from adaptive_rag.routers.local_classifier import LocalOnnxClassifier
 
 
-BENCHMARK_STRATEGIES = "no_retrieval,single_step,ircot,decompose"
+BENCHMARK_STRATEGIES = ",".join(STRATEGY_NAMES)
 DEFAULT_ROUTERS = Path("var/routers")
 SUPPORT_FIXED_ROWS = "b"
 

@@ -249,7 +249,7 @@ def tune_uncertainty(
     with progress_bar("drafting (no retrieval, log-probabilities)", len(questions)) as advance:
         drafts = collect_drafts(questions, drafter, out / "drafts.jsonl", advance)  # type: ignore[arg-type]
     with progress_bar("single step", len(questions)) as advance:
-        outcomes = run_evaluation(questions, single, out / "single_step.jsonl", advance, context_reset(llm))
+        outcomes = run_evaluation(questions, single, out / f"{StrategyName.SINGLE_STEP}.jsonl", advance, context_reset(llm))
     asked = {(q.dataset, q.id) for q in questions}
     drafts = {k: d for k, d in drafts.items() if k in asked}
     by_question = {(d, q): o for (d, q, _), o in outcomes.items() if (d, q) in asked}
