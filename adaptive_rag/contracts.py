@@ -37,6 +37,9 @@ class StrategyName(StrEnum):
     UNCERTAINTY = "uncertainty"  # no retrieval escalating to single step when the draft is unsure
     SMALL_TALK = "small_talk"  # a canned reply to a greeting or thanks, chosen at admission
 
+    def __repr__(self) -> str:  # as the plain name: messages read 'ircot', not <StrategyName.IRCOT: 'ircot'>
+        return repr(self.value)
+
 
 class RequestStatus(StrEnum):
     """Where one request is; `set_status` never moves a finished request back in flight."""
