@@ -29,6 +29,21 @@ TIERS: tuple[Tier, ...] = (Tier.A, Tier.B, Tier.C)  # also the classifier's outp
 TIER_VALUES: tuple[str, ...] = tuple(t.value for t in TIERS)  # "A", "B", "C", cheapest first
 
 
+class StrategyName(StrEnum):
+    """The answering strategies, by the name tasks, records and reports carry."""
+
+    NO_RETRIEVAL = "no_retrieval"  # tier A: the reader alone
+    SINGLE_STEP = "single_step"  # tier B: one retrieval, one answer
+    IRCOT = "ircot"  # tier C: retrieval interleaved with chain-of-thought steps
+    DECOMPOSE = "decompose"  # tier C: sub-questions, each with its own retrieval
+    SELF_ROUTE = "self_route"  # single step escalating to multi step when the reader abstains
+    UNCERTAINTY = "uncertainty"  # no retrieval escalating to single step when the draft is unsure
+    SMALL_TALK = "small_talk"  # a canned reply to a greeting or thanks, chosen at admission
+
+    def __repr__(self) -> str:  # as the plain name: messages read 'ircot', not <StrategyName.IRCOT: 'ircot'>
+        return repr(self.value)
+
+
 class RequestStatus(StrEnum):
     """Where one request is; `set_status` never moves a finished request back in flight."""
 

@@ -12,8 +12,8 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from adaptive_rag.contracts import CLASSIFIER_MODEL
-from adaptive_rag.llm.readers import DEFAULT_READER, ReaderName, reader_model
+from adaptive_rag.contracts import CLASSIFIER_MODEL, StrategyName
+from adaptive_rag.readers import DEFAULT_READER, ReaderName, reader_model
 
 CACHE_DIR = Path.home() / ".cache" / "adaptive-rag"
 
@@ -92,7 +92,7 @@ class Settings(BaseSettings):
     llm_max_retries: int = Field(
         3, ge=0, validation_alias=AliasChoices("LLM_MAX_RETRIES", "llm_max_retries")
     )
-    # The embedded reader (`adaptive_rag.llm.readers`): which pinned GGUF llama.cpp loads. With
+    # The embedded reader (`adaptive_rag.readers`): which pinned GGUF llama.cpp loads. With
     # LLM_BASE_URL set it still names the model family, which decides the prompt form.
     reader: ReaderName = Field(DEFAULT_READER, validation_alias=env_name("ARAG_READER", "reader"))
     # "auto": the reader's own form (few-shot completion for base models, chat for instruct ones).
@@ -130,7 +130,7 @@ class Settings(BaseSettings):
     # --- strategies ----------------------------------------------------------------------------
     # Tier C's strategy. Unset: the embedded reader's tuned choice (`ReaderModel.tuning`), else
     # decompose (chosen on the Gemma evaluation, the cheaper of the two).
-    multi_step: Literal["ircot", "decompose"] | None = Field(
+    multi_step: Literal[StrategyName.IRCOT, StrategyName.DECOMPOSE] | None = Field(
         None, validation_alias=AliasChoices("ARAG_MULTI_STEP", "multi_step")
     )
     max_steps: int = Field(4, ge=1, le=16, validation_alias=AliasChoices("ARAG_MAX_STEPS", "max_steps"))
@@ -239,7 +239,7 @@ class ClassifierSettings(BaseSettings):
 # Each multi-step knob's value when neither set nor tuned for the reader: IRCoT in the paper's
 # form (what a strong endpoint gets), decompose as tier C, `max_passages` for IRCoT's bound.
 DEFAULT_KNOBS: dict[str, Any] = {
-    "multi_step": "decompose", "ircot_min_steps": 1, "ircot_reader_answers": False,
+    "multi_step": StrategyName.DECOMPOSE, "ircot_min_steps": 1, "ircot_reader_answers": False,
     "ircot_query_with_question": False, "ircot_max_passages": None,
     "decompose_question_hits_first": False,
 }
@@ -258,9 +258,9 @@ def strategy_knob(settings: Settings, name: str) -> Any:
     return DEFAULT_KNOBS[name]
 
 
-def multi_step_strategy(settings: Settings) -> str:
-    """Tier C's strategy name (`ircot` or `decompose`)."""
-    return strategy_knob(settings, "multi_step")
+def multi_step_strategy(settings: Settings) -> StrategyName:
+    """Tier C's strategy (`ircot` or `decompose`)."""
+    return StrategyName(strategy_knob(settings, "multi_step"))
 
 
 def prompt_style(settings: Settings) -> Literal["completion", "chat"]:

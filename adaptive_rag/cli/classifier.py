@@ -300,32 +300,18 @@ def calibrate(
 
 def _calibrate(classifier: ClassifierSettings, database_url: str, step_budget: float | None,
                version: int | None) -> None:
+    from adaptive_rag.errors import ConfigurationError
     from adaptive_rag.routing.model_repository import open_version
-    from adaptive_rag.routing.policy import (
-        CalibrationExample, PolicyThresholds, calibrate_thresholds, evaluate_thresholds,
-    )
+    from adaptive_rag.routing.policy import PolicyThresholds
+    from adaptive_rag.training.calibration import calibrate_version, evaluate_thresholds
 
     model = open_version(classifier.model_repository, classifier.classifier_model, version)
-    val_path = model.path / "validation.jsonl"
-    if not val_path.is_file():
-        raise typer.BadParameter(f"{val_path} missing: the run had no validation slice")
-    rows = [json.loads(line) for line in val_path.read_text(encoding="utf-8").splitlines() if line]
-    labels = {(r.dataset, r.question_id): r for r in open_label_store(database_url).labels(split=None)}
-    examples = []
-    for row in rows:
-        stored = labels.get((row["dataset"], row["question_id"]))
-        if stored is None or not all(t in stored.outcomes for t in "ABC"):
-            continue
-        examples.append(CalibrationExample(
-            probabilities=tuple(row["probabilities"]),
-            f1={t: float(stored.outcomes[t]["f1"]) for t in "ABC"},
-            steps={t: float(stored.outcomes[t]["steps"]) for t in "ABC"},
-        ))
-    if not examples:
-        raise typer.BadParameter("no validation question has stored outcomes to calibrate on")
     before = PolicyThresholds.load_or_default(model.path)
-    chosen = calibrate_thresholds(examples, step_budget)
-    path = chosen.save(model.path)
+    try:
+        calibration = calibrate_version(model.path, open_label_store(database_url), step_budget, split=None)
+    except ConfigurationError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    examples, chosen, path = calibration.examples, calibration.chosen, calibration.path
     table = Table(title=f"calibration on {len(examples)} validation questions (version {model.version})")
     for column in ("thresholds", "c", "a", "F1", "steps", "share C"):
         table.add_column(column)
@@ -344,11 +330,11 @@ def route(
     url: Annotated[Optional[str], typer.Option("--url", help="Triton gRPC host:port (default TRITON_GRPC_URL)")] = None,
 ) -> None:
     """Route one query through Triton + the policy (rules fallback when Triton is down)."""
-    from adaptive_rag.routing.classifier_client import TritonClassifier
+    from adaptive_rag.routing.model_repository import open_classifier
 
     classifier = load_classifier_settings(model_repository=repository, triton_grpc_url=url)
     start = time.perf_counter()
-    with TritonClassifier.from_settings(classifier, batching=False) as client:
+    with open_classifier(classifier, batching=False) as client:
         decision = client.classify(question)
     console.print_json(json.dumps({**decision.model_dump(mode="json"),
                                    "ms": 1000 * (time.perf_counter() - start),

@@ -17,6 +17,7 @@ from rich.progress import (
     BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
 )
 
+from adaptive_rag.contracts import StrategyName
 from adaptive_rag.errors import AdaptiveRagError
 from adaptive_rag.settings import ClassifierSettings, Settings, multi_step_strategy
 
@@ -76,7 +77,8 @@ def progress_bar(description: str, total: int | None) -> Iterator[Callable[[int]
 
 # --- strategies ------------------------------------------------------------------------------------
 
-STRATEGY_ALIASES = {"a": "no_retrieval", "b": "single_step", "c": "multi_step"}
+MULTI_STEP = "multi_step"  # the configured C variant (`ircot` or `decompose`)
+STRATEGY_ALIASES = {"a": StrategyName.NO_RETRIEVAL, "b": StrategyName.SINGLE_STEP, "c": MULTI_STEP}
 
 
 def resolve_strategy(name: str, settings: Settings) -> str:
@@ -84,7 +86,7 @@ def resolve_strategy(name: str, settings: Settings) -> str:
     from adaptive_rag.strategies import ALL_STRATEGY_NAMES
 
     name = STRATEGY_ALIASES.get(name.lower(), name)
-    name = multi_step_strategy(settings) if name == "multi_step" else name
+    name = multi_step_strategy(settings) if name == MULTI_STEP else name
     if name not in ALL_STRATEGY_NAMES:
         raise typer.BadParameter(
             f"unknown strategy {name!r}; choose a, b, c, auto or one of {', '.join(ALL_STRATEGY_NAMES)}"

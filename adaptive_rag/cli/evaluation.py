@@ -17,20 +17,21 @@ import typer
 from rich.table import Table
 
 from adaptive_rag.cli.common import (
-    DataDir, Datasets, IndexDir, Retr, console, load_classifier_settings, load_settings, progress_bar,
+    MULTI_STEP, DataDir, Datasets, IndexDir, Retr, console, load_classifier_settings, load_settings, progress_bar,
     resolve_strategy,
 )
-from adaptive_rag.contracts import Tier
+from adaptive_rag.contracts import StrategyName, Tier
 from adaptive_rag.errors import AdaptiveRagError
+from adaptive_rag.strategies import STRATEGY_NAMES
 
 if TYPE_CHECKING:
     from adaptive_rag.evaluation.adaptive import RoutingRow
     from adaptive_rag.evaluation.datasets import Question
     from adaptive_rag.evaluation.runner import Outcome
-    from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
+    from adaptive_rag.routers.local_classifier import LocalOnnxClassifier
 
 
-BENCHMARK_STRATEGIES = "no_retrieval,single_step,ircot,decompose"
+BENCHMARK_STRATEGIES = ",".join(STRATEGY_NAMES)
 DEFAULT_ROUTERS = Path("var/routers")
 SUPPORT_FIXED_ROWS = "b"
 
@@ -122,7 +123,7 @@ def evaluate(
             outcomes = run_evaluation(questions, runners, out / "results.jsonl", advance, context_reset(llm))
         if llm_judge:
             from adaptive_rag.evaluation.adaptive import llm_judge_row
-            from adaptive_rag.routing.llm_judge import LLMJudge
+            from adaptive_rag.routers.llm_judge import LLMJudge
 
             judge = llm_judge_row(LLMJudge(llm), settings.reader)
     rows = {
@@ -189,7 +190,7 @@ def evaluate(
         "multi_step_row": tiers[2],
         **({"best_fixed_row": best_fixed} if best_fixed else {}),
         "multi_step_knobs": {name: strategy_knob(settings, name) for name in DEFAULT_KNOBS},
-        **({UNCERTAINTY_KNOBS: _recorded_uncertainty(out, settings)} if "uncertainty" in rows else {}),
+        **({UNCERTAINTY_KNOBS: _recorded_uncertainty(out, settings)} if StrategyName.UNCERTAINTY in rows else {}),
         **({"adaptive_row": adaptive_meta} if adaptive_meta else {}),
         "machine": f"{platform.machine()}, {platform.python_version()}",
         "date": date,
@@ -221,7 +222,7 @@ def _routing_rows(
         question_form_row, recorded_names, replayed_row, route_row, save_routes,
     )
     from adaptive_rag.evaluation.report import retrieval_errors, tier_agreement
-    from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
+    from adaptive_rag.routers.local_classifier import LocalOnnxClassifier
     from adaptive_rag.routing.model_repository import open_version
 
     routing = [*fixed_rows(tiers), dataset_rule_row(), question_form_row()]
@@ -324,8 +325,8 @@ def _evaluate_support(
     auto = auto_threshold or (min_score is None and "abstain_min_score" not in settings.model_fields_set)
     rows = [ROUTER_ROW]
     for name in (n.strip().lower() for n in fixed.split(",") if n.strip()):
-        row = {"a": "always_a", "b": "always_b", "c": "always_c", "no_retrieval": "always_a",
-               "single_step": "always_b", "multi_step": "always_c"}.get(name, name)
+        row = {"a": "always_a", "b": "always_b", "c": "always_c", StrategyName.NO_RETRIEVAL: "always_a",
+               StrategyName.SINGLE_STEP: "always_b", MULTI_STEP: "always_c"}.get(name, name)
         if row not in FIXED_ROWS:
             raise typer.BadParameter(f"support rows are tiers a, b, c; not {name!r}")
         if row not in rows:
@@ -355,7 +356,7 @@ def _evaluate_support(
 def _trained_classifier(version: int | None) -> tuple[LocalOnnxClassifier | None, str]:
     """The exported classifier for the "adaptive" row, or None and why when only untrained ones
     exist."""
-    from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
+    from adaptive_rag.routers.local_classifier import LocalOnnxClassifier
     from adaptive_rag.routing.model_repository import open_version, served_version, versions
 
     settings = load_classifier_settings()
@@ -418,7 +419,7 @@ def _same_generator(out: Path, settings, names: Sequence[str] = ()) -> None:
         "llm": settings.llm_base_url or str(settings.gguf_path or settings.reader),
         "multi_step_knobs": {name: strategy_knob(settings, name) for name in DEFAULT_KNOBS},
     }
-    if "uncertainty" in names:
+    if StrategyName.UNCERTAINTY in names:
         made_with[UNCERTAINTY_KNOBS] = _uncertainty_knobs(settings)
     path = out / GENERATOR_FILE
     if path.is_file():

@@ -2,7 +2,7 @@
 Triton model repository, and which one users get.
 
 - `ship` publishes the router the repository ships (`models/router/router.json`, a linear
-  bag-of-words model: `adaptive_rag.routing.bag_of_words`) as a version; `make setup-demo` runs
+  bag-of-words model: `adaptive_rag.training.bag_of_words`) as a version; `make setup-demo` runs
   it, so a fresh clone routes with a trained router. No torch needed; a second run does nothing.
 - `bootstrap` exports an *untrained* MiniLM-L6 (fresh classification head) as a model version, so
   Triton, the client and the overhead benchmark can run before any labels exist. Its routing is
@@ -107,7 +107,7 @@ def ship(
     when a version built from the same bytes exists. It becomes the served version only in a
     repository nothing was ever promoted into (`served.json` is moved by promotion only)."""
     from adaptive_rag.errors import ConfigurationError
-    from adaptive_rag.routing.bag_of_words import KIND, model_card, publish
+    from adaptive_rag.training.bag_of_words import KIND, model_card, publish
     from adaptive_rag.routing.model_repository import served_version
 
     settings = load_classifier_settings(model_repository=repository, classifier_model=model)

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from adaptive_rag.cli.common import load_settings
-from adaptive_rag.llm import readers
+from adaptive_rag import readers
 
 reader_app = typer.Typer(
     add_completion=False, no_args_is_help=True,

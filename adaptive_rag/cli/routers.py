@@ -1,6 +1,6 @@
 """`arag routers train | route | fetch-base | tune-uncertainty`: the learned routers beside the
 fine-tuned classifier (logistic regression, kNN over labelled queries, cost-aware reward
-regression; see `adaptive_rag.routing.learned`), and the uncertainty strategy's threshold.
+regression; see `adaptive_rag.routers.learned`), and the uncertainty strategy's threshold.
 
 `train` reads the `train` labels (benchmark and live) from the labels store, exports the sentence
 encoder once to ONNX next to the routers (`<root>/encoders/<name>`, needs the `train` extras),
@@ -32,6 +32,7 @@ from adaptive_rag.cli.common import (
     open_label_store,
     progress_bar,
 )
+from adaptive_rag.contracts import StrategyName
 
 routers_app = typer.Typer(
     add_completion=False, no_args_is_help=True,
@@ -76,8 +77,9 @@ def train(
 ) -> None:
     """Fit learned routers on the `train` labels; choose hyper-parameters on a validation split of
     them (never `test`); write router.npz, router.json and MODEL_CARD.md per router."""
-    from adaptive_rag.routing.embeddings import OnnxEmbedder, ensure_encoder
-    from adaptive_rag.routing.learned import KINDS, RewardRouter, examples_from_labels
+    from adaptive_rag.routers.embeddings import OnnxEmbedder
+    from adaptive_rag.training.encoders import ensure_encoder
+    from adaptive_rag.training.learned_routers import KINDS, RewardRouter, examples_from_labels
 
     kinds = list(ALL_KINDS) if kind == "all" else [kind]
     if any(k not in KINDS for k in kinds):
@@ -145,8 +147,8 @@ def fit_words(
     follow from the benchmark data), so `arag routers fit-words --labels-file <out>/labels.jsonl`
     rebuilds the same router.json.
     """
-    from adaptive_rag.routing.bag_of_words import fit, model_card
-    from adaptive_rag.routing.learned import examples_from_labels
+    from adaptive_rag.training.bag_of_words import fit, model_card
+    from adaptive_rag.training.learned_routers import examples_from_labels
     from adaptive_rag.storage.labels import read_label_file, write_label_file
     from adaptive_rag.training.labelling import binary_labels
 
@@ -192,7 +194,7 @@ def route(
     router: Annotated[Path, typer.Option(help="a saved router directory")] = DEFAULT_ROOT / "knn",
 ) -> None:
     """Route one query with a saved router (prints the decision and the time it took)."""
-    from adaptive_rag.routing.learned import load_router
+    from adaptive_rag.routers.learned import load_router
 
     loaded = load_router(router)
     loaded.route(question)  # warm-up: the first ONNX run allocates
@@ -242,12 +244,12 @@ def tune_uncertainty(
     chosen = [d.strip() for d in datasets.split(",") if d.strip()] if datasets else None
     questions = interleaved(limit_per_dataset(load_questions(settings.data_dir, chosen, split="train"), limit))
     retr, llm = open_retriever(settings), build_llm(settings)
-    drafter = build_strategy("uncertainty", retr, llm, settings)
-    single = {"single_step": build_strategy("single_step", retr, llm, settings)}
+    drafter = build_strategy(StrategyName.UNCERTAINTY, retr, llm, settings)
+    single = {StrategyName.SINGLE_STEP: build_strategy(StrategyName.SINGLE_STEP, retr, llm, settings)}
     with progress_bar("drafting (no retrieval, log-probabilities)", len(questions)) as advance:
         drafts = collect_drafts(questions, drafter, out / "drafts.jsonl", advance)  # type: ignore[arg-type]
     with progress_bar("single step", len(questions)) as advance:
-        outcomes = run_evaluation(questions, single, out / "single_step.jsonl", advance, context_reset(llm))
+        outcomes = run_evaluation(questions, single, out / f"{StrategyName.SINGLE_STEP}.jsonl", advance, context_reset(llm))
     asked = {(q.dataset, q.id) for q in questions}
     drafts = {k: d for k, d in drafts.items() if k in asked}
     by_question = {(d, q): o for (d, q, _), o in outcomes.items() if (d, q) in asked}

@@ -6,7 +6,7 @@ row, so all of them stand on the same questions and the same answers: always A /
 dataset-identity rule, the question-form rules, the oracle (cheapest correct tier) and each
 trained router (`LocalOnnxClassifier`: the exported model in-process through ONNX Runtime + its
 policy, the same numbers as Triton). A further router is one more `RoutingRow`: a name and a
-function from a question to a tier; the learned routers (`adaptive_rag.routing.learned`: logistic
+function from a question to a tier; the learned routers (`adaptive_rag.routers.learned`: logistic
 regression, kNN over labelled queries, cost-aware reward regression) each get one from their saved
 directory (`learned_router_row`).
 
@@ -25,16 +25,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from adaptive_rag.contracts import RoutingDecision, Tier
-from adaptive_rag.evaluation.datasets import Question
+from adaptive_rag.evaluation.datasets import Question, dataset_tier
 from adaptive_rag.evaluation.runner import Outcome
-from adaptive_rag.routing.embeddings import DEFAULT_ENCODER
-from adaptive_rag.routing.local_classifier import Router, rules_router
-from adaptive_rag.routing.rules import dataset_tier
+from adaptive_rag.routers import Router
+from adaptive_rag.routers.embeddings import DEFAULT_ENCODER
+from adaptive_rag.routing.rules import rules_router
 
 if TYPE_CHECKING:
-    from adaptive_rag.routing.learned import LearnedRouter
-    from adaptive_rag.routing.llm_judge import LLMJudge
-    from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
+    from adaptive_rag.routers.learned import LearnedRouter
+    from adaptive_rag.routers.llm_judge import LLMJudge
+    from adaptive_rag.routers.local_classifier import LocalOnnxClassifier
 
 # A router's answer for one question: a tier, a full decision, or None (no decision: skipped).
 RouterOutput = Tier | RoutingDecision | None
@@ -121,7 +121,7 @@ def routed_outcomes(
     row_name: str = ADAPTIVE,
 ) -> tuple[list[Outcome], dict[str, int]]:
     """A query router's row (routing time included) and how many questions went to each tier."""
-    routed = route_row(RoutingRow(row_name, lambda q: router(q.question), timed=True),
+    routed = route_row(RoutingRow(row_name, lambda q: router.route(q.question), timed=True),
                        outcomes, questions, tiers)
     return routed.outcomes, routed.counts
 
@@ -142,7 +142,7 @@ def dataset_rule_row() -> RoutingRow:
     """B for the single-hop sets, C for the multi-hop sets: knows the source, not the question."""
     return RoutingRow(DATASET_RULE, lambda q: dataset_tier(q.dataset), label=DATASET_RULE,
                       description="B for squad, nq, trivia; C for musique, hotpotqa, 2wiki "
-                      "(`adaptive_rag.routing.rules.dataset_tier`: knows the source, not the question)")
+                      "(`adaptive_rag.evaluation.datasets.dataset_tier`: knows the source, not the question)")
 
 
 def question_form_row() -> RoutingRow:
@@ -229,7 +229,7 @@ def learned_router_rows(paths: Sequence[Path]) -> tuple[list[RoutingRow], dict[s
     """A row per saved router under `paths` (router directories or folders of them), and why a
     directory could not be used."""
     from adaptive_rag.errors import AdaptiveRagError
-    from adaptive_rag.routing.learned import load_router, router_dirs
+    from adaptive_rag.routers.learned import load_router, router_dirs
 
     rows, problems = [], {}
     for directory in router_dirs(paths):
@@ -241,7 +241,7 @@ def learned_router_rows(paths: Sequence[Path]) -> tuple[list[RoutingRow], dict[s
 
 
 def llm_judge_row(judge: LLMJudge, reader: str) -> RoutingRow:
-    """The reader asked which tier a question needs (`adaptive_rag.routing.llm_judge`); its one LLM
+    """The reader asked which tier a question needs (`adaptive_rag.routers.llm_judge`); its one LLM
     call per question is counted in the answer's time (the decision's `classify_ms`)."""
     return RoutingRow(LLM_JUDGE, lambda q: judge.route(q.question), label=f"{LLM_JUDGE} ({reader})",
                       info={"reader": reader, "prompt": "adaptive_rag.prompts.router_judge"},

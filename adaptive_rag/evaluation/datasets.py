@@ -12,11 +12,26 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from adaptive_rag.contracts import Tier
 from adaptive_rag.errors import ConfigurationError
 
 SINGLE_HOP = ("squad", "nq", "trivia")
 MULTI_HOP = ("musique", "hotpotqa", "2wiki")
 DATASETS = SINGLE_HOP + MULTI_HOP
+
+
+def dataset_tier(dataset: str) -> Tier | None:
+    """The dataset-identity rule: B for squad, nq, trivia; C for musique, hotpotqa, 2wiki; None
+    for any other source (live traffic, the support suite), where the rule does not apply.
+
+    It knows the answer's source, not the question, so it is no router for live traffic; it is
+    the baseline every learned router must beat on the benchmark, and the tier a question's label
+    falls back to when no strategy answers it correctly."""
+    if dataset in SINGLE_HOP:
+        return Tier.B
+    if dataset in MULTI_HOP:
+        return Tier.C
+    return None
 
 FILES = {
     "squad": "squad-v1.1_train-dev-mix_mrc-odqa-tutorial.json",

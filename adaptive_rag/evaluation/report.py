@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from adaptive_rag.contracts import Tier
+from adaptive_rag.contracts import StrategyName, Tier
 from adaptive_rag.evaluation.adaptive import DATASET_RULE, ORACLE, oracle_router
 from adaptive_rag.evaluation.bootstrap import (
     DEFAULT_RESAMPLES, DEFAULT_SEED, Interval, bootstrap_mean, difference_interval, mean_interval,
@@ -68,7 +68,7 @@ def summarise(rows: Mapping[str, Sequence[Outcome]]) -> dict[str, dict[str, dict
             }
             cells[AVERAGE]["n"] = sum(c["n"] for c in list(cells.values())[:-1])
         table[row] = cells
-    baseline = rows.get("single_step", ())
+    baseline = rows.get(StrategyName.SINGLE_STEP, ())
     for row, cells in table.items():
         ratios = relative_time(rows[row], baseline)
         for dataset, cell in cells.items():

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adaptive_rag.contracts import Tier
+from adaptive_rag.contracts import StrategyName, Tier
 from adaptive_rag.domain import Passage
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.evaluation.datasets import load_questions, split_of
@@ -77,7 +77,7 @@ _HEALTH_TOPIC = re.compile(
 )
 
 ROUTER_ROW = "router"
-SMALL_TALK_STRATEGY = "small_talk"
+SMALL_TALK_STRATEGY = StrategyName.SMALL_TALK
 FIXED_ROWS = {"always_a": Tier.A, "always_b": Tier.B, "always_c": Tier.C}
 HIT_K = 5
 
@@ -427,7 +427,7 @@ class Routed:
 
 def rules_support_router(query: str) -> Tier:
     """The default router of the suite: the rule classifier's tier."""
-    from adaptive_rag.routing.local_classifier import rules_router
+    from adaptive_rag.routing.rules import rules_router
 
     return rules_router(query).tier
 

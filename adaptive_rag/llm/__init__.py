@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from adaptive_rag.ports import LLM
-
-if TYPE_CHECKING:  # settings import the reader registry from this package
-    from adaptive_rag.settings import Settings
+from adaptive_rag.settings import Settings, prompt_style
 
 
 def build_llm(settings: Settings, *, logprobs: bool | None = None) -> LLM:
@@ -18,8 +15,6 @@ def build_llm(settings: Settings, *, logprobs: bool | None = None) -> LLM:
     `logprobs` (default: `settings.llm_logprobs`) loads the embedded model so that completions
     carry token log-probabilities; the HTTP client always asks the server for them.
     """
-    from adaptive_rag.settings import prompt_style
-
     if settings.llm_base_url:
         from adaptive_rag.llm.openai_compat import OpenAICompatibleLLM
 
@@ -75,6 +70,6 @@ def logprob_llm(settings: Settings, llm: LLM | None = None) -> LLM:
 
 def embedded_model_path(settings: Settings) -> Path:
     """`ARAG_GGUF_PATH` when set, else the configured reader, assembled and verified."""
-    from adaptive_rag.llm.readers import assemble
+    from adaptive_rag.readers import assemble
 
     return settings.gguf_path or assemble(settings.reader, settings.cache_dir)

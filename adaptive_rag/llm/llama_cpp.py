@@ -2,7 +2,7 @@
 
 Base models (Gemma 3 270M, no chat template) complete few-shot text; instruction models (Qwen)
 answer chat messages through the chat template stored in their GGUF, which llama.cpp applies.
-Which is which comes from the reader registry (`adaptive_rag.llm.readers`).
+Which is which comes from the reader registry (`adaptive_rag.readers`).
 
 With `logprobs=True` the model is loaded with `logits_all` (llama.cpp keeps the logits of every
 position) and each completion carries the log-probability of every token of its returned text.

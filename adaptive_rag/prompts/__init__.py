@@ -3,7 +3,7 @@
 Each strategy's prompt comes in two forms, written side by side in its module: a few-shot
 completion for base models (the Gemma 270M reader has no chat template) and a system + user chat
 for instruction models, rendered by the model's own chat template. The reader's `prompt_style`
-picks one (`adaptive_rag.llm.readers`).
+picks one (`adaptive_rag.readers`).
 """
 
 from __future__ import annotations

@@ -30,11 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from adaptive_rag.contracts import CLASSIFIER_INPUTS, CLASSIFIER_MODEL, CLASSIFIER_OUTPUT
+from adaptive_rag.contracts import CLASSIFIER_INPUTS, CLASSIFIER_MODEL, CLASSIFIER_OUTPUT, RoutingDecision
 from adaptive_rag.errors import AdaptiveRagError
-from adaptive_rag.routing.policy import (
-    PolicyThresholds, RoutingDecision, RoutingPolicy, fallback_decision,
-)
+from adaptive_rag.routing.policy import PolicyThresholds, RoutingPolicy, fallback_decision
 
 
 class ClassifierUnavailableError(AdaptiveRagError):
@@ -126,19 +124,11 @@ class TritonClassifier:
 
     @classmethod
     def from_version(cls, version, url: str, **kwargs) -> TritonClassifier:
-        """A client for an exported `ModelVersion`: its tokenizer, max length and thresholds."""
+        """A client for an exported `ModelVersion`: its tokenizer, max length and thresholds (the
+        configured model's client: `model_repository.open_classifier`)."""
         kwargs.setdefault("policy", RoutingPolicy(version.thresholds()))
         kwargs.setdefault("max_length", version.max_length)
         return cls(version.tokenizer_path, url=url, model_name=version.name, **kwargs)
-
-    @classmethod
-    def from_settings(cls, settings, version: int | None = None, **kwargs) -> TritonClassifier:
-        from adaptive_rag.routing.model_repository import open_version
-
-        model = open_version(settings.model_repository, settings.classifier_model, version)
-        kwargs.setdefault("timeout_s", settings.classifier_timeout_s)
-        kwargs.setdefault("max_batch", settings.classifier_max_batch)
-        return cls.from_version(model, url=settings.triton_grpc_url, **kwargs)
 
     # --- health ----------------------------------------------------------------------------------
 

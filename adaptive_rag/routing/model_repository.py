@@ -17,10 +17,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from adaptive_rag.contracts import CLASSIFIER_INPUTS, CLASSIFIER_MODEL, CLASSIFIER_OUTPUT, TIERS
 from adaptive_rag.errors import AdaptiveRagError, ConfigurationError, short_error
 from adaptive_rag.routing.policy import PolicyThresholds
+
+if TYPE_CHECKING:
+    from adaptive_rag.routing.classifier_client import TritonClassifier
+    from adaptive_rag.settings import ClassifierSettings
 
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
@@ -132,6 +137,17 @@ def open_version(repository: Path, name: str = CLASSIFIER_MODEL, version: int | 
     if chosen not in available:
         raise ConfigurationError(f"version {chosen} not in {model_dir} (have {available})")
     return version_at(model_dir / str(chosen), name)
+
+
+def open_classifier(settings: ClassifierSettings, version: int | None = None, **kwargs: Any) -> TritonClassifier:
+    """A Triton client for `version` (default: the served one) of the configured model, with the
+    configured timeout and batch size; `kwargs` go to `TritonClassifier`."""
+    from adaptive_rag.routing.classifier_client import TritonClassifier
+
+    model = open_version(settings.model_repository, settings.classifier_model, version)
+    kwargs.setdefault("timeout_s", settings.classifier_timeout_s)
+    kwargs.setdefault("max_batch", settings.classifier_max_batch)
+    return TritonClassifier.from_version(model, url=settings.triton_grpc_url, **kwargs)
 
 
 def version_at(path: Path, name: str = CLASSIFIER_MODEL) -> ModelVersion:

@@ -10,8 +10,8 @@ direction (the paper's classifier sends 31 % of C questions to B), so:
 - otherwise the argmax.
 
 Thresholds live in a small JSON file stored beside the model version they were calibrated for
-(`arag calibrate`); `calibrate_thresholds` picks them on a validation slice to maximise F1 under
-a step budget. When the classifier cannot be reached, `fallback_decision` routes with the rules
+(`arag calibrate`); `adaptive_rag.training.calibration` picks them on a validation slice to
+maximise F1 under a step budget. When the classifier cannot be reached, `fallback_decision` routes with the rules
 (`adaptive_rag.routing.rules.rule_tier`) and flags the decision as a fallback.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -139,65 +139,3 @@ class RoutingPolicy:
 def fallback_decision(query: str, reason: str = "classifier unavailable") -> RoutingDecision:
     """The rules' tier for `query`, flagged as a fallback."""
     return RoutingDecision(tier=rule_tier(query), fallback=True, reason=f"rules fallback: {reason}")
-
-
-# --- calibration --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CalibrationExample:
-    """One validation question: the classifier's probabilities and each tier's measured outcome."""
-
-    probabilities: tuple[float, float, float]  # A, B, C
-    f1: Mapping[str, float]  # tier value -> F1 of that tier's strategy on this question
-    steps: Mapping[str, float]  # tier value -> retrieval/generation steps it took
-
-
-def evaluate_thresholds(
-    thresholds: PolicyThresholds, examples: Sequence[CalibrationExample]
-) -> dict[str, float]:
-    """Mean F1 and mean steps when every example is routed with `thresholds`."""
-    policy = RoutingPolicy(thresholds)
-    if not examples:
-        return {"f1": 0.0, "steps": 0.0, "share_c": 0.0}
-    f1 = steps = share_c = 0.0
-    for example in examples:
-        tier, _ = policy.tier(example.probabilities)
-        f1 += example.f1[tier.value]
-        steps += example.steps[tier.value]
-        share_c += tier is Tier.C
-    n = len(examples)
-    return {"f1": f1 / n, "steps": steps / n, "share_c": share_c / n}
-
-
-def calibrate_thresholds(
-    examples: Sequence[CalibrationExample],
-    step_budget: float | None = None,
-    c_grid: Iterable[float | None] | None = None,
-    a_grid: Iterable[float | None] | None = None,
-) -> PolicyThresholds:
-    """The thresholds with the highest mean F1 whose mean steps stay within `step_budget`.
-
-    Ties go to fewer steps. With no budget, F1 alone decides. When no setting meets the budget,
-    the cheapest one is returned (and its note says so).
-    """
-    c_values = list(c_grid) if c_grid is not None else [None] + [i / 20 for i in range(1, 20)]
-    a_values = list(a_grid) if a_grid is not None else [None] + [i / 20 for i in range(7, 20)]
-    scored = []
-    for c in c_values:
-        for a in a_values:
-            thresholds = PolicyThresholds(c_threshold=c, a_threshold=a)
-            scored.append((thresholds, evaluate_thresholds(thresholds, examples)))
-    within = [s for s in scored if step_budget is None or s[1]["steps"] <= step_budget + 1e-9]
-    if within:
-        best, metrics = max(within, key=lambda s: (round(s[1]["f1"], 9), -s[1]["steps"]))
-        note = f"calibrated on {len(examples)} validation questions"
-    else:
-        best, metrics = min(scored, key=lambda s: s[1]["steps"])
-        note = f"calibrated on {len(examples)} validation questions; no setting met the budget"
-    if step_budget is not None:
-        note += f", step budget {step_budget:g}"
-    return PolicyThresholds(
-        c_threshold=best.c_threshold, a_threshold=best.a_threshold, note=note,
-        metrics={**metrics, "n": float(len(examples))},
-    )

@@ -10,10 +10,7 @@ Each part needs its own look-up, so serving escalates such a query to C whatever
 says: the benchmark the classifier learned from has almost none (1 of 4,150 `train` questions),
 and the shipped router sent half of the demo's two-part questions to single step.
 
-`dataset_tier`, the dataset-identity rule: B for the single-hop benchmark sets, C for the
-multi-hop ones. It knows the answer's source, not the question, so it is no router for live
-traffic; it is the baseline every learned router must beat on the benchmark, and the tier a
-question's label falls back to when no strategy answers it correctly.
+`rules_router`: the rules as a router of their own (the "adaptive, rules only" row, `ARAG_ROUTER=rules`).
 """
 
 from __future__ import annotations
@@ -21,7 +18,6 @@ from __future__ import annotations
 import re
 
 from adaptive_rag.contracts import RoutingDecision, Tier
-from adaptive_rag.evaluation.datasets import MULTI_HOP, SINGLE_HOP
 
 _GREETING = re.compile(
     r"^\s*(hi|hello|hey|thanks|thank you|good (morning|afternoon|evening)|bye|goodbye)\b",
@@ -70,11 +66,7 @@ def escalate_two_questions(query: str, decision: RoutingDecision) -> RoutingDeci
     })
 
 
-def dataset_tier(dataset: str) -> Tier | None:
-    """The dataset-identity rule: B for squad, nq, trivia; C for musique, hotpotqa, 2wiki; None
-    for any other source (live traffic, the support suite), where the rule does not apply."""
-    if dataset in SINGLE_HOP:
-        return Tier.B
-    if dataset in MULTI_HOP:
-        return Tier.C
-    return None
+def rules_router(query: str) -> RoutingDecision:
+    """The rule classifier as a router (the "adaptive, rules only" row): the rules' tier, not
+    flagged as a fallback."""
+    return RoutingDecision(tier=rule_tier(query), reason="rules")

@@ -1,7 +1,7 @@
 """What the serving use cases need from the outside world, as Protocols.
 
 Adapters: `adaptive_rag.storage.RecordStore` (records), `workers.client` (task queue and result
-waiter over Celery), `services.frontdoor.routing.ClassifierRouter` (router over Triton). Unit
+waiter over Celery), `adaptive_rag.routing.hot_swap.ClassifierRouter` (router over Triton). Unit
 tests pass in-memory fakes.
 """
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from adaptive_rag.contracts import Tier
+from adaptive_rag.contracts import StrategyName, Tier
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.settings import Settings, multi_step_strategy, strategy_knob
@@ -15,24 +15,27 @@ from adaptive_rag.strategies.single_step import SingleStep
 from adaptive_rag.strategies.small_talk import SmallTalkReply
 from adaptive_rag.strategies.uncertainty import Uncertainty
 
-STRATEGY_NAMES = ("no_retrieval", "single_step", "ircot", "decompose")
+STRATEGY_NAMES = (
+    StrategyName.NO_RETRIEVAL, StrategyName.SINGLE_STEP, StrategyName.IRCOT, StrategyName.DECOMPOSE,
+)
 # Cost order, cheapest first: used to pick the cheapest correct strategy (oracle, labels).
 COST_RANK = {name: rank for rank, name in enumerate(STRATEGY_NAMES)}
 # Strategies that route inside themselves, escalating on the LLM's own signal (the reader
 # abstains, the draft is unsure): compared with the routers, never a tier or a label.
-SELF_ROUTING_NAMES = ("self_route", "uncertainty")
+SELF_ROUTING_NAMES = (StrategyName.SELF_ROUTE, StrategyName.UNCERTAINTY)
 ALL_STRATEGY_NAMES = (*STRATEGY_NAMES, *SELF_ROUTING_NAMES)
 
 
-def strategy_for_tier(tier: Tier, settings: Settings) -> str:
+def strategy_for_tier(tier: Tier, settings: Settings) -> StrategyName:
     """Tier A -> no retrieval, B -> single step, C -> the configured multi-step variant."""
-    return {Tier.A: "no_retrieval", Tier.B: "single_step", Tier.C: multi_step_strategy(settings)}[tier]
+    return {Tier.A: StrategyName.NO_RETRIEVAL, Tier.B: StrategyName.SINGLE_STEP,
+            Tier.C: multi_step_strategy(settings)}[tier]
 
 
 # Tier A's answer to a recognised small-talk turn (chosen at admission, not by the classifier).
-SMALL_TALK = "small_talk"
+SMALL_TALK = StrategyName.SMALL_TALK
 # Strategies that never search the knowledge base (a tenant without one could still run them).
-RETRIEVAL_FREE = frozenset({"no_retrieval", SMALL_TALK})
+RETRIEVAL_FREE = frozenset({StrategyName.NO_RETRIEVAL, StrategyName.SMALL_TALK})
 
 
 def uses_retrieval(name: str) -> bool:
@@ -46,29 +49,29 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
     `uncertainty` drafts on a log-probability generator: `llm` when it reports them, else the
     process's shared log-probability copy of the configured model (`llm.logprob_llm`).
     """
-    if name == "no_retrieval":
+    if name == StrategyName.NO_RETRIEVAL:
         return NoRetrieval(llm)
-    if name == SMALL_TALK:
+    if name == StrategyName.SMALL_TALK:
         return SmallTalkReply()
-    if name == "single_step":
+    if name == StrategyName.SINGLE_STEP:
         return SingleStep(
             retriever, llm, top_k=settings.top_k, min_score=settings.abstain_min_score,
             reader_abstains=settings.reader_abstains,
         )
-    if name == "self_route":
+    if name == StrategyName.SELF_ROUTE:
         single = SingleStep(
             retriever, llm, top_k=settings.top_k, min_score=settings.abstain_min_score,
             reader_abstains=True,
         )
         return SelfRoute(single, build_strategy(multi_step_strategy(settings), retriever, llm, settings))
-    if name == "uncertainty":
+    if name == StrategyName.UNCERTAINTY:
         from adaptive_rag.llm import logprob_llm
 
         return Uncertainty(
-            logprob_llm(settings, llm), build_strategy("single_step", retriever, llm, settings),
+            logprob_llm(settings, llm), build_strategy(StrategyName.SINGLE_STEP, retriever, llm, settings),
             threshold=settings.uncertainty_threshold, aggregate=settings.uncertainty_aggregate,
         )
-    if name == "ircot":
+    if name == StrategyName.IRCOT:
         return IRCoT(
             retriever, llm, top_k=settings.top_k, max_steps=settings.max_steps,
             max_passages=strategy_knob(settings, "ircot_max_passages") or settings.max_passages,
@@ -76,7 +79,7 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
             min_steps=strategy_knob(settings, "ircot_min_steps"),
             reader_answers=strategy_knob(settings, "ircot_reader_answers"),
         )
-    if name == "decompose":
+    if name == StrategyName.DECOMPOSE:
         return Decompose(
             retriever, llm, top_k=settings.top_k, max_passages=settings.max_passages,
             question_hits_first=strategy_knob(settings, "decompose_question_hits_first"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from adaptive_rag.contracts import StrategyName
 from adaptive_rag.domain import StrategyResult
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.prompts import decompose as prompt
@@ -60,7 +61,7 @@ class Decompose:
     # (a question the reader could answer in one step keeps its evidence); False: every query,
     # the question included, gets an equal share of the room.
     question_hits_first: bool = False
-    name: str = "decompose"
+    name: str = StrategyName.DECOMPOSE
 
     def run(self, question: str) -> StrategyResult:
         timer = PhaseTimer()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from adaptive_rag.contracts import StrategyName
 from adaptive_rag.domain import Passage, StrategyResult
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.prompts import format_passages
@@ -54,7 +55,7 @@ class IRCoT:
     # False: the answer is the text after "So the answer is:" (the paper's form); True: the
     # shared reader answers from every gathered passage (a short answer, not a sentence).
     reader_answers: bool = False
-    name: str = "ircot"
+    name: str = StrategyName.IRCOT
 
     def run(self, question: str) -> StrategyResult:
         timer = PhaseTimer()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from adaptive_rag.contracts import StrategyName
 from adaptive_rag.domain import StrategyResult
 from adaptive_rag.ports import LLM
 from adaptive_rag.prompts import no_retrieval as prompt
@@ -13,7 +14,7 @@ from adaptive_rag.strategies.base import PhaseTimer, ask, clean_answer
 @dataclass
 class NoRetrieval:
     llm: LLM
-    name: str = "no_retrieval"
+    name: str = StrategyName.NO_RETRIEVAL
 
     def run(self, question: str) -> StrategyResult:
         timer = PhaseTimer()

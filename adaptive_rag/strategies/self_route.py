@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from adaptive_rag.contracts import StrategyName
 from adaptive_rag.domain import StrategyResult
 from adaptive_rag.strategies.base import Strategy
 from adaptive_rag.strategies.single_step import SingleStep
@@ -35,7 +36,7 @@ class SelfRoute:
 
     single: SingleStep
     multi: Strategy
-    name: str = "self_route"
+    name: str = StrategyName.SELF_ROUTE
 
     def __post_init__(self) -> None:
         if not self.single.reader_abstains:

@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from adaptive_rag.contracts import StrategyName
 from adaptive_rag.domain import Passage, StrategyResult
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.prompts import Prompt, format_passages
@@ -47,7 +48,7 @@ class SingleStep:
     retriever: Retriever
     llm: LLM
     top_k: int = 5
-    name: str = "single_step"
+    name: str = StrategyName.SINGLE_STEP
     # Abstain when no passage scores at least this (0 disables: the reader always runs).
     min_score: float = 0.0
     # Let the reader abstain with `prompts.single_step.NO_ANSWER_MARKER`.

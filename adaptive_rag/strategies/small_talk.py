@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from adaptive_rag.contracts import StrategyName
 from adaptive_rag.domain import StrategyResult
 from adaptive_rag.routing.small_talk import REPLIES, small_talk_intent
 from adaptive_rag.strategies.base import PhaseTimer
@@ -15,7 +16,7 @@ DEFAULT_INTENT = "greeting"
 
 @dataclass
 class SmallTalkReply:
-    name: str = "small_talk"
+    name: str = StrategyName.SMALL_TALK
 
     def run(self, question: str) -> StrategyResult:
         timer = PhaseTimer()

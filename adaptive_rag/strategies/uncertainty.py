@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from adaptive_rag.contracts import StrategyName
 from adaptive_rag.domain import StrategyResult
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.ports import LLM
@@ -57,7 +58,7 @@ class Uncertainty:
     single: Strategy
     threshold: float = 0.5
     aggregate: Aggregate = "min"
-    name: str = "uncertainty"
+    name: str = StrategyName.UNCERTAINTY
 
     def __post_init__(self) -> None:
         if not reports_logprobs(self.draft_llm):
@@ -94,7 +95,7 @@ class Uncertainty:
         why = f"{self.aggregate} token probability {score:.3f}"
         if not scored:
             why = "the draft came without log-probabilities"
-        drafted = StrategyResult(strategy="no_retrieval", answer=answer, steps=0, timings=timer.finish())
+        drafted = StrategyResult(strategy=StrategyName.NO_RETRIEVAL, answer=answer, steps=0, timings=timer.finish())
         if answer and score >= self.threshold:
             return StrategyResult(
                 strategy=self.name, answer=answer, steps=0,

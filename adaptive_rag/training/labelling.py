@@ -60,7 +60,7 @@ def training_labels(rows: Sequence[TrainingLabel], mode: LabelMode = "both") -> 
 
     The two ablations use benchmark labels only: live labels carry no dataset bias to compare.
     """
-    from adaptive_rag.routing.rules import dataset_tier
+    from adaptive_rag.evaluation.datasets import dataset_tier
 
     if mode == "both":
         return [(row, row.label) for row in rows]
@@ -77,8 +77,7 @@ def binary_labels(data_dir: Path, known: set[tuple[str, str]], split: str = "tra
     """A binary label (the dataset's bias) for every benchmark question of `split` (of `datasets`,
     default all) not in `known` (`(dataset, question_id)`): the paper labels every training
     question, while the reader is run on only some of them."""
-    from adaptive_rag.evaluation.datasets import load_questions
-    from adaptive_rag.routing.rules import dataset_tier
+    from adaptive_rag.evaluation.datasets import dataset_tier, load_questions
 
     return [TrainingLabel(origin="benchmark", dataset=q.dataset, question_id=q.id, question=q.question,
                           label=tier.value, label_source="binary", split=split, correct_metric="none",

@@ -92,7 +92,7 @@ def predict_version(version: ModelVersion, texts: Sequence[str]) -> list[str]:
     (or a non-finite probability) means it must not be served."""
     import numpy as np
 
-    from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
+    from adaptive_rag.routers.local_classifier import LocalOnnxClassifier
 
     model = LocalOnnxClassifier(version)
     order = [t.value for t in TIERS]  # the classifier's output order

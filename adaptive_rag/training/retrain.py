@@ -34,10 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.settings import ClassifierSettings
 from adaptive_rag.storage import (
     JobBusyError, LabelStore, PromotionStore, job_lock, make_engine, upgrade_database,
 )
+from adaptive_rag.training.calibration import calibrate_version
 from adaptive_rag.training.promotion import Verdict
 from adaptive_rag.training.splits import (
     LIVE_SHARE, VALIDATION_SHARE, partition, tier_counts, validation_columns,
@@ -138,7 +140,7 @@ def resolve_family(family: str, repository: Path, model: str) -> str:
         raise ValueError(f"family must be one of {FAMILIES}, not {family!r}")
     if family != "auto":
         return family
-    from adaptive_rag.routing.bag_of_words import KIND
+    from adaptive_rag.training.bag_of_words import KIND
     from adaptive_rag.routing.model_repository import served_version
 
     served = served_version(Path(repository) / model)
@@ -154,8 +156,8 @@ def train_words(rows, out: Path, live_share: float, note: str) -> Path:
     chosen on a hash band of it, then refitted on all of it), write
     `router.json` and its card into `out`, export it as a candidate version under `out/export`;
     returns the candidate's version directory."""
-    from adaptive_rag.routing.bag_of_words import fit, model_card, publish
-    from adaptive_rag.routing.learned import examples_from_labels
+    from adaptive_rag.training.bag_of_words import fit, model_card, publish
+    from adaptive_rag.training.learned_routers import examples_from_labels
     from adaptive_rag.training.splits import weighted_live
 
     weighted = weighted_live(list(rows), lambda row: row.dataset, live_share)
@@ -165,36 +167,6 @@ def train_words(rows, out: Path, live_share: float, note: str) -> Path:
     router.save(out / "router.json")
     (out / "MODEL_CARD.md").write_text(model_card(out / "router.json"), encoding="utf-8")
     return publish(out / "router.json", out / "export").path
-
-
-def calibrate_in_place(version_dir: Path, labels: LabelStore, step_budget: float | None = None) -> bool:
-    """Routing thresholds for the version in `version_dir` from its `validation.jsonl` (the
-    training run's early-stopping slice) and the per-tier F1 and steps stored with its labels
-    (benchmark labels have them; live labels do not). False when nothing could be calibrated:
-    the version keeps the default thresholds."""
-    from adaptive_rag.routing.policy import CalibrationExample, calibrate_thresholds
-
-    val_path = Path(version_dir) / "validation.jsonl"
-    if not val_path.is_file():
-        return False
-    rows = [json.loads(line) for line in val_path.read_text(encoding="utf-8").splitlines() if line]
-    stored = {(r.dataset, r.question_id): r for r in labels.labels(split="train")}
-    examples = []
-    for row in rows:
-        label = stored.get((row["dataset"], row["question_id"]))
-        outcomes = label.outcomes if label is not None else {}
-        if not all(isinstance(outcomes.get(t), dict) and "f1" in outcomes[t] and "steps" in outcomes[t]
-                   for t in "ABC"):
-            continue
-        examples.append(CalibrationExample(
-            probabilities=tuple(row["probabilities"]),
-            f1={t: float(outcomes[t]["f1"]) for t in "ABC"},
-            steps={t: float(outcomes[t]["steps"]) for t in "ABC"},
-        ))
-    if not examples:
-        return False
-    calibrate_thresholds(examples, step_budget).save(Path(version_dir))
-    return True
 
 
 def retrain(
@@ -314,7 +286,11 @@ def _retrain_encoder(engine, promotions: PromotionStore, classifier: ClassifierS
         return _run_failed(promotions, model, outcome, f"training failed: {type(exc).__name__}: {exc}", out, new)
 
     def prepare(version_dir: Path) -> None:
-        if options.calibrate and not calibrate_in_place(version_dir, labels):
+        if not options.calibrate:
+            return
+        try:
+            calibrate_version(version_dir, labels)
+        except ConfigurationError:
             log("no validation question has stored per-tier outcomes: default thresholds")
 
     def promote_run(texts: list[str], tiers: list[str], **common: Any) -> Verdict:

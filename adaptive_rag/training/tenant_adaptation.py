@@ -122,7 +122,7 @@ def adapt_tenants(rows: Sequence[Any], version: ModelVersion, log: Log = print,
     if not by_tenant:
         return []
     if probabilities is None:
-        from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
+        from adaptive_rag.routers.local_classifier import LocalOnnxClassifier
 
         probabilities = LocalOnnxClassifier(version).probabilities
     policy = RoutingPolicy(version.thresholds())

@@ -105,7 +105,7 @@ def dataset_rule_metrics(examples: Sequence[Example], predicted: Sequence[int] |
     labels as the classifier: the baseline a learned router must beat. Only examples from the
     benchmark datasets count (the rule says nothing about live traffic); given the classifier's
     predictions, its accuracy on exactly those examples is added for a like-for-like comparison."""
-    from adaptive_rag.routing.rules import dataset_tier
+    from adaptive_rag.evaluation.datasets import dataset_tier
 
     kept = [(i, tier) for i, e in enumerate(examples) if (tier := dataset_tier(e.dataset)) is not None]
     if not kept:

@@ -28,7 +28,8 @@ async def serve(listen: str | None = None, settings: FrontDoorSettings | None = 
     from services.frontdoor.fair_share import open_fair_share
 
     from services.frontdoor.metrics import FrontDoorMetrics, start_exporter
-    from services.frontdoor.routing import ClassifierRouter, build_triton_classifier, open_router
+    from adaptive_rag.routing.hot_swap import ClassifierRouter, build_triton_classifier
+    from services.frontdoor.routing import open_router
     from services.frontdoor.server import start_server
     from workers.telemetry import TracingSettings, configure_tracing, flush_tracing
 

@@ -30,6 +30,7 @@ from adaptive_rag.errors import (
     QueueFullError, RequestNotFinishedError, RequestNotFoundError, UnauthenticatedError,
 )
 from adaptive_rag.knowledge.service import KnowledgeBaseService
+from adaptive_rag.routing.hot_swap import ClassifierRouter, FixedRouter
 from adaptive_rag.serving import commands
 from adaptive_rag.serving.commands import Answered, Routed
 from adaptive_rag.serving.context import AdmissionConfig, CallProgress
@@ -44,7 +45,6 @@ from services.frontdoor.auth import bearer_token
 from services.frontdoor.guards import UndecodableRequestGuard
 from services.frontdoor.knowledge import KnowledgeBaseServicer
 from services.frontdoor.metrics import FrontDoorMetrics
-from services.frontdoor.routing import ClassifierRouter, FixedRouter
 from services.frontdoor.settings import FrontDoorSettings
 from services.frontdoor.stubs import (
     KB_SERVICE_NAME, LIVENESS_SERVICE, READINESS_SERVICES, SERVICE_NAME, pb2, pb2_grpc,

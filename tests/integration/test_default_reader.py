@@ -7,7 +7,7 @@ import pytest
 
 from adaptive_rag.domain import Passage
 from adaptive_rag.llm import build_llm
-from adaptive_rag.llm.readers import DEFAULT_READER, READERS, is_verified, model_path
+from adaptive_rag.readers import DEFAULT_READER, READERS, is_verified, model_path
 from adaptive_rag.settings import Settings, prompt_style
 from adaptive_rag.strategies.no_retrieval import NoRetrieval
 from adaptive_rag.strategies.single_step import read_answer

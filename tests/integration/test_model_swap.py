@@ -20,7 +20,7 @@ from adaptive_rag.settings import ClassifierSettings
 from adaptive_rag.storage import PromotionStore, make_engine, upgrade_database
 from adaptive_rag.training.promotion import promote_candidate, rollback
 from services.classifier.local import TritonProcess
-from services.frontdoor.routing import ClassifierRouter
+from adaptive_rag.routing.hot_swap import ClassifierRouter
 from tests.support.models import publish_length_router
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ from adaptive_rag.llm import build_llm, logprob_llm
 from adaptive_rag.llm.llama_cpp import LlamaCppLLM, text_logprobs
 from adaptive_rag.prompts import no_retrieval
 from adaptive_rag.retrieval.tantivy_index import TantivyRetriever
-from adaptive_rag.routing.llm_judge import MODEL_NAME, LLMJudge
+from adaptive_rag.routers.llm_judge import MODEL_NAME, LLMJudge
 from adaptive_rag.settings import Settings
 from adaptive_rag.strategies import build_strategy
 from adaptive_rag.strategies.self_route import ESCALATED, NOT_ESCALATED

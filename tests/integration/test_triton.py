@@ -58,7 +58,7 @@ def test_triton_serves_the_onnx_model_with_the_same_logits(triton, model_reposit
         decision = client.classify(QUERIES[1])
         assert not decision.fallback and decision.model_version == 1
         # The in-process router (evaluation rows) gives the served model's probabilities.
-        from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
+        from adaptive_rag.routers.local_classifier import LocalOnnxClassifier
 
         offline = LocalOnnxClassifier(version).classify(QUERIES[1])
         assert offline.tier is decision.tier
@@ -103,7 +103,7 @@ def test_stopping_triton_gives_the_flagged_rules_fallback(model_repository, tmp_
 
 def test_triton_serves_the_shipped_bag_of_words_router_like_the_fitted_model(tmp_path):
     """The router a fresh clone ships, rebuilt from its JSON without torch, through real Triton."""
-    from adaptive_rag.routing.bag_of_words import fit, publish
+    from adaptive_rag.training.bag_of_words import fit, publish
     from tests.unit.test_bag_of_words_router import keyword_labels
 
     router = fit(keyword_labels())

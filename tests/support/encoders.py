@@ -16,13 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from adaptive_rag.routing.embeddings import (
+from adaptive_rag.pinned import file_sha256
+from adaptive_rag.routers.embeddings import (
     ENCODER_FILE,
     INPUTS,
     MODEL_FILE,
     OUTPUT,
     TOKENIZER_FILE,
-    file_sha256,
 )
 from adaptive_rag.training.splits import normalise_question
 

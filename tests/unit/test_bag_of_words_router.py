@@ -13,8 +13,8 @@ import pytest
 from adaptive_rag.contracts import Tier
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.pinned import file_sha256
-from adaptive_rag.routing.bag_of_words import BagOfWordsRouter, fit, onnx_parity, publish, words
-from adaptive_rag.routing.learned import LabelledQuery
+from adaptive_rag.training.bag_of_words import BagOfWordsRouter, fit, onnx_parity, publish, words
+from adaptive_rag.training.learned_routers import LabelledQuery
 from adaptive_rag.routing.model_repository import (
     describe_version, open_version, pin_served, served_version, version_at,
 )
@@ -92,13 +92,15 @@ def test_published_version_serves_the_same_logits_and_is_built_once(router, tmp_
 
 
 def test_the_local_onnx_router_routes_like_the_fitted_model(router, tmp_path):
-    from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
+    from adaptive_rag.routers import Router
+    from adaptive_rag.routers.local_classifier import LocalOnnxClassifier
 
     router.save(tmp_path / "router.json")
     version = version_at(publish(tmp_path / "router.json", tmp_path / "repo").path)
     local = LocalOnnxClassifier(version)
+    assert isinstance(local, Router)
     for text, tier in [("hello there!", Tier.A), ("Who wrote Dune?", Tier.B)]:
-        assert local.classify(text).tier is tier
+        assert local.classify(text).tier is tier and local.route(text).tier is tier
 
 
 def test_a_new_router_never_replaces_a_promoted_version(router, tmp_path):

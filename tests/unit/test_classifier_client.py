@@ -151,7 +151,7 @@ def test_serve_puts_this_interpreters_libdir_first_on_the_loader_path():
 
 def test_routed_outcomes_pick_the_routed_tier_and_add_routing_time():
     from adaptive_rag.evaluation.adaptive import routed_outcomes
-    from adaptive_rag.routing.local_classifier import rules_router
+    from adaptive_rag.routing.rules import rules_router
     from adaptive_rag.evaluation.datasets import Question
     from adaptive_rag.evaluation.runner import Outcome
 
@@ -170,11 +170,12 @@ def test_routed_outcomes_pick_the_routed_tier_and_add_routing_time():
     # A router that takes a known time per question: that time must be added to the outcome's.
     routing_s = {"hello": 0.05, questions[1].question: 0.15, "Who wrote Dune?": 0.25}
 
-    def slow_rules_router(query: str):
-        time.sleep(routing_s[query])
-        return rules_router(query)
+    class SlowRulesRouter:
+        def route(self, query: str):
+            time.sleep(routing_s[query])
+            return rules_router(query)
 
-    rows, counts = routed_outcomes(outcomes, questions, tiers, slow_rules_router, "adaptive, rules only")
+    rows, counts = routed_outcomes(outcomes, questions, tiers, SlowRulesRouter(), "adaptive, rules only")
     assert [r.answer for r in rows] == ["no_retrieval", "decompose", "single_step"]
     assert counts == {"A": 1, "B": 1, "C": 1, "fallback": 0}
     assert all(r.strategy == "adaptive, rules only" for r in rows)

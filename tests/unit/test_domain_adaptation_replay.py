@@ -10,8 +10,8 @@ import pytest
 
 from adaptive_rag.contracts import AnswerResult, ResultKind, Tier
 from adaptive_rag.evaluation.support import FAQ_FILE
-from adaptive_rag.routing.bag_of_words import fit, publish
-from adaptive_rag.routing.learned import LabelledQuery
+from adaptive_rag.training.bag_of_words import fit, publish
+from adaptive_rag.training.learned_routers import LabelledQuery
 from adaptive_rag.storage import make_engine, upgrade_database
 from adaptive_rag.storage.records import RecordStore
 from adaptive_rag.training.splits import live_split

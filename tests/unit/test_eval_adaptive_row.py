@@ -15,7 +15,7 @@ import onnx  # noqa: F401  (required: the router's ONNX graph)
 import pytest
 
 from adaptive_rag.evaluation.datasets import limit_per_dataset, load_questions
-from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
+from adaptive_rag.routers.local_classifier import LocalOnnxClassifier
 from adaptive_rag.routing.model_repository import open_version
 from tests.support.models import publish_length_router
 

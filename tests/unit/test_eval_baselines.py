@@ -22,7 +22,7 @@ from adaptive_rag.evaluation.report import (
     write_report,
 )
 from adaptive_rag.evaluation.runner import Outcome
-from adaptive_rag.routing.rules import dataset_tier
+from adaptive_rag.evaluation.datasets import dataset_tier
 
 TIERS = ("no_retrieval", "single_step", "decompose")
 

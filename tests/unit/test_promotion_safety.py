@@ -71,7 +71,7 @@ def test_a_better_challenger_is_published_served_and_recorded(tmp_path, store):
     info = json.loads((model_dir / "2" / "classifier.json").read_text())
     assert info["promotion"]["validation_counts"] == {"A": 3, "B": 3, "C": 2}
     # What users get follows the pointer: open_version's default, the in-process router.
-    from adaptive_rag.routing.local_classifier import LocalOnnxClassifier
+    from adaptive_rag.routers.local_classifier import LocalOnnxClassifier
 
     assert open_version(repo).version == 2
     assert LocalOnnxClassifier(open_version(repo)).classify(TEXTS[0]).model_version == 2

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from adaptive_rag.errors import ConfigurationError
-from adaptive_rag.llm import readers
-from adaptive_rag.llm.readers import READERS, ReaderModel, PinnedWheel
+from adaptive_rag import readers
+from adaptive_rag.readers import READERS, ReaderModel, PinnedWheel
 from adaptive_rag.settings import Settings, prompt_style
 
 PARTS = [b"GGUF" + b"a" * 1000, b"b" * 700, b"c" * 5]

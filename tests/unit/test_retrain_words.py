@@ -12,8 +12,8 @@ import json
 import pytest
 
 from adaptive_rag.contracts import CLASSIFIER_MODEL
-from adaptive_rag.routing.bag_of_words import fit, publish
-from adaptive_rag.routing.learned import examples_from_labels
+from adaptive_rag.training.bag_of_words import fit, publish
+from adaptive_rag.training.learned_routers import examples_from_labels
 from adaptive_rag.routing.model_repository import served_version
 from adaptive_rag.settings import ClassifierSettings
 from adaptive_rag.storage import LabelStore, PromotionStore, TrainingLabel, make_engine, upgrade_database

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from adaptive_rag.routing.embeddings import OnnxEmbedder
-from adaptive_rag.routing.learned import KnnRouter, LogisticRouter
+from adaptive_rag.routers.embeddings import OnnxEmbedder
+from adaptive_rag.training.learned_routers import KnnRouter, LogisticRouter
 from tests.support.encoders import tiny_encoder
 from tests.unit.test_learned_routers import keyword_examples
 

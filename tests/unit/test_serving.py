@@ -646,8 +646,8 @@ def test_the_default_cap_is_the_runs_a_task_may_lose_its_pool_process_in():
 
 
 def test_a_self_routing_policy_names_its_strategy_in_the_task_and_the_record():
-    from services.frontdoor.routing import FixedRouter
-    from adaptive_rag.routing.self_routing import self_routing_policy
+    from adaptive_rag.routing.hot_swap import FixedRouter
+    from adaptive_rag.routers.self_routing import self_routing_policy
 
     svc, store, queue, _routed = service()
     svc.router = FixedRouter("self-route", self_routing_policy("self-route"))

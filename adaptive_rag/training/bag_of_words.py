@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from adaptive_rag.contracts import CLASSIFIER_INPUTS, CLASSIFIER_MODEL, CLASSIFIER_OUTPUT, TIERS
+from adaptive_rag.contracts import CLASSIFIER_INPUTS, CLASSIFIER_MODEL, CLASSIFIER_OUTPUT, TIER_VALUES, TIERS
 from adaptive_rag.errors import ConfigurationError
-from adaptive_rag.routing.learned import (
-    DEFAULT_VAL_SHARE, TIER_VALUES, LabelledQuery, label_counts, validation_report, validation_split,
+from adaptive_rag.training.learned_routers import (
+    DEFAULT_VAL_SHARE, LabelledQuery, label_counts, validation_report, validation_split,
 )
 
 KIND = "bag-of-words"
@@ -261,7 +261,7 @@ def model_card(router_path: Path) -> str:
     lines = [
         f"# The shipped router: {KIND}", "",
         "Multinomial logistic regression on a question's word counts and its length in words "
-        "(`adaptive_rag/routing/bag_of_words.py`), published as a classifier version by `arag model ship` "
+        "(`adaptive_rag/training/bag_of_words.py`), published as a classifier version by `arag model ship` "
         "(an ONNX graph + a word tokenizer built from `router.json`, no torch).", "",
         f"- `router.json` sha256 `{file_sha256(router_path)}`; {len(router.vocabulary)} words "
         f"(seen at least {card.get('min_count')} times), max {router.max_length} words per question",

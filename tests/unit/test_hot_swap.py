@@ -10,8 +10,8 @@ import pytest
 from adaptive_rag.contracts import RoutingDecision, Tier
 from adaptive_rag.routing.policy import fallback_decision
 from adaptive_rag.settings import ClassifierSettings
-from services.frontdoor import routing
-from services.frontdoor.routing import ClassifierRouter
+from adaptive_rag.routing import hot_swap
+from adaptive_rag.routing.hot_swap import ClassifierRouter
 
 
 class FakeClient:
@@ -41,7 +41,7 @@ def publish(repo, version: int) -> None:
 
 @pytest.fixture
 def setup(tmp_path, monkeypatch):
-    monkeypatch.setattr(routing, "CLOSE_GRACE_S", 0.0)
+    monkeypatch.setattr(hot_swap, "CLOSE_GRACE_S", 0.0)
     settings = ClassifierSettings(_env_file=None, model_repository=tmp_path)
     ready = {1: True, 2: False}
     built: list[FakeClient] = []

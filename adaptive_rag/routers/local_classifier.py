@@ -1,23 +1,16 @@
-"""Routers that run in-process: an exported model version through ONNX Runtime (same numbers as
-Triton, no server needed) and the rules as a router of their own."""
+"""An exported classifier version run in-process through ONNX Runtime: the same numbers as Triton,
+no server needed (evaluation rows, promotion's comparison on held-out labels, tenant priors)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from adaptive_rag.contracts import CLASSIFIER_INPUTS, CLASSIFIER_OUTPUT
+from adaptive_rag.contracts import CLASSIFIER_INPUTS, CLASSIFIER_OUTPUT, RoutingDecision
 from adaptive_rag.routing.classifier_client import QueryTokenizer, softmax_rows
 from adaptive_rag.routing.model_repository import ModelVersion
-from adaptive_rag.routing.policy import RoutingDecision, RoutingPolicy, fallback_decision
-
-Router = Callable[[str], RoutingDecision]
-
-
-def rules_router(query: str) -> RoutingDecision:
-    """The rule classifier as a router (the "adaptive, rules only" row)."""
-    return fallback_decision(query).model_copy(update={"fallback": False, "reason": "rules"})
+from adaptive_rag.routing.policy import RoutingPolicy
 
 
 class LocalOnnxClassifier:
@@ -45,4 +38,4 @@ class LocalOnnxClassifier:
             self.probabilities([query])[0].tolist(), self.version.name, self.version.version
         )
 
-    __call__ = classify
+    route = __call__ = classify

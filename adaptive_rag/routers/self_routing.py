@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from adaptive_rag.contracts import RoutingDecision, Tier
+from adaptive_rag.contracts import RoutingDecision, StrategyName, Tier
 
 # The policy's name (ARAG_ROUTER) -> (the strategy it serves, the tier every query enters at).
-SELF_ROUTING_POLICIES: dict[str, tuple[str, Tier]] = {
-    "self-route": ("self_route", Tier.B),
-    "uncertainty": ("uncertainty", Tier.A),
+SELF_ROUTING_POLICIES: dict[str, tuple[StrategyName, Tier]] = {
+    "self-route": (StrategyName.SELF_ROUTE, Tier.B),
+    "uncertainty": (StrategyName.UNCERTAINTY, Tier.A),
 }
 
 
@@ -33,7 +33,7 @@ class SelfRoutingPolicy:
     """Every query to `tier`, answered by `strategy`, which escalates on the worker by itself."""
 
     name: str
-    strategy: str
+    strategy: StrategyName
     tier: Tier
 
     async def route(self, query: str) -> RoutingDecision:
