@@ -122,8 +122,9 @@ class FrontDoorSettings(BaseSettings):
     )
     # A request still `queued` this long after it was written (or admitted again) whose task was
     # never marked published lost its publish (its front door died between the record and the
-    # enqueue): every front door's relay publishes it again. Above an admission's own record-to-
-    # enqueue time (milliseconds); a second publish is harmless (one result is written).
+    # enqueue): every front door's relay publishes it again. Keep it above the time an admission
+    # takes from its insert to its publish (milliseconds); a second publish is harmless (one
+    # result is written).
     unpublished_after_s: float = Field(
         5.0, gt=0, validation_alias=env_name("ARAG_UNPUBLISHED_AFTER", "unpublished_after_s")
     )
