@@ -11,13 +11,13 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from sqlalchemy import create_engine, inspect, update
+from sqlalchemy import create_engine, inspect
 
 from adaptive_rag.contracts import (
     AnswerResult, ErrorCode, RequestStatus, ResultKind, RoutingDecision, Source, Tier, Timings,
 )
 from adaptive_rag.errors import DatabaseUnavailableError, DuplicateRequestError, RequestNotFoundError
-from adaptive_rag.storage import KnowledgeRecords, QueryRequest, RecordStore, make_engine, upgrade_database
+from adaptive_rag.storage import KnowledgeRecords, RecordStore, make_engine, upgrade_database
 from adaptive_rag.storage.records import hash_key
 
 SOURCES = (Source(id="kb-1", title="Pairing a bulb", score=3.5),)
@@ -448,24 +448,16 @@ def routed_request(store: RecordStore, tier: Tier = Tier.B, age_s: float = 0.0) 
     request_id = uuid.uuid4().hex
     store.create_request(request_id, "acme", None, "How do I pair a Lumora bulb?", decision=RoutingDecision(
         tier=tier, fallback=True, reason="test", strategy="single_step"))
-    make_older(store, request_id, age_s)
+    if age_s:
+        age(store, request_id, age_s)
     return request_id
-
-
-def make_older(store: RecordStore, request_id: str, age_s: float) -> None:
-    from datetime import timedelta
-
-    updated_at = store.get_request(request_id).updated_at - timedelta(seconds=age_s)
-    with store.engine.begin() as conn:  # the value, not SQL arithmetic: SQLite stores text
-        conn.execute(update(QueryRequest).where(QueryRequest.request_id == request_id)
-                     .values(updated_at=updated_at))
 
 
 def test_a_request_never_marked_published_is_published_again_once_old_enough_then_never_again(store):
     request_id = routed_request(store, Tier.C)
     sent = []
     assert store.publish_unpublished(sent.append, 30.0) == []  # its own admission may publish it yet
-    make_older(store, request_id, 60.0)
+    age(store, request_id, 60.0)
     assert store.publish_unpublished(sent.append, 30.0) == [request_id]
     [task] = sent
     assert (task.request_id, task.tenant, task.tier, task.strategy, task.kind) == (
@@ -473,7 +465,7 @@ def test_a_request_never_marked_published_is_published_again_once_old_enough_the
     assert task.query == "How do I pair a Lumora bulb?" and task.enqueued_at > 0
     view = store.get_request(request_id)
     assert view.status is RequestStatus.QUEUED and view.updated_at > view.created_at  # a new age
-    make_older(store, request_id, 60.0)
+    age(store, request_id, 60.0)
     assert store.publish_unpublished(sent.append, 30.0) == [] and len(sent) == 1  # marked
 
 
@@ -485,7 +477,7 @@ def test_a_marked_or_no_longer_queued_request_is_left_alone_until_it_is_readmitt
     store.set_status(rejected, RequestStatus.REJECTED)
     assert save(store, done)
     for request_id in (marked, running, rejected, done):
-        make_older(store, request_id, 60.0)
+        age(store, request_id, 60.0)
     stranded = routed_request(store, age_s=60.0)
     sent = []
     assert store.publish_unpublished(sent.append, 30.0) == [stranded]
