@@ -57,6 +57,21 @@ RESEND_PUBLISH_AFTER_S = 1.0
 
 
 async def answer(serving: Serving, command: Answer, progress: CallProgress) -> Answered:
+    """The Answer use case (see the module), ended by `command.deadline` whichever step it is in
+    (a records or broker call that blocks included): `AnswerTimeoutError` with the request id,
+    the same reply for a new request and a replay."""
+    budget = max(0.0, command.deadline - time.monotonic())
+    try:
+        async with asyncio.timeout(budget):
+            return await _answer(serving, command, progress)
+    except TimeoutError:  # the deadline came in a step before the wait (the wait raises its own)
+        if progress.request_id is None:
+            raise AnswerTimeoutError(f"no answer within {budget:.2f} s: the request was not "
+                                     "recorded; send it again", "") from None
+        raise _timeout(progress.request_id, budget) from None
+
+
+async def _answer(serving: Serving, command: Answer, progress: CallProgress) -> Answered:
     started = time.perf_counter()
     tenant = (await serving.authenticate(command.api_key, progress, Scope.ANSWER)).tenant
     with progress.stage("validate"):
@@ -75,20 +90,15 @@ async def answer(serving: Serving, command: Answer, progress: CallProgress) -> A
         started=started, progress=progress,
     )
     progress.bind(request_id=request.request_id)
-    budget = max(0.0, command.deadline - time.monotonic())
     try:
-        async with asyncio.timeout(budget):
-            try:
-                await _queue(serving, request, new=True)
-            except DuplicateRequestError:  # this client_request_id was sent before (or just now)
-                with progress.stage("idempotency"):
-                    existing = await serving.io(serving.records.find_request, tenant, client_request_id)
-                if existing is None:  # only a request id collision could get here
-                    raise
-                return await _replay(serving, request, existing)
-            return await _answer_when_done(serving, request)
-    except TimeoutError:  # the deadline came in a step before the wait (the wait raises its own)
-        raise _timeout(progress.request_id or request.request_id, budget) from None
+        await _queue(serving, request, new=True)
+    except DuplicateRequestError:  # this client_request_id was sent before (or just now)
+        with progress.stage("idempotency"):
+            existing = await serving.io(serving.records.find_request, tenant, client_request_id)
+        if existing is None:  # only a request id collision could get here
+            raise
+        return await _replay(serving, request, existing)
+    return await _answer_when_done(serving, request)
 
 
 async def _admit(serving: Serving, request: AdmitRequest) -> Answered:

@@ -199,3 +199,18 @@ def test_over_grpc_the_relay_answers_what_a_dead_front_door_left():
         assert harness.metrics.registry.get_sample_value("arag_requests_republished_total") == 1.0
     finally:
         harness.close()
+
+
+def test_a_step_before_the_request_is_recorded_that_hangs_ends_by_the_deadline_too():
+    svc, store, queue, _ = service()
+    release = threading.Event()
+    store.principal_for_key = lambda key: release.wait(10)  # the records stop answering
+    progress = CallProgress()
+    started = time.monotonic()
+    try:
+        with pytest.raises(AnswerTimeoutError, match="the request was not recorded; send it again"):
+            asyncio.run(svc.answer(Answer(KEY, QUERY, "order-6", soon(0.3)), progress))
+        assert 0.25 < time.monotonic() - started < 0.8
+        assert progress.request_id is None and store.requests == {} and queue.tasks == []
+    finally:
+        release.set()
