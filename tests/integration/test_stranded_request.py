@@ -180,3 +180,5 @@ def test_a_replay_of_work_that_cannot_finish_ends_at_the_servers_margin_with_the
     finally:
         channel.close()
         process.stop()
+        for request_id in ids:  # the records are shared with the other modules: leave nothing queued
+            stack.store.set_status(request_id, RequestStatus.EXPIRED)
