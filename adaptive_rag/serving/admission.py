@@ -10,7 +10,15 @@ result within the deadline (`AnswerTimeoutError` while the work continues; GetRe
 later). A live reply and a replayed one are the same `Answered`, built from the same types.
 
 A resend runs again a request that never ran (rejected, expired: `upkeep.expire_stale`) or whose
-run ended because a dependency was away (`RETRYABLE_ERRORS`).
+run ended because a dependency was away (`RETRYABLE_ERRORS`), and publishes again one still
+queued whose task was never published (its front door died between the record and the enqueue).
+Every Answer, a replay too, ends by its deadline: `AnswerTimeoutError` with the request id.
+
+The request row is the outbox of its task: it is inserted with no publish mark, the task is
+enqueued, and the mark is written on the records' mark thread while the call waits for the
+answer (`Serving.mark_enqueued_soon`). A row never marked is published again by every front
+door's relay (`upkeep.relay_unpublished`); a second publish costs a second delivery, never a
+second result (`answering.write_once`).
 
 A new request's insert, queue-depth check, fair share and enqueue are one unit on one I/O thread
 (`_queue`): each hop between the loop and a thread waits for the GIL, which under load costs more
@@ -43,9 +51,27 @@ from adaptive_rag.strategies import SMALL_TALK
 from adaptive_rag.validation import check_client_request_id, decode_query
 
 LOG = structlog.get_logger("serving.admission")
+# A resend publishes again a queued request never marked published once it is this old; a
+# younger one may be its first call's own admission, between its insert and its publish.
+RESEND_PUBLISH_AFTER_S = 1.0
 
 
 async def answer(serving: Serving, command: Answer, progress: CallProgress) -> Answered:
+    """The Answer use case (see the module), ended by `command.deadline` whichever step it is in
+    (a records or broker call that blocks included): `AnswerTimeoutError` with the request id,
+    the same reply for a new request and a replay."""
+    budget = max(0.0, command.deadline - time.monotonic())
+    try:
+        async with asyncio.timeout(budget):
+            return await _answer(serving, command, progress)
+    except TimeoutError:  # the deadline came in a step before the wait (the wait raises its own)
+        if progress.request_id is None:
+            raise AnswerTimeoutError(f"no answer within {budget:.2f} s: the request was not "
+                                     "recorded; send it again", "") from None
+        raise _timeout(progress.request_id, budget) from None
+
+
+async def _answer(serving: Serving, command: Answer, progress: CallProgress) -> Answered:
     started = time.perf_counter()
     tenant = (await serving.authenticate(command.api_key, progress, Scope.ANSWER)).tenant
     with progress.stage("validate"):
@@ -105,6 +131,7 @@ def _queue_blocking(serving: Serving, request: AdmitRequest, standing: Standing 
         with progress.stage("record"):
             serving.records.create_request(request_id, request.tenant, request.client_request_id,
                                            request.query, RequestStatus.QUEUED, request.decision)
+        serving.on_recorded(request_id)
         serving.routed(request.decision)
     queue = serving.queue.queue_name(tier)
     limit = serving.config.max_queue_depth[tier]
@@ -143,6 +170,7 @@ def _queue_blocking(serving: Serving, request: AdmitRequest, standing: Standing 
         if isinstance(exc, DependencyUnavailableError):
             raise _did_not_run(serving, request, exc) from exc
         raise
+    serving.mark_enqueued_soon(request_id)
     serving.depths.added(queue)
 
 
@@ -245,6 +273,8 @@ async def _replay(serving: Serving, request: AdmitRequest, existing: RequestView
         return await _admit(serving, request)
     request = replace(request, decision=recorded)
     request.progress.tier = request.tier
+    if existing.status is RequestStatus.QUEUED:
+        await _publish_if_stranded(serving, request_id)
     if existing.status in NEVER_RAN or await _failed_for_a_dependency(serving, existing):
         if await _readmit(serving, request_id):
             return await _admit(serving, request)
@@ -256,6 +286,15 @@ async def _replay(serving: Serving, request: AdmitRequest, existing: RequestView
         result = await _wait(serving, request)
         await release(serving, request)
     return Answered.stored(request_id, request.decision, result)
+
+
+async def _publish_if_stranded(serving: Serving, request_id: str) -> None:
+    """Publish the task of a queued request that was never marked published (its front door
+    died between the record and the enqueue), unless a relay holds it or it is too young."""
+    published = await serving.io(serving.records.publish_unpublished, serving.queue.enqueue,
+                                 RESEND_PUBLISH_AFTER_S, request_id)
+    if published:
+        LOG.warning("resend_published", reason="never published")
 
 
 async def _failed_for_a_dependency(serving: Serving, existing: RequestView) -> bool:

@@ -58,6 +58,9 @@ class AdmissionConfig:
     slot_lease_s: Mapping[Tier, float] = field(default_factory=dict)
     # A request still queued this long was never started: `expire_stale` expires it (None: never).
     queued_expiry_s: float | None = None
+    # A request still queued, never marked published and unchanged this long lost its publish:
+    # `upkeep.relay_unpublished` publishes it again (None: never).
+    unpublished_after_s: float | None = None
     # Wait budget per tier (`queue_delay.QueueDelayGate`); a tier left out is limited by length only.
     queue_wait_target_s: Mapping[Tier, float] = field(default_factory=dict)
     queue_wait_interval_s: float = 1.0
@@ -137,7 +140,11 @@ class Serving:
         on_rejected: Callable[[Tier], None] = lambda tier: None,
         on_queue_depth: Callable[[str, int], None] = lambda queue, depth: None,
         on_expired: Callable[[int], None] = lambda count: None,
+        on_republished: Callable[[int], None] = lambda count: None,
+        on_recorded: Callable[[str], None] = lambda request_id: None,
     ) -> None:
+        """`on_recorded(request_id)`: called on the I/O thread once a new request's row is
+        committed, before its task is enqueued (the front door's fault injection uses it)."""
         self.records = records
         self.queue = queue
         self.waiter = waiter
@@ -149,8 +156,12 @@ class Serving:
         self.on_rejected = on_rejected
         self.on_queue_depth = on_queue_depth
         self.on_expired = on_expired
+        self.on_republished = on_republished
+        self.on_recorded = on_recorded
         self._has_knowledge_base = has_knowledge_base
         self._io_pool = ThreadPoolExecutor(config.io_threads, thread_name_prefix="serving-io")
+        # The outbox marks (`mark_enqueued_soon`): their own thread, which `close` lets finish.
+        self._marks = ThreadPoolExecutor(1, thread_name_prefix="serving-mark")
         self.delay_gate = QueueDelayGate(config.queue_wait_target_s, config.queue_wait_interval_s)
         self.depths = DepthEstimate(config.depth_max_age_s)
         self._keys: TtlCache[Principal] = TtlCache(config.key_cache_s)
@@ -161,6 +172,7 @@ class Serving:
         for watcher in list(self._watchers):
             watcher.cancel()
         self._io_pool.shutdown(wait=False, cancel_futures=True)
+        self._marks.shutdown(wait=False)  # marks already submitted still run
 
     async def io(self, fn: Callable[..., T], *args: Any) -> T:
         """A short blocking call (records, broker) off the event loop. The adapters raise the
@@ -176,6 +188,21 @@ class Serving:
             self._io_pool.submit(fn, *args)
         except RuntimeError:  # shutting down
             pass
+
+    def mark_enqueued_soon(self, request_id: str) -> None:
+        """Mark the request's task published (`Records.mark_enqueued`) on the mark thread, not
+        awaited: the call goes on to wait for its answer meanwhile. A mark that fails or never
+        runs costs a second publish by the relay (harmless), never the request."""
+        try:
+            self._marks.submit(self._mark_enqueued, request_id)
+        except RuntimeError:  # shut down: marked now
+            self._mark_enqueued(request_id)
+
+    def _mark_enqueued(self, request_id: str) -> None:
+        try:
+            self.records.mark_enqueued(request_id)
+        except Exception as exc:  # noqa: BLE001 - the relay publishes it again
+            LOG.warning("mark_enqueued_failed", request_id=request_id, error=str(exc))
 
     def watch(self, work: Coroutine[Any, Any, None], name: str) -> None:
         """Run `work` in the background until it ends (or `close`)."""

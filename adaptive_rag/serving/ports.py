@@ -7,6 +7,7 @@ tests pass in-memory fakes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from adaptive_rag.contracts import (
@@ -26,6 +27,17 @@ class Records(Protocol):
         self, request_id: str, tenant: str, client_request_id: str | None, query: str,
         status: RequestStatus = RequestStatus.QUEUED, decision: RoutingDecision | None = None,
     ) -> RequestView: ...
+    def mark_enqueued(self, request_id: str) -> None:
+        """Mark the request's task as handed to the broker (the row is the task's outbox)."""
+        ...
+    def publish_unpublished(
+        self, publish: Callable[[AnswerTask], None], older_than_s: float,
+        request_id: str | None = None,
+    ) -> list[str]:
+        """`publish` the task of each request still queued, never marked enqueued and unchanged
+        for `older_than_s` (or of `request_id` only), mark them; their ids. Replicas take
+        disjoint rows."""
+        ...
     def record_decision(self, request_id: str, decision: RoutingDecision) -> None: ...
     def decision_for(self, request_id: str) -> RoutingDecision | None: ...
     def set_status(self, request_id: str, status: RequestStatus) -> None: ...

@@ -23,6 +23,9 @@ class AnswerService(Serving):
     async def submit_feedback(self, command: SubmitFeedback, progress: CallProgress) -> int:
         return await feedback.submit_feedback(self, command, progress)
 
+    async def relay_unpublished(self) -> list[str]:
+        return await upkeep.relay_unpublished(self)
+
     async def expire_stale(self) -> list[str]:
         return await upkeep.expire_stale(self)
 

@@ -1,5 +1,6 @@
-"""What the front door does besides calls: expire requests left queued, say what keeps it from
-serving (health), read the queues' depths (the gauge)."""
+"""What the front door does besides calls: publish again the tasks whose publish was lost, expire
+requests left queued, say what keeps it from serving (health), read the queues' depths (the
+gauge)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,23 @@ from adaptive_rag.contracts import Tier
 from adaptive_rag.serving.context import Serving
 
 LOG = structlog.get_logger("serving.upkeep")
+
+
+async def relay_unpublished(serving: Serving) -> list[str]:
+    """Publish again the task of every request still queued and never marked published
+    `unpublished_after_s` after it was written (its front door died between the record and the
+    enqueue, or the mark was lost), and mark them; returns their ids (empty when none, or the
+    relay is off). Every replica runs it; the records hand each row to one of them. A task
+    published twice runs at most once more and writes one result (`answering.write_once`)."""
+    after_s = serving.config.unpublished_after_s
+    if after_s is None:
+        return []
+    published = await serving.io(serving.records.publish_unpublished, serving.queue.enqueue, after_s)
+    if published:
+        serving.on_republished(len(published))
+        LOG.warning("requests_republished", count=len(published), request_ids=published[:20],
+                    unpublished_after_s=after_s)
+    return published
 
 
 async def expire_stale(serving: Serving) -> list[str]:

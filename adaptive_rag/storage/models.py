@@ -107,7 +107,8 @@ class QueryRequest(Base):
     running again (NULL client ids never collide). `deliveries` / `shadow_deliveries` count the
     deliveries of its primary / shadow task that began the run, so a task whose run keeps killing
     its whole worker is recognised after a restart (`RecordStore.begin_run`). The
-    `(status, updated_at)` index serves the sweep for requests queued too long.
+    `(status, updated_at)` index serves the sweep for requests queued too long, and the relay
+    for queued ones whose task was never published (`enqueued_at` NULL).
     """
 
     __tablename__ = "requests"
@@ -131,6 +132,9 @@ class QueryRequest(Base):
     )
     deliveries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     shadow_deliveries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # When its task was handed to the broker; NULL until then (the row is the task's outbox:
+    # `RecordStore.publish_unpublished` sends again a queued one never marked).
+    enqueued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class RoutingDecision(Base):

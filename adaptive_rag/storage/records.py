@@ -8,6 +8,10 @@ conditional updates for the moves of a request that a worker, a sweeping front d
 resending client may try at the same moment (`begin_run`, `expire_queued`, `readmit`): whichever
 commits first wins, the others change nothing.
 
+A request row is also the outbox of its task: written with `enqueued_at` empty, marked once the
+task is handed to the broker (`mark_enqueued`); one still queued and never marked is published
+again by `publish_unpublished` (a front door that died between the two, or a lost mark).
+
 Round trips are what a serving call pays for most on a busy machine (each one waits for the
 database process to be scheduled), so calls on the serving path are one statement each: reads and
 single-statement writes run in autocommit (no BEGIN / COMMIT round trips), and the writes that
@@ -20,6 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,7 +34,7 @@ from sqlalchemy import Engine, Table, bindparam, delete, exists, func, select, u
 from sqlalchemy.exc import IntegrityError
 
 from adaptive_rag.contracts import (
-    DEFAULT_SCOPES, IN_FLIGHT, NEVER_RAN, RETRYABLE_ERRORS, AnswerResult, ErrorCode, Principal,
+    DEFAULT_SCOPES, IN_FLIGHT, NEVER_RAN, RETRYABLE_ERRORS, AnswerResult, AnswerTask, ErrorCode, Principal,
     RequestStatus, RequestView, ResultKind, RoutingDecision, Scope, Source, Tier, Timings,
 )
 from adaptive_rag.errors import (
@@ -44,6 +50,8 @@ from adaptive_rag.storage.models import RoutingDecision as DecisionRow
 KEY_PREFIX = "arag_"
 # The PostgreSQL advisory lock one front door replica holds while it sweeps expired requests.
 EXPIRY_SWEEP_LOCK = "arag-sweep:expire-queued"
+# Unpublished requests one relay pass publishes at most (the rest wait for the next pass).
+RELAY_BATCH = 100
 
 
 REQUEST_COLUMNS = ("request_id", "tenant", "client_request_id", "query", "status", "created_at",
@@ -77,6 +85,11 @@ class _HotStatements:
         self.result = insert(QueryResult).values(result_values).on_conflict_do_nothing(
             index_elements=["request_id", "kind", "tier"]
         ).returning(QueryResult.id)  # a row comes back only when this insert happened
+        # The outbox mark: the task was handed to the broker (its age for the expiry sweep is
+        # left as it is; the mark comes milliseconds after the insert).
+        self.enqueued = update(QueryRequest).where(
+            QueryRequest.request_id == bindparam("e_request_id"), QueryRequest.enqueued_at.is_(None),
+        ).values(enqueued_at=bindparam("e_enqueued_at"), updated_at=QueryRequest.updated_at)
         self.finish = update(QueryRequest).where(
             QueryRequest.request_id == bindparam("f_request_id")
         ).values(status=bindparam("f_status"), updated_at=bindparam("f_updated_at"))
@@ -261,6 +274,75 @@ class RecordStore:
             )
         return RequestView(request_id, tenant, client_request_id, query, RequestStatus(status), now, now)
 
+    def mark_enqueued(self, request_id: str) -> None:
+        """Mark the request's task as handed to the broker (one statement; a no-op when it was
+        marked already): the relay then leaves it alone."""
+        with self._autocommit.connect() as conn:
+            conn.execute(self._hot.enqueued, {"e_request_id": request_id, "e_enqueued_at": utcnow()})
+
+    def publish_unpublished(
+        self, publish: Callable[[AnswerTask], None], older_than_s: float,
+        request_id: str | None = None, limit: int = RELAY_BATCH,
+    ) -> list[str]:
+        """Publish again the task of each request still `queued` whose publish was never marked
+        (`mark_enqueued`) and that has not changed for `older_than_s`; mark each one published,
+        and return their ids (`request_id`: that request only).
+
+        `publish(task)` hands one task to the broker; when it raises, the ones published before
+        it are marked and its error is raised. A publish twice is harmless (the worker writes the
+        result once), so the age only keeps the relay off requests whose own admission is still
+        between its insert and its publish.
+
+        On PostgreSQL the rows are claimed `FOR UPDATE SKIP LOCKED` and stay locked until they
+        are marked: front door replicas relaying at once take disjoint rows, and a relay that
+        dies before its commit leaves its rows unmarked for the next one. SQLite (one machine)
+        reads and marks without row locks.
+        """
+        cutoff = utcnow() - timedelta(seconds=older_than_s)
+        claim = (
+            select(QueryRequest.request_id, QueryRequest.tenant, QueryRequest.query,
+                   DecisionRow.tier, DecisionRow.strategy)
+            .join(DecisionRow, DecisionRow.request_id == QueryRequest.request_id)
+            .where(QueryRequest.status == RequestStatus.QUEUED.value,
+                   QueryRequest.enqueued_at.is_(None), QueryRequest.updated_at <= cutoff)
+            .order_by(QueryRequest.updated_at).limit(limit)
+        )
+        if request_id is not None:
+            claim = claim.where(QueryRequest.request_id == request_id)
+        if self.engine.dialect.name == "postgresql":
+            with self.engine.begin() as conn:
+                rows = conn.execute(claim.with_for_update(of=QueryRequest, skip_locked=True)).all()
+                published, failure = self._publish_rows(conn, rows, publish)
+        else:
+            with self._autocommit.connect() as conn:
+                rows = conn.execute(claim).all()
+                published, failure = self._publish_rows(conn, rows, publish)
+        if failure is not None:
+            raise failure
+        return published
+
+    @staticmethod
+    def _publish_rows(
+        conn: Any, rows: Any, publish: Callable[[AnswerTask], None],
+    ) -> tuple[list[str], Exception | None]:
+        """Publish each row's task until one fails, then mark the published ones (their age for
+        the expiry sweep starts again: their message is new)."""
+        published: list[str] = []
+        failure: Exception | None = None
+        for row in rows:
+            try:
+                publish(AnswerTask(request_id=row.request_id, tenant=row.tenant, query=row.query,
+                                   tier=Tier(row.tier), strategy=row.strategy, enqueued_at=time.time()))
+            except Exception as exc:  # noqa: BLE001 - raised once the others are marked
+                failure = exc
+                break
+            published.append(row.request_id)
+        if published:
+            now = utcnow()
+            conn.execute(update(QueryRequest).where(QueryRequest.request_id.in_(published))
+                         .values(enqueued_at=now, updated_at=now))
+        return published, failure
+
     def find_request(self, tenant: str, client_request_id: str) -> RequestView | None:
         """The request a client already sent with this idempotency id, if any."""
         return self._one_request(
@@ -363,7 +445,8 @@ class RecordStore:
 
         One transaction, conditional on that state, so of two front doors re-admitting at once
         one wins. The retryable error's result row is deleted in it (the new run writes the one
-        row the request has), and the delivery count starts again for the new run.
+        row the request has), and the delivery count starts again for the new run, as does its
+        outbox mark (the caller publishes it; the relay if the caller dies first).
         """
         retryable = (QueryResult.request_id == request_id) & (
             QueryResult.kind == ResultKind.PRIMARY.value
@@ -375,7 +458,8 @@ class RecordStore:
             changed = conn.execute(
                 update(QueryRequest)
                 .where(QueryRequest.request_id == request_id, may_run_again)
-                .values(status=RequestStatus.QUEUED.value, deliveries=0, updated_at=utcnow())
+                .values(status=RequestStatus.QUEUED.value, deliveries=0, enqueued_at=None,
+                        updated_at=utcnow())
             ).rowcount
             if changed:
                 conn.execute(delete(QueryResult).where(retryable))

@@ -57,6 +57,11 @@ class FrontDoorMetrics:
             "arag_requests_expired_total", "Requests left queued past the expiry age (never started) "
             "that the sweep moved to expired", registry=self.registry,
         )
+        self.republished = Counter(
+            "arag_requests_republished_total", "Queued requests whose task was never marked "
+            "published (a front door died between record and enqueue) that the relay published again",
+            registry=self.registry,
+        )
         self.workers_alive = Gauge(
             "arag_workers_alive", "Workers that answered the health check's last ping, per queue",
             ["queue"], registry=self.registry,
@@ -81,6 +86,9 @@ class FrontDoorMetrics:
 
     def expired_requests(self, count: int) -> None:
         self.expired.inc(count)
+
+    def republished_requests(self, count: int) -> None:
+        self.republished.inc(count)
 
     def queue_depth_seen(self, queue: str, depth: int) -> None:
         self.queue_depth.labels(queue).set(depth)

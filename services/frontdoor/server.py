@@ -42,6 +42,7 @@ from adaptive_rag.tracing import current_trace_id
 from adaptive_rag.validation import MAX_CLIENT_REQUEST_ID
 
 from services.frontdoor.auth import bearer_token
+from services.frontdoor.faults import after_record
 from services.frontdoor.guards import UndecodableRequestGuard
 from services.frontdoor.knowledge import KnowledgeBaseServicer
 from services.frontdoor.metrics import FrontDoorMetrics
@@ -190,6 +191,7 @@ def answer_service(
         strategy_for=lambda tier: strategy_for_tier(tier, library), shadow_share=settings.shadow_share,
         key_cache_s=settings.key_cache_s, slot_lease_s=settings.tenant_lease_s,
         queued_expiry_s=settings.queued_expiry_s, queue_wait_target_s=settings.queue_wait_target_s,
+        unpublished_after_s=settings.unpublished_after_s if settings.relay_every_s else None,
         queue_wait_interval_s=settings.queue_wait_interval_s,
         depth_max_age_s=settings.queue_depth_max_age_s, io_threads=settings.io_threads,
     )
@@ -197,7 +199,8 @@ def answer_service(
         records, queue, waiter, router, config, has_knowledge_base=knowledge.has_knowledge_base,
         fair_share=fair_share, sample=sample, on_routed=metrics.routed_decision,
         on_rejected=metrics.rejected_query, on_queue_depth=metrics.queue_depth_seen,
-        on_expired=metrics.expired_requests,
+        on_expired=metrics.expired_requests, on_republished=metrics.republished_requests,
+        on_recorded=after_record(settings),
     )
 
 
@@ -367,15 +370,16 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
             await self.service.queue_depths(queues)
             await asyncio.sleep(interval_s)
 
-    async def sweep_expired(self, interval_s: float) -> None:
-        """Expire requests left queued too long, every `interval_s` (`AnswerService.expire_stale`;
-        on PostgreSQL one replica sweeps at a time). A failed sweep (the records away) is tried
-        again on the next cycle."""
+    async def every(self, interval_s: float, work: Callable[[], Awaitable[object]], name: str) -> None:
+        """Run an upkeep pass now and then every `interval_s`: the expiry sweep
+        (`AnswerService.expire_stale`; on PostgreSQL one replica sweeps at a time), the relay of
+        unpublished tasks (`AnswerService.relay_unpublished`; replicas take disjoint rows). A
+        failed pass (the records or the broker away) is tried again on the next cycle."""
         while True:
             try:
-                await self.service.expire_stale()
-            except Exception as exc:  # noqa: BLE001 - keep sweeping once the records are back
-                LOG.warning("expiry_sweep_failed", error=clip(f"{type(exc).__name__}: {exc}", 200))
+                await work()
+            except Exception as exc:  # noqa: BLE001 - keep going once the dependency is back
+                LOG.warning(f"{name}_failed", error=clip(f"{type(exc).__name__}: {exc}", 200))
             await asyncio.sleep(interval_s)
 
 
@@ -450,9 +454,12 @@ async def start_server(
         tasks.append(asyncio.create_task(router.poll_forever(), name="model-poll"))
     if queue_watch_s:
         tasks.append(asyncio.create_task(servicer.watch_queues(queue_watch_s), name="queue-watch"))
+    if settings.relay_every_s:  # its first pass at start-up: what a dead front door left
+        tasks.append(asyncio.create_task(servicer.every(
+            settings.relay_every_s, service.relay_unpublished, "relay"), name="relay"))
     if settings.expiry_sweep_s:
-        tasks.append(asyncio.create_task(servicer.sweep_expired(settings.expiry_sweep_s),
-                                         name="expiry-sweep"))
+        tasks.append(asyncio.create_task(servicer.every(
+            settings.expiry_sweep_s, service.expire_stale, "expiry_sweep"), name="expiry-sweep"))
     if health_watch_s:
         tasks.append(asyncio.create_task(servicer.watch_health(health_servicer, health_watch_s),
                                          name="health-watch"))

@@ -120,6 +120,24 @@ class FrontDoorSettings(BaseSettings):
     expiry_sweep_s: float = Field(
         30.0, ge=0, validation_alias=env_name("ARAG_EXPIRY_SWEEP", "expiry_sweep_s")
     )
+    # A request still `queued` this long after it was written (or admitted again) whose task was
+    # never marked published lost its publish (its front door died between the record and the
+    # enqueue): every front door's relay publishes it again. Keep it above the time an admission
+    # takes from its insert to its publish (milliseconds); a second publish is harmless (one
+    # result is written).
+    unpublished_after_s: float = Field(
+        5.0, gt=0, validation_alias=env_name("ARAG_UNPUBLISHED_AFTER", "unpublished_after_s")
+    )
+    # How often a front door runs that relay (also once at start-up); 0 switches it off.
+    relay_every_s: float = Field(
+        2.0, ge=0, validation_alias=env_name("ARAG_RELAY_EVERY", "relay_every_s")
+    )
+    # TEST ONLY, never in production: the process exits (`os._exit`, no clean-up) right after a
+    # new request's row is committed and before its task is enqueued, to show the relay and a
+    # resend recover such a request (tests/integration/test_stranded_request.py).
+    fault_exit_after_record: bool = Field(
+        False, validation_alias=env_name("ARAG_FAULT_EXIT_AFTER_RECORD", "fault_exit_after_record")
+    )
     # Threads that wait on results when the result backend is not Redis (each waiting Answer holds
     # one); with Redis, waits share one pub/sub connection on the event loop instead.
     wait_threads: int = Field(

@@ -95,6 +95,40 @@ def test_one_process_sweeps_the_queued_requests_at_a_time(store):
     assert store.get_request(request_id).status == "expired"
 
 
+def test_relays_of_several_front_doors_take_disjoint_rows_and_skip_locked_ones(store):
+    """The relay's claim is `FOR UPDATE SKIP LOCKED`: a row another relay holds is skipped, not
+    waited for, and is still there for the next pass; relays at once publish each row once."""
+    import threading
+    import time
+
+    from sqlalchemy import select
+
+    from adaptive_rag.storage import QueryRequest
+
+    held = records_suite.routed_request(store, age_s=120)
+    with store.engine.begin() as conn:  # another relay holds it (and dies: its claim rolls back)
+        conn.execute(select(QueryRequest).where(QueryRequest.request_id == held).with_for_update())
+        started = time.monotonic()
+        assert store.publish_unpublished(lambda task: None, 60) == []
+        assert time.monotonic() - started < 2.0
+    assert store.publish_unpublished(lambda task: None, 60) == [held]
+
+    stranded = {records_suite.routed_request(store, age_s=120) for _ in range(6)}
+    sent: list[str] = []
+
+    def slow_broker(task) -> None:  # every relay is mid-publish while the others claim
+        time.sleep(0.1)
+        sent.append(task.request_id)
+
+    relays = [threading.Thread(target=store.publish_unpublished, args=(slow_broker, 60)) for _ in range(3)]
+    for relay in relays:
+        relay.start()
+    for relay in relays:
+        relay.join(30)
+    assert sorted(sent) == sorted(stranded)  # each row published once
+    assert store.publish_unpublished(slow_broker, 0) == []
+
+
 def test_the_per_answer_writes_are_one_statement_each_without_a_transaction(store):
     """What an Answer costs the records on PostgreSQL: the request with its decision (also the
     idempotency check), the run's claim and its result are one statement each, in autocommit (no

@@ -30,6 +30,7 @@ class Request:
     deliveries: int = 0
     shadow_deliveries: int = 0
     updated_at: float = field(default_factory=time.time)  # when it last changed (expiry age)
+    enqueued_at: float | None = None  # when its task was marked published (the outbox mark)
 
 
 class FakeStore:
@@ -79,6 +80,28 @@ class FakeStore:
                 self.decisions[request_id] = decision
             return replace(self.requests[request_id])
 
+    def mark_enqueued(self, request_id):
+        request = self.requests[request_id]
+        if request.enqueued_at is None:
+            request.enqueued_at = time.time()
+
+    def publish_unpublished(self, publish, older_than_s, request_id=None):
+        """RecordStore's contract without row locks (the lock stands in for them)."""
+        cutoff = time.time() - older_than_s
+        published = []
+        with self.lock:
+            for r in list(self.requests.values()):
+                if (r.status is not RequestStatus.QUEUED or r.enqueued_at is not None
+                        or r.updated_at > cutoff or r.request_id not in self.decisions
+                        or request_id not in (None, r.request_id)):
+                    continue
+                decision = self.decisions[r.request_id]
+                publish(AnswerTask(request_id=r.request_id, tenant=r.tenant, query=r.query,
+                                   tier=decision.tier, strategy=decision.strategy, enqueued_at=time.time()))
+                r.enqueued_at = r.updated_at = time.time()
+                published.append(r.request_id)
+        return published
+
     def record_decision(self, request_id: str, decision: RoutingDecision) -> None:
         self.decisions[request_id] = decision
 
@@ -116,6 +139,7 @@ class FakeStore:
             for k in failed:
                 del self.results[k]
             request.status, request.deliveries, request.updated_at = RequestStatus.QUEUED, 0, time.time()
+            request.enqueued_at = None
             self.statuses.append((request_id, RequestStatus.QUEUED))
             return True
 

@@ -438,3 +438,73 @@ def test_two_front_doors_readmitting_one_request_queue_it_once(store):
         assert outcomes.count(True) == 1
         assert store.get_request(request_id).status is RequestStatus.QUEUED
         assert store.count_results(request_id) == 0
+
+
+# --- the outbox: a request whose task was never published ------------------------------------------
+
+def routed_request(store: RecordStore, tier: Tier = Tier.B, age_s: float = 0.0) -> str:
+    """A request recorded with its decision, as an admission writes it before the enqueue, last
+    changed `age_s` ago."""
+    request_id = uuid.uuid4().hex
+    store.create_request(request_id, "acme", None, "How do I pair a Lumora bulb?", decision=RoutingDecision(
+        tier=tier, fallback=True, reason="test", strategy="single_step"))
+    if age_s:
+        age(store, request_id, age_s)
+    return request_id
+
+
+def test_a_request_never_marked_published_is_published_again_once_old_enough_then_never_again(store):
+    request_id = routed_request(store, Tier.C)
+    sent = []
+    assert store.publish_unpublished(sent.append, 30.0) == []  # its own admission may publish it yet
+    age(store, request_id, 60.0)
+    assert store.publish_unpublished(sent.append, 30.0) == [request_id]
+    [task] = sent
+    assert (task.request_id, task.tenant, task.tier, task.strategy, task.kind) == (
+        request_id, "acme", Tier.C, "single_step", ResultKind.PRIMARY)
+    assert task.query == "How do I pair a Lumora bulb?" and task.enqueued_at > 0
+    view = store.get_request(request_id)
+    assert view.status is RequestStatus.QUEUED and view.updated_at > view.created_at  # a new age
+    age(store, request_id, 60.0)
+    assert store.publish_unpublished(sent.append, 30.0) == [] and len(sent) == 1  # marked
+
+
+def test_a_marked_or_no_longer_queued_request_is_left_alone_until_it_is_readmitted(store):
+    marked, running, rejected, done = (routed_request(store) for _ in range(4))
+    store.mark_enqueued(marked)
+    store.mark_enqueued(marked)  # a second mark changes nothing
+    assert store.begin_run(running) == 1
+    store.set_status(rejected, RequestStatus.REJECTED)
+    assert save(store, done)
+    for request_id in (marked, running, rejected, done):
+        age(store, request_id, 60.0)
+    stranded = routed_request(store, age_s=60.0)
+    sent = []
+    assert store.publish_unpublished(sent.append, 30.0) == [stranded]
+    assert store.publish_unpublished(sent.append, 0.0, rejected) == []
+    assert store.readmit(rejected)  # its client resent it: queued again, its publish not yet marked
+    assert store.publish_unpublished(sent.append, 0.0, rejected) == [rejected]
+    assert [t.request_id for t in sent] == [stranded, rejected]
+
+
+def test_a_publish_that_fails_marks_the_ones_before_it_and_leaves_the_rest_for_the_next_pass(store):
+    first, second, third = (routed_request(store, age_s=age) for age in (300.0, 200.0, 100.0))
+    sent = []
+
+    def broker_goes_away(task) -> None:
+        if len(sent) == 1:
+            raise DatabaseUnavailableError("the task queue is unreachable")  # any error of the broker
+        sent.append(task.request_id)
+
+    with pytest.raises(DatabaseUnavailableError):
+        store.publish_unpublished(broker_goes_away, 30.0)
+    assert sent == [first]
+    again = []
+    assert store.publish_unpublished(lambda task: again.append(task.request_id), 30.0) == [second, third]
+    assert again == [second, third]
+
+
+def test_one_pass_publishes_at_most_its_batch_oldest_first(store):
+    ids = [routed_request(store, age_s=100.0 + n) for n in range(3)]
+    assert store.publish_unpublished(lambda task: None, 30.0, limit=2) == [ids[2], ids[1]]
+    assert store.publish_unpublished(lambda task: None, 30.0, limit=2) == [ids[0]]

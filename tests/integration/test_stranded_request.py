@@ -1,0 +1,184 @@
+"""A request accepted at the instant its front door dies is never stranded, with real parts: the
+front door as its own process (`python -m services.frontdoor`), made to exit right after the
+request's row is committed and before its task is enqueued (`ARAG_FAULT_EXIT_AFTER_RECORD`, a
+test-only setting), then started again without it; a redis-server (broker, result backend, fair
+share), PostgreSQL records, a real `celery worker` pool for tier A and the instant LLM endpoint.
+
+- the relay of the restarted front door publishes the stranded request: GetResult returns it
+  DONE within 30 s of the restart, and its resend (same client_request_id) is answered;
+- with the relay off, the resend itself publishes it and is answered;
+- a replay that waits on work that cannot finish gets DEADLINE_EXCEEDED with the request id at
+  the server's margin, like a new Answer, never the client's own deadline.
+
+Run: `.venv/bin/python -m pytest -q tests/integration/test_stranded_request.py`
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from adaptive_rag.contracts import RequestStatus
+from adaptive_rag.knowledge.documents import Document, Section
+from adaptive_rag.knowledge.service import open_knowledge_service
+from adaptive_rag.settings import ClassifierSettings, Settings
+from adaptive_rag.storage import RecordStore
+from benchmarks.instant_llm import LLM_ANSWER, running_instant_llm
+from infra.local.servers import free_port
+from services.demo.stack import FrontDoorProcess, StackSettings
+from services.frontdoor.faults import FAULT_EXIT_STATUS
+from services.frontdoor.settings import FrontDoorSettings
+from services.frontdoor.stubs import pb2, pb2_grpc
+from tests.support.redis import redis_db
+from workers.celery_app import create_app
+from workers.client import CeleryTaskQueue
+from workers.pools import WorkerPools
+from workers.settings import WorkerSettings
+
+pytestmark = pytest.mark.integration
+
+QUERY = "capital of France"  # the rules route a short query to tier A: no retrieval, the instant LLM
+SLOW_QUERY = "Compare the Lumora bulb versus the Lumora lamp"  # tier C: no pool runs it here
+ANSWERED_WITHIN_S = 30.0  # the target: answered within 30 s of the restart
+DEADLINE_S, MARGIN_S = 3.0, 0.5  # a client's deadline and the server's margin before it
+
+
+@dataclass
+class Stack:
+    settings: StackSettings
+    store: RecordStore
+    key: str
+    logs: Path
+
+    def front_door(self, name: str, **env: str) -> tuple[FrontDoorProcess, pb2_grpc.AdaptiveRagStub, grpc.Channel]:
+        listen = f"127.0.0.1:{free_port()}"
+        process = FrontDoorProcess(self.settings.env(**env), self.logs / f"{name}.log", listen)
+        channel = grpc.insecure_channel(listen)
+        return process, pb2_grpc.AdaptiveRagStub(channel), channel
+
+    @property
+    def auth(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.key}"),)
+
+
+@pytest.fixture(scope="module")
+def stack(redis_url, store, postgres_url, tmp_path_factory) -> Iterator[Stack]:
+    logs = tmp_path_factory.mktemp("stranded-request")
+    with running_instant_llm(logs / "instant_llm.log") as llm_url:
+        library = Settings(_env_file=None, database_url=postgres_url, llm_base_url=llm_url,
+                           llm_api="completions", llm_max_retries=0, index_dir=logs / "index")
+        workers = WorkerSettings(_env_file=None, redis_url=redis_db(redis_url, 12), concurrency={"A": 1})
+        frontdoor = FrontDoorSettings(_env_file=None, router="rules", metrics_port=0,
+                                      redis_url=workers.redis_url, deadline_margin_s=MARGIN_S)
+        settings = StackSettings(library=library, classifier=ClassifierSettings(_env_file=None),
+                                 frontdoor=frontdoor, workers=workers)
+        # The front door answers only a tenant with a knowledge base.
+        open_knowledge_service(library, store.engine).upsert("acme", [Document(
+            "kb-1", "Lumora bulbs", (Section("Pairing", "Hold the button of a Lumora bulb for ten seconds."),))])
+        with WorkerPools(workers, pools=("A",), library=library, log_dir=logs, migrate=False):
+            yield Stack(settings, store, store.create_api_key("acme"), logs)
+
+
+def dies_after_recording(stack: Stack, client_request_id: str) -> str:
+    """Send an Answer to a front door that exits right after the request's row is committed;
+    returns the request id the records hold for it (queued, never published)."""
+    process, stub, channel = stack.front_door(f"dying-{client_request_id}", ARAG_FAULT_EXIT_AFTER_RECORD="1")
+    try:
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Answer(pb2.AnswerRequest(query_text=QUERY, client_request_id=client_request_id),
+                        metadata=stack.auth, timeout=30)
+        assert info.value.code() is grpc.StatusCode.UNAVAILABLE, info.value.details()
+        assert process.process.wait(timeout=30) == FAULT_EXIT_STATUS
+    finally:
+        channel.close()
+        process.stop()
+    view = stack.store.find_request("acme", client_request_id)
+    assert view is not None and view.status is RequestStatus.QUEUED and view.deliveries == 0
+    return view.request_id
+
+
+def answered_once(stack: Stack, request_id: str) -> None:
+    """One result row, from one run: the task was published once after the crash."""
+    view = stack.store.get_request(request_id)
+    assert view.status is RequestStatus.DONE and view.deliveries == 1
+    assert stack.store.count_results(request_id) == 1
+
+
+def test_the_restarted_front_door_publishes_the_stranded_request_and_its_resend_is_answered(stack):
+    client_request_id = f"stranded-{uuid.uuid4().hex[:8]}"
+    request_id = dies_after_recording(stack, client_request_id)
+    time.sleep(1.0)  # nothing else would ever publish it: still queued, nothing on the queue
+    assert stack.store.get_request(request_id).status is RequestStatus.QUEUED
+    assert CeleryTaskQueue(create_app(stack.settings.workers)).depth("tier-a") == 0
+    process, stub, channel = stack.front_door("restarted")  # the relay on its defaults
+    restarted = time.monotonic()
+    try:
+        get = pb2.GetResultRequest(request_id=request_id)
+        while True:
+            try:
+                reply = stub.GetResult(get, metadata=stack.auth, timeout=10)
+                break
+            except grpc.RpcError as exc:
+                assert exc.code() is grpc.StatusCode.FAILED_PRECONDITION, exc.details()
+                assert "still queued" in exc.details() or "still running" in exc.details(), exc.details()
+                assert time.monotonic() - restarted < ANSWERED_WITHIN_S, "not answered within 30 s of the restart"
+                time.sleep(0.1)
+        took = time.monotonic() - restarted
+        print(f"\nstranded request answered {took:.2f} s after the front door's restart")
+        assert reply.request_id == request_id and reply.answer == LLM_ANSWER.rstrip(".")
+        resent = stub.Answer(pb2.AnswerRequest(query_text=QUERY, client_request_id=client_request_id),
+                             metadata=stack.auth, timeout=DEADLINE_S)
+        assert resent.request_id == request_id and resent.replayed and resent.answer == reply.answer
+        answered_once(stack, request_id)
+        assert "requests_republished" in (stack.logs / "restarted.log").read_text()
+    finally:
+        channel.close()
+        process.stop()
+
+
+def test_with_the_relay_off_the_resend_publishes_the_stranded_request_and_is_answered(stack):
+    client_request_id = f"resent-{uuid.uuid4().hex[:8]}"
+    request_id = dies_after_recording(stack, client_request_id)
+    process, stub, channel = stack.front_door("no-relay", ARAG_RELAY_EVERY="0")
+    try:
+        time.sleep(1.2)  # older than a first admission's own publish could still be
+        started = time.monotonic()
+        resent = stub.Answer(pb2.AnswerRequest(query_text=QUERY, client_request_id=client_request_id),
+                             metadata=stack.auth, timeout=ANSWERED_WITHIN_S)
+        print(f"\nthe resend of a stranded request answered in {time.monotonic() - started:.2f} s")
+        assert resent.request_id == request_id and resent.answer == LLM_ANSWER.rstrip(".")
+        answered_once(stack, request_id)
+        assert "resend_published" in (stack.logs / "no-relay.log").read_text()
+    finally:
+        channel.close()
+        process.stop()
+
+
+def test_a_replay_of_work_that_cannot_finish_ends_at_the_servers_margin_with_the_request_id(stack):
+    process, stub, channel = stack.front_door("replay-deadline")
+    try:
+        ask = pb2.AnswerRequest(query_text=SLOW_QUERY, client_request_id=f"slow-{uuid.uuid4().hex[:8]}")
+        took, ids = [], []
+        for _ in range(2):  # the first Answer, then its resend (a replay waiting on the same run)
+            started = time.monotonic()
+            with pytest.raises(grpc.RpcError) as info:
+                stub.Answer(ask, metadata=stack.auth, timeout=DEADLINE_S)
+            took.append(time.monotonic() - started)
+            assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+            assert "keeps running" in info.value.details(), info.value.details()  # the server's, not the client's
+            ids.append(dict(info.value.trailing_metadata())["x-request-id"])
+        assert ids[0] == ids[1] and ids[0] in info.value.details()
+        for seconds in took:
+            assert DEADLINE_S - MARGIN_S - 0.3 < seconds < DEADLINE_S - 0.1, took
+        assert stack.store.get_request(ids[0]).status is RequestStatus.QUEUED
+    finally:
+        channel.close()
+        process.stop()
+        for request_id in ids:  # the records are shared with the other modules: leave nothing queued
+            stack.store.set_status(request_id, RequestStatus.EXPIRED)
