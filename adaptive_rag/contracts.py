@@ -101,7 +101,7 @@ QUEUE_FOR_TIER: MappingProxyType[Tier, str] = MappingProxyType(
     {Tier.A: "tier-a", Tier.B: "tier-b", Tier.C: "tier-c"}
 )
 SHADOW_QUEUE = "shadow"
-# Comparison setup only (benchmarks/queue_isolation.py): every tier's primary task on one queue.
+# Comparison setup only (lab/experiments/queue_isolation.py): every tier's primary task on one queue.
 SHARED_QUEUE = "shared"
 # Which tier a shadow run tries: one step dearer, except C, which tries the cheaper B.
 SHADOW_TIER: MappingProxyType[Tier, Tier] = MappingProxyType(

@@ -70,7 +70,7 @@ class WorkerSettings(BaseSettings):
     task_max_deliveries: int | None = Field(
         None, ge=1, validation_alias=env_name("ARAG_TASK_MAX_DELIVERIES", "task_max_deliveries")
     )
-    # Comparison setup (benchmarks/queue_isolation.py): every tier's primary task goes to ONE
+    # Comparison setup (lab/experiments/queue_isolation.py): every tier's primary task goes to ONE
     # queue, `shared`, served by one pool with the tier pools' total concurrency and prefetch 1.
     shared_queue: bool = Field(False, validation_alias=env_name("ARAG_SHARED_QUEUE", "shared_queue"))
     # Prometheus `/metrics` of each pool (`workers.metrics`): on this port + the pool's offset

@@ -1,5 +1,5 @@
 """The whole service on this machine as one context manager, `local_stack`: what `make demo`
-(`python -m services.demo`) and `make loadtest` (`python -m loadtest`) both start.
+(`python -m services.demo`) and `make loadtest` (`python -m lab.loadtest`) both start.
 
 Embedded defaults unless the environment configures a server (`plan`): each tenant's knowledge
 base (tantivy, or OpenSearch with `OPENSEARCH_URL`), filled through the KnowledgeBase gRPC API, the local Triton serving the newest published

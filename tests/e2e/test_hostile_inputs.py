@@ -1,6 +1,6 @@
 """Hostile inputs through a real gRPC client against the whole stack (real Redis, PostgreSQL,
 Triton, Celery pools with the embedded model, the front door as its own process): every case of
-`benchmarks.hostile_inputs.CASES` gets a status its design allows with a bounded, key-free
+`lab.experiments.hostile_inputs.CASES` gets a status its design allows with a bounded, key-free
 message, and afterwards the front door is SERVING and answers a normal question.
 
 Most cases are refused before anything runs; the few marked `answers` run the embedded model.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from e2e_stack import Stack
 
-from benchmarks.hostile_inputs import CASES, Case, Target, check_after, make_keys, run_case
+from lab.experiments.hostile_inputs import CASES, Case, Target, check_after, make_keys, run_case
 
 pytestmark = [pytest.mark.integration, pytest.mark.model]
 

@@ -1,4 +1,4 @@
-"""`python -m loadtest` (what `make loadtest` runs) end to end on the embedded defaults.
+"""`python -m lab.loadtest` (what `make loadtest` runs) end to end on the embedded defaults.
 
 It starts its own local stack (Triton with the shipped router, the tier worker pools, the gRPC
 front door, the help-centre knowledge base streamed in through the KnowledgeBase API), runs a short
@@ -34,7 +34,7 @@ def test_python_m_loadtest_starts_its_stack_loads_it_and_reports(tmp_path: Path)
            if not k.startswith(("ARAG_LOAD_", "ARAG_TRACES")) and k not in ("REDIS_URL", "DATABASE_URL")}
     env.update(PYTHONUNBUFFERED="1")
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "loadtest", "--instant-llm", "--users", "2", "--spawn-rate", "2",
+    cmd = [sys.executable, "-m", "lab.loadtest", "--instant-llm", "--users", "2", "--spawn-rate", "2",
            "--run-time", f"{RUN_TIME_S}s", "--workdir", str(tmp_path / "stack"), "--out", str(out)]
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
@@ -46,4 +46,4 @@ def test_python_m_loadtest_starts_its_stack_loads_it_and_reports(tmp_path: Path)
     calls = [json.loads(line) for line in (out / "locust_requests.jsonl").read_text().splitlines()]
     assert calls and all(c["ok"] for c in calls), [c for c in calls if not c["ok"]][:3]
     assert (out / "report.md").is_file() and (out / "locust_stats.csv").is_file()
-    print(f"python -m loadtest took {took:.0f} s: {len(calls)} answers")
+    print(f"python -m lab.loadtest took {took:.0f} s: {len(calls)} answers")

@@ -1,4 +1,4 @@
-"""A short headless locust run (`loadtest/locustfile.py`) against the end-to-end stack.
+"""A short headless locust run (`lab/loadtest/locustfile.py`) against the end-to-end stack.
 
 The module's `stack` (conftest.py: Redis, PostgreSQL, Triton serving the length router, the tier
 worker pools with the embedded model, the gRPC front door) is loaded by `python -m locust ...
@@ -37,7 +37,7 @@ def test_headless_locust_run_has_per_tier_rows_and_no_failures(stack, tmp_path: 
     env = {k: v for k, v in os.environ.items() if not k.startswith("ARAG_LOAD_") and k != "REDIS_URL"}
     env.update(ARAG_API_KEY=key, PYTHONUNBUFFERED="1")
     cmd = [
-        sys.executable, "-m", "locust", "-f", "loadtest/locustfile.py", "--headless",
+        sys.executable, "-m", "locust", "-f", "lab/loadtest/locustfile.py", "--headless",
         "--host", stack.settings.frontdoor.grpc_listen, "--users", str(USERS), "--spawn-rate", str(USERS),
         "--run-time", f"{RUN_TIME_S}s", "--csv", str(prefix), "--html", str(tmp_path / "locust.html"),
         "--metrics-url", stack.metrics_url, "--redis-url", stack.settings.workers.redis_url,
@@ -73,7 +73,7 @@ def test_headless_locust_run_has_per_tier_rows_and_no_failures(stack, tmp_path: 
     assert sum(v for k, v in last["answers"].items() if k.endswith("/OK")) >= len(calls)
     assert not any(s["errors"] for s in samples), [s["errors"] for s in samples if s["errors"]]
 
-    from loadtest.report import write_report
+    from lab.loadtest.report import write_report
 
     summary = write_report(tmp_path)
     assert summary["answered"] == len(calls) and not summary["failures"]

@@ -1,7 +1,7 @@
 """The broker restarting under load, with real parts: a redis-server with its append-only file
 (`infra.local.servers.LocalRedis`, stopped and started again on the same port), PostgreSQL
 records, real `celery worker` pools started by `workers.pools`, the real gRPC front door, and the
-instant LLM endpoint (`benchmarks/instant_llm.py`, a fixed wait per completion) so that tasks are
+instant LLM endpoint (`lab/harness/instant_llm.py`, a fixed wait per completion) so that tasks are
 in flight when Redis goes away without the embedded model's cost.
 
 Run: `.venv/bin/python -m pytest -q tests/integration/test_broker_restart.py`
@@ -27,7 +27,7 @@ import redis
 from adaptive_rag.contracts import AnswerResult
 from adaptive_rag.errors import DependencyUnavailableError
 from adaptive_rag.settings import Settings
-from benchmarks.instant_llm import LLM_ANSWER, running_instant_llm
+from lab.harness.instant_llm import LLM_ANSWER, running_instant_llm
 from infra.local.servers import LocalRedis, local_redis_server
 from workers.client import (
     CeleryTaskQueue, RedisResultWaiter, open_result_waiter, stored_results,

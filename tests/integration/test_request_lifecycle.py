@@ -1,7 +1,7 @@
 """No request left queued forever, and no task killing its worker forever, with real parts: a
 redis-server (broker and result backend), PostgreSQL records, real `celery worker` pools started
 by `workers.pools` under their supervisor, the real gRPC front door with its expiry sweep, and the
-instant LLM endpoint (`benchmarks/instant_llm.py`) instead of the embedded model.
+instant LLM endpoint (`lab/harness/instant_llm.py`) instead of the embedded model.
 
 Run: `.venv/bin/python -m pytest -q tests/integration/test_request_lifecycle.py`
 """
@@ -31,7 +31,7 @@ from adaptive_rag.contracts import (
 )
 from adaptive_rag.settings import Settings
 from adaptive_rag.storage import QueryRequest, RecordStore
-from benchmarks.instant_llm import LLM_ANSWER, READY, running_instant_llm
+from lab.harness.instant_llm import LLM_ANSWER, READY, running_instant_llm
 from infra.local.servers import free_port, stop_process
 from workers.celery_app import create_app
 from workers.client import CeleryTaskQueue, open_result_waiter, stored_results
@@ -271,7 +271,7 @@ def instant_llm_on(port: int, log_path: Path) -> subprocess.Popen:
     """The instant LLM endpoint, started on `port` (the one a running pool was told to use)."""
     with log_path.open("w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.instant_llm", "--port", str(port)], cwd=REPO,
+            [sys.executable, "-m", "lab.harness.instant_llm", "--port", str(port)], cwd=REPO,
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 60
     while READY not in log_path.read_text(errors="replace"):

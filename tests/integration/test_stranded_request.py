@@ -29,7 +29,7 @@ from adaptive_rag.knowledge.documents import Document, Section
 from adaptive_rag.knowledge.service import open_knowledge_service
 from adaptive_rag.settings import ClassifierSettings, Settings
 from adaptive_rag.storage import RecordStore
-from benchmarks.instant_llm import LLM_ANSWER, running_instant_llm
+from lab.harness.instant_llm import LLM_ANSWER, running_instant_llm
 from infra.local.servers import free_port
 from services.demo.stack import FrontDoorProcess, StackSettings
 from services.frontdoor.faults import FAULT_EXIT_STATUS

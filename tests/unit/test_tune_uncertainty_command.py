@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.instant_llm import running_instant_llm
+from lab.harness.instant_llm import running_instant_llm
 
 DATA_DIR = Path(os.environ.get("ARAG_DATA_DIR", "../shared/data"))
 

@@ -1,1 +1,0 @@
-"""Benchmarks run by hand or by make targets (not part of the test suite)."""

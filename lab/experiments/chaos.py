@@ -1,0 +1,1714 @@
+"""A fault campaign as a benchmark: does the serving stack lose, duplicate or mislabel requests
+when its parts fail one at a time under a steady load, and how long until clients are served again?
+
+    .venv/bin/python -m lab.experiments.chaos                # full run (~25 min): reports/reliability/
+    .venv/bin/python -m lab.experiments.chaos --quick        # ~4 min smoke run: var/chaos/quick/report/
+    .venv/bin/python -m lab.experiments.chaos --render DIR   # the report again from a run's scratch DIR
+
+Operator goals, checked per fault and per repetition: 0 requests lost, 0 duplicated results, 0
+INTERNAL / UNKNOWN statuses, and clients served again within 30 s of the fault's injection.
+
+The stack is real and on loopback (started here, stopped afterwards): Redis as broker and result
+backend (`LocalRedis`, restartable on its port), PostgreSQL as the records database (initdb +
+pg_ctl, restartable on its port), the tier worker pools A, B, C and shadow as `celery worker`
+processes under the pool supervisor of `workers.pools` (it restarts a pool that exits), the
+gRPC front door as a subprocess, the local Triton (`nvidia-pytriton`) serving the classifier (an
+untrained bootstrap version when the repository has none; with none at all the rules route, and
+the report says so), and, when an OpenSearch fault is selected, a two-node OpenSearch 2.19 cluster
+(a cluster-manager + data node the workers talk to, a data-only node; the tenant's index with one
+replica) as the tenant's knowledge-base backend (`ARAG_RETRIEVER=opensearch`). Everything but the
+load and the faults is `services.demo.local.local_stack`, the parts `make demo` and
+`python -m lab.loadtest` start. The LLM is the instant OpenAI-compatible endpoint of
+`lab/harness/instant_llm.py` with a fixed latency per completion (a measurement device: it uses no
+CPU, so what is measured is the stack's own behaviour).
+
+The load is an asyncio gRPC client on the generated stubs at a fixed offered rate (open loop,
+default 5 queries/s, the load test's query pools and its 60/30/10 A/B/C mix). It behaves like a
+good client: UNAVAILABLE / RESOURCE_EXHAUSTED / CANCELLED -> the same `client_request_id` again
+after the `retry-after` hint; DEADLINE_EXCEEDED -> `GetResult` with the `x-request-id` trailer
+until the answer is there; every request bounded by a total budget. Every call is logged (client
+request id, attempt, method, start, end, status, tier, request id); health is polled every second.
+
+Faults, one at a time, each repeated `--repeat` times, with a quiet period before each: a prefork
+child of pool B killed (SIGKILL), pool B's main process killed (SIGKILL; the supervisor restarts
+it), Redis stopped for 5 s, PostgreSQL stopped for 15 s (immediate shutdown, a crash), the
+OpenSearch node the workers query stopped for 10 s, Triton stopped for 30 s, the front door
+killed (SIGKILL) and started again, the data node of the OpenSearch cluster killed (the replica
+must keep the queries answered).
+
+Per fault window the accounting joins the PostgreSQL records (after the campaign drained) and the
+client log: accepted, answered, lost, duplicated, wrong codes, seconds to recovery, p50/p95
+latency (definitions in the report, logic in the functions below `# --- accounting`, unit-tested
+in tests/unit/test_chaos_accounting.py). Scratch (logs of every process, the client log, the
+records) goes to `var/chaos/<run>/`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import math
+import os
+import platform
+import random
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from adaptive_rag.contracts import NEVER_RAN
+
+REPO = Path(__file__).resolve().parents[1]
+TENANT = "chaos"
+WINDOW_S = 5.0  # sliding window of the recovery rule
+SHARE = 0.95  # of the pre-fault success rate that counts as recovered
+RECOVERY_GOAL_S = 30.0
+RETRYABLE = ("UNAVAILABLE", "RESOURCE_EXHAUSTED", "CANCELLED")  # resend with the same client_request_id
+WRONG_CODES = ("INTERNAL", "UNKNOWN")
+STILL_RUNNING = "still"  # GetResult's FAILED_PRECONDITION for work in progress says "is still queued/running"
+NEVER_RAN_HINT = "never ran"
+# statuses of accepted requests that never ran and that a resend runs (rejected, expired): not lost
+NEVER_RAN_STATUSES = frozenset(status.value for status in NEVER_RAN)
+
+# --- faults -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """One kind of fault: what is done, how long the part stays away, what it depends on."""
+
+    name: str
+    title: str
+    action: str
+    hold_s: float = 0.0  # how long the part stays away before it is started again
+    opensearch: bool = False  # needs the OpenSearch cluster
+    dependency: bool = True  # a dependency outage (INTERNAL is always a wrong code; listed for the report)
+
+
+FAULTS: dict[str, FaultSpec] = {f.name: f for f in (
+    FaultSpec("pool-child-kill", "pool B child SIGKILL",
+              "SIGKILL to a prefork child of pool B while a tier-B request runs (Celery's main process forks a new one)"),
+    FaultSpec("worker-kill", "pool B worker SIGKILL",
+              "SIGKILL to pool B's main `celery worker` process; the pool supervisor reaps its children and starts it again"),
+    FaultSpec("redis-restart", "Redis restart",
+              "redis-server stopped (SIGTERM), 5 s down, started again on the same port and directory (AOF kept)",
+              hold_s=5.0),
+    FaultSpec("postgres-down", "PostgreSQL down 15 s",
+              "`pg_ctl stop -m immediate` (a crash), 15 s down, started again on the same port", hold_s=15.0),
+    FaultSpec("opensearch-down", "OpenSearch node down 10 s",
+              "the OpenSearch node the workers query (cluster manager + data) stopped (SIGTERM) for 10 s, then "
+              "started again", hold_s=10.0, opensearch=True),
+    FaultSpec("triton-down", "Triton down 30 s",
+              "the Triton server stopped for 30 s, then started again on the same gRPC port", hold_s=30.0),
+    FaultSpec("frontdoor-kill", "front door SIGKILL",
+              "SIGKILL to the front door process, then a new one started on the same port", dependency=False),
+    FaultSpec("opensearch-node-loss", "OpenSearch loses a node",
+              "SIGKILL to the data-only node of the two-node cluster (the tenant's index has one replica), "
+              "20 s away, started again (rejoins, green)", hold_s=20.0, opensearch=True),
+)}
+QUICK_FAULTS = ("pool-child-kill", "redis-restart", "postgres-down")
+
+
+# --- the client's log ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Attempt:
+    """One gRPC call of the load client."""
+
+    cid: str  # client_request_id: "<window>.<sequence>"
+    n: int  # attempt number of this logical request (1-based, Answer and GetResult together)
+    method: str  # Answer | GetResult
+    start: float  # wall clock, s
+    end: float
+    code: str  # gRPC status name
+    tier: str | None = None
+    rid: str | None = None  # the request id (reply, or the x-request-id trailer)
+    retry_after: float | None = None
+    detail: str = ""
+
+
+@dataclass
+class Outcome:
+    """One logical request as the client saw it, from its first send to its end."""
+
+    cid: str
+    sent: float
+    done: float
+    final: str  # OK, GAVE_UP (budget spent) or the terminal status
+    attempts: int
+    tier: str | None = None
+    rids: list[str] = field(default_factory=list)
+    query_tier: str | None = None  # the tier the load test's pool expects
+
+
+@dataclass
+class Record:
+    """One request row of the records database after the drain, with its results."""
+
+    request_id: str
+    cid: str | None
+    status: str
+    primary_results: int
+    results: int
+    error_code: str | None = None
+    attempts: int | None = None
+    tier: str | None = None
+    fallback: bool | None = None  # the rules routed it (the classifier did not answer)
+    created: float | None = None  # when the request row was written (UNIX time)
+
+
+@dataclass
+class FaultRun:
+    """One injection: when, where, what the fault did."""
+
+    window: str
+    fault: str
+    repetition: int
+    window_start: float
+    injected: float
+    restored: float
+    window_end: float | None = None  # the next window's injection (or the end of the load)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def window_of(cid: str | None) -> str | None:
+    """The window label a client_request_id was sent in ("w03-redis-restart-r1.00042" -> "w03-...")."""
+    if not cid or "." not in cid:
+        return None
+    return cid.rpartition(".")[0]
+
+
+# --- accounting -----------------------------------------------------------------------------------------
+
+
+def is_poll(a: Attempt) -> bool:
+    """A GetResult that says "still running": the client waits, nothing failed."""
+    return a.method == "GetResult" and a.code == "FAILED_PRECONDITION" and STILL_RUNNING in a.detail
+
+
+def serving_at(health: Sequence[tuple[float, bool]], t: float) -> bool:
+    """Health at `t`: the last sample at or before it (serving before the first sample)."""
+    state = True
+    for when, serving in health:
+        if when > t:
+            break
+        state = serving
+    return state
+
+
+@dataclass
+class Recovery:
+    """When clients were served again after one injection."""
+
+    seconds: float | None  # None: not recovered before the window ended
+    pre_ok_per_s: float
+    pre_ok_share: float
+    first_bad_s: float | None  # first moment after the injection the rule failed
+    last_bad_s: float | None
+    evaluated_until_s: float
+    reason: str = ""
+
+
+def window_counts(attempts: Sequence[Attempt], lo: float, hi: float) -> tuple[int, int]:
+    """(OK calls, finished calls) that ended in (lo, hi]; "still running" polls are not counted."""
+    ok = fin = 0
+    for a in attempts:
+        if lo < a.end <= hi and not is_poll(a):
+            fin += 1
+            ok += a.code == "OK"
+    return ok, fin
+
+
+def recovery(
+    attempts: Sequence[Attempt], health: Sequence[tuple[float, bool]], injected: float, end: float,
+    pre_s: float, step_s: float = 1.0, window_s: float = WINDOW_S, share: float = SHARE,
+) -> Recovery:
+    """Seconds from `injected` until the client is served as before and stays so until `end`.
+
+    The rule at time t, over the calls that ended in (t - window_s, t]: OK calls per second at
+    least `share` of the pre-fault rate (over the `pre_s` before the injection; minus one standard
+    deviation of a count, sqrt(n), so the noise of a steady load is not an outage), the share of
+    OK among the finished calls at least `share` of the pre-fault share, and health SERVING. The
+    recovery is the first t (on a `step_s` grid from the injection) after which the rule holds at
+    every grid point up to `end`; 0 when it never failed; None when it fails at `end`.
+    """
+    pre_ok, pre_fin = window_counts(attempts, injected - pre_s, injected)
+    pre_rate = pre_ok / pre_s if pre_s > 0 else 0.0
+    pre_share = pre_ok / pre_fin if pre_fin else 1.0
+    expected = pre_rate * window_s
+    need_ok = share * expected - math.sqrt(expected)
+
+    def good(t: float) -> tuple[bool, str]:
+        ok, fin = window_counts(attempts, t - window_s, t)
+        if ok < need_ok:
+            return False, f"{ok} OK calls in {window_s:g} s < {need_ok:.1f}"
+        if fin and ok / fin < share * pre_share:
+            return False, f"{ok}/{fin} calls OK < {share:.0%} of {pre_share:.0%}"
+        if not serving_at(health, t):
+            return False, "health NOT_SERVING"
+        return True, ""
+
+    grid = [injected + k * step_s for k in range(int((end - injected) / step_s) + 1)]
+    if not grid:
+        return Recovery(0.0, pre_rate, pre_share, None, None, 0.0, "no time after the injection")
+    verdicts = [good(t) for t in grid]
+    bad = [i for i, (ok, _) in enumerate(verdicts) if not ok]
+    horizon = grid[-1] - injected
+    if not bad:
+        return Recovery(0.0, pre_rate, pre_share, None, None, horizon)
+    first_bad, last_bad = bad[0], bad[-1]
+    reason = verdicts[last_bad][1]
+    if last_bad == len(grid) - 1:
+        return Recovery(None, pre_rate, pre_share, grid[first_bad] - injected, grid[last_bad] - injected,
+                        horizon, reason)
+    return Recovery(grid[last_bad + 1] - injected, pre_rate, pre_share, grid[first_bad] - injected,
+                    grid[last_bad] - injected, horizon, reason)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (linear interpolation, numpy's default) or None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def account_window(
+    window: str, records: Sequence[Record], outcomes: Sequence[Outcome], attempts: Sequence[Attempt],
+) -> dict[str, Any]:
+    """Counts of one window (every request whose client_request_id was sent in it).
+
+    - accepted: request rows (the front door recorded the request);
+    - answered: rows with a primary result (answered_ok: without an error code); client_ok: the
+      client got OK eventually;
+    - lost: accepted, never marked never-run (`rejected` or `expired`) and without a primary result after the
+      drain: nobody can ever read an answer for it;
+    - duplicates: requests with more than one primary result row, plus client requests that were
+      given more than one request id that was recorded or answered (two requests for one
+      client_request_id);
+    - wrong codes: INTERNAL or UNKNOWN statuses the client got, and results stored with the
+      `internal` error code.
+    """
+    recs = [r for r in records if window_of(r.cid) == window]
+    outs = [o for o in outcomes if window_of(o.cid) == window]
+    atts = [a for a in attempts if window_of(a.cid) == window]
+    lost = [r for r in recs if r.primary_results == 0 and r.status not in NEVER_RAN_STATUSES]
+    dup_rows = [r for r in recs if r.primary_results > 1]
+    # A request id counts once it was recorded or answered: a refusal's x-request-id trailer may
+    # name an id whose request was never written (the records database was away).
+    recorded = {r.request_id for r in records}
+    answered_ids: dict[str, set[str]] = defaultdict(set)
+    for a in atts:
+        if a.code == "OK" and a.rid:
+            answered_ids[a.cid].add(a.rid)
+    dup_ids = [o for o in outs if len({rid for rid in o.rids if rid in recorded} | answered_ids[o.cid]) > 1]
+    wrong = [a for a in atts if a.code in WRONG_CODES]
+    internal_rows = [r for r in recs if r.error_code == "internal"]
+    errors = Counter(r.error_code for r in recs if r.primary_results and r.error_code)
+    finals = Counter(o.final for o in outs)
+    latency = [1000.0 * (o.done - o.sent) for o in outs if o.final == "OK"]
+    codes = Counter(a.code for a in atts if not is_poll(a))
+    return {
+        "window": window,
+        "sent": len(outs),
+        "accepted": len(recs),
+        "answered": sum(1 for r in recs if r.primary_results > 0),
+        "answered_ok": sum(1 for r in recs if r.primary_results > 0 and not r.error_code),
+        "client_ok": finals.get("OK", 0),
+        "client_not_ok": len(outs) - finals.get("OK", 0),
+        "finals": dict(finals),
+        "never_ran": sum(1 for r in recs if r.status in NEVER_RAN_STATUSES),
+        "lost": len(lost),
+        "lost_ids": [r.request_id for r in lost],
+        "lost_status": dict(Counter(r.status for r in lost)),
+        "duplicates": len(dup_rows) + len(dup_ids),
+        "duplicate_ids": [r.request_id for r in dup_rows] + [o.cid for o in dup_ids],
+        "wrong_codes": len(wrong) + len(internal_rows),
+        "wrong_examples": [asdict(a) for a in wrong[:5]],
+        "internal_results": [r.request_id for r in internal_rows],
+        "error_results": dict(errors),
+        "reruns": sum(1 for r in recs if (r.attempts or 1) > 1),
+        "fallbacks": sum(1 for r in recs if r.fallback),
+        "last_fallback": max((r.created for r in recs if r.fallback and r.created), default=None),
+        "codes": dict(codes),
+        "attempts": len([a for a in atts if not is_poll(a)]),
+        "polls": len([a for a in atts if is_poll(a)]),
+        "p50_ms": percentile(latency, 50),
+        "p95_ms": percentile(latency, 95),
+    }
+
+
+def goals(row: dict[str, Any]) -> dict[str, bool]:
+    """The operator's goals for one fault window."""
+    rec = row.get("recovery_s")
+    return {
+        "lost": row["lost"] == 0,
+        "duplicates": row["duplicates"] == 0,
+        "wrong_codes": row["wrong_codes"] == 0,
+        "recovery": rec is not None and rec <= RECOVERY_GOAL_S,
+    }
+
+
+def per_second(attempts: Sequence[Attempt], start: float, end: float) -> dict[str, list[int]]:
+    """OK and failed calls ended per second (polls left out), for the timeline."""
+    n = max(1, int(math.ceil(end - start)))
+    ok, bad = [0] * n, [0] * n
+    for a in attempts:
+        if is_poll(a) or not start <= a.end < end:
+            continue
+        i = int(a.end - start)
+        (ok if a.code == "OK" else bad)[i] += 1
+    return {"ok": ok, "failed": bad}
+
+
+# --- restartable servers ---------------------------------------------------------------------------------
+
+
+class RestartablePostgres:
+    """A PostgreSQL cluster (initdb + pg_ctl) on a fixed loopback port that can be stopped (a crash:
+    `-m immediate`) and started again with its data, like `infra.local.servers.LocalRedis`."""
+
+    def __init__(self, log_copy: Path) -> None:
+        from infra.local.servers import _pg_user, free_port
+
+        self.user = _pg_user()
+        self.workdir = Path(tempfile.mkdtemp(prefix="arag-chaos-pg-"))  # the server's account can enter it
+        self.data, self.sockets, self.log = self.workdir / "data", self.workdir / "sock", self.workdir / "postgres.log"
+        self.port = free_port()
+        self.log_copy = log_copy
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://arag@127.0.0.1:{self.port}/arag"
+
+    def _pg(self, *args: str, attempts: int = 5) -> None:
+        """Run a PostgreSQL program as the server's account. A child killed by a signal before it
+        ran (forking from this process, whose gRPC threads are busy, has crashed a child with
+        SIGSEGV) is started again."""
+        from infra.local.servers import PG_BIN, ServerStartError, _run_as
+
+        for attempt in range(1, attempts + 1):
+            try:
+                _run_as(self.user, [str(PG_BIN / args[0]), *args[1:]], self.log)
+                return
+            except ServerStartError as exc:
+                if attempt == attempts or not re.search(r"failed \(-\d+\)", str(exc)):
+                    raise
+                log(f"{args[0]} {args[-1]} was killed by a signal ({str(exc).splitlines()[0]}); again")
+                time.sleep(0.5)
+
+    def create(self) -> None:
+        import psycopg
+
+        self.sockets.mkdir()
+        self.log.touch()
+        if self.user is not None:
+            for path in (self.workdir, self.sockets, self.log):
+                os.chown(path, self.user.pw_uid, self.user.pw_gid)
+        self._pg("initdb", "-D", str(self.data), "-U", "arag", "--auth=trust", "--no-sync", "-E", "UTF8")
+        self.start()
+        with psycopg.connect(f"postgresql://arag@127.0.0.1:{self.port}/postgres", autocommit=True) as conn:
+            conn.execute('CREATE DATABASE "arag"')
+
+    def start(self) -> None:
+        import psycopg
+
+        from infra.local.servers import _wait_until
+
+        # A commit is durable against a crash of the server process (synchronous_commit on, as in
+        # production; the test servers' `synchronous_commit=off` loses the last commits on an
+        # immediate stop, which is a lost answer that production would not lose). fsync stays off:
+        # the WAL a crashed process wrote is in the OS page cache; only the machine never fails here.
+        options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.sockets} -c fsync=off "
+                   "-c synchronous_commit=on -c max_connections=300")
+        self._pg("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", "60", "start")
+        _wait_until(lambda: psycopg.connect(f"postgresql://arag@127.0.0.1:{self.port}/postgres",
+                                            connect_timeout=1).close() is None, "postgres", self.log)
+
+    def stop(self, mode: str = "immediate") -> None:
+        from infra.local.servers import ServerStartError
+
+        try:
+            self._pg("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+        except ServerStartError:
+            if (self.data / "postmaster.pid").exists():  # a crashed pg_ctl may have stopped it anyway
+                raise
+
+    def close(self) -> None:
+        import shutil
+
+        if (self.data / "postmaster.pid").exists():
+            try:
+                self.stop("immediate")
+            except Exception:  # noqa: BLE001 - best effort at the end
+                pass
+        try:
+            self.log_copy.write_text(self.log.read_text(errors="replace"))
+        except OSError:
+            pass
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+# A node launcher beside infra/opensearch's single-node one (same jars, same in-process Node): every
+# setting comes from the command line, so two nodes can form a cluster (seed hosts, roles).
+NODE_JAVA = r"""
+import java.nio.file.*;
+import java.util.*;
+import java.util.concurrent.*;
+import org.opensearch.analysis.common.CommonAnalysisPlugin;
+import org.opensearch.common.logging.LogConfigurator;
+import org.opensearch.common.settings.Settings;
+import org.opensearch.env.Environment;
+import org.opensearch.node.InternalSettingsPreparer;
+import org.opensearch.node.Node;
+import org.opensearch.plugins.Plugin;
+import org.opensearch.transport.Netty4Plugin;
+
+public final class ChaosNode {
+    static final class EmbeddedNode extends Node {
+        EmbeddedNode(Environment environment, Collection<Class<? extends Plugin>> plugins) {
+            super(environment, plugins, true);
+        }
+    }
+
+    public static void main(String[] args) throws Exception {
+        Settings.Builder b = Settings.builder();
+        for (String arg : args) {
+            int eq = arg.indexOf('=');
+            String key = arg.substring(0, eq), value = arg.substring(eq + 1);
+            if (key.endsWith("[]")) {
+                b.putList(key.substring(0, key.length() - 2), List.of(value.split(",")));
+            } else {
+                b.put(key, value);
+            }
+        }
+        Settings settings = b.build();
+        Path home = Paths.get(settings.get("path.home"));
+        for (Path p : List.of(home.resolve("modules"), home.resolve("plugins"), home.resolve("config"))) {
+            Files.createDirectories(p);
+        }
+        LogConfigurator.registerErrorListener();
+        LogConfigurator.configureWithoutConfig(settings);
+        Environment env = InternalSettingsPreparer.prepareEnvironment(
+            settings, Map.of(), home.resolve("config"), () -> settings.get("node.name"));
+        Node node = new EmbeddedNode(env, List.of(Netty4Plugin.class, CommonAnalysisPlugin.class));
+        CountDownLatch stopped = new CountDownLatch(1);
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            try { node.close(); node.awaitClose(20, TimeUnit.SECONDS); } catch (Exception e) { e.printStackTrace(); }
+            finally { stopped.countDown(); }
+        }, "chaos-node-shutdown"));
+        node.start();
+        System.out.println("CHAOS NODE STARTED " + settings.get("node.name"));
+        System.out.flush();
+        stopped.await();
+    }
+}
+"""
+OPENSEARCH_LIB = REPO / "infra" / "opensearch" / "target" / "lib"
+
+
+class OpenSearchCluster:
+    """Two OpenSearch 2.19 nodes on loopback forming one cluster: node 1 cluster manager + data (the
+    URL the workers use), node 2 data only. Built from the jars `infra/opensearch/start.sh` fetched."""
+
+    def __init__(self, workdir: Path, heap: str = "512m") -> None:
+        from infra.local.servers import free_port
+
+        self.workdir = workdir
+        self.heap = heap
+        self.http = {1: free_port(), 2: free_port()}
+        self.transport = {1: free_port(), 2: free_port()}
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.classes = workdir / "classes"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http[1]}"
+
+    def node_url(self, i: int) -> str:
+        return f"http://127.0.0.1:{self.http[i]}"
+
+    def build(self) -> None:
+        """The jars (once, through infra/opensearch/start.sh's Maven build) and the launcher."""
+        if not OPENSEARCH_LIB.is_dir() or not any(OPENSEARCH_LIB.glob("opensearch-*.jar")):
+            subprocess.run(["mvn", "-q", "-B", "compile", "dependency:copy-dependencies"],
+                           cwd=REPO / "infra" / "opensearch", check=True)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        source = self.workdir / "ChaosNode.java"
+        source.write_text(NODE_JAVA)
+        subprocess.run(["javac", "-cp", f"{OPENSEARCH_LIB}/*", "-d", str(self.classes), str(source)],
+                       check=True, capture_output=True)
+
+    def start_node(self, i: int) -> None:
+        base = self.workdir / f"node-{i}"
+        roles = "cluster_manager,data,ingest" if i == 1 else "data,ingest"
+        xms = f"{int(self.heap[:-1]) // 2}{self.heap[-1]}"
+        args = [
+            "cluster.name=arag-chaos", f"node.name=chaos-{i}", f"node.roles[]={roles}",
+            f"path.home={base / 'home'}", f"path.data={base / 'data'}", f"path.logs={base / 'logs'}",
+            "network.host=127.0.0.1", f"http.port={self.http[i]}", f"transport.port={self.transport[i]}",
+            f"discovery.seed_hosts[]=127.0.0.1:{self.transport[1]},127.0.0.1:{self.transport[2]}",
+            "cluster.initial_cluster_manager_nodes[]=chaos-1", "bootstrap.memory_lock=false",
+            "cluster.routing.allocation.disk.threshold_enabled=false", "action.destructive_requires_name=true",
+        ]
+        log = (self.workdir / f"node-{i}.log").open("a")
+        self.procs[i] = subprocess.Popen(
+            ["java", f"-Xms{xms}", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError",
+             "-Djava.awt.headless=true", "-Dfile.encoding=UTF-8", "-Dlog4j2.disable.jmx=true",
+             "-cp", f"{self.classes}:{OPENSEARCH_LIB}/*", "ChaosNode", *args],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+
+    def stop_node(self, i: int, sig: int = signal.SIGTERM) -> None:
+        proc = self.procs.get(i)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+    def request(self, method: str, path: str, body: Any = None, node: int = 1, timeout: float = 70.0) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.node_url(node) + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as response:
+            return json.loads(response.read() or b"null")
+
+    def wait_health(self, status: str, nodes: int, timeout_s: float = 120.0, node: int = 1) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        last: Any = None
+        while time.monotonic() < deadline:
+            try:
+                last = self.request("GET", f"/_cluster/health?wait_for_status={status}&wait_for_nodes={nodes}"
+                                           "&timeout=2s", node=node, timeout=10)
+                if not last.get("timed_out"):
+                    return last
+            except Exception as exc:  # noqa: BLE001 - not up yet
+                last = str(exc)
+            time.sleep(0.5)
+        raise RuntimeError(f"OpenSearch cluster not {status} with {nodes} nodes in {timeout_s:.0f} s: {last}")
+
+    def start(self) -> None:
+        self.build()
+        self.start_node(1)
+        self.start_node(2)
+        self.wait_health("green", 2, 180.0)
+
+    def close(self) -> None:
+        for i in (2, 1):
+            self.stop_node(i)
+
+
+# --- the load client --------------------------------------------------------------------------------------
+
+
+class LoadClient:
+    """An open-loop gRPC client that retries like a good client and logs every call."""
+
+    def __init__(self, address: str, api_key: str, picker: Any, rate: float, call_timeout_s: float,
+                 budget_s: float, log_path: Path, health_path: Path, poll_s: float = 1.0) -> None:
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        from services.frontdoor.stubs import pb2, pb2_grpc
+
+        self.grpc, self.pb2, self.health_pb2 = grpc, pb2, health_pb2
+        options = [("grpc.initial_reconnect_backoff_ms", 250), ("grpc.min_reconnect_backoff_ms", 250),
+                   ("grpc.max_reconnect_backoff_ms", 1000)]
+        self.channel = grpc.aio.insecure_channel(address, options=options)
+        self.stub = pb2_grpc.AdaptiveRagStub(self.channel)
+        self.health_stub = health_pb2_grpc.HealthStub(self.channel)
+        self.auth = (("authorization", f"Bearer {api_key}"),)
+        self.picker = picker
+        self.rate = rate
+        self.call_timeout_s = call_timeout_s
+        self.budget_s = budget_s
+        self.poll_s = poll_s
+        self.window = "warmup"
+        self.tier_name = {pb2.TIER_A: "A", pb2.TIER_B: "B", pb2.TIER_C: "C"}
+        self.attempts: list[Attempt] = []
+        self.outcomes: list[Outcome] = []
+        self.health: list[tuple[float, bool]] = []
+        self._log = log_path.open("a")
+        self._health_log = health_path.open("a")
+        self._seq = itertools.count(1)
+        self._tasks: set[asyncio.Task] = set()
+        self.skipped_sends = 0
+
+    async def close(self) -> None:
+        await self.channel.close()
+        self._log.close()
+        self._health_log.close()
+
+    def _record(self, a: Attempt) -> None:
+        self.attempts.append(a)
+        self._log.write(json.dumps({"type": "attempt", **asdict(a)}) + "\n")
+
+    async def _call(self, method: str, cid: str, n: int, request: Any, timeout: float) -> Attempt:
+        start = time.time()
+        fn = self.stub.Answer if method == "Answer" else self.stub.GetResult
+        try:
+            reply = await fn(request, metadata=self.auth, timeout=max(0.05, timeout))
+            a = Attempt(cid, n, method, start, time.time(), "OK", self.tier_name.get(reply.tier), reply.request_id)
+        except self.grpc.aio.AioRpcError as exc:
+            a = Attempt(cid, n, method, start, time.time(), exc.code().name, detail=(exc.details() or "")[:300])
+            for key, value in exc.trailing_metadata() or ():
+                if key == "x-request-id":
+                    a.rid = value
+                elif key == "retry-after":
+                    try:
+                        a.retry_after = float(value)
+                    except ValueError:
+                        pass
+        except Exception as exc:  # noqa: BLE001 - the client keeps going whatever happens
+            a = Attempt(cid, n, method, start, time.time(), "CLIENT_ERROR", detail=f"{type(exc).__name__}: {exc}"[:300])
+        self._record(a)
+        return a
+
+    async def request(self, query: Any) -> Outcome:
+        """One logical request: Answer, resends and GetResult polls until OK, a terminal status or
+        the budget is spent."""
+        cid = f"{self.window}.{next(self._seq):05d}"
+        sent = time.time()
+        limit = sent + self.budget_s
+        rid: str | None = None
+        rids: list[str] = []
+        mode, n, final, tier = "answer", 0, "GAVE_UP", None
+        answer = self.pb2.AnswerRequest(query_text=query.text, client_request_id=cid)
+        while time.time() < limit:
+            n += 1
+            remaining = limit - time.time()
+            if mode == "answer":
+                a = await self._call("Answer", cid, n, answer, min(self.call_timeout_s, remaining))
+            else:
+                a = await self._call("GetResult", cid, n, self.pb2.GetResultRequest(request_id=rid),
+                                     min(5.0, remaining))
+            if a.rid:
+                rid = a.rid
+                if a.rid not in rids:
+                    rids.append(a.rid)
+            if a.code == "OK":
+                final, tier = "OK", a.tier
+                break
+            if a.code in RETRYABLE:
+                await asyncio.sleep(min(max(a.retry_after or 1.0, 0.2) * random.uniform(1.0, 1.2),
+                                        max(0.0, limit - time.time())))
+                continue
+            if a.code == "DEADLINE_EXCEEDED":
+                mode = "get" if rid else "answer"
+                await asyncio.sleep(min(self.poll_s, max(0.0, limit - time.time())))
+                continue
+            if mode == "get" and a.code == "FAILED_PRECONDITION":
+                if NEVER_RAN_HINT in a.detail:
+                    mode = "answer"
+                await asyncio.sleep(min(self.poll_s, max(0.0, limit - time.time())))
+                continue
+            if mode == "get" and a.code == "NOT_FOUND":
+                mode = "answer"
+                continue
+            if a.code == "CLIENT_ERROR":
+                await asyncio.sleep(1.0)
+                continue
+            final = a.code  # INTERNAL, UNKNOWN, INVALID_ARGUMENT, ...: a good client stops
+            break
+        out = Outcome(cid, sent, time.time(), final, n, tier, rids, query.expected_tier)
+        self.outcomes.append(out)
+        self._log.write(json.dumps({"type": "outcome", **asdict(out)}) + "\n")
+        return out
+
+    async def send_forever(self, stop: asyncio.Event) -> None:
+        """Open loop: one new request every 1/rate s, whatever the earlier ones are doing."""
+        period = 1.0 / self.rate
+        due = time.monotonic()
+        while not stop.is_set():
+            task = asyncio.create_task(self.request(self.picker.next()))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            due += period
+            delay = due - time.monotonic()
+            if delay < -5 * period:  # the loop fell behind (a stalled event loop): do not burst
+                self.skipped_sends += int(-delay / period)
+                due = time.monotonic()
+                delay = 0.0
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=max(0.0, delay))
+            except asyncio.TimeoutError:
+                pass
+
+    async def drain(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def watch_health(self, stop: asyncio.Event, every_s: float = 1.0) -> None:
+        """Health.Check every second; no answer counts as not serving."""
+        while not stop.is_set():
+            t = time.time()
+            try:
+                reply = await self.health_stub.Check(self.health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                serving = reply.status == self.health_pb2.HealthCheckResponse.SERVING
+                status = self.health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+            except Exception as exc:  # noqa: BLE001
+                serving, status = False, getattr(getattr(exc, "code", lambda: None)(), "name", type(exc).__name__)
+            self.health.append((t, serving))
+            self._health_log.write(json.dumps({"t": t, "serving": serving, "status": status}) + "\n")
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=max(0.0, every_s - (time.time() - t)))
+            except asyncio.TimeoutError:
+                pass
+
+    async def warm_up(self, tries: int = 30) -> list[str]:
+        """Sequential requests until one of each expected tier is answered (not counted)."""
+        seen: list[str] = []
+        for _ in range(tries):
+            out = await self.request(self.picker.next())
+            seen.append(f"{out.query_tier}:{out.final}:{out.tier}")
+            if out.final != "OK":
+                raise RuntimeError(f"warm-up request failed: {out}")
+            if {s.split(':')[0] for s in seen} >= {"A", "B", "C"} and len(seen) >= 6:
+                break
+        return seen
+
+
+# --- the campaign -----------------------------------------------------------------------------------------
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+@dataclass
+class Handles:
+    """What the faults act on."""
+
+    running: Any  # services.demo.local.LocalStack
+    redis: Any  # infra.local.servers.LocalRedis
+    postgres: RestartablePostgres
+    opensearch: OpenSearchCluster | None
+    extras: ExitStack  # processes started again during the campaign (stopped before the stack)
+    scratch: Path
+    restarts: Counter = field(default_factory=Counter)
+
+    def running_b_request(self, wait_s: float = 5.0) -> bool:
+        """Wait (up to `wait_s`) until a tier-B request runs, so a kill lands mid-task."""
+        from sqlalchemy import text
+
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                with self.running.store.engine.connect() as conn:
+                    n = conn.execute(text(
+                        "select count(*) from requests r join routing_decisions d on d.request_id = r.request_id "
+                        "where r.status = 'running' and d.tier = 'B'")).scalar()
+                if n:
+                    return True
+            except Exception:  # noqa: BLE001
+                pass
+            time.sleep(0.05)
+        return False
+
+    def prepare(self, name: str) -> dict[str, Any]:
+        """What a fault needs before its quiet period: for the node loss, the primary copy of the
+        tenant's index on the node that will be lost (so the replica must take over)."""
+        if name != "opensearch-node-loss" or self.opensearch is None:
+            return {}
+        from adaptive_rag.knowledge.indexes import tenant_slug
+
+        os_ = self.opensearch
+        alias = f"arag-chaos-{tenant_slug(TENANT)}"
+        shards = os_.request("GET", f"/_cat/shards/{alias}?format=json", timeout=10)
+        primary = [s for s in shards if s.get("prirep") == "p"]
+        if primary and primary[0].get("node") == "chaos-1":
+            # fail the primary on node 1: the replica on node 2 is promoted, node 1 gets a new replica
+            os_.request("POST", "/_cluster/reroute", {"commands": [{"cancel": {
+                "index": primary[0]["index"], "shard": int(primary[0]["shard"]), "node": "chaos-1",
+                "allow_primary": True}}]}, timeout=30)
+            os_.wait_health("green", 2, 120.0)
+        shards = os_.request("GET", f"/_cat/shards/{alias}?format=json", timeout=10)
+        return {"shards": [(s.get("prirep"), s.get("node"), s.get("state")) for s in shards]}
+
+    def inject(self, name: str) -> dict[str, Any]:
+        """Do fault `name` (inject, hold, restore); returns its details, `restored` included."""
+        return getattr(self, "_" + name.replace("-", "_"))(FAULTS[name])
+
+    def _pool_child_kill(self, spec: FaultSpec) -> dict[str, Any]:
+        pool = self.running.pools.pools["B"]
+        busy = self.running_b_request()
+        children = pool.child_pids()
+        if not children:
+            return {"restored": time.time(), "note": "pool B had no child process"}
+        victim = random.choice(children)
+        os.kill(victim, signal.SIGKILL)
+        killed = time.time()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # Celery forks a replacement
+            now = pool.child_pids()
+            if now and victim not in now:
+                break
+            time.sleep(0.1)
+        return {"restored": time.time(), "killed_pid": victim, "b_task_running": busy,
+                "replaced_after_s": round(time.time() - killed, 2), "children_after": pool.child_pids()}
+
+    def _worker_kill(self, spec: FaultSpec) -> dict[str, Any]:
+        pools = self.running.pools
+        old = pools.pools["B"]
+        busy = self.running_b_request()
+        os.kill(old.pid, signal.SIGKILL)
+        killed = time.time()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and pools.pools["B"].pid == old.pid:
+            time.sleep(0.1)
+        new = pools.pools["B"]
+        ready_note = ""
+        try:
+            pools.wait_ready("B", timeout=max(1.0, deadline - time.monotonic()))
+        except Exception as exc:  # noqa: BLE001 - recorded; the campaign goes on
+            ready_note = f"not ready: {exc}"[:300]
+        return {"restored": time.time(), "killed_pid": old.pid, "new_pid": new.pid, "b_task_running": busy,
+                "restarted_after_s": round(time.time() - killed, 2), "supervisor_restarts": pools.restarts.get("B"),
+                **({"note": ready_note} if ready_note else {})}
+
+    def _redis_restart(self, spec: FaultSpec) -> dict[str, Any]:
+        self.redis.stop()
+        time.sleep(spec.hold_s)
+        self.redis.start()
+        return {"restored": time.time(), "port": self.redis.port}
+
+    def _postgres_down(self, spec: FaultSpec) -> dict[str, Any]:
+        self.postgres.stop("immediate")
+        time.sleep(spec.hold_s)
+        self.postgres.start()
+        return {"restored": time.time(), "port": self.postgres.port}
+
+    def _opensearch_down(self, spec: FaultSpec) -> dict[str, Any]:
+        assert self.opensearch is not None
+        self.opensearch.stop_node(1, signal.SIGTERM)
+        stopped = time.time()
+        time.sleep(max(0.0, spec.hold_s - (time.time() - stopped)))
+        started = time.time()
+        self.opensearch.start_node(1)
+        health = self.opensearch.wait_health("yellow", 2, 180.0)
+        return {"restored": time.time(), "down_s": round(started - stopped, 2),
+                "node_start_s": round(time.time() - started, 2), "health": health.get("status")}
+
+    def _triton_down(self, spec: FaultSpec) -> dict[str, Any]:
+        from services.classifier.local import TritonProcess
+
+        old = self.running.triton
+        if old is None:
+            return {"restored": time.time(), "note": "no Triton in this stack (rules routing)"}
+        port = old.grpc_port
+        old.stop()
+        time.sleep(spec.hold_s)
+        started = time.time()
+        self.restarts["triton"] += 1
+        new = TritonProcess(self.running.settings.classifier.model_repository,
+                            self.scratch / f"triton-{self.restarts['triton']}.log", grpc_port=port)
+        self.extras.callback(new.stop)
+        self.running.triton = new
+        return {"restored": time.time(), "port": port, "start_s": round(time.time() - started, 2)}
+
+    def _frontdoor_kill(self, spec: FaultSpec) -> dict[str, Any]:
+        from services.demo.local import RUN_MARKER
+        from services.demo.stack import FrontDoorProcess
+
+        running = self.running
+        old = running.frontdoor
+        os.killpg(old.pid, signal.SIGKILL)
+        old.process.wait(timeout=10)
+        started = time.time()
+        self.restarts["frontdoor"] += 1
+        log_path = running.workdir / "logs" / f"frontdoor-{self.restarts['frontdoor'] + 1}.log"
+        new = FrontDoorProcess(running.settings.env(**{RUN_MARKER: running.marker}), log_path,
+                               running.settings.frontdoor.grpc_listen)
+        self.extras.callback(new.stop)
+        running.frontdoor = new
+        return {"restored": time.time(), "killed_pid": old.pid, "new_pid": new.pid,
+                "start_s": round(time.time() - started, 2)}
+
+    def _opensearch_node_loss(self, spec: FaultSpec) -> dict[str, Any]:
+        assert self.opensearch is not None
+        os_ = self.opensearch
+        before = os_.request("GET", "/_cat/shards?format=json", timeout=10)
+        os_.stop_node(2, signal.SIGKILL)
+        lost = time.time()
+        during = None
+        time.sleep(3.0)
+        try:
+            during = os_.request("GET", "/_cluster/health", timeout=10).get("status")
+        except Exception as exc:  # noqa: BLE001
+            during = f"health failed: {exc}"
+        time.sleep(max(0.0, spec.hold_s - (time.time() - lost)))
+        os_.start_node(2)
+        health = os_.wait_health("green", 2, 180.0)
+        return {"restored": time.time(), "lost_node": "chaos-2", "health_during": during,
+                "health_after": health.get("status"),
+                "primary_before": [s.get("node") for s in before
+                                   if str(s.get("index", "")).startswith("arag-chaos") and s.get("prirep") == "p"]}
+
+
+def plan_runs(faults: Sequence[str], repeat: int) -> list[tuple[str, int]]:
+    """Every fault once per round, `repeat` rounds (a fault's repetitions spread over the run)."""
+    return [(f, r) for r in range(1, repeat + 1) for f in faults]
+
+
+async def run_campaign(client: LoadClient, handles: Handles, plan: Sequence[tuple[str, int]],
+                       quiet_s: float, observe_s: float, faults_path: Path) -> list[FaultRun]:
+    stop = asyncio.Event()
+    health_stop = asyncio.Event()
+    health = asyncio.create_task(client.watch_health(health_stop))
+    sender = asyncio.create_task(client.send_forever(stop))
+    runs: list[FaultRun] = []
+    try:
+        for i, (fault, rep) in enumerate(plan, start=1):
+            label = f"w{i:02d}-{fault}-r{rep}"
+            try:
+                prepared = await asyncio.to_thread(handles.prepare, fault)
+            except Exception as exc:  # noqa: BLE001 - the fault still runs; the report says so
+                prepared = {"prepare_error": f"{type(exc).__name__}: {exc}"[:300]}
+            client.window = label
+            start = time.time()
+            log(f"{label}: {quiet_s:g} s quiet, then {FAULTS[fault].title}" + (f" (prepared: {prepared})" if prepared else ""))
+            await asyncio.sleep(quiet_s)
+            injected = time.time()
+            if runs:
+                runs[-1].window_end = injected
+            try:
+                details = await asyncio.to_thread(handles.inject, fault)
+            except Exception as exc:  # noqa: BLE001 - recorded; the stack may be broken from here on
+                details = {"restored": time.time(), "error": f"{type(exc).__name__}: {exc}"[:500]}
+                log(f"{label}: the fault's restore failed: {details['error']}")
+            restored = float(details.pop("restored"))
+            if prepared:
+                details = {"before": prepared, **details}
+            run = FaultRun(label, fault, rep, start, injected, restored, details=details)
+            runs.append(run)
+            with faults_path.open("a") as f:
+                f.write(json.dumps(asdict(run)) + "\n")
+            log(f"{label}: injected, restored after {restored - injected:.1f} s {details}")
+            await asyncio.sleep(observe_s)
+        client.window = "tail"
+        log(f"tail: {quiet_s:g} s quiet")
+        await asyncio.sleep(quiet_s)
+        if runs:
+            runs[-1].window_end = time.time()
+    finally:
+        stop.set()
+        await sender
+        log(f"load stopped; waiting for {len(client._tasks)} requests in flight (budget {client.budget_s:g} s)")
+        await client.drain()
+        health_stop.set()
+        await health
+    return runs
+
+
+def drain_records(store: Any, timeout_s: float) -> dict[str, Any]:
+    """Wait until no request of the campaign is queued or running (at most `timeout_s`)."""
+    from sqlalchemy import text
+
+    t0 = time.monotonic()
+    left = None
+    while time.monotonic() - t0 < timeout_s:
+        try:
+            with store.engine.connect() as conn:
+                left = conn.execute(text("select count(*) from requests where tenant = :t and status in "
+                                         "('queued', 'running')"), {"t": TENANT}).scalar()
+            if not left:
+                break
+        except Exception as exc:  # noqa: BLE001
+            left = f"error: {exc}"
+        time.sleep(2.0)
+    return {"waited_s": round(time.monotonic() - t0, 1), "still_in_flight": left}
+
+
+def read_records(store: Any) -> list[Record]:
+    from sqlalchemy import text
+
+    sql = text("""
+        select r.request_id, r.client_request_id, r.status, d.tier, d.fallback, r.created_at,
+               (select count(*) from results q where q.request_id = r.request_id and q.kind = 'primary') as primary_results,
+               (select count(*) from results q where q.request_id = r.request_id) as results,
+               (select max(q.error_code) from results q where q.request_id = r.request_id and q.kind = 'primary') as error_code,
+               (select max(q.attempts) from results q where q.request_id = r.request_id and q.kind = 'primary') as attempts
+        from requests r left join routing_decisions d on d.request_id = r.request_id
+        where r.tenant = :t""")
+    with store.engine.connect() as conn:
+        rows = conn.execute(sql, {"t": TENANT}).mappings().all()
+    return [Record(r["request_id"], r["client_request_id"], r["status"], int(r["primary_results"]),
+                   int(r["results"]), r["error_code"], r["attempts"], r["tier"],
+                   None if r["fallback"] is None else bool(r["fallback"]),
+                   r["created_at"].timestamp() if r["created_at"] is not None else None) for r in rows]
+
+
+# --- stack ------------------------------------------------------------------------------------------------
+
+
+def ensure_model_repository(repository: Path, scratch: Path) -> tuple[bool, str]:
+    """A classifier version for Triton: the newest in `repository`, or an untrained one bootstrapped
+    (`arag model bootstrap`, needs the train extras); none -> the rules route."""
+    from adaptive_rag.routing.model_repository import versions
+    from adaptive_rag.settings import ClassifierSettings
+
+    model = ClassifierSettings(_env_file=None).classifier_model
+    found = versions(repository / model)
+    if found:
+        meta = repository / model / str(max(found)) / "classifier.json"
+        untrained = meta.exists() and json.loads(meta.read_text()).get("untrained")
+        return True, (f"version {max(found)} in {repository}"
+                      + (" (the untrained bootstrap of `arag model bootstrap`: its routing is noise; what is "
+                         "measured is the serving of it)" if untrained else ""))
+    proc = subprocess.run([str(Path(sys.executable).parent / "arag"), "model", "bootstrap", "--repository",
+                           str(repository)], cwd=REPO, capture_output=True, text=True)
+    (scratch / "bootstrap.log").write_text(proc.stdout + proc.stderr)
+    found = versions(repository / model)
+    if found:
+        return True, f"untrained version {max(found)} bootstrapped into {repository} (`arag model bootstrap`)"
+    return False, f"no classifier version and `arag model bootstrap` failed ({proc.returncode}): the rules route"
+
+
+def machine() -> dict[str, Any]:
+    from lab.harness.instant_llm import cpu_model, mem_total_gb
+
+    return {"cpus": os.cpu_count(), "cpu": cpu_model(), "mem_gb": round(mem_total_gb() or 0, 1),
+            "platform": platform.platform(), "python": platform.python_version(),
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
+def versions_of_servers() -> dict[str, str]:
+    from infra.local.servers import PG_BIN, REDIS_SERVER
+
+    out = {}
+    for name, cmd in (("redis", [REDIS_SERVER, "--version"]), ("postgres", [str(PG_BIN / "postgres"), "--version"]),
+                      ("java", ["java", "-version"])):
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+            out[name] = (proc.stdout or proc.stderr).strip().splitlines()[0]
+        except Exception as exc:  # noqa: BLE001
+            out[name] = f"? ({exc})"
+    try:
+        from importlib.metadata import version
+
+        out["nvidia-pytriton"] = version("nvidia-pytriton")
+    except Exception:  # noqa: BLE001
+        out["nvidia-pytriton"] = "not installed"
+    return out
+
+
+def quiet_port() -> int:
+    """A free loopback port below the kernel's ephemeral range: `free_port()` ports are handed out
+    from that range, so another server started meanwhile (Triton, a node) cannot take this one
+    before the process it is meant for binds it."""
+    import socket
+
+    for port in random.sample(range(20000, 30000), 200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-29999")
+
+
+@contextmanager
+def started_stack(args: argparse.Namespace, scratch: Path, use_opensearch: bool,
+                  info: dict[str, Any]) -> Iterator[Handles]:
+    """Redis, PostgreSQL, (OpenSearch), the instant LLM, then `local_stack` on them."""
+    from lab.harness.instant_llm import running_instant_llm
+    from infra.local.servers import LocalRedis
+    from services.demo.local import local_stack
+
+    saved = dict(os.environ)
+    try:
+        with ExitStack() as stack:
+            import shutil
+
+            for stale in ("redis", "opensearch"):  # an earlier attempt's data (a node would rejoin its old cluster)
+                shutil.rmtree(scratch / stale, ignore_errors=True)
+            (scratch / "redis").mkdir(parents=True, exist_ok=True)
+            redis = LocalRedis(scratch / "redis")
+            redis.start()
+            stack.callback(redis.stop)
+            log(f"redis-server on {redis.url}")
+            pg = RestartablePostgres(scratch / "postgres.log")
+            stack.callback(pg.close)
+            pg.create()
+            log(f"PostgreSQL on {pg.url}")
+            env = {
+                "REDIS_URL": redis.url, "DATABASE_URL": pg.url, "ARAG_METRICS_PORT": str(quiet_port()),
+                "ARAG_CONCURRENCY": json.dumps({"A": 2, "B": 1, "C": 1, "shadow": 1}),
+                "ARAG_SHADOW_SHARE": str(args.shadow_share),
+                # The load repeats a small pool of questions, which the front door's routing cache
+                # would answer without Triton: off, so every question is classified (as unique
+                # production traffic is) and a Triton outage shows.
+                "ARAG_ROUTING_CACHE": "0",
+                "ARAG_MODEL_REPOSITORY": str(args.model_repository.resolve()),
+            }
+            cluster = None
+            if use_opensearch:
+                cluster = OpenSearchCluster(scratch / "opensearch", heap=args.opensearch_heap)
+                stack.callback(cluster.close)
+                log("starting a two-node OpenSearch cluster")
+                t = time.monotonic()
+                cluster.start()
+                log(f"OpenSearch cluster green in {time.monotonic() - t:.0f} s: {cluster.url} (+ node 2 "
+                    f"{cluster.node_url(2)})")
+                env.update(OPENSEARCH_URL=cluster.url, ARAG_RETRIEVER="opensearch", ARAG_KB_INDEX_PREFIX="arag-chaos")
+            else:
+                env["ARAG_RETRIEVER"] = "tantivy"
+            llm = stack.enter_context(running_instant_llm(scratch / "instant_llm.log", args.llm_latency_ms))
+            env["LLM_BASE_URL"] = llm
+            has_model, model_note = ensure_model_repository(args.model_repository.resolve(), scratch)
+            info["classifier"] = model_note
+            os.environ.update(env)
+            info["env"] = {k: v for k, v in env.items()}
+            log("starting the local stack (pools A, B, C, shadow; Triton; front door; knowledge base)")
+            running = stack.enter_context(local_stack(scratch / "stack", knowledge_base=REPO / "demo" / "knowledge_base.jsonl",
+                                                      tenants=(TENANT,)))
+            running.pools.start_supervisor(poll_s=0.5)
+            info["stack"] = dict(running.plan.using)
+            info["concurrency"] = {p: running.settings.workers.pool_concurrency(p) for p in ("A", "B", "C", "shadow")}
+            info["prefetch"] = {p: running.settings.workers.pool_prefetch(p) for p in ("A", "B", "C", "shadow")}
+            info["visibility_timeout_s"] = running.settings.workers.visibility_timeout_s
+            info["task_max_retries"] = running.settings.workers.task_max_retries
+            info["task_retry_backoff_s"] = running.settings.workers.task_retry_backoff_s
+            info["unavailable_retry_s"] = running.settings.frontdoor.unavailable_retry_s
+            if cluster is not None:
+                from adaptive_rag.knowledge.indexes import tenant_slug
+
+                alias = f"arag-chaos-{tenant_slug(TENANT)}"
+                cluster.request("PUT", f"/{alias}/_settings", {"index": {"number_of_replicas": 1}})
+                health = cluster.wait_health("green", 2, 120.0)
+                shards = cluster.request("GET", f"/_cat/shards/{alias}?format=json")
+                info["opensearch"] = {"nodes": {"chaos-1": "cluster_manager,data (workers' URL)", "chaos-2": "data"},
+                                      "index": alias, "replicas": 1, "health": health.get("status"),
+                                      "shards": [(s["prirep"], s["node"], s["state"]) for s in shards]}
+            with ExitStack() as extras:
+                yield Handles(running, redis, pg, cluster, extras, scratch)
+            info["leftovers"] = running.leftovers
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+# --- evidence and report ---------------------------------------------------------------------------------------
+
+
+def log_files(scratch: Path) -> list[Path]:
+    """The stack's logs, workers first (where a request's run is told), then the front door's."""
+    logs = scratch / "stack" / "logs"
+    workers = sorted((logs / "workers").glob("*.log")) if logs.exists() else []
+    others = sorted(p for p in logs.glob("*.log")) if logs.exists() else []
+    return workers + others + [p for p in (scratch / "postgres.log", scratch / "redis" / "redis.log",
+                                           scratch / "opensearch" / "node-1.log", scratch / "opensearch" / "node-2.log")
+                               if p.exists()]
+
+
+def grep_logs(files: Iterable[Path], needles: Sequence[str], limit: int = 6, width: int = 400,
+              skip: str = "is still running") -> list[str]:
+    """Lines of the stack's logs that mention any of `needles` (at most `limit`; lines with `skip`,
+    a waiting client's polls, left out)."""
+    out: list[str] = []
+    needles = [n for n in needles if n]
+    if not needles:
+        return out
+    for path in files:
+        try:
+            with path.open(errors="replace") as f:
+                for line in f:
+                    if any(n in line for n in needles) and skip not in line:
+                        out.append(f"{path.name}: {line.strip()[:width]}")
+                        if len(out) >= limit:
+                            return out
+        except OSError:
+            continue
+    return out
+
+
+def lines_between(files: Iterable[Path], t0: float, t1: float, pattern: str, limit: int = 6) -> list[str]:
+    """JSON log lines with a timestamp in [t0, t1] whose text matches `pattern`."""
+    rx = re.compile(pattern)
+    out = []
+    for path in files:
+        try:
+            with path.open(errors="replace") as f:
+                for line in f:
+                    if not rx.search(line):
+                        continue
+                    try:
+                        ts = datetime.fromisoformat(json.loads(line)["timestamp"].replace("Z", "+00:00")).timestamp()
+                    except Exception:  # noqa: BLE001 - not a JSON line with a timestamp
+                        continue
+                    if t0 <= ts <= t1:
+                        out.append(f"{path.name}: {line.strip()[:400]}")
+                        if len(out) >= limit:
+                            return out
+        except OSError:
+            continue
+    return out
+
+
+def read_scratch(scratch: Path) -> tuple[dict, list[Attempt], list[Outcome], list[tuple[float, bool]], list[FaultRun], list[Record]]:
+    run = json.loads((scratch / "run.json").read_text())
+    attempts, outcomes = [], []
+    for line in (scratch / "client.jsonl").read_text().splitlines():
+        item = json.loads(line)
+        kind = item.pop("type")
+        (attempts.append(Attempt(**item)) if kind == "attempt" else outcomes.append(Outcome(**item)))
+    health = [(h["t"], h["serving"]) for h in map(json.loads, (scratch / "health.jsonl").read_text().splitlines())]
+    runs = [FaultRun(**json.loads(line)) for line in (scratch / "faults.jsonl").read_text().splitlines() if line.strip()]
+    ends = run.get("window_ends", {})
+    for r in runs:
+        r.window_end = r.window_end or ends.get(r.window)
+    records = [Record(**json.loads(line)) for line in (scratch / "records.jsonl").read_text().splitlines()
+               if line.strip()] if (scratch / "records.jsonl").exists() else []
+    return run, attempts, outcomes, sorted(health), runs, records
+
+
+def analyse(scratch: Path, quiet_s: float) -> dict[str, Any]:
+    run, attempts, outcomes, health, runs, records = read_scratch(scratch)
+    files = log_files(scratch)
+    rows, failures = [], []
+    order = {fr.window: i for i, fr in enumerate(runs)}
+    order["tail"] = len(runs)
+    for i, fr in enumerate(runs):
+        end = fr.window_end or max((a.end for a in attempts), default=fr.restored)
+        row = account_window(fr.window, records, outcomes, attempts)
+        # the calls of requests sent from this window on: an earlier fault's stragglers are its own
+        mine = [a for a in attempts if order.get(window_of(a.cid) or "", -1) >= i]
+        rec = recovery(mine, health, fr.injected, end, pre_s=quiet_s)
+        lf = row.pop("last_fallback")
+        row["last_fallback_after_restore_s"] = None if lf is None else lf - fr.restored
+        row.update(fault=fr.fault, repetition=fr.repetition, injected_s=fr.injected - run["t0"],
+                   outage_s=fr.restored - fr.injected, recovery_s=rec.seconds, recovery=asdict(rec),
+                   details=fr.details, window_end_s=end - run["t0"])
+        row["goals"] = goals(row)
+        if "error" in fr.details:  # the fault itself failed: nothing was measured
+            row["goals"]["injected"] = False
+        row["pass"] = all(row["goals"].values())
+        rows.append(row)
+        for goal, ok in row["goals"].items():
+            if ok:
+                continue
+            evidence: list[str] = []
+            if goal == "lost":
+                evidence += [f"request {rid}: status {s}" for rid, s in
+                             [(r.request_id, r.status) for r in records if r.request_id in row["lost_ids"]][:5]]
+                evidence += grep_logs(files, row["lost_ids"][:3], limit=8)
+            elif goal == "duplicates":
+                evidence += [f"duplicate: {d}" for d in row["duplicate_ids"][:5]]
+                evidence += grep_logs(files, row["duplicate_ids"][:3], limit=6)
+            elif goal == "wrong_codes":
+                for ex in row["wrong_examples"][:3]:
+                    evidence.append(f"client: {ex['method']} {ex['cid']} -> {ex['code']}: {ex['detail']}")
+                rids = [ex["rid"] for ex in row["wrong_examples"] if ex.get("rid")] + row["internal_results"]
+                evidence += grep_logs(files, rids[:3], limit=6)
+                evidence += lines_between(files, fr.injected - 1, end, r"rpc_failed|Traceback|task\.failure", limit=4)
+            elif goal == "injected":
+                evidence.append(f"the fault could not be injected or restored: {fr.details['error'][:300]}")
+            elif goal == "recovery":
+                evidence.append(f"recovery rule last failed {rec.last_bad_s} s after the injection: {rec.reason} "
+                                f"(evaluated until {rec.evaluated_until_s:.0f} s; pre-fault {rec.pre_ok_per_s:.2f} OK/s, "
+                                f"{rec.pre_ok_share:.0%} OK)")
+                bad_codes = Counter(a.code for a in mine if fr.injected <= a.end <= end and a.code != "OK"
+                                    and not is_poll(a))
+                evidence.append(f"non-OK statuses in the window: {dict(bad_codes)}")
+                if rec.last_bad_s is not None:  # the calls that kept the rule failing last
+                    t_bad = fr.injected + rec.last_bad_s
+                    last = [a for a in mine if t_bad - WINDOW_S < a.end <= t_bad and a.code != "OK" and not is_poll(a)]
+                    for a in last[-3:]:
+                        evidence.append(f"client: {a.method} {a.cid} sent {a.start - fr.injected:.1f} s after the "
+                                        f"injection -> {a.code} at {a.end - fr.injected:.1f} s: {a.detail[:160]}")
+                evidence += lines_between(files, fr.injected, end, r'"level": "(error|warning)"', limit=3)
+            failures.append({"window": fr.window, "fault": fr.fault, "repetition": fr.repetition, "goal": goal,
+                             "evidence": evidence})
+    per_fault: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        agg = per_fault.setdefault(row["fault"], {k: 0 for k in ("sent", "accepted", "answered", "answered_ok",
+                                                                 "client_ok", "lost", "duplicates", "wrong_codes",
+                                                                 "reruns", "never_ran")} | {"recovery_s": [], "passes": 0,
+                                                                                            "runs": 0})
+        for k in ("sent", "accepted", "answered", "answered_ok", "client_ok", "lost", "duplicates", "wrong_codes",
+                  "reruns", "never_ran"):
+            agg[k] += row[k]
+        agg["recovery_s"].append(row["recovery_s"])
+        agg["passes"] += row["pass"]
+        agg["runs"] += 1
+    warm = account_window("warmup", records, outcomes, attempts)
+    tail = account_window("tail", records, outcomes, attempts)
+    t0 = run["t0"]
+    t_end = max([a.end for a in attempts] + [t0 + 1])
+    series = per_second(attempts, t0, t_end)
+    return {"run": run, "rows": rows, "per_fault": per_fault, "failures": failures, "warmup": warm, "tail": tail,
+            "series": series, "health_down": health_intervals(health, t0), "totals": totals(rows, tail)}
+
+
+def totals(rows: Sequence[dict[str, Any]], tail: dict[str, Any]) -> dict[str, int]:
+    keys = ("sent", "accepted", "answered", "answered_ok", "client_ok", "lost", "duplicates", "wrong_codes")
+    return {k: sum(r[k] for r in rows) + tail[k] for k in keys}
+
+
+def health_intervals(health: Sequence[tuple[float, bool]], t0: float) -> list[tuple[float, float]]:
+    out, start = [], None
+    for t, serving in health:
+        if not serving and start is None:
+            start = t
+        elif serving and start is not None:
+            out.append((start - t0, t - t0))
+            start = None
+    if start is not None and health:
+        out.append((start - t0, health[-1][0] - t0))
+    return out
+
+
+def plot_timeline(result: dict[str, Any], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:  # noqa: BLE001
+        return False
+    series = result["series"]
+    xs = list(range(len(series["ok"])))
+    fig, ax = plt.subplots(figsize=(max(12, len(xs) / 60), 4.8))
+    ax.bar(xs, series["ok"], width=1.0, color="tab:green", label="OK calls / s", align="edge")
+    ax.bar(xs, series["failed"], width=1.0, bottom=series["ok"], color="tab:red", label="failed calls / s",
+           align="edge")
+    top = max([o + f for o, f in zip(series["ok"], series["failed"])] + [1])
+    colours = plt.get_cmap("tab10")
+    names = list(FAULTS)
+    for row in result["rows"]:
+        c = colours(names.index(row["fault"]) % 10)
+        x0 = row["injected_s"]
+        ax.axvspan(x0, x0 + max(row["outage_s"], 1.0), color=c, alpha=0.35, lw=0)
+        rec = row["recovery_s"]
+        ax.axvspan(x0, x0 + (rec if rec is not None else row["window_end_s"] - x0), color=c, alpha=0.12, lw=0)
+        ax.text(x0 + 0.5, top * 1.04, f"{FAULTS[row['fault']].title} #{row['repetition']}", rotation=90,
+                fontsize=7, va="bottom", ha="left")
+    for a, b in result["health_down"]:
+        ax.plot([a, b], [-top * 0.04, -top * 0.04], color="black", lw=4, solid_capstyle="butt")
+    ax.set_ylim(-top * 0.08, top * 2.1)
+    ax.set_xlim(0, len(xs))
+    ax.set_xlabel("seconds since the load started (dark: fault until restored; light: until recovered; "
+                  "black bar: health NOT_SERVING)")
+    ax.set_ylabel("calls ended per second")
+    ax.legend(loc="upper right", fontsize=8)
+    ax.set_title("Fault campaign: client calls per second (Answer + GetResult, 'still running' polls left out)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def _f(v: Any, digits: int = 0) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return str(v)
+
+
+def _mark(ok: bool) -> str:
+    return "pass" if ok else "**FAIL**"
+
+
+def write_report(result: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(result, indent=1, default=str))
+    has_plot = plot_timeline(result, out / "timeline.png")
+    run = result["run"]
+    m = run["machine"]
+    L = ["# Fault campaign: reliability of the serving stack under one fault at a time", ""]
+    L += [f"Goals (operator): **0 lost, 0 duplicates, 0 INTERNAL/UNKNOWN for a dependency outage, recovery "
+          f"<= {RECOVERY_GOAL_S:g} s for every fault, every repetition.**", "", "```", run["command"], "```", "",
+          f"Source: `lab/experiments/chaos.py` (`make chaos`). Started {run['started']}, finished {run.get('finished', '-')}. "
+          f"Scratch (every process's log, the client log, the records): `{run['scratch']}`.", ""]
+    rows = result["rows"]
+    passed = sum(r["pass"] for r in rows)
+    L += ["## Result", "", f"**{passed} of {len(rows)} fault windows met every goal.** Totals over the fault windows "
+          "and the tail: " + ", ".join(f"{k} {v}" for k, v in result["totals"].items()) + ".", ""]
+    L += ["| window | fault | rep | outage s | sent | accepted | answered (OK / error rows) | client OK | never ran | "
+          "lost | duplicates | wrong codes | recovery s | p50 ms | p95 ms | lost | dup | codes | recovery |",
+          "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- "
+          "| --- | --- | --- |"]
+    for r in rows:
+        g = r["goals"]
+        L.append(f"| {r['window']} | {FAULTS[r['fault']].title} | {r['repetition']} | {_f(r['outage_s'], 1)} | "
+                 f"{r['sent']} | {r['accepted']} | {r['answered']} ({r['answered_ok']} / "
+                 f"{r['answered'] - r['answered_ok']}) | {r['client_ok']} | {r['never_ran']} | {r['lost']} | "
+                 f"{r['duplicates']} | {r['wrong_codes']} | "
+                 f"{_f(r['recovery_s'], 0) if r['recovery_s'] is not None else '> ' + _f(r['recovery']['evaluated_until_s'], 0)} | "
+                 f"{_f(r['p50_ms'])} | {_f(r['p95_ms'])} | {_mark(g['lost'])} | {_mark(g['duplicates'])} | "
+                 f"{_mark(g['wrong_codes'])} | {_mark(g['recovery'])}"
+                 f"{' (**fault not injected**)' if 'injected' in g else ''} |")
+    L += ["", "Per fault (all repetitions):", "",
+          "| fault | runs | all goals met | accepted | answered OK | client OK | lost | duplicates | wrong codes | "
+          "re-runs | recovery s (each) |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for name, agg in result["per_fault"].items():
+        recs = ", ".join(_f(x, 0) if x is not None else "not recovered" for x in agg["recovery_s"])
+        L.append(f"| {FAULTS[name].title} | {agg['runs']} | {agg['passes']} | {agg['accepted']} | {agg['answered_ok']} | "
+                 f"{agg['client_ok']} | {agg['lost']} | {agg['duplicates']} | {agg['wrong_codes']} | {agg['reruns']} | "
+                 f"{recs} |")
+    L += ["", "Status codes the client saw per window (every Answer / GetResult except 'still running' polls):", ""]
+    for r in rows:
+        L.append(f"- {r['window']}: {r['codes']}; client outcomes {r['finals']}"
+                 + (f"; routed by the rules fallback {r['fallbacks']} (the last "
+                    f"{_f(r['last_fallback_after_restore_s'], 1)} s after the restore)" if r.get("fallbacks") else "")
+                 + (f"; error results stored {r['error_results']}" if r["error_results"] else "")
+                 + (f"; re-runs (attempts > 1) {r['reruns']}" if r["reruns"] else ""))
+    if has_plot:
+        L += ["", "![timeline](timeline.png)", ""]
+    L += ["## Failures and their evidence", ""]
+    if not result["failures"]:
+        L.append("None: every goal was met in every window.")
+    for f in result["failures"]:
+        L.append(f"- **{f['window']}** ({FAULTS[f['fault']].title}, repetition {f['repetition']}): goal "
+                 f"`{f['goal']}` missed.")
+        for e in f["evidence"]:
+            L.append(f"    - `{e.replace('`', chr(39))}`")
+    L.append("")
+    if run.get("findings"):
+        L += ["## Findings and fixes", ""] + [f"- {x}" for x in run["findings"]] + [""]
+    L += ["## Faults", "", "| fault | what is done | details of each injection |", "| --- | --- | --- |"]
+    for name in dict.fromkeys(r["fault"] for r in rows):
+        det = "; ".join(f"#{r['repetition']}: {json.dumps(r['details'], default=str)[:300]}" for r in rows if r["fault"] == name)
+        L.append(f"| {FAULTS[name].title} | {FAULTS[name].action} | {det} |")
+    cfg = run["config"]
+    L += ["", "## How it is measured", "",
+          f"- Load: asyncio gRPC client (generated stubs), open loop at {cfg['rate']:g} new requests/s, the load "
+          f"test's demo query pools (`lab/loadtest/queries.py`) in the mix {cfg['mix']} of expected tiers; tenant "
+          f"`{TENANT}` with the demo help centre as its knowledge base. Per-call deadline {cfg['call_timeout']:g} s, "
+          f"per-request budget {cfg['budget']:g} s. A good client: UNAVAILABLE / RESOURCE_EXHAUSTED / CANCELLED -> "
+          "the same client_request_id again after the `retry-after` trailer (1 s without one, +0-20 % jitter); "
+          "DEADLINE_EXCEEDED -> GetResult(request id of the `x-request-id` trailer) every second (a 'never ran' "
+          "answer sends the Answer again); INTERNAL, UNKNOWN and other statuses end the request.",
+          f"- Windows: each fault gets {cfg['quiet']:g} s of quiet load before it (its pre-fault baseline), the "
+          f"injection (the part stopped, held away, started again), then {cfg['observe']:g} s of load after the "
+          "restore. A request belongs to the window it was sent in (its client_request_id starts with the "
+          "window's name); the recovery of a fault is evaluated until the next fault's injection, over the "
+          "calls of the requests sent from its window on (an earlier fault's stragglers are left to that fault).",
+          "- From the records (PostgreSQL, read after the load stopped, every client request ended and no request "
+          f"was queued or running, at most {cfg['drain_s']:g} s of waiting): **accepted** = a request row exists; "
+          "**answered** = it has a primary result row (OK or an error result); **lost** = accepted, not marked "
+          "never-run (`rejected` or `expired`) and without a primary result row; **duplicates** = more than one primary result "
+          "row for a request, or more than one request id given to one client_request_id. From the client log: "
+          "**client OK** = the client got OK eventually; **wrong codes** = INTERNAL or UNKNOWN statuses (plus "
+          "results stored with the `internal` error code); p50/p95 = first send to OK, over the requests "
+          "answered.",
+          f"- **Recovery**: seconds from the injection until the rule holds and keeps holding until the window "
+          f"ends; the rule at time t over the calls that ended in (t - {WINDOW_S:g} s, t]: OK calls/s at least "
+          f"{SHARE:.0%} of the pre-fault rate (the {cfg['quiet']:g} s before the injection) minus one standard "
+          f"deviation of the count (sqrt n), the OK share of finished calls at least {SHARE:.0%} of the pre-fault "
+          "share, and the front door's health (polled every second) SERVING. 'Still running' GetResult polls are "
+          "not counted. 0 = the rule never failed.",
+          "", "## Setup", ""]
+    stack = run.get("stack_info", {})
+    for k, v in stack.get("stack", {}).items():
+        L.append(f"- {k}: {v}")
+    L += [f"- classifier: {stack.get('classifier')}",
+          f"- worker pools: concurrency {stack.get('concurrency')}, prefetch {stack.get('prefetch')}, supervised "
+          f"(`WorkerPools.start_supervisor`); Celery visibility timeout {stack.get('visibility_timeout_s')} s, task "
+          f"retries {stack.get('task_max_retries')} (backoff from {stack.get('task_retry_backoff_s')} s); "
+          f"UNAVAILABLE retry-after {stack.get('unavailable_retry_s')} s; shadow share {cfg['shadow_share']}",
+          f"- LLM: the instant OpenAI-compatible endpoint (`lab/harness/instant_llm.py`), {cfg['llm_latency_ms']:g} ms "
+          "per completion, no CPU: a **measurement device** standing for a remote inference endpoint, so the "
+          "figures are the stack's own behaviour, not a model's."]
+    if stack.get("opensearch"):
+        L.append(f"- OpenSearch: {json.dumps(stack['opensearch'])}")
+    L.append(f"- server versions: {stack.get('versions')}")
+    for note in run.get("notes", []):
+        L.append(f"- {note}")
+    L += ["", "## Machine", "",
+          f"- {m['cpus']} CPUs ({m['cpu']}), {m['mem_gb']} GB RAM, {m['platform']}, Python {m['python']}; load "
+          f"average at the start {m['load_average']}, at the end {run.get('load_average_end')}. Every process of "
+          "the stack, the OpenSearch nodes, the LLM stand-in and the load client share these cores with other "
+          "jobs (an LLM benchmark ran beside this one).", ""]
+    if run.get("error"):
+        L += ["## Run error", "", f"`{run['error']}`", ""]
+    (out / "report.md").write_text("\n".join(L) + "\n")
+
+
+# --- main ----------------------------------------------------------------------------------------------------
+
+
+FINDINGS_FILE = "findings.md"  # optional, beside the report: notes a human added (kept on --render)
+
+
+class StartFailed(Exception):
+    """The stack did not come up (raised before any load was sent)."""
+
+
+def campaign(args: argparse.Namespace, plan: Sequence[tuple[str, int]], scratch: Path, use_opensearch: bool,
+             run: dict[str, Any]) -> int:
+    """Start the stack, run the load and the faults, read the records; the exit code."""
+    from lab.loadtest.queries import QueryPicker, build_pools, parse_mix
+    from services.demo.local import Interrupted
+
+    code = 0
+    started = False
+    try:
+        with started_stack(args, scratch, use_opensearch, run["stack_info"]) as handles:
+            started = True
+            running = handles.running
+            if running.triton is None:
+                run["notes"].append("Triton was not started (no classifier version): the front door routed with the rules")
+            key = running.create_api_key(TENANT)
+            picker = QueryPicker(build_pools("demo"), parse_mix(args.mix), seed=args.seed)
+
+            async def go() -> list[FaultRun]:
+                client = LoadClient(running.address, key, picker, args.rate, args.call_timeout, args.budget,
+                                    scratch / "client.jsonl", scratch / "health.jsonl")
+                try:
+                    seen = await client.warm_up()
+                    log(f"warm-up answered: {seen}")
+                    run["t0"] = time.time()
+                    return await run_campaign(client, handles, plan, args.quiet, args.observe, scratch / "faults.jsonl")
+                finally:
+                    run["skipped_sends"] = client.skipped_sends
+                    await client.close()
+
+            runs = asyncio.run(go())
+            run["window_ends"] = {r.window: r.window_end for r in runs}
+            log("waiting for the records to drain")
+            run["drain"] = drain_records(running.store, args.drain_s)
+            log(f"drain: {run['drain']}")
+            records = read_records(running.store)
+            with (scratch / "records.jsonl").open("w") as f:
+                for r in records:
+                    f.write(json.dumps(asdict(r)) + "\n")
+            log(f"{len(records)} request rows read; stopping the stack")
+    except (KeyboardInterrupt, Interrupted) as exc:
+        run["error"] = f"interrupted ({type(exc).__name__})"
+        code = 130
+    except Exception as exc:  # noqa: BLE001 - write what was measured
+        import traceback
+
+        if not started:
+            raise StartFailed(f"{type(exc).__name__}: {exc}") from exc
+        run["error"] = f"{type(exc).__name__}: {exc}"
+        (scratch / "error.txt").write_text(traceback.format_exc())
+        log(f"failed: {run['error']}")
+        code = 1
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.experiments.chaos", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help=f"one repetition of {', '.join(QUICK_FAULTS)} (~4 min), report in var/chaos/quick/report")
+    parser.add_argument("--repeat", type=int, default=None, help="repetitions of every fault (default 2; --quick 1)")
+    parser.add_argument("--faults", default=None, help=f"comma-separated, from {', '.join(FAULTS)} (default all)")
+    parser.add_argument("--rate", type=float, default=5.0, help="new requests per second (open loop)")
+    parser.add_argument("--mix", default="A=60,B=30,C=10", help="expected-tier mix of the queries")
+    parser.add_argument("--llm-latency-ms", type=float, default=80.0, help="the instant LLM's wait per completion")
+    parser.add_argument("--quiet", type=float, default=15.0, help="s of load before each fault (its baseline)")
+    parser.add_argument("--observe", type=float, default=30.0, help="s of load after each restore")
+    parser.add_argument("--call-timeout", type=float, default=15.0, help="gRPC deadline of one call (s)")
+    parser.add_argument("--budget", type=float, default=90.0, help="s a client spends on one request at most")
+    parser.add_argument("--drain-s", type=float, default=120.0, help="s to wait for queued/running requests at the end")
+    parser.add_argument("--shadow-share", type=float, default=0.1, help="ARAG_SHADOW_SHARE of the stack")
+    parser.add_argument("--opensearch-heap", default="512m", help="heap of each OpenSearch node")
+    parser.add_argument("--model-repository", type=Path, default=REPO / "var" / "chaos" / "model_repository",
+                        help="classifier versions Triton serves (an untrained one is bootstrapped when empty)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--out", type=Path, default=None, help="report folder (default reports/reliability; "
+                                                                "--quick: var/chaos/quick/report)")
+    parser.add_argument("--scratch", type=Path, default=None, help="default var/chaos/<run>")
+    parser.add_argument("--render", type=Path, default=None, help="only write the report from this scratch folder")
+    args = parser.parse_args(argv)
+    out = (args.out or (REPO / "var/chaos/quick/report" if args.quick else REPO / "reports/reliability")).resolve()
+    if args.render:
+        scratch = args.render.resolve()
+        run = json.loads((scratch / "run.json").read_text())
+        result = analyse(scratch, run["config"]["quiet"])
+        findings = out / FINDINGS_FILE
+        if findings.exists():
+            result["run"]["findings"] = [line[2:] for line in findings.read_text().splitlines() if line.startswith("- ")]
+        write_report(result, out)
+        log(f"report: {out / 'report.md'}")
+        return 0
+    faults = [f.strip() for f in (args.faults.split(",") if args.faults else
+                                  (QUICK_FAULTS if args.quick else FAULTS)) if f.strip()]
+    unknown = [f for f in faults if f not in FAULTS]
+    if unknown:
+        parser.error(f"unknown fault(s) {unknown}; choose from {', '.join(FAULTS)}")
+    repeat = args.repeat or (1 if args.quick else 2)
+    plan = plan_runs(faults, repeat)
+    use_opensearch = any(FAULTS[f].opensearch for f in faults)
+    started = datetime.now(timezone.utc)
+    scratch = (args.scratch or REPO / "var" / "chaos" / ("quick" if args.quick else f"full-{started:%Y%m%d-%H%M%S}")).resolve()
+    if scratch.exists() and args.quick:
+        import shutil
+
+        shutil.rmtree(scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    for name in ("client.jsonl", "health.jsonl", "faults.jsonl", "records.jsonl"):
+        (scratch / name).unlink(missing_ok=True)
+    random.seed(args.seed)
+    config = {k: getattr(args, k) for k in ("rate", "mix", "llm_latency_ms", "quiet", "observe", "call_timeout",
+                                            "budget", "drain_s", "shadow_share", "seed")}
+    config.update(faults=faults, repeat=repeat)
+    run: dict[str, Any] = {
+        "command": shlex.join([".venv/bin/python", "-m", "lab.experiments.chaos", *(sys.argv[1:] if argv is None else argv)]),
+        "started": started.isoformat(timespec="seconds"), "machine": machine(), "config": config,
+        "scratch": str(scratch.relative_to(REPO) if scratch.is_relative_to(REPO) else scratch), "notes": [],
+        "stack_info": {"versions": versions_of_servers()},
+    }
+    if not use_opensearch:
+        run["notes"].append("no OpenSearch fault selected: the tenant's knowledge base is the embedded tantivy index")
+    est = len(plan) * (args.quiet + args.observe + 20) / 60
+    log(f"{len(plan)} fault windows ({', '.join(faults)} x {repeat}), about {est:.0f} min + start-up; scratch {scratch}")
+    from services.demo.local import install_stop_signals
+
+    install_stop_signals()
+    code = 0
+    for attempt in (1, 2):
+        try:
+            code = campaign(args, plan, scratch, use_opensearch, run)
+            break
+        except StartFailed as exc:  # a port taken between choosing and binding it, mostly
+            run["notes"].append(f"stack start attempt {attempt} failed: {exc.__cause__}"[:500])
+            log(f"the stack did not start ({exc.__cause__}); {'trying again' if attempt == 1 else 'giving up'}")
+            if attempt == 2:
+                run["error"] = f"the stack did not start: {exc.__cause__}"[:1000]
+                code = 1
+    run["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    run["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    run.setdefault("t0", time.time())
+    (scratch / "run.json").write_text(json.dumps(run, indent=1, default=str))
+    if (scratch / "faults.jsonl").exists() and (scratch / "client.jsonl").exists():
+        result = analyse(scratch, args.quiet)
+        findings = out / FINDINGS_FILE
+        if findings.exists():
+            result["run"]["findings"] = [line[2:] for line in findings.read_text().splitlines() if line.startswith("- ")]
+        write_report(result, out)
+        for row in result["rows"]:
+            log(f"{row['window']}: accepted {row['accepted']}, answered {row['answered']} (OK {row['answered_ok']}), "
+                f"client OK {row['client_ok']}/{row['sent']}, lost {row['lost']}, dup {row['duplicates']}, wrong "
+                f"{row['wrong_codes']}, recovery {row['recovery_s']} s -> {'pass' if row['pass'] else 'FAIL'}")
+        log(f"report: {out / 'report.md'}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

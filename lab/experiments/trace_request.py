@@ -1,0 +1,73 @@
+"""One tier-C request through the real local stack, printed as its trace tree.
+
+Starts `local_stack` (front door, worker pools on the filesystem broker, SQLite, the demo help
+centre; the rules route without a published classifier) with the instant LLM endpoint as its
+LLM (`--instant-llm`, the default; `--embedded` keeps the configured embedded reader), traces to
+files (`ARAG_TRACES=file`), asks one multi-part question through gRPC, reads the reply's
+`trace-id` trailer and prints the tree `infra.local.trace_tree` draws from the files:
+
+    python -m lab.experiments.trace_request --out reports/reliability/trace-c-request.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+QUESTION = "Which plan supports more devices, Lumora Plus or Lumora Pro?"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", type=Path, default=REPO / "var" / "trace-request")
+    parser.add_argument("--question", default=QUESTION)
+    parser.add_argument("--embedded", action="store_true", help="the embedded reader, not the instant LLM")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    import grpc
+
+    from lab.harness.instant_llm import running_instant_llm
+    from infra.local.trace_tree import find_trace, read_spans, render
+    from services.demo.local import local_stack
+    from services.frontdoor.stubs import pb2, pb2_grpc
+
+    traces = (args.workdir / "traces").resolve()
+    for old in traces.glob("*.jsonl"):
+        old.unlink()
+    os.environ.update(ARAG_TRACES="file", ARAG_TRACES_DIR=str(traces))
+    with ExitStack() as stack:
+        if not args.embedded:
+            os.environ["LLM_BASE_URL"] = stack.enter_context(running_instant_llm(args.workdir / "instant_llm.log"))
+            os.environ.setdefault("LLM_API", "completions")
+        running = stack.enter_context(local_stack(args.workdir, pools=("A", "B", "C")))
+        key = running.create_api_key("demo")
+        with grpc.insecure_channel(running.address) as channel:
+            reply, call = pb2_grpc.AdaptiveRagStub(channel).Answer.with_call(
+                pb2.AnswerRequest(query_text=args.question),
+                metadata=(("authorization", f"Bearer {key}"),), timeout=300)
+        trace_id = dict(call.trailing_metadata())["trace-id"]
+        time.sleep(2.0)  # the exporters write every 0.5 s
+    spans = find_trace(list(read_spans([traces])), trace_id)
+    header = (f"# python -m lab.experiments.trace_request ({'embedded reader' if args.embedded else 'instant LLM endpoint'})\n"
+              f"# question: {args.question}\n"
+              f"# reply: tier {pb2.Tier.Name(reply.tier)}, strategy {reply.strategy}, steps {reply.steps}, "
+              f"answer {reply.answer!r}, total {reply.timings.total_ms:.0f} ms (queue wait "
+              f"{reply.timings.queue_wait_ms:.0f} ms, strategy {reply.timings.strategy_ms:.0f} ms)\n"
+              f"# trace-id trailer: {trace_id}\n"
+              f"# python -m infra.local.trace_tree {traces.relative_to(REPO) if traces.is_relative_to(REPO) else traces} {trace_id}\n")
+    text = header + render(spans) + "\n"
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""The instant LLM endpoint: a measurement device, never a default.
+
+An OpenAI-compatible HTTP server (`/v1/chat/completions`, `/v1/completions`) that answers every
+prompt with the same short text, at once or after a fixed wait that uses no CPU (a stand-in for a
+remote inference endpoint with its own capacity). Benchmarks and load runs put it behind
+`LLM_BASE_URL` to measure the serving path without the model's cost; reports name it as such.
+
+`python -m lab.harness.instant_llm --port P [--latency-ms L]` serves it; `running_instant_llm`
+starts that process and yields its base URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from infra.local.servers import free_port, stop_process
+
+REPO = Path(__file__).resolve().parents[1]
+LLM_ANSWER = "Lumora."
+READY = "READY instant LLM"
+
+
+class _InstantLLM(BaseHTTPRequestHandler):
+    """POST /v1/chat/completions and /v1/completions: a fixed short answer, at once."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive: the workers' HTTP clients reuse connections
+    # Headers and body go out in two writes; with Nagle on, the body waits for the client's
+    # delayed ACK of the headers on a kept-alive connection: +40 ms per completion (measured).
+    disable_nagle_algorithm = True
+    # `--llm-latency-ms`: a fixed wait per completion that uses no CPU (a stand-in for a remote
+    # inference endpoint with its own capacity); 0, the default, answers at once.
+    latency_s = 0.0
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.latency_s > 0:
+            time.sleep(self.latency_s)  # each request on its own thread: no queueing here
+        try:
+            request = json.loads(body or b"{}")
+        except ValueError:
+            request = {}
+        prompt = request.get("prompt") or " ".join(
+            str(m.get("content", "")) for m in request.get("messages") or [])
+        usage = {"prompt_tokens": max(1, len(prompt) // 4), "completion_tokens": 2, "total_tokens": 0}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        logprobs = [{"token": LLM_ANSWER, "logprob": -0.01, "bytes": None, "top_logprobs": []}]
+        if self.path.rstrip("/").endswith("/chat/completions"):
+            choice = {"index": 0, "finish_reason": "stop", "logprobs": {"content": logprobs},
+                      "message": {"role": "assistant", "content": LLM_ANSWER}}
+            kind = "chat.completion"
+        elif self.path.rstrip("/").endswith("/completions"):
+            choice = {"index": 0, "finish_reason": "stop", "text": LLM_ANSWER,
+                      "logprobs": {"tokens": [LLM_ANSWER], "token_logprobs": [-0.01]}}
+            kind = "text_completion"
+        else:
+            self.send_error(404)
+            return
+        out = json.dumps({"id": "cmpl-bench", "object": kind, "created": int(time.time()),
+                          "model": request.get("model", "instant"), "choices": [choice],
+                          "usage": usage}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *_: Any) -> None:  # quiet
+        pass
+
+
+def serve_instant_llm(port: int, latency_ms: float = 0.0) -> int:
+    handler = _InstantLLM
+    if latency_ms > 0:
+        handler = type("_FixedLatencyLLM", (_InstantLLM,), {"latency_s": latency_ms / 1000.0})
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    server.daemon_threads = True
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    print(f"{READY} on port {port}", flush=True)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    server.server_close()
+    return 0
+
+
+
+@contextmanager
+def running_instant_llm(log_path: Path, latency_ms: float = 0.0) -> Iterator[str]:
+    """The endpoint as its own process on a free port; yields its base URL (`.../v1`)."""
+    port = free_port()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lab.harness.instant_llm", "--port", str(port),
+             "--latency-ms", str(latency_ms)],
+            cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while READY not in log_path.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the instant LLM did not start:\n{log_path.read_text()[-2000:]}")
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        stop_process(proc, signal.SIGTERM, 10.0)
+
+
+def cpu_model() -> str:
+    """The machine's CPU, for benchmark reports."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def mem_total_gb() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                return int(line.split()[1]) / 1024 / 1024
+    except OSError:
+        pass
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--latency-ms", type=float, default=0.0,
+                        help="fixed wait per completion, no CPU (default 0: at once)")
+    args = parser.parse_args(argv)
+    return serve_instant_llm(args.port, args.latency_ms)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
