@@ -145,6 +145,13 @@ bench-retrieval: setup
 	$(ARAG) retrieval-bench --data-dir $(DATA_DIR) --index-dir var/bench-index --out reports/retrieval
 	$(PY) -m lab.experiments.retrieval_backends --data-dir $(DATA_DIR) --out reports/retrieval_backends
 
+## bench-evidence: which evidence gatherer puts every supporting passage among the reader's 5 or 8,
+## against B's retrieval, per multi-hop dataset and on the support suite's joined questions; chain
+## chosen on train, test read once (no reader; ~10 min); reports/evidence/
+.PHONY: bench-evidence
+bench-evidence: setup-lab
+	nice -n 10 $(PY) -m lab.experiments.evidence --data-dir $(DATA_DIR) --index-dir var/evidence --out reports/evidence
+
 ## opensearch: start a local single-node OpenSearch on 127.0.0.1:9200 (jars from Maven Central)
 opensearch:
 	infra/opensearch/start.sh $(OPENSEARCH_PORT)

@@ -20,7 +20,7 @@ WEIGHTS: dict[str, Weights] = {
     "links": Weights(first=1.0, links=1.0),
     "ppr": Weights(first=1.0, ppr=1.0),
     "parts": Weights(first=1.0, parts=1.0),
-    "chain": Weights(first=3.0, bridge=1.0, links=0.5, ppr=1.0, parts=2.0),
+    "chain": Weights(first=1.0, links=0.5, ppr=0.5, parts=1.0),
 }
 GATHERERS = ("bm25", *WEIGHTS)
 NEEDS_GRAPH = frozenset(name for name, w in WEIGHTS.items() if w.links > 0 or w.ppr > 0)
