@@ -925,7 +925,7 @@ def reading_lines(s: dict[str, Any], cfg: dict[str, Any], cal: dict[str, Any]) -
         "would still wait behind one task of each of them (FIFO). The flood is a client that waits "
         "for its answers (or takes the refusal); a client that cancels its calls is not covered: "
         "admission gives the slot back on any exception but a timeout, cancellation included "
-        "(`adaptive_rag/serving/admission.py:303-304`), while the task stays queued. The LLM is a "
+        "(`adaptive_rag/serving/admission.py`, the slot release in `_answer`), while the task stays queued. The LLM is a "
         "fixed-latency stand-in (no CPU), so the CPU interference "
         "measured here is the service's own, not a model's.")
     return [*lines, ""]
