@@ -923,9 +923,9 @@ def reading_lines(s: dict[str, Any], cfg: dict[str, Any], cal: dict[str, Any]) -
         "effect has a process of its own. Slots bound how much of the tier-C queue a tenant may hold; "
         "they do not schedule it: with more busy tenants than tier-C processes the quiet tenant "
         "would still wait behind one task of each of them (FIFO). The flood is a client that waits "
-        "for its answers (or takes the refusal); a client that cancels its calls is not covered: "
-        "admission gives the slot back on any exception but a timeout, cancellation included "
-        "(`adaptive_rag/serving/admission.py:303-304`), while the task stays queued. The LLM is a "
+        "for its answers (or takes the refusal); a client that cancels its calls was not measured "
+        "(admission keeps a cancelled call's slot until its task ends: `_answer_when_done` in "
+        "`adaptive_rag/serving/admission.py`). The LLM is a "
         "fixed-latency stand-in (no CPU), so the CPU interference "
         "measured here is the service's own, not a model's.")
     return [*lines, ""]

@@ -86,7 +86,7 @@ from infra.local.servers import free_port, local_postgres, local_redis
 from services.classifier.local import TritonProcess
 from services.demo.stack import FrontDoorProcess, StackSettings
 from services.frontdoor.stubs import pb2, pb2_grpc
-from tests.support.models import minilm_tokenizer_path, publish_length_router
+from lab.harness.models import minilm_tokenizer_path, publish_length_router
 from workers.celery_app import QUEUES, create_app
 from workers.client import CeleryTaskQueue
 from workers.pools import WorkerPools
