@@ -192,6 +192,10 @@ class LoadClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    async def ready(self, timeout: float = 30.0) -> None:
+        """Wait until every channel is connected (so a first call does not time the connecting)."""
+        await asyncio.wait_for(asyncio.gather(*(c.channel_ready() for c in self.channels)), timeout)
+
     async def close(self) -> None:
         for channel in self.channels:
             await channel.close()
