@@ -24,7 +24,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Generic, TextIO, TypeVar
@@ -425,11 +425,3 @@ def read_jsonl(path: Path) -> list[CallRecord]:
                 item.pop("type", None)
                 out.append(CallRecord.from_dict(item))
     return out
-
-
-def by_tag(records: Sequence[CallRecord], tag: str) -> dict[Any, list[CallRecord]]:
-    """Records grouped by one of their tags (in call order within each group)."""
-    groups: dict[Any, list[CallRecord]] = {}
-    for record in records:
-        groups.setdefault(record.tags.get(tag), []).append(record)
-    return groups
