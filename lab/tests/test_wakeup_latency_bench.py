@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import cpu_latency
+from lab.harness import cpu_latency
 from lab.experiments.wakeup_latency import SETTINGS, TRITON, markdown, measure
 
 
