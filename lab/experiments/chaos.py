@@ -22,9 +22,9 @@ load and the faults is `services.demo.local.local_stack`, the parts `make demo` 
 `lab/harness/instant_llm.py` with a fixed latency per completion (a measurement device: it uses no
 CPU, so what is measured is the stack's own behaviour).
 
-The load is an asyncio gRPC client on the generated stubs at a fixed offered rate (open loop,
-default 5 queries/s, the load test's query pools and its 60/30/10 A/B/C mix). It behaves like a
-good client: UNAVAILABLE / RESOURCE_EXHAUSTED / CANCELLED -> the same `client_request_id` again
+The load is the lab's gRPC load client (`lab.harness.load_client`) at a fixed offered rate (open
+loop, default 5 queries/s, the load test's query pools and its 60/30/10 A/B/C mix). It behaves like
+a good client: UNAVAILABLE / RESOURCE_EXHAUSTED / CANCELLED -> the same `client_request_id` again
 after the `retry-after` hint; DEADLINE_EXCEEDED -> `GetResult` with the `x-request-id` trailer
 until the answer is there; every request bounded by a total budget. Every call is logged (client
 request id, attempt, method, start, end, status, tier, request id); health is polled every second.
@@ -39,7 +39,7 @@ must keep the queries answered).
 Per fault window the accounting joins the PostgreSQL records (after the campaign drained) and the
 client log: accepted, answered, lost, duplicated, wrong codes, seconds to recovery, p50/p95
 latency (definitions in the report, logic in the functions below `# --- accounting`, unit-tested
-in tests/unit/test_chaos_accounting.py). Scratch (logs of every process, the client log, the
+in lab/tests/test_chaos_accounting.py). Scratch (logs of every process, the client log, the
 records) goes to `var/chaos/<run>/`.
 """
 
