@@ -65,7 +65,7 @@ from lab.harness.stats import (
 )
 from infra.local.servers import stop_process
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LOCUSTFILE = "lab/loadtest/locustfile.py"
 TIERS = ("A", "B", "C")
 QUEUE = {"A": "tier-a", "B": "tier-b", "C": "tier-c"}

@@ -73,7 +73,7 @@ from adaptive_rag.contracts import NEVER_RAN
 from lab.harness.load_client import CallRecord, LoadClient, Outcome, open_loop, read_jsonl
 from lab.harness.stats import percentile
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TENANT = "chaos"
 WINDOW_S = 5.0  # sliding window of the recovery rule
 SHARE = 0.95  # of the pre-fault success rate that counts as recovered

@@ -71,7 +71,7 @@ from lab.harness.instant_llm import cpu_model, mem_total_gb, running_instant_llm
 from lab.harness.load_client import CallRecord, LoadClient, open_loop
 from lab.harness.stats import median, percentile, percentile_ratio_interval
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "demo"
 PHASES = ("solo", "fair", "off")
 PHASE_LABEL = {"solo": "quiet alone", "fair": "with flood, fair share on",

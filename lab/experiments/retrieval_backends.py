@@ -43,7 +43,7 @@ from adaptive_rag.settings import Settings
 from lab.harness.stats import percentiles
 from infra.local.servers import free_port
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OPENSEARCH_DIR = REPO / "infra" / "opensearch"
 RECALL_DATASETS = ("hotpotqa", "2wiki", "musique")
 KS = (2, 5, 10)

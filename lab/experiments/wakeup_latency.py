@@ -38,7 +38,7 @@ from typing import Any
 
 from lab.harness.stats import CpuLatencyUnavailable, hold_cpu_latency, median, percentile
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SETTINGS = ("no limit", "PM QoS 0 us")
 
 
