@@ -63,7 +63,7 @@ from typing import Any, Iterator
 from lab.harness.cpu_latency import CpuLatencyUnavailable, hold_cpu_latency
 from infra.local.servers import stop_process
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LOCUSTFILE = "lab/loadtest/locustfile.py"
 TIERS = ("A", "B", "C")
 QUEUE = {"A": "tier-a", "B": "tier-b", "C": "tier-c"}

@@ -71,7 +71,7 @@ from typing import Any
 
 from adaptive_rag.contracts import NEVER_RAN
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TENANT = "chaos"
 WINDOW_S = 5.0  # sliding window of the recovery rule
 SHARE = 0.95  # of the pre-fault success rate that counts as recovered

@@ -70,7 +70,7 @@ import numpy as np
 
 from lab.harness.instant_llm import cpu_model, mem_total_gb, running_instant_llm
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "demo"
 PHASES = ("solo", "fair", "off")
 PHASE_LABEL = {"solo": "quiet alone", "fair": "with flood, fair share on",

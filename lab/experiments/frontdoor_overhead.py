@@ -62,7 +62,7 @@ from adaptive_rag.contracts import CLASSIFIER_MODEL
 from lab.harness.instant_llm import LLM_ANSWER, READY, cpu_model
 from infra.local.servers import free_port
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BEFORE_COMMIT = "7b14f11"
 BEFORE_TREE = Path("/tmp/arag-before")
 PYTHON = Path(sys.executable)

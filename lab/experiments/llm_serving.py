@@ -54,7 +54,7 @@ from typing import Any
 from adaptive_rag.domain import Passage
 from adaptive_rag.prompts import format_passages, no_retrieval, single_step
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SETUPS = ("embedded-t2", "embedded-t1", "server")
 WORKLOADS = ("A", "B")
 CONCURRENCY = (1, 2, 4, 8)

@@ -91,7 +91,7 @@ from workers.celery_app import QUEUES, create_app
 from workers.client import CeleryTaskQueue
 from workers.pools import WorkerPools
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "demo"
 TIERS = tuple(t.value for t in Tier)
 MODES = ("separate", "shared")

@@ -42,7 +42,7 @@ from adaptive_rag.ports import Retriever
 from adaptive_rag.settings import Settings
 from infra.local.servers import free_port
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OPENSEARCH_DIR = REPO / "infra" / "opensearch"
 RECALL_DATASETS = ("hotpotqa", "2wiki", "musique")
 KS = (2, 5, 10)

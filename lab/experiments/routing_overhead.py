@@ -41,7 +41,7 @@ from adaptive_rag.routing.model_repository import open_version
 from adaptive_rag.routing.policy import RoutingPolicy
 from services.classifier.local import TritonProcess
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = {"p50": 9.3, "p99": 11.6}  # ms, single stream, untrained MiniLM via PyTriton, measured 2026-11-30
 
 

@@ -40,7 +40,7 @@ from typing import Any
 from adaptive_rag.evaluation.retrieval_eval import percentile
 from lab.harness.cpu_latency import CpuLatencyUnavailable, hold_cpu_latency
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SETTINGS = ("no limit", "PM QoS 0 us")
 
 
