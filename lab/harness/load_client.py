@@ -29,13 +29,17 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Generic, TextIO, TypeVar
 
+from adaptive_rag.contracts import CallError
+
 R = TypeVar("R")
 T = TypeVar("T")
 
 # A good client's reading of the statuses (the contract in docs/api.md):
 RETRYABLE = ("UNAVAILABLE", "RESOURCE_EXHAUSTED", "CANCELLED")  # the same client_request_id again
-STILL_RUNNING = "still"  # GetResult's FAILED_PRECONDITION for work in progress: "is still queued/running"
-NEVER_RAN_HINT = "never ran"  # GetResult's FAILED_PRECONDITION for a request a resend runs
+# GetResult's FAILED_PRECONDITION reasons, read from the `x-error-code` trailer (older records,
+# from before the trailer, by their message's words)
+STILL_RUNNING = (CallError.NOT_FINISHED, "still")  # work in progress: the client waits
+NEVER_RAN = (CallError.NEVER_RAN, "never ran")  # an accepted request a resend runs
 CLIENT_ERROR = "CLIENT_ERROR"  # the client itself failed (no status from the server)
 GAVE_UP = "GAVE_UP"  # a logical request whose budget was spent
 DETAIL_CHARS = 300
@@ -65,7 +69,10 @@ def reply_fields(reply: Any) -> dict[str, Any]:
 
 
 def error_fields(error: Any) -> dict[str, Any]:
-    """What a record keeps of a failed call: its status, message, request id and retry-after hint."""
+    """What a record keeps of a failed call: its status, message, error code, request id and
+    retry-after hint."""
+    from services.frontdoor.stubs import ERROR_CODE_METADATA
+
     code = error.code() if hasattr(error, "code") else None
     out: dict[str, Any] = {"code": code.name if code is not None else "UNKNOWN",
                            "detail": ((error.details() if hasattr(error, "details") else str(error)) or "")[:DETAIL_CHARS]}
@@ -76,6 +83,8 @@ def error_fields(error: Any) -> dict[str, Any]:
     for key, value in trailers:
         if key == "x-request-id":
             out["request_id"] = value
+        elif key == ERROR_CODE_METADATA:
+            out["error_code"] = value
         elif key == "retry-after":
             try:
                 out["retry_after_s"] = float(value)
@@ -105,6 +114,7 @@ class CallRecord:
     replayed: bool | None = None
     retry_after_s: float | None = None
     detail: str = ""
+    error_code: str | None = None  # the front door's stable reason (`x-error-code`, CallError)
     tenant: str | None = None
     attempt: int = 1  # of its logical request (Answer and GetResult counted together)
     tags: dict[str, Any] = field(default_factory=dict)  # the experiment's labels (phase, block, ...)
@@ -127,7 +137,12 @@ class CallRecord:
     @property
     def is_poll(self) -> bool:
         """A GetResult that says "still running": the client waits, nothing failed."""
-        return self.method == "GetResult" and self.code == "FAILED_PRECONDITION" and STILL_RUNNING in self.detail
+        return self.method == "GetResult" and self.code == "FAILED_PRECONDITION" and self.says(STILL_RUNNING)
+
+    def says(self, reason: tuple[str, str]) -> bool:
+        """The call failed for `reason` (its error code; a record without one: its message)."""
+        code, words = reason
+        return self.error_code == code if self.error_code else words in self.detail
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON object of the record without its empty fields."""
@@ -311,7 +326,7 @@ class LoadClient:
                 await pause(poll_s)
                 continue
             if mode == "get" and call.code == "FAILED_PRECONDITION":
-                if NEVER_RAN_HINT in call.detail:
+                if call.says(NEVER_RAN):
                     mode = "answer"
                 await pause(poll_s)
                 continue

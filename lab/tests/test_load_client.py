@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from lab.harness.load_client import (
-    GAVE_UP, CallRecord, LoadClient, closed_loop, error_fields, open_loop, read_jsonl, reply_fields, tier_name,
+    GAVE_UP, NEVER_RAN, CallRecord, LoadClient, closed_loop, error_fields, open_loop, read_jsonl, reply_fields, tier_name,
 )
 from services.frontdoor.stubs import pb2, pb2_grpc
 
@@ -283,3 +283,27 @@ def test_a_closed_loop_keeps_its_clients_busy_one_call_each() -> None:
     results, most = run(go())
     assert sorted(item for item, _ in results) == list(range(9))
     assert {lane for _, lane in results} == {0, 1, 2} and most == 3
+
+
+def test_the_reason_comes_from_the_error_code_trailer() -> None:
+    """A poll and a never-ran request are told by `x-error-code`, whatever the message says."""
+    from adaptive_rag.contracts import CallError
+
+    class Failed:
+        def code(self):
+            import grpc
+            return grpc.StatusCode.FAILED_PRECONDITION
+
+        def details(self):
+            return "request r-1: not finished"
+
+        def trailing_metadata(self):
+            return (("x-error-code", CallError.NOT_FINISHED.value), ("x-request-id", "r-1"))
+
+    found = error_fields(Failed())
+    assert found["error_code"] == "not_finished" and found["request_id"] == "r-1"
+    poll = CallRecord("GetResult", "c", 0, 1, found.pop("code"), **found)
+    assert poll.is_poll and not poll.says(NEVER_RAN)
+    never = CallRecord("GetResult", "c", 0, 1, "FAILED_PRECONDITION", detail="still words",
+                       error_code=CallError.NEVER_RAN.value)
+    assert never.says(NEVER_RAN) and not never.is_poll
