@@ -39,8 +39,8 @@ $(VENV)/.created:
 
 # everything (tests, training, eval); the tests also need Java/Maven (OpenSearch) and Redis
 $(VENV)/.installed: pyproject.toml infra/llama/build_wheel.sh | $(VENV)/.created
-	@command -v java >/dev/null && command -v mvn >/dev/null && command -v curl >/dev/null && command -v redis-server >/dev/null || \
-	  { echo "installing Java 17, Maven, curl and Redis (apt)"; apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven curl redis-server; }
+	@command -v java >/dev/null && command -v mvn >/dev/null && command -v curl >/dev/null && command -v redis-server >/dev/null && command -v docker-compose >/dev/null || \
+	  { echo "installing Java 17, Maven, curl, Redis and docker-compose (apt)"; apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven curl redis-server docker-compose; }
 	$(call INSTALL_ROLE,all)
 	PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build_server.sh $(LLAMA_CPP_VERSION)
 	touch $@

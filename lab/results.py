@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from adaptive_rag.evaluation.bootstrap import Interval, bootstrap_mean, difference_interval, mean_interval
 from adaptive_rag.evaluation.datasets import SINGLE_HOP
+from lab.harness.stats import percentile
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DOCS = REPO / "docs" / "results.md"
@@ -52,11 +52,6 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
         for line in handle:
             if line.strip():
                 yield json.loads(line)
-
-
-def percentile(values: list[float], q: float) -> float:
-    """numpy's linear-interpolation percentile, the one every load benchmark reports."""
-    return float(np.percentile(np.asarray(values, dtype=float), q))
 
 
 # --- formatting as the page writes it -----------------------------------------------------------
