@@ -19,7 +19,7 @@ read once, at the end, with the chosen chain. `--splits train` runs the selectio
 Writes to `--out`: README.md (tables and the command), summary.json, evidence.png (complete at
 budget 5 per gatherer and dataset, with intervals), records.jsonl.gz (one row per question and
 gatherer: the passages' titles at budget 8, time, searches, fallback); `--report-only` rewrites
-README.md and the plot from them.
+README.md and the plot from summary.json.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 from adaptive_rag.domain import Passage
-from adaptive_rag.evaluation.bootstrap import Interval, bootstrap_mean, difference_interval
 from adaptive_rag.evaluation.corpus import load_corpus
 from adaptive_rag.evaluation.datasets import MULTI_HOP, Question, load_questions
 from adaptive_rag.evaluation.support import JOINED, build_suite
@@ -49,6 +48,7 @@ from adaptive_rag.evidence import GATHERERS, WEIGHTS, EntityGraph, EvidenceGathe
 from adaptive_rag.ports import Retriever
 from adaptive_rag.retrieval.tantivy_index import TantivyRetriever
 from adaptive_rag.settings import Settings
+from lab.harness.stats import Interval, mean_interval, median, paired_difference_interval
 
 BUDGETS = (5, 8)
 DEPTH = max(BUDGETS)
@@ -178,9 +178,14 @@ def select_chain(
 # --- figures ----------------------------------------------------------------------------------------
 
 
-def keyed(records: Iterable[dict[str, Any]], gatherer: str, split: str, group: str, metric: str) -> dict[tuple[str, str], float]:
-    return {(r["group"], r["id"]): r[metric] for r in records
-            if r["gatherer"] == gatherer and r["split"] == split and r["group"] == group}
+def paired(records: Iterable[dict[str, Any]], gatherer: str, split: str, group: str, metric: str) -> tuple[list[float], list[float]]:
+    """B's and `gatherer`'s `metric` on the same questions, in the same order."""
+    by = defaultdict(dict)
+    for r in records:
+        if r["split"] == split and r["group"] == group and r["gatherer"] in (BASELINE, gatherer):
+            by[r["gatherer"]][r["id"]] = r[metric]
+    shared = [i for i in by[BASELINE] if i in by[gatherer]]
+    return [by[BASELINE][i] for i in shared], [by[gatherer][i] for i in shared]
 
 
 def summarise(records: list[dict[str, Any]], gatherers: Sequence[str]) -> dict[str, Any]:
@@ -195,11 +200,11 @@ def summarise(records: list[dict[str, Any]], gatherers: Sequence[str]) -> dict[s
                     continue
                 cell: dict[str, Any] = {"n": len(rows)}
                 for metric in (f"{m}@{k}" for m in ("complete", "recall") for k in BUDGETS):
-                    cell[metric] = _interval(bootstrap_mean({group: [r[metric] for r in rows]}))
+                    cell[metric] = _interval(mean_interval([r[metric] for r in rows]))
                     if name != BASELINE and metric.startswith("complete"):
-                        cell[f"{metric} - bm25"] = _interval(difference_interval(
-                            keyed(records, name, split, group, metric), keyed(records, BASELINE, split, group, metric)))
-                cell["ms_median"] = statistics.median(r["ms"] for r in rows)
+                        cell[f"{metric} - bm25"] = _interval(paired_difference_interval(
+                            *paired(records, name, split, group, metric)))
+                cell["ms_median"] = median(r["ms"] for r in rows)
                 cell["searches_mean"] = statistics.fmean(r["searches"] for r in rows)
                 cell["fallback_share"] = statistics.fmean(float(r["fallback"]) for r in rows)
                 summary.setdefault(split, {}).setdefault(group, {})[name] = cell
@@ -344,6 +349,11 @@ def write(out: Path, report: dict[str, Any], records: list[dict[str, Any]]) -> N
     with gzip.open(out / "records.jsonl.gz", "wt", encoding="utf-8") as handle:
         for record in records:
             handle.write(json.dumps(record) + "\n")
+    render(out, report)
+
+
+def render(out: Path, report: dict[str, Any]) -> None:
+    """README.md and the plot, from the report."""
     final = "test" if "test" in report["splits"] else "train"
     plot(report["summary"], final, GATHERERS, out / "evidence.png")
     (out / "README.md").write_text(readme(report), encoding="utf-8")
@@ -427,11 +437,8 @@ def caveats(report: dict[str, Any]) -> str:
 
 
 def report_only(out: Path) -> None:
-    """Rewrite README.md and the plot from summary.json and the records."""
-    report = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-    with gzip.open(out / "records.jsonl.gz", "rt", encoding="utf-8") as handle:
-        records = [json.loads(line) for line in handle if line.strip()]
-    write(out, report, records)
+    """Rewrite README.md and the plot from summary.json."""
+    render(out, json.loads((out / "summary.json").read_text(encoding="utf-8")))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
