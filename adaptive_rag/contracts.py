@@ -36,6 +36,7 @@ class StrategyName(StrEnum):
     SINGLE_STEP = "single_step"  # tier B: one retrieval, one answer
     IRCOT = "ircot"  # tier C: retrieval interleaved with chain-of-thought steps
     DECOMPOSE = "decompose"  # tier C: sub-questions, each with its own retrieval
+    EVIDENCE = "evidence"  # tier C: the chain's few passages gathered by retrieval, read once
     SELF_ROUTE = "self_route"  # single step escalating to multi step when the reader abstains
     UNCERTAINTY = "uncertainty"  # no retrieval escalating to single step when the draft is unsure
     SMALL_TALK = "small_talk"  # a canned reply to a greeting or thanks, chosen at admission

@@ -130,8 +130,20 @@ class Settings(BaseSettings):
     # --- strategies ----------------------------------------------------------------------------
     # Tier C's strategy. Unset: the embedded reader's tuned choice (`ReaderModel.tuning`), else
     # decompose (chosen on the Gemma evaluation, the cheaper of the two).
-    multi_step: Literal[StrategyName.IRCOT, StrategyName.DECOMPOSE] | None = Field(
+    multi_step: Literal[StrategyName.IRCOT, StrategyName.DECOMPOSE, StrategyName.EVIDENCE] | None = Field(
         None, validation_alias=AliasChoices("ARAG_MULTI_STEP", "multi_step")
+    )
+    # The `evidence` strategy (`strategies.evidence`): which gatherer of `adaptive_rag.evidence`
+    # finds the passages and how many the reader gets (chosen on `train`, reports/chain-reader/).
+    evidence_gatherer: Literal["bm25", "bridge", "links", "ppr", "parts", "chain"] = Field(
+        "chain", validation_alias=env_name("ARAG_EVIDENCE_GATHERER", "evidence_gatherer")
+    )
+    evidence_budget: int = Field(
+        5, ge=1, le=50, validation_alias=env_name("ARAG_EVIDENCE_BUDGET", "evidence_budget")
+    )
+    # Knowledge bases whose entity graphs a worker keeps in memory (least recently used dropped).
+    evidence_graphs: int = Field(
+        8, ge=1, validation_alias=env_name("ARAG_EVIDENCE_GRAPHS", "evidence_graphs")
     )
     max_steps: int = Field(4, ge=1, le=16, validation_alias=AliasChoices("ARAG_MAX_STEPS", "max_steps"))
     max_passages: int = Field(
@@ -259,7 +271,7 @@ def strategy_knob(settings: Settings, name: str) -> Any:
 
 
 def multi_step_strategy(settings: Settings) -> StrategyName:
-    """Tier C's strategy (`ircot` or `decompose`)."""
+    """Tier C's strategy (`ircot`, `decompose` or `evidence`)."""
     return StrategyName(strategy_knob(settings, "multi_step"))
 
 

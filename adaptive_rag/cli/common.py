@@ -77,7 +77,7 @@ def progress_bar(description: str, total: int | None) -> Iterator[Callable[[int]
 
 # --- strategies ------------------------------------------------------------------------------------
 
-MULTI_STEP = "multi_step"  # the configured C variant (`ircot` or `decompose`)
+MULTI_STEP = "multi_step"  # the configured C variant (`ircot`, `decompose` or `evidence`)
 STRATEGY_ALIASES = {"a": StrategyName.NO_RETRIEVAL, "b": StrategyName.SINGLE_STEP, "c": MULTI_STEP}
 
 

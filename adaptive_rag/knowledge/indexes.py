@@ -190,6 +190,18 @@ class TantivyTenantRetriever:
     def count(self) -> int:
         return self._live().count()
 
+    def corpus_id(self) -> str:
+        """The tenant's knowledge base (every generation of it)."""
+        return str(self.tenant_dir.resolve())
+
+    def corpus_version(self) -> str:
+        """The live generation and its last commit: changes on rebuild, upsert and delete."""
+        live = self._live()
+        return f"{self._generation}:{live.corpus_version()}"
+
+    def corpus_passages(self) -> Iterator[Passage]:
+        return self._live().corpus_passages()
+
     def __repr__(self) -> str:
         return f"TantivyTenantRetriever(tenant={self.tenant!r}, dir={str(self.tenant_dir)!r})"
 

@@ -25,7 +25,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import tantivy
@@ -257,6 +257,32 @@ class TantivyRetriever:
 
     def count(self) -> int:
         return self._searcher().num_docs
+
+    # ---- the whole corpus (what the entity graph is built from) -------------------------------
+
+    def corpus_id(self) -> str:
+        """Which index this is, the same for every retriever opened on it."""
+        return str(self.index_dir.resolve())
+
+    def corpus_version(self) -> str:
+        """Changes with every commit (tantivy replaces meta.json), so a graph built from an older
+        version is known to be stale."""
+        stamp = file_stamp(self._meta)
+        return "-" if stamp is None else "-".join(str(part) for part in stamp)
+
+    def corpus_passages(self) -> Iterator[Passage]:
+        """Every passage in the index, in no particular order, from one consistent searcher."""
+        searcher = self._searcher()
+        total = searcher.num_docs
+        if not total:
+            return
+        for _, address in searcher.search(tantivy.Query.all_query(), total).hits:
+            doc = searcher.doc(address)
+            yield Passage(
+                id=doc.get_first("id"), title=doc.get_first("title") or "", text=doc.get_first("text") or "",
+                doc_id=(doc.get_first("doc_id") or "") if self._has_kb_fields else "",
+                section=(doc.get_first("section") or "") if self._has_kb_fields else "",
+            )
 
     def query_terms(self, query: str) -> list[str]:
         """Distinct analysed terms of `query`, in order of first appearance, bounded."""

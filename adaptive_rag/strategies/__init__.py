@@ -8,6 +8,7 @@ from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.settings import Settings, multi_step_strategy, strategy_knob
 from adaptive_rag.strategies.base import Strategy
 from adaptive_rag.strategies.decompose import Decompose
+from adaptive_rag.strategies.evidence import EvidenceRead
 from adaptive_rag.strategies.ircot import IRCoT
 from adaptive_rag.strategies.no_retrieval import NoRetrieval
 from adaptive_rag.strategies.self_route import SelfRoute
@@ -17,6 +18,7 @@ from adaptive_rag.strategies.uncertainty import Uncertainty
 
 STRATEGY_NAMES = (
     StrategyName.NO_RETRIEVAL, StrategyName.SINGLE_STEP, StrategyName.IRCOT, StrategyName.DECOMPOSE,
+    StrategyName.EVIDENCE,
 )
 # Cost order, cheapest first: used to pick the cheapest correct strategy (oracle, labels).
 COST_RANK = {name: rank for rank, name in enumerate(STRATEGY_NAMES)}
@@ -84,13 +86,21 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
             retriever, llm, top_k=settings.top_k, max_passages=settings.max_passages,
             question_hits_first=strategy_knob(settings, "decompose_question_hits_first"),
         )
+    if name == StrategyName.EVIDENCE:
+        from adaptive_rag.evidence.graphs import shared_graphs
+
+        return EvidenceRead(
+            retriever, llm, gatherer=settings.evidence_gatherer, budget=settings.evidence_budget,
+            graphs=shared_graphs(settings.evidence_graphs), min_score=settings.abstain_min_score,
+            reader_abstains=settings.reader_abstains,
+        )
     raise ConfigurationError(
         f"unknown strategy {name!r}; choose one of {', '.join((*ALL_STRATEGY_NAMES, SMALL_TALK))}")
 
 
 __all__ = [
     "ALL_STRATEGY_NAMES", "COST_RANK", "SELF_ROUTING_NAMES", "SMALL_TALK", "STRATEGY_NAMES",
-    "Decompose", "IRCoT", "NoRetrieval", "SelfRoute", "SingleStep", "SmallTalkReply", "Strategy",
+    "Decompose", "EvidenceRead", "IRCoT", "NoRetrieval", "SelfRoute", "SingleStep", "SmallTalkReply", "Strategy",
     "Uncertainty",
     "build_strategy", "strategy_for_tier", "uses_retrieval",
 ]

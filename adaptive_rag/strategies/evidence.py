@@ -1,0 +1,81 @@
+"""Tier C, `evidence`: gather the few passages that form the question's chain by retrieval, then
+read them with ONE reader call.
+
+A small reader composes a two-hop answer when its context is the chain and little else, and
+fails when the chain is buried among many passages; IRCoT's rounds of reasoning do not pay with
+it. So the work goes into the evidence, not the reading: the configured gatherer
+(`adaptive_rag.evidence`, default `chain`: the first hop fused with the passages whose titles it
+mentions, an entity-graph walk and each part of a two-part question) hands `budget` passages, and
+the reader answers from them at once.
+
+Degenerate input never errors: no graph (the retriever cannot list its passages, or its build
+failed), an empty graph, a question with no entity, a one-document knowledge base: the gatherer
+falls back to B's evidence (the question's own top hits). The trace says what was gathered and
+any fallback. It abstains as single step does: no passage above `min_score`, or (with
+`reader_abstains`) the reader says the passages lack the answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from adaptive_rag.contracts import StrategyName
+from adaptive_rag.domain import StrategyResult
+from adaptive_rag.evidence import NEEDS_GRAPH, make_gatherer
+from adaptive_rag.evidence.graphs import EntityGraphs
+from adaptive_rag.ports import LLM, Retriever
+from adaptive_rag.prompts import evidence as prompt
+from adaptive_rag.strategies.base import PhaseTimer
+from adaptive_rag.strategies.single_step import BELOW_THRESHOLD, READER_FOUND_NONE, read_answer, says_no_answer
+
+
+@dataclass
+class EvidenceRead:
+    retriever: Retriever
+    llm: LLM
+    gatherer: str = "chain"
+    budget: int = 5
+    # Where the knowledge base's entity graph comes from (None: no graph, the gatherers that
+    # walk one fall back to B's evidence).
+    graphs: EntityGraphs | None = None
+    # Abstain when no passage scores at least this (0 disables), as single step.
+    min_score: float = 0.0
+    # Let the reader abstain with `prompts.single_step.NO_ANSWER_MARKER`, as single step.
+    reader_abstains: bool = False
+    name: str = StrategyName.EVIDENCE
+
+    def run(self, question: str) -> StrategyResult:
+        timer = PhaseTimer()
+        trace: list[str] = []
+        with timer.phase("retrieve"):
+            graph = None
+            if self.gatherer in NEEDS_GRAPH:
+                if self.graphs is None:
+                    trace.append("entity graph: none configured")
+                else:
+                    found = self.graphs.lookup(self.retriever)
+                    graph = found.graph
+                    trace.append(found.note)
+            evidence = make_gatherer(self.gatherer, graph).gather(question, self.retriever, self.budget)
+        passages = evidence.passages
+        trace += [f"gatherer {self.gatherer}, budget {self.budget}", *evidence.steps]
+        if evidence.fallback:
+            trace.append(f"fell back to B's evidence: {evidence.fallback}")
+        steps = max(1, evidence.searches)
+        if self.min_score > 0 and not any(p.score >= self.min_score for p in passages):
+            return StrategyResult(
+                strategy=self.name, answer="", steps=steps, passages=passages, timings=timer.finish(),
+                trace=trace, answerable=False, abstain_reason=BELOW_THRESHOLD,
+            )
+        template = prompt.ABSTAIN if self.reader_abstains else prompt.PROMPT
+        with timer.phase("generate"):
+            answer = read_answer(self.llm, question, passages, template)
+        if self.reader_abstains and says_no_answer(answer):
+            return StrategyResult(
+                strategy=self.name, answer="", steps=steps, passages=passages, timings=timer.finish(),
+                trace=trace, answerable=False, abstain_reason=READER_FOUND_NONE,
+            )
+        return StrategyResult(
+            strategy=self.name, answer=answer, steps=steps, passages=passages, timings=timer.finish(),
+            trace=trace,
+        )
