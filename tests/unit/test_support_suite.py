@@ -41,7 +41,7 @@ from adaptive_rag.evaluation.support import (
 )
 from adaptive_rag.knowledge.documents import derived_document_id, normalise_title
 from adaptive_rag.settings import Settings, multi_step_strategy
-from adaptive_rag.strategies import SingleStep
+from adaptive_rag.strategies import Abstention, SingleStep
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO / ".." / "shared" / "data"
@@ -253,7 +253,7 @@ def run_hand_made(settings: Settings, tmp_path: Path, llm: FakeLLM):
 
     retriever = kb_retriever()
     strategies = {
-        "single_step": SingleStep(retriever, llm, min_score=5.0),
+        "single_step": SingleStep(retriever, llm, abstention=Abstention(min_score=5.0)),
         "decompose": build_strategy("decompose", retriever, llm, settings),
     }
     queries = hand_made_queries()
