@@ -353,7 +353,8 @@ def test_cli_runs_the_support_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     report = json.loads((out / "report.json").read_text())
     assert report["meta"]["rows"] == ["router", "always_b"]
     assert report["meta"]["queries_per_kind"] == {kind: 1 for kind in KINDS}
-    assert "auto" in report["meta"]["abstain_min_score"]
+    assert report["meta"]["abstain_min_relevance"].split(" (")[1].startswith("automatic: max(floor")
+    assert report["meta"]["abstain_min_score"] == "0 (settings)"
     assert (out / "support.png").exists() and not (out / "kb_index").exists()  # index in a temp dir
     assert f"Command: `arag eval --suite support --limit 1 --out {out}" in (out / "report.md").read_text()
 
