@@ -17,6 +17,7 @@ from them (`candidate_table`, on `train` only).
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from collections.abc import Iterable, Mapping, Sequence
@@ -214,9 +215,12 @@ def _best_split(inside: Sequence[float], outside: Sequence[float]) -> float:
 
 
 def write_records(records: Iterable[GateRecord], path: Path) -> None:
+    """One JSON line per record; gzipped when the name ends in .gz."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(asdict(r)) + "\n" for r in records), encoding="utf-8")
+    with (gzip.open if path.suffix == ".gz" else open)(path, "wt", encoding="utf-8") as sink:
+        sink.writelines(json.dumps(asdict(r)) + "\n" for r in records)
 
 
 def read_records(path: Path) -> list[GateRecord]:
-    return [GateRecord(**json.loads(line)) for line in Path(path).read_text(encoding="utf-8").splitlines() if line]
+    with (gzip.open if Path(path).suffix == ".gz" else open)(path, "rt", encoding="utf-8") as source:
+        return [GateRecord(**json.loads(line)) for line in source if line.strip()]

@@ -19,7 +19,7 @@ Rows, all judged by the gate every retrieving strategy runs before its reader
 - `automatic`: each knowledge base's own relevance threshold, derived on import.
 
 The report's figures use `--split` (default `test`); the candidate table (other ways to derive a
-threshold) uses `train` only. Writes `records.jsonl` (every question of both splits: top score,
+threshold) uses `train` only. Writes `records.jsonl.gz` (every question of both splits: top score,
 relevance, which rows abstained), `report.json` and `report.md` under `--out`.
 
     python -m lab.experiments.abstention --data-dir ../shared/data --out reports/abstention
@@ -193,7 +193,7 @@ def run(data_dir: Path, out: Path, split: str, command: str) -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {platform.python_version()}",
     }
     out.mkdir(parents=True, exist_ok=True)
-    write_records(records, out / "records.jsonl")
+    write_records(records, out / "records.jsonl.gz")
     (out / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     (out / "report.md").write_text(markdown(report), encoding="utf-8")
     return report
@@ -210,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for kb, data in report["knowledge_bases"].items():
         for row, cell in data["summary"]["rows"].items():
             print(f"{kb:8s} {row:11s} caught {_pct(cell['caught'])}  false {_pct(cell['false_abstain'])}")
-    print(f"wrote {args.out}/records.jsonl, report.json, report.md")
+    print(f"wrote {args.out}/records.jsonl.gz, report.json, report.md")
 
 
 if __name__ == "__main__":

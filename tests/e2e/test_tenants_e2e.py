@@ -1,8 +1,10 @@
 """Tenants on the real stack, through gRPC, on both retrieval backends (embedded tantivy and a real
-OpenSearch): each tenant brings its knowledge base through the KnowledgeBase API; retrieval never
-crosses tenants, even for a query quoting another tenant's text word for word; no tenant reads,
-rates or deletes another's requests or documents; a key without the write scope changes nothing;
-a full rebuild swaps the index while queries keep being answered (zero errors).
+OpenSearch): each tenant brings its knowledge base through the KnowledgeBase API, which derives its
+own abstention threshold, and a question the knowledge base does not cover is answered
+`answerable = false` with the closest sources; retrieval never crosses tenants, even for a query
+quoting another tenant's text word for word; no tenant reads, rates or deletes another's requests
+or documents; a key without the write scope changes nothing; a full rebuild swaps the index while
+queries keep being answered (zero errors).
 
 Real Redis, PostgreSQL, Triton (the length router), Celery worker pools with the embedded model,
 the front door as its own process; OpenSearch from the root conftest.
@@ -20,11 +22,13 @@ import pytest
 from e2e_stack import REPO, Stack, frontdoor_stack
 
 from adaptive_rag.contracts import Scope
+from adaptive_rag.knowledge.calibration import FLOOR
 from adaptive_rag.knowledge.documents import Document, Section
 from adaptive_rag.knowledge.importers import import_path
 from adaptive_rag.knowledge.service import open_knowledge_service
 from adaptive_rag.settings import ClassifierSettings, Settings
 from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
+from adaptive_rag.strategies.abstention import NO_PASSAGE
 from infra.local.servers import free_port
 from services.demo.stack import StackSettings
 from services.frontdoor.knowledge import upload_documents
@@ -114,6 +118,23 @@ def test_a_tenant_without_a_knowledge_base_gets_failed_precondition(tenants: Ten
         tenants.stack.answer("How long is the warranty?", auth=(("authorization", f"Bearer {newcomer}"),))
     assert info.value.code() is grpc.StatusCode.FAILED_PRECONDITION
     assert "has no knowledge base yet" in info.value.details()
+
+
+def test_an_imported_knowledge_base_gets_its_own_threshold_and_abstains_on_what_it_does_not_cover(
+    filled: Tenants,
+) -> None:
+    info = filled.kb.DescribeKnowledgeBase(pb2.DescribeKnowledgeBaseRequest(), metadata=filled.auth("acme"))
+    assert info.abstain_threshold_source == "automatic" and info.HasField("automatic_abstain_threshold")
+    assert info.abstain_threshold == info.automatic_abstain_threshold >= FLOOR
+    # shares only common words with the help centre: the closest passages go to the human agent
+    uncovered = filled.answer("acme", "How do I remove a red wine stain from a carpet?")
+    assert uncovered.tier in (pb2.TIER_B, pb2.TIER_C) and not uncovered.answerable and uncovered.answer == ""
+    assert "does not cover the question" in uncovered.unanswerable_reason and uncovered.sources
+    # shares no word with it at all: nothing retrieved, whatever the threshold
+    nothing = filled.answer("acme", "Who won the football world cup in 2018?")
+    assert (nothing.answerable, nothing.unanswerable_reason, list(nothing.sources)) == (False, NO_PASSAGE, [])
+    covered = filled.answer("acme", "How long is the Lumora Hub H2 warranty?")
+    assert covered.tier == pb2.TIER_B and covered.answerable and covered.answer.strip()
 
 
 def test_retrieval_never_crosses_tenants_even_for_a_word_for_word_quote(filled: Tenants) -> None:
