@@ -927,7 +927,7 @@ def main(argv: list[str] | None = None) -> int:
             from infra.local.servers import local_postgres, local_redis
 
             os.environ["REDIS_URL"] = servers.enter_context(local_redis())
-            os.environ["DATABASE_URL"] = servers.enter_context(local_postgres(durable=True))
+            os.environ["DATABASE_URL"] = servers.enter_context(local_postgres(durability="full"))
             result["servers"] = "PostgreSQL (fsync and synchronous commit on) and Redis, on loopback"
         for plan in plans:
             console.rule(f"[bold]mode {plan.mode}: starting the stack")

@@ -77,7 +77,7 @@ def service_calls(stack: ExitStack, workdir: Path) -> tuple[dict[str, Callable[[
 
     workdir.mkdir(parents=True, exist_ok=True)
     client = redis.Redis.from_url(stack.enter_context(local_redis()))
-    url = stack.enter_context(local_postgres(durable=True)).replace("postgresql+psycopg://", "postgresql://")
+    url = stack.enter_context(local_postgres(durability="full")).replace("postgresql+psycopg://", "postgresql://")
     conn = stack.enter_context(psycopg.connect(url, autocommit=True))
     repository = model_repository(workdir / "model_repositories", "shipped", workdir / "setup.log")
     server = stack.enter_context(TritonProcess(repository, workdir / "triton.log"))
