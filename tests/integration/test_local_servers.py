@@ -1,6 +1,7 @@
-"""The local-server harness (`infra.local.servers`) with real redis-server and PostgreSQL: data
-written before a clean restart or a crash is there again on the same port, and the command-line
-helper stopped with SIGTERM leaves no server process and no directory behind.
+"""The local-server harness (`infra.local.servers`, `infra.local.opensearch`) with real
+redis-server, PostgreSQL and an OpenSearch node: data written before a clean restart or a crash is
+there again on the same port, and the command-line helper stopped with SIGTERM leaves no server
+process and no directory behind.
 
 Run: `.venv/bin/python -m pytest -q tests/integration/test_local_servers.py`
 """
@@ -163,3 +164,17 @@ def test_the_helper_with_a_port_and_a_directory_keeps_them(workdir: Path) -> Non
                 helper.kill()
                 helper.wait()
         assert workdir.is_dir()
+
+
+def test_an_opensearch_node_keeps_its_index_over_a_crash_on_the_same_port(workdir: Path) -> None:
+    from infra.local.opensearch import OpenSearchNode
+
+    with OpenSearchNode(workdir, heap="256m") as node:
+        url, port = node.url, node.port
+        node.request("PUT", "/notes/_doc/1?refresh=true", {"note": "before"})
+        processes = _family(node.pid)
+        node.kill()
+        assert still_running(processes) == []
+        node.start()
+        assert (node.port, node.url) == (port, url)
+        assert node.request("GET", "/notes/_doc/1")["_source"] == {"note": "before"}
