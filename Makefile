@@ -40,9 +40,9 @@ $(VENV)/.created:
 # everything (tests, training, eval); the tests also need Java/Maven (OpenSearch), Redis and PostgreSQL
 $(VENV)/.installed: pyproject.toml infra/llama/build_wheel.sh | $(VENV)/.created
 	@command -v java >/dev/null && command -v mvn >/dev/null && command -v curl >/dev/null && command -v redis-server >/dev/null \
-	  && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
-	  { echo "installing Java 17, Maven, curl, Redis and PostgreSQL (apt)"; apt-get update -qq && \
-	    apt-get install -y -qq openjdk-17-jdk-headless maven curl redis-server postgresql; }
+	  && command -v docker-compose >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	  { echo "installing Java 17, Maven, curl, Redis, PostgreSQL and docker-compose (apt)"; apt-get update -qq && \
+	    apt-get install -y -qq openjdk-17-jdk-headless maven curl redis-server postgresql docker-compose; }
 	$(call INSTALL_ROLE,all)
 	PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build_server.sh $(LLAMA_CPP_VERSION)
 	touch $@
@@ -146,6 +146,13 @@ bench-retrieval: setup
 	$(ARAG) index --benchmark --data-dir $(DATA_DIR) --index-dir var/bench-index
 	$(ARAG) retrieval-bench --data-dir $(DATA_DIR) --index-dir var/bench-index --out reports/retrieval
 	$(PY) -m lab.experiments.retrieval_backends --data-dir $(DATA_DIR) --out reports/retrieval_backends
+
+## bench-evidence: which evidence gatherer puts every supporting passage among the reader's 5 or 8,
+## against B's retrieval, per multi-hop dataset and on the support suite's joined questions; chain
+## chosen on train, test read once (no reader; ~10 min); reports/evidence/
+.PHONY: bench-evidence
+bench-evidence: setup-lab
+	nice -n 10 $(PY) -m lab.experiments.evidence --data-dir $(DATA_DIR) --index-dir var/evidence --out reports/evidence
 
 ## opensearch: a local single-node OpenSearch on 127.0.0.1:9200 in the foreground (jars from Maven
 ## Central), data kept in var/opensearch; Ctrl-C stops it

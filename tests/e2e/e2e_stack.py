@@ -20,7 +20,7 @@ import grpc
 from adaptive_rag.storage import RecordStore
 from services.demo.stack import FrontDoorProcess, StackSettings
 from services.frontdoor.stubs import pb2, pb2_grpc
-from tests.support.models import publish_length_router
+from lab.harness.models import publish_length_router
 from workers.pools import WorkerPools
 
 REPO = Path(__file__).resolve().parents[2]

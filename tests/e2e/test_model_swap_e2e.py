@@ -7,7 +7,7 @@ a restart.
 The operator's steps are the ones a deployment runs: `promote_candidate` (what `arag retrain`
 and `arag model promote` end in) against the running Triton (EXPLICIT model control: the new
 version is loaded before `served.json` moves), then `arag model rollback --triton-url`. The models
-are the length routers of `tests/support/models.py` (real ONNX graphs with known routing): the
+are the length routers of `lab/harness/models.py` (real ONNX graphs with known routing): the
 served version 1 sends 14-16-token comparisons to B, the better challenger to C, the worse one
 sends everything to C.
 """
@@ -33,7 +33,7 @@ from adaptive_rag.routing.tenant_priors import TenantPriors
 from adaptive_rag.storage import PromotionStore
 from adaptive_rag.training.promotion import promote_candidate
 from services.frontdoor.stubs import pb2
-from tests.support.models import publish_length_router
+from lab.harness.models import publish_length_router
 
 pytestmark = pytest.mark.integration
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import pytriton  # noqa: F401  (a required dependency: the demo's local Triton)
 
-from tests.support.models import publish_length_router
+from lab.harness.models import publish_length_router
 
 pytestmark = [pytest.mark.integration, pytest.mark.model]
 
@@ -42,7 +42,7 @@ STRATEGIES = {"A": {"no_retrieval", "small_talk"}, "B": {"single_step"}, "C": {"
 @pytest.fixture(scope="module")
 def model_repository(tmp_path_factory) -> Path:
     """A model repository holding one published classifier version (the length router of
-    `tests/support/models.py`), so the demo starts its local Triton and routes with it whatever
+    `lab/harness/models.py`), so the demo starts its local Triton and routes with it whatever
     the developer's `var/model_repository` holds (with no version, it routes with the rules)."""
     repo = tmp_path_factory.mktemp("model-repository")
     publish_length_router(repo, 1)

@@ -3,7 +3,7 @@ repository's own config.pbtxt) while the front door's router routes without paus
 decision falls back to the rules, and the router moves 1 -> 2 -> 1 as `served.json` does.
 
 The router is the front door's own `ClassifierRouter`, which follows the served pointer. The models
-are the length routers of `tests/support/models.py` (cheap, real ONNX graphs). The same swap through
+are the length routers of `lab/harness/models.py` (cheap, real ONNX graphs). The same swap through
 the gRPC front door under client traffic: tests/e2e/test_model_swap_e2e.py.
 """
 
@@ -21,7 +21,7 @@ from adaptive_rag.storage import PromotionStore, make_engine, upgrade_database
 from adaptive_rag.training.promotion import promote_candidate, rollback
 from services.classifier.local import TritonProcess
 from adaptive_rag.routing.hot_swap import ClassifierRouter
-from tests.support.models import publish_length_router
+from lab.harness.models import publish_length_router
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from adaptive_rag.contracts import Tier
 from adaptive_rag.routing.classifier_client import QueryTokenizer, TritonClassifier
 from adaptive_rag.routing.model_repository import open_version
 from services.classifier.local import TritonProcess
-from tests.support.models import export_untrained_version
+from lab.harness.models import export_untrained_version
 
 
 @pytest.fixture(scope="module")

@@ -54,7 +54,7 @@ def tiny_encoder(directory: Path, dim: int = 16, seed: int = 0) -> Path:
     import onnx
     from onnx import TensorProto, helper
 
-    from tests.support.models import minilm_tokenizer_path
+    from lab.harness.models import minilm_tokenizer_path
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

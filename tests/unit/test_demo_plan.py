@@ -63,7 +63,7 @@ def test_per_tier_keeps_the_first_questions_of_each_expected_tier():
 
 
 def test_a_published_classifier_version_is_served_by_a_local_triton(tmp_path, monkeypatch):
-    from tests.support.models import publish_length_router
+    from lab.harness.models import publish_length_router
 
     monkeypatch.setenv("ARAG_MODEL_REPOSITORY", str(tmp_path / "models"))
     publish_length_router(tmp_path / "models", 1)

@@ -17,7 +17,7 @@ import pytest
 from adaptive_rag.evaluation.datasets import limit_per_dataset, load_questions
 from adaptive_rag.routers.local_classifier import LocalOnnxClassifier
 from adaptive_rag.routing.model_repository import open_version
-from tests.support.models import publish_length_router
+from lab.harness.models import publish_length_router
 
 DATA_DIR = Path(os.environ.get("ARAG_DATA_DIR", "../shared/data"))
 TIER_STRATEGIES = ("no_retrieval", "single_step", "decompose")

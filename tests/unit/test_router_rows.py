@@ -109,7 +109,7 @@ def write_outcomes(out: Path, questions) -> Path:
 
 
 def test_further_classifier_versions_are_rows_named_by_their_labels(tmp_path: Path) -> None:
-    from tests.support.models import publish_length_router
+    from lab.harness.models import publish_length_router
 
     questions = squad_test_questions()
     repository = tmp_path / "models"

@@ -1,4 +1,4 @@
-"""Classifier model versions for tests: a length router whose routing tests can rely on (a
+"""Classifier model versions for tests and the lab: a length router whose routing tests can rely on (a
 trained model's routing of a given question changes with every training run), and an untrained
 MiniLM-L6 export (the same as `arag model bootstrap`; needs the `train` extras: torch)."""
 
