@@ -39,8 +39,8 @@ $(VENV)/.created:
 
 # everything (tests, training, eval); the tests also need Java/Maven (OpenSearch) and Redis
 $(VENV)/.installed: pyproject.toml infra/llama/build_wheel.sh | $(VENV)/.created
-	@command -v java >/dev/null && command -v mvn >/dev/null && command -v curl >/dev/null && command -v redis-server >/dev/null || \
-	  { echo "installing Java 17, Maven, curl and Redis (apt)"; apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven curl redis-server; }
+	@command -v java >/dev/null && command -v mvn >/dev/null && command -v curl >/dev/null && command -v redis-server >/dev/null && command -v docker-compose >/dev/null || \
+	  { echo "installing Java 17, Maven, curl, Redis and docker-compose (apt)"; apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven curl redis-server docker-compose; }
 	$(call INSTALL_ROLE,all)
 	PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build_server.sh $(LLAMA_CPP_VERSION)
 	touch $@
@@ -144,6 +144,13 @@ bench-retrieval: setup
 	$(ARAG) index --benchmark --data-dir $(DATA_DIR) --index-dir var/bench-index
 	$(ARAG) retrieval-bench --data-dir $(DATA_DIR) --index-dir var/bench-index --out reports/retrieval
 	$(PY) -m lab.experiments.retrieval_backends --data-dir $(DATA_DIR) --out reports/retrieval_backends
+
+## bench-evidence: which evidence gatherer puts every supporting passage among the reader's 5 or 8,
+## against B's retrieval, per multi-hop dataset and on the support suite's joined questions; chain
+## chosen on train, test read once (no reader; ~10 min); reports/evidence/
+.PHONY: bench-evidence
+bench-evidence: setup-lab
+	nice -n 10 $(PY) -m lab.experiments.evidence --data-dir $(DATA_DIR) --index-dir var/evidence --out reports/evidence
 
 ## opensearch: start a local single-node OpenSearch on 127.0.0.1:9200 (jars from Maven Central)
 opensearch:

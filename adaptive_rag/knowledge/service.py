@@ -17,7 +17,7 @@ from datetime import datetime
 from sqlalchemy import Engine
 
 from adaptive_rag.domain import Passage
-from adaptive_rag.errors import InvalidRequestError, KnowledgeBaseMissingError
+from adaptive_rag.errors import InvalidDocumentError, KnowledgeBaseMissingError
 from adaptive_rag.knowledge.documents import Document, KnowledgeIndex
 from adaptive_rag.settings import Settings
 from adaptive_rag.storage.knowledge import DocumentRecord, KnowledgeRecords
@@ -58,34 +58,34 @@ class KnowledgeBaseInfo:
 
 
 def check_document_id(doc_id: str) -> None:
-    """A document id the service can store and address, or `InvalidRequestError` (upserts and
+    """A document id the service can store and address, or `InvalidDocumentError` (upserts and
     deletes alike: an id reaches the records database either way)."""
     if not doc_id or not doc_id.strip():
-        raise InvalidRequestError("a document needs a non-empty id")
+        raise InvalidDocumentError("a document needs a non-empty id")
     if len(doc_id) > MAX_DOCUMENT_ID_CHARS:
-        raise InvalidRequestError(f"document id {doc_id[:40]!r}... is longer than {MAX_DOCUMENT_ID_CHARS} characters")
+        raise InvalidDocumentError(f"document id {doc_id[:40]!r}... is longer than {MAX_DOCUMENT_ID_CHARS} characters")
     if "#" in doc_id:
-        raise InvalidRequestError(f"document id {doc_id!r} contains '#', which separates chunk positions")
+        raise InvalidDocumentError(f"document id {doc_id!r} contains '#', which separates chunk positions")
     if any(ord(c) < 32 for c in doc_id):
-        raise InvalidRequestError(f"document id {doc_id!r} contains a control character")
+        raise InvalidDocumentError(f"document id {doc_id!r} contains a control character")
 
 
 def check_document(doc: Document) -> None:
-    """A document the service can index, or `InvalidRequestError` saying what is wrong. Checked
+    """A document the service can index, or `InvalidDocumentError` saying what is wrong. Checked
     before anything is written, so the index and the records never disagree over a refused one."""
     check_document_id(doc.id)
     if not doc.title.strip() and not doc.text.strip():
-        raise InvalidRequestError(f"document {doc.id!r} has neither title nor text")
+        raise InvalidDocumentError(f"document {doc.id!r} has neither title nor text")
     size = len(doc.title) + sum(len(s.heading) + len(s.text) for s in doc.sections)
     if size > MAX_DOCUMENT_CHARS:
-        raise InvalidRequestError(f"document {doc.id!r} has {size} characters; the limit is {MAX_DOCUMENT_CHARS}")
+        raise InvalidDocumentError(f"document {doc.id!r} has {size} characters; the limit is {MAX_DOCUMENT_CHARS}")
     fields = {"title": doc.title, "url": doc.url, "source": doc.source,
               **{f"section {n} heading": s.heading for n, s in enumerate(doc.sections, 1)},
               **{f"section {n} text": s.text for n, s in enumerate(doc.sections, 1)},
               **{f"metadata {k!r}": f"{k}{v}" for k, v in doc.metadata.items()}}
     for name, text in fields.items():
         if "\x00" in text:  # PostgreSQL text cannot hold U+0000; nothing a reader needs either
-            raise InvalidRequestError(f"document {doc.id!r}: its {name} contains a NUL character (U+0000)")
+            raise InvalidDocumentError(f"document {doc.id!r}: its {name} contains a NUL character (U+0000)")
 
 
 def chunk_ids(doc_id: str, start: int, stop: int) -> list[str]:

@@ -28,12 +28,12 @@ once per point:
    `adaptive_rag.capacity` fed the measured service time and worker count, against the measured
    mean queue wait `timings.queue_wait_ms`, bootstrap 95 % interval).
 
-`--cpu-latency-us 0` holds a CPU wake-up latency limit (PM QoS, `lab/harness/cpu_latency.py`) for
+`--cpu-latency-us 0` holds a CPU wake-up latency limit (PM QoS, `lab.harness.stats.hold_cpu_latency`) for
 the run, to see what waking idle CPUs costs the path (`lab/experiments/wakeup_latency.py`).
 
 Every point also records the front door's per-stage histogram (`arag_frontdoor_stage_seconds`,
 difference of two scrapes around the window), the queue depths (the locustfile's sampler) and
-the CPU each process used in the window (psutil), so the report can say what limited it.
+the CPU each process used in the window (`lab.harness.stats.CpuMeter`), so the report can say what limited it.
 
 Scratch (locust CSV/logs per point, the stack) goes to `var/ceiling/<run>/`; the full run writes
 `reports/load/ceiling/README.md`, `report.json` and PNGs (the report is rewritten after every
@@ -60,10 +60,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from lab.harness.cpu_latency import CpuLatencyUnavailable, hold_cpu_latency
+from lab.harness.stats import (
+    CpuLatencyUnavailable, CpuMeter, hold_cpu_latency, mean_interval, percentile, slope,
+)
 from infra.local.servers import stop_process
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LOCUSTFILE = "lab/loadtest/locustfile.py"
 TIERS = ("A", "B", "C")
 QUEUE = {"A": "tier-a", "B": "tier-b", "C": "tier-c"}
@@ -144,51 +146,14 @@ def stage_delta(before: dict, after: dict) -> dict[str, dict[str, float]]:
     return out
 
 
-class CpuMeter:
-    """CPU seconds of every process between two snapshots, labelled by role."""
-
-    def __init__(self, labels: dict[int, str]) -> None:
-        self.labels = labels
-
-    def snapshot(self) -> dict[int, tuple[str, float]]:
-        import psutil
-
-        snap = {}
-        for proc in psutil.process_iter(["pid", "cmdline", "name"]):
-            try:
-                times = proc.cpu_times()
-                snap[proc.pid] = (self.label(proc), times.user + times.system)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-        return snap
-
-    def label(self, proc: Any) -> str:
-        if proc.pid in self.labels:
-            return self.labels[proc.pid]
-        try:
-            for parent in proc.parents():
-                if parent.pid in self.labels:
-                    return self.labels[parent.pid]
-        except Exception:  # noqa: BLE001
-            pass
-        cmd = " ".join(proc.info.get("cmdline") or [proc.info.get("name") or "?"])
-        for needle, label in (("locust", "locust (load generator)"), ("llama-server", "llama-server"),
-                              ("llama_server", "llama-server"), ("instant_llm", "instant LLM"),
-                              ("tritonserver", "triton"), ("ceiling", "benchmark driver")):
-            if needle in cmd:
-                return label
-        return "other: " + (cmd[:60] or "?")
-
-    @staticmethod
-    def delta(before: dict, after: dict, seconds: float) -> dict[str, float]:
-        """label -> % of one core over the window (summed over the label's processes)."""
-        out: dict[str, float] = {}
-        for pid, (label, t1) in after.items():
-            t0 = before[pid][1] if pid in before else 0.0  # a process started inside the window: all of it
-            used = t1 - t0
-            if used > 0:
-                out[label] = out.get(label, 0.0) + used / seconds * 100.0
-        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+def role_of_command(cmd: str) -> str:
+    """The role of a process the stack did not start, from its command line."""
+    for needle, label in (("locust", "locust (load generator)"), ("llama-server", "llama-server"),
+                          ("llama_server", "llama-server"), ("instant_llm", "instant LLM"),
+                          ("tritonserver", "triton"), ("ceiling", "benchmark driver")):
+        if needle in cmd:
+            return label
+    return "other: " + (cmd[:60] or "?")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -201,36 +166,6 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return rows
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    import numpy as np
-
-    return float(np.percentile(np.asarray(values, dtype=float), q))
-
-
-def bootstrap_mean(values: list[float], n: int = 2000, seed: int = 0) -> tuple[float, float] | None:
-    if len(values) < 2:
-        return None
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    arr = np.asarray(values, dtype=float)
-    means = arr[rng.integers(0, len(arr), size=(n, len(arr)))].mean(axis=1)
-    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
-
-
-def slope(points: list[tuple[float, float]]) -> float | None:
-    if len(points) < 3:
-        return None
-    import numpy as np
-
-    x = np.asarray([p[0] for p in points]); y = np.asarray([p[1] for p in points])
-    if float(x.std()) == 0:
-        return None
-    return float(np.polyfit(x, y, 1)[0])
 
 
 @dataclass
@@ -256,7 +191,7 @@ def start_stack(mode: str, scratch: Path, console: Any, *, servers: bool = False
                    durable_postgres=True, console=console) as running:
         info: dict[str, Any] = {"mode": mode, "llm": running.using["llm"], **running.facts()}
         env = {**os.environ, **(env or {}), "ARAG_API_KEY": running.api_key("loadtest")}
-        yield Stack(running=running, env=env, info=info, cpu=CpuMeter(running.processes()))
+        yield Stack(running=running, env=env, info=info, cpu=CpuMeter(running.processes(), role_of_command))
     info["leftovers"] = running.leftovers
 
 
@@ -365,7 +300,8 @@ def run_point(st: Stack, *, out: Path, tier: str, rate: float, users: int, ramp_
                   "mean": (sum(y for _, y in pts) / len(pts)) if pts else None,
                   "series": {k: v for k, v in depth_series.items()}},
         "stages": stage_delta(st0, st1),
-        "cpu_pct": {k: round(v, 1) for k, v in CpuMeter.delta(cpu0, cpu1, window).items() if v >= 1.0},
+        "cpu_pct": {role: round(100 * used / window, 1) for role, used in CpuMeter.used(cpu0, cpu1).items()
+                    if 100 * used / window >= 1.0},
         "replies": [{k: r.get(k) for k in ("start", "tier", "ms", "queue_wait_ms", "strategy_ms",
                                             "classify_ms", "total_ms")} for r in ok_started],
     }
@@ -543,7 +479,7 @@ def planner_check(mode: str, tier: str, tier_res: dict[str, Any], workers: int) 
             "arrival_rate_tier": lam, "workers": workers, "service_mean_ms": s_mean * 1000,
             "service_cv2": _cv2(service), "measured_wait_mean_ms": sum(waits) / len(waits),
             "measured_wait_p50_ms": percentile(waits, 50), "measured_wait_min_ms": min(waits),
-            "measured_wait_ci_ms": bootstrap_mean(waits), "n": len(waits),
+            "measured_wait_ci_ms": (ci.low, ci.high) if (ci := mean_interval(waits)) else None, "n": len(waits),
         }
         starts = sorted(r["start"] for r in reps)
         gaps = [b - a for a, b in zip(starts, starts[1:])]
@@ -850,7 +786,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-latency-us", type=int, default=None,
                         help="hold this CPU wake-up latency limit (Linux PM QoS, /dev/cpu_dma_latency; "
                              "0 = idle CPUs poll instead of halting; needs root) for the whole run, to "
-                             "see what idle vCPUs' wake-ups cost (see lab.harness.cpu_latency)")
+                             "see what idle vCPUs' wake-ups cost (see lab.harness.stats.hold_cpu_latency)")
     args = parser.parse_args(argv)
     stack_env = ({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": f"{args.trace_sample:g}"}
                  if args.trace_sample is not None else {})

@@ -22,9 +22,9 @@ load and the faults is `services.demo.local.local_stack`, the parts `make demo` 
 `lab/harness/instant_llm.py` with a fixed latency per completion (a measurement device: it uses no
 CPU, so what is measured is the stack's own behaviour).
 
-The load is an asyncio gRPC client on the generated stubs at a fixed offered rate (open loop,
-default 5 queries/s, the load test's query pools and its 60/30/10 A/B/C mix). It behaves like a
-good client: UNAVAILABLE / RESOURCE_EXHAUSTED / CANCELLED -> the same `client_request_id` again
+The load is the lab's gRPC load client (`lab.harness.load_client`) at a fixed offered rate (open
+loop, default 5 queries/s, the load test's query pools and its 60/30/10 A/B/C mix). It behaves like
+a good client: UNAVAILABLE / RESOURCE_EXHAUSTED / CANCELLED -> the same `client_request_id` again
 after the `retry-after` hint; DEADLINE_EXCEEDED -> `GetResult` with the `x-request-id` trailer
 until the answer is there; every request bounded by a total budget. Every call is logged (client
 request id, attempt, method, start, end, status, tier, request id); health is polled every second.
@@ -39,7 +39,7 @@ must keep the queries answered).
 Per fault window the accounting joins the PostgreSQL records (after the campaign drained) and the
 client log: accepted, answered, lost, duplicated, wrong codes, seconds to recovery, p50/p95
 latency (definitions in the report, logic in the functions below `# --- accounting`, unit-tested
-in tests/unit/test_chaos_accounting.py). Scratch (logs of every process, the client log, the
+in lab/tests/test_chaos_accounting.py). Scratch (logs of every process, the client log, the
 records) goes to `var/chaos/<run>/`.
 """
 
@@ -70,16 +70,15 @@ from pathlib import Path
 from typing import Any
 
 from adaptive_rag.contracts import NEVER_RAN
+from lab.harness.load_client import CallRecord, LoadClient, Outcome, open_loop, read_jsonl
+from lab.harness.stats import percentile
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TENANT = "chaos"
 WINDOW_S = 5.0  # sliding window of the recovery rule
 SHARE = 0.95  # of the pre-fault success rate that counts as recovered
 RECOVERY_GOAL_S = 30.0
-RETRYABLE = ("UNAVAILABLE", "RESOURCE_EXHAUSTED", "CANCELLED")  # resend with the same client_request_id
 WRONG_CODES = ("INTERNAL", "UNKNOWN")
-STILL_RUNNING = "still"  # GetResult's FAILED_PRECONDITION for work in progress says "is still queued/running"
-NEVER_RAN_HINT = "never ran"
 # statuses of accepted requests that never ran and that a resend runs (rejected, expired): not lost
 NEVER_RAN_STATUSES = frozenset(status.value for status in NEVER_RAN)
 
@@ -122,37 +121,7 @@ FAULTS: dict[str, FaultSpec] = {f.name: f for f in (
 QUICK_FAULTS = ("pool-child-kill", "redis-restart", "postgres-down")
 
 
-# --- the client's log ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Attempt:
-    """One gRPC call of the load client."""
-
-    cid: str  # client_request_id: "<window>.<sequence>"
-    n: int  # attempt number of this logical request (1-based, Answer and GetResult together)
-    method: str  # Answer | GetResult
-    start: float  # wall clock, s
-    end: float
-    code: str  # gRPC status name
-    tier: str | None = None
-    rid: str | None = None  # the request id (reply, or the x-request-id trailer)
-    retry_after: float | None = None
-    detail: str = ""
-
-
-@dataclass
-class Outcome:
-    """One logical request as the client saw it, from its first send to its end."""
-
-    cid: str
-    sent: float
-    done: float
-    final: str  # OK, GAVE_UP (budget spent) or the terminal status
-    attempts: int
-    tier: str | None = None
-    rids: list[str] = field(default_factory=list)
-    query_tier: str | None = None  # the tier the load test's pool expects
+# --- the records ---------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -195,11 +164,6 @@ def window_of(cid: str | None) -> str | None:
 # --- accounting -----------------------------------------------------------------------------------------
 
 
-def is_poll(a: Attempt) -> bool:
-    """A GetResult that says "still running": the client waits, nothing failed."""
-    return a.method == "GetResult" and a.code == "FAILED_PRECONDITION" and STILL_RUNNING in a.detail
-
-
 def serving_at(health: Sequence[tuple[float, bool]], t: float) -> bool:
     """Health at `t`: the last sample at or before it (serving before the first sample)."""
     state = True
@@ -223,18 +187,18 @@ class Recovery:
     reason: str = ""
 
 
-def window_counts(attempts: Sequence[Attempt], lo: float, hi: float) -> tuple[int, int]:
+def window_counts(attempts: Sequence[CallRecord], lo: float, hi: float) -> tuple[int, int]:
     """(OK calls, finished calls) that ended in (lo, hi]; "still running" polls are not counted."""
     ok = fin = 0
     for a in attempts:
-        if lo < a.end <= hi and not is_poll(a):
+        if lo < a.end <= hi and not a.is_poll:
             fin += 1
             ok += a.code == "OK"
     return ok, fin
 
 
 def recovery(
-    attempts: Sequence[Attempt], health: Sequence[tuple[float, bool]], injected: float, end: float,
+    attempts: Sequence[CallRecord], health: Sequence[tuple[float, bool]], injected: float, end: float,
     pre_s: float, step_s: float = 1.0, window_s: float = WINDOW_S, share: float = SHARE,
 ) -> Recovery:
     """Seconds from `injected` until the client is served as before and stays so until `end`.
@@ -279,18 +243,8 @@ def recovery(
                     grid[last_bad] - injected, horizon, reason)
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (linear interpolation, numpy's default) or None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
 def account_window(
-    window: str, records: Sequence[Record], outcomes: Sequence[Outcome], attempts: Sequence[Attempt],
+    window: str, records: Sequence[Record], outcomes: Sequence[Outcome], attempts: Sequence[CallRecord],
 ) -> dict[str, Any]:
     """Counts of one window (every request whose client_request_id was sent in it).
 
@@ -306,8 +260,8 @@ def account_window(
       `internal` error code.
     """
     recs = [r for r in records if window_of(r.cid) == window]
-    outs = [o for o in outcomes if window_of(o.cid) == window]
-    atts = [a for a in attempts if window_of(a.cid) == window]
+    outs = [o for o in outcomes if window_of(o.client_request_id) == window]
+    atts = [a for a in attempts if window_of(a.client_request_id) == window]
     lost = [r for r in recs if r.primary_results == 0 and r.status not in NEVER_RAN_STATUSES]
     dup_rows = [r for r in recs if r.primary_results > 1]
     # A request id counts once it was recorded or answered: a refusal's x-request-id trailer may
@@ -315,15 +269,16 @@ def account_window(
     recorded = {r.request_id for r in records}
     answered_ids: dict[str, set[str]] = defaultdict(set)
     for a in atts:
-        if a.code == "OK" and a.rid:
-            answered_ids[a.cid].add(a.rid)
-    dup_ids = [o for o in outs if len({rid for rid in o.rids if rid in recorded} | answered_ids[o.cid]) > 1]
+        if a.code == "OK" and a.request_id:
+            answered_ids[a.client_request_id].add(a.request_id)
+    dup_ids = [o for o in outs
+               if len({rid for rid in o.request_ids if rid in recorded} | answered_ids[o.client_request_id]) > 1]
     wrong = [a for a in atts if a.code in WRONG_CODES]
     internal_rows = [r for r in recs if r.error_code == "internal"]
     errors = Counter(r.error_code for r in recs if r.primary_results and r.error_code)
     finals = Counter(o.final for o in outs)
     latency = [1000.0 * (o.done - o.sent) for o in outs if o.final == "OK"]
-    codes = Counter(a.code for a in atts if not is_poll(a))
+    codes = Counter(a.code for a in atts if not a.is_poll)
     return {
         "window": window,
         "sent": len(outs),
@@ -338,17 +293,17 @@ def account_window(
         "lost_ids": [r.request_id for r in lost],
         "lost_status": dict(Counter(r.status for r in lost)),
         "duplicates": len(dup_rows) + len(dup_ids),
-        "duplicate_ids": [r.request_id for r in dup_rows] + [o.cid for o in dup_ids],
+        "duplicate_ids": [r.request_id for r in dup_rows] + [o.client_request_id for o in dup_ids],
         "wrong_codes": len(wrong) + len(internal_rows),
-        "wrong_examples": [asdict(a) for a in wrong[:5]],
+        "wrong_examples": [a.as_dict() for a in wrong[:5]],
         "internal_results": [r.request_id for r in internal_rows],
         "error_results": dict(errors),
         "reruns": sum(1 for r in recs if (r.attempts or 1) > 1),
         "fallbacks": sum(1 for r in recs if r.fallback),
         "last_fallback": max((r.created for r in recs if r.fallback and r.created), default=None),
         "codes": dict(codes),
-        "attempts": len([a for a in atts if not is_poll(a)]),
-        "polls": len([a for a in atts if is_poll(a)]),
+        "attempts": len([a for a in atts if not a.is_poll]),
+        "polls": len([a for a in atts if a.is_poll]),
         "p50_ms": percentile(latency, 50),
         "p95_ms": percentile(latency, 95),
     }
@@ -365,12 +320,12 @@ def goals(row: dict[str, Any]) -> dict[str, bool]:
     }
 
 
-def per_second(attempts: Sequence[Attempt], start: float, end: float) -> dict[str, list[int]]:
+def per_second(attempts: Sequence[CallRecord], start: float, end: float) -> dict[str, list[int]]:
     """OK and failed calls ended per second (polls left out), for the timeline."""
     n = max(1, int(math.ceil(end - start)))
     ok, bad = [0] * n, [0] * n
     for a in attempts:
-        if is_poll(a) or not start <= a.end < end:
+        if a.is_poll or not start <= a.end < end:
             continue
         i = int(a.end - start)
         (ok if a.code == "OK" else bad)[i] += 1
@@ -621,166 +576,59 @@ class OpenSearchCluster:
 # --- the load client --------------------------------------------------------------------------------------
 
 
-class LoadClient:
-    """An open-loop gRPC client that retries like a good client and logs every call."""
+class CampaignLoad:
+    """The campaign's load on the shared client: open loop at `rate`, each request a good
+    client's (`LoadClient.request`), its client_request_id "<window>.<sequence>"; health polled
+    every second."""
 
-    def __init__(self, address: str, api_key: str, picker: Any, rate: float, call_timeout_s: float,
-                 budget_s: float, log_path: Path, health_path: Path, poll_s: float = 1.0) -> None:
-        import grpc
-        from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-        from services.frontdoor.stubs import pb2, pb2_grpc
-
-        self.grpc, self.pb2, self.health_pb2 = grpc, pb2, health_pb2
-        options = [("grpc.initial_reconnect_backoff_ms", 250), ("grpc.min_reconnect_backoff_ms", 250),
-                   ("grpc.max_reconnect_backoff_ms", 1000)]
-        self.channel = grpc.aio.insecure_channel(address, options=options)
-        self.stub = pb2_grpc.AdaptiveRagStub(self.channel)
-        self.health_stub = health_pb2_grpc.HealthStub(self.channel)
-        self.auth = (("authorization", f"Bearer {api_key}"),)
+    def __init__(self, client: LoadClient, picker: Any, rate: float, call_timeout_s: float, budget_s: float,
+                 health_path: Path) -> None:
+        self.client = client
         self.picker = picker
         self.rate = rate
         self.call_timeout_s = call_timeout_s
         self.budget_s = budget_s
-        self.poll_s = poll_s
         self.window = "warmup"
-        self.tier_name = {pb2.TIER_A: "A", pb2.TIER_B: "B", pb2.TIER_C: "C"}
-        self.attempts: list[Attempt] = []
         self.outcomes: list[Outcome] = []
         self.health: list[tuple[float, bool]] = []
-        self._log = log_path.open("a")
-        self._health_log = health_path.open("a")
-        self._seq = itertools.count(1)
-        self._tasks: set[asyncio.Task] = set()
         self.skipped_sends = 0
-
-    async def close(self) -> None:
-        await self.channel.close()
-        self._log.close()
-        self._health_log.close()
-
-    def _record(self, a: Attempt) -> None:
-        self.attempts.append(a)
-        self._log.write(json.dumps({"type": "attempt", **asdict(a)}) + "\n")
-
-    async def _call(self, method: str, cid: str, n: int, request: Any, timeout: float) -> Attempt:
-        start = time.time()
-        fn = self.stub.Answer if method == "Answer" else self.stub.GetResult
-        try:
-            reply = await fn(request, metadata=self.auth, timeout=max(0.05, timeout))
-            a = Attempt(cid, n, method, start, time.time(), "OK", self.tier_name.get(reply.tier), reply.request_id)
-        except self.grpc.aio.AioRpcError as exc:
-            a = Attempt(cid, n, method, start, time.time(), exc.code().name, detail=(exc.details() or "")[:300])
-            for key, value in exc.trailing_metadata() or ():
-                if key == "x-request-id":
-                    a.rid = value
-                elif key == "retry-after":
-                    try:
-                        a.retry_after = float(value)
-                    except ValueError:
-                        pass
-        except Exception as exc:  # noqa: BLE001 - the client keeps going whatever happens
-            a = Attempt(cid, n, method, start, time.time(), "CLIENT_ERROR", detail=f"{type(exc).__name__}: {exc}"[:300])
-        self._record(a)
-        return a
+        self._health_path = health_path
+        self._seq = itertools.count(1)
 
     async def request(self, query: Any) -> Outcome:
-        """One logical request: Answer, resends and GetResult polls until OK, a terminal status or
-        the budget is spent."""
-        cid = f"{self.window}.{next(self._seq):05d}"
-        sent = time.time()
-        limit = sent + self.budget_s
-        rid: str | None = None
-        rids: list[str] = []
-        mode, n, final, tier = "answer", 0, "GAVE_UP", None
-        answer = self.pb2.AnswerRequest(query_text=query.text, client_request_id=cid)
-        while time.time() < limit:
-            n += 1
-            remaining = limit - time.time()
-            if mode == "answer":
-                a = await self._call("Answer", cid, n, answer, min(self.call_timeout_s, remaining))
-            else:
-                a = await self._call("GetResult", cid, n, self.pb2.GetResultRequest(request_id=rid),
-                                     min(5.0, remaining))
-            if a.rid:
-                rid = a.rid
-                if a.rid not in rids:
-                    rids.append(a.rid)
-            if a.code == "OK":
-                final, tier = "OK", a.tier
-                break
-            if a.code in RETRYABLE:
-                await asyncio.sleep(min(max(a.retry_after or 1.0, 0.2) * random.uniform(1.0, 1.2),
-                                        max(0.0, limit - time.time())))
-                continue
-            if a.code == "DEADLINE_EXCEEDED":
-                mode = "get" if rid else "answer"
-                await asyncio.sleep(min(self.poll_s, max(0.0, limit - time.time())))
-                continue
-            if mode == "get" and a.code == "FAILED_PRECONDITION":
-                if NEVER_RAN_HINT in a.detail:
-                    mode = "answer"
-                await asyncio.sleep(min(self.poll_s, max(0.0, limit - time.time())))
-                continue
-            if mode == "get" and a.code == "NOT_FOUND":
-                mode = "answer"
-                continue
-            if a.code == "CLIENT_ERROR":
-                await asyncio.sleep(1.0)
-                continue
-            final = a.code  # INTERNAL, UNKNOWN, INVALID_ARGUMENT, ...: a good client stops
-            break
-        out = Outcome(cid, sent, time.time(), final, n, tier, rids, query.expected_tier)
+        out = await self.client.request(
+            query.text, budget_s=self.budget_s, call_timeout_s=self.call_timeout_s,
+            client_request_id=f"{self.window}.{next(self._seq):05d}", tags={"query_tier": query.expected_tier})
         self.outcomes.append(out)
-        self._log.write(json.dumps({"type": "outcome", **asdict(out)}) + "\n")
+        self.client.note({"type": "outcome", **asdict(out)})
         return out
 
-    async def send_forever(self, stop: asyncio.Event) -> None:
-        """Open loop: one new request every 1/rate s, whatever the earlier ones are doing."""
-        period = 1.0 / self.rate
-        due = time.monotonic()
-        while not stop.is_set():
-            task = asyncio.create_task(self.request(self.picker.next()))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-            due += period
-            delay = due - time.monotonic()
-            if delay < -5 * period:  # the loop fell behind (a stalled event loop): do not burst
-                self.skipped_sends += int(-delay / period)
-                due = time.monotonic()
-                delay = 0.0
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=max(0.0, delay))
-            except asyncio.TimeoutError:
-                pass
-
-    async def drain(self) -> None:
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+    async def send_until(self, stop: asyncio.Event) -> None:
+        """One new request every 1/rate s until `stop`, then wait for those in flight; a loop that
+        fell behind (a stalled event loop) skips the missed sends instead of bursting."""
+        sent = await open_loop(lambda _: self.request(self.picker.next()), self.rate, stop=stop,
+                               max_lag_periods=5)
+        self.skipped_sends += sent.skipped
 
     async def watch_health(self, stop: asyncio.Event, every_s: float = 1.0) -> None:
         """Health.Check every second; no answer counts as not serving."""
-        while not stop.is_set():
-            t = time.time()
-            try:
-                reply = await self.health_stub.Check(self.health_pb2.HealthCheckRequest(service=""), timeout=1.0)
-                serving = reply.status == self.health_pb2.HealthCheckResponse.SERVING
-                status = self.health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
-            except Exception as exc:  # noqa: BLE001
-                serving, status = False, getattr(getattr(exc, "code", lambda: None)(), "name", type(exc).__name__)
-            self.health.append((t, serving))
-            self._health_log.write(json.dumps({"t": t, "serving": serving, "status": status}) + "\n")
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=max(0.0, every_s - (time.time() - t)))
-            except asyncio.TimeoutError:
-                pass
+        with self._health_path.open("a") as health_log:
+            while not stop.is_set():
+                t = time.time()
+                serving, status = await self.client.health(timeout=1.0)
+                self.health.append((t, serving))
+                health_log.write(json.dumps({"t": t, "serving": serving, "status": status}) + "\n")
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=max(0.0, every_s - (time.time() - t)))
+                except asyncio.TimeoutError:
+                    pass
 
     async def warm_up(self, tries: int = 30) -> list[str]:
         """Sequential requests until one of each expected tier is answered (not counted)."""
         seen: list[str] = []
         for _ in range(tries):
             out = await self.request(self.picker.next())
-            seen.append(f"{out.query_tier}:{out.final}:{out.tier}")
+            seen.append(f"{out.tags['query_tier']}:{out.final}:{out.tier}")
             if out.final != "OK":
                 raise RuntimeError(f"warm-up request failed: {out}")
             if {s.split(':')[0] for s in seen} >= {"A", "B", "C"} and len(seen) >= 6:
@@ -970,12 +818,12 @@ def plan_runs(faults: Sequence[str], repeat: int) -> list[tuple[str, int]]:
     return [(f, r) for r in range(1, repeat + 1) for f in faults]
 
 
-async def run_campaign(client: LoadClient, handles: Handles, plan: Sequence[tuple[str, int]],
+async def run_campaign(load: CampaignLoad, handles: Handles, plan: Sequence[tuple[str, int]],
                        quiet_s: float, observe_s: float, faults_path: Path) -> list[FaultRun]:
     stop = asyncio.Event()
     health_stop = asyncio.Event()
-    health = asyncio.create_task(client.watch_health(health_stop))
-    sender = asyncio.create_task(client.send_forever(stop))
+    health = asyncio.create_task(load.watch_health(health_stop))
+    sender = asyncio.create_task(load.send_until(stop))
     runs: list[FaultRun] = []
     try:
         for i, (fault, rep) in enumerate(plan, start=1):
@@ -984,7 +832,7 @@ async def run_campaign(client: LoadClient, handles: Handles, plan: Sequence[tupl
                 prepared = await asyncio.to_thread(handles.prepare, fault)
             except Exception as exc:  # noqa: BLE001 - the fault still runs; the report says so
                 prepared = {"prepare_error": f"{type(exc).__name__}: {exc}"[:300]}
-            client.window = label
+            load.window = label
             start = time.time()
             log(f"{label}: {quiet_s:g} s quiet, then {FAULTS[fault].title}" + (f" (prepared: {prepared})" if prepared else ""))
             await asyncio.sleep(quiet_s)
@@ -1005,16 +853,15 @@ async def run_campaign(client: LoadClient, handles: Handles, plan: Sequence[tupl
                 f.write(json.dumps(asdict(run)) + "\n")
             log(f"{label}: injected, restored after {restored - injected:.1f} s {details}")
             await asyncio.sleep(observe_s)
-        client.window = "tail"
+        load.window = "tail"
         log(f"tail: {quiet_s:g} s quiet")
         await asyncio.sleep(quiet_s)
         if runs:
             runs[-1].window_end = time.time()
     finally:
         stop.set()
+        log(f"load stopping; waiting for the requests in flight (budget {load.budget_s:g} s)")
         await sender
-        log(f"load stopped; waiting for {len(client._tasks)} requests in flight (budget {client.budget_s:g} s)")
-        await client.drain()
         health_stop.set()
         await health
     return runs
@@ -1266,13 +1113,12 @@ def lines_between(files: Iterable[Path], t0: float, t1: float, pattern: str, lim
     return out
 
 
-def read_scratch(scratch: Path) -> tuple[dict, list[Attempt], list[Outcome], list[tuple[float, bool]], list[FaultRun], list[Record]]:
+def read_scratch(scratch: Path) -> tuple[dict, list[CallRecord], list[Outcome], list[tuple[float, bool]], list[FaultRun], list[Record]]:
     run = json.loads((scratch / "run.json").read_text())
-    attempts, outcomes = [], []
-    for line in (scratch / "client.jsonl").read_text().splitlines():
-        item = json.loads(line)
-        kind = item.pop("type")
-        (attempts.append(Attempt(**item)) if kind == "attempt" else outcomes.append(Outcome(**item)))
+    attempts = read_jsonl(scratch / "client.jsonl")
+    outcomes = [Outcome(**{k: v for k, v in item.items() if k != "type"})
+                for item in map(json.loads, (scratch / "client.jsonl").read_text().splitlines())
+                if item.get("type") == "outcome"]
     health = [(h["t"], h["serving"]) for h in map(json.loads, (scratch / "health.jsonl").read_text().splitlines())]
     runs = [FaultRun(**json.loads(line)) for line in (scratch / "faults.jsonl").read_text().splitlines() if line.strip()]
     ends = run.get("window_ends", {})
@@ -1293,7 +1139,7 @@ def analyse(scratch: Path, quiet_s: float) -> dict[str, Any]:
         end = fr.window_end or max((a.end for a in attempts), default=fr.restored)
         row = account_window(fr.window, records, outcomes, attempts)
         # the calls of requests sent from this window on: an earlier fault's stragglers are its own
-        mine = [a for a in attempts if order.get(window_of(a.cid) or "", -1) >= i]
+        mine = [a for a in attempts if order.get(window_of(a.client_request_id) or "", -1) >= i]
         rec = recovery(mine, health, fr.injected, end, pre_s=quiet_s)
         lf = row.pop("last_fallback")
         row["last_fallback_after_restore_s"] = None if lf is None else lf - fr.restored
@@ -1318,8 +1164,9 @@ def analyse(scratch: Path, quiet_s: float) -> dict[str, Any]:
                 evidence += grep_logs(files, row["duplicate_ids"][:3], limit=6)
             elif goal == "wrong_codes":
                 for ex in row["wrong_examples"][:3]:
-                    evidence.append(f"client: {ex['method']} {ex['cid']} -> {ex['code']}: {ex['detail']}")
-                rids = [ex["rid"] for ex in row["wrong_examples"] if ex.get("rid")] + row["internal_results"]
+                    evidence.append(f"client: {ex['method']} {ex['client_request_id']} -> {ex['code']}: "
+                                    f"{ex.get('detail', '')}")
+                rids = [ex["request_id"] for ex in row["wrong_examples"] if ex.get("request_id")] + row["internal_results"]
                 evidence += grep_logs(files, rids[:3], limit=6)
                 evidence += lines_between(files, fr.injected - 1, end, r"rpc_failed|Traceback|task\.failure", limit=4)
             elif goal == "injected":
@@ -1329,13 +1176,13 @@ def analyse(scratch: Path, quiet_s: float) -> dict[str, Any]:
                                 f"(evaluated until {rec.evaluated_until_s:.0f} s; pre-fault {rec.pre_ok_per_s:.2f} OK/s, "
                                 f"{rec.pre_ok_share:.0%} OK)")
                 bad_codes = Counter(a.code for a in mine if fr.injected <= a.end <= end and a.code != "OK"
-                                    and not is_poll(a))
+                                    and not a.is_poll)
                 evidence.append(f"non-OK statuses in the window: {dict(bad_codes)}")
                 if rec.last_bad_s is not None:  # the calls that kept the rule failing last
                     t_bad = fr.injected + rec.last_bad_s
-                    last = [a for a in mine if t_bad - WINDOW_S < a.end <= t_bad and a.code != "OK" and not is_poll(a)]
+                    last = [a for a in mine if t_bad - WINDOW_S < a.end <= t_bad and a.code != "OK" and not a.is_poll]
                     for a in last[-3:]:
-                        evidence.append(f"client: {a.method} {a.cid} sent {a.start - fr.injected:.1f} s after the "
+                        evidence.append(f"client: {a.method} {a.client_request_id} sent {a.start - fr.injected:.1f} s after the "
                                         f"injection -> {a.code} at {a.end - fr.injected:.1f} s: {a.detail[:160]}")
                 evidence += lines_between(files, fr.injected, end, r'"level": "(error|warning)"', limit=3)
             failures.append({"window": fr.window, "fault": fr.fault, "repetition": fr.repetition, "goal": goal,
@@ -1575,15 +1422,15 @@ def campaign(args: argparse.Namespace, plan: Sequence[tuple[str, int]], scratch:
             picker = QueryPicker(build_pools("demo"), parse_mix(args.mix), seed=args.seed)
 
             async def go() -> list[FaultRun]:
-                client = LoadClient(running.address, key, picker, args.rate, args.call_timeout, args.budget,
-                                    scratch / "client.jsonl", scratch / "health.jsonl")
+                client = LoadClient(running.address, key, journal=scratch / "client.jsonl", reconnect_fast=True)
+                load = CampaignLoad(client, picker, args.rate, args.call_timeout, args.budget, scratch / "health.jsonl")
                 try:
-                    seen = await client.warm_up()
+                    seen = await load.warm_up()
                     log(f"warm-up answered: {seen}")
                     run["t0"] = time.time()
-                    return await run_campaign(client, handles, plan, args.quiet, args.observe, scratch / "faults.jsonl")
+                    return await run_campaign(load, handles, plan, args.quiet, args.observe, scratch / "faults.jsonl")
                 finally:
-                    run["skipped_sends"] = client.skipped_sends
+                    run["skipped_sends"] = load.skipped_sends
                     await client.close()
 
             runs = asyncio.run(go())

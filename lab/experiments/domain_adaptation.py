@@ -65,7 +65,7 @@ from adaptive_rag.evaluation.support import (
     GOLD_TIER, JOINED, KINDS, SMALL_TALK, SupportQuery, mean_with_interval,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ARAG = Path(sys.executable).with_name("arag")
 TENANT = "support"
 TIER_ORDER = ("A", "B", "C")

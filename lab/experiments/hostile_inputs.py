@@ -48,7 +48,7 @@ from services.frontdoor.stubs import KB_SERVICE_NAME, SERVICE_NAME, pb2
 if TYPE_CHECKING:
     from adaptive_rag.storage import RecordStore
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ANSWER = f"/{SERVICE_NAME}/Answer"
 GET_RESULT = f"/{SERVICE_NAME}/GetResult"
 SUBMIT_FEEDBACK = f"/{SERVICE_NAME}/SubmitFeedback"

@@ -37,12 +37,13 @@ from typing import Any
 from adaptive_rag.domain import Passage
 from adaptive_rag.evaluation.corpus import load_corpus
 from adaptive_rag.evaluation.datasets import Question, load_questions
-from adaptive_rag.evaluation.retrieval_eval import percentile, recall_at_k
+from adaptive_rag.evaluation.retrieval_eval import recall_at_k
 from adaptive_rag.ports import Retriever
 from adaptive_rag.settings import Settings
+from lab.harness.stats import percentiles
 from infra.local.servers import free_port
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OPENSEARCH_DIR = REPO / "infra" / "opensearch"
 RECALL_DATASETS = ("hotpotqa", "2wiki", "musique")
 KS = (2, 5, 10)
@@ -69,12 +70,7 @@ class BackendResult:
 
 def _summary(latencies_s: Sequence[float]) -> dict[str, float]:
     ms = [x * 1000 for x in latencies_s]
-    return {
-        "p50": percentile(ms, 50),
-        "p95": percentile(ms, 95),
-        "p99": percentile(ms, 99),
-        "mean": sum(ms) / len(ms) if ms else 0.0,
-    }
+    return {**percentiles(ms), "mean": sum(ms) / len(ms) if ms else 0.0}
 
 
 def _timed_search(retriever: Retriever, query: str, k: int) -> float:

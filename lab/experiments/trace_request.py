@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 QUESTION = "Which plan supports more devices, Lumora Plus or Lumora Pro?"
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from infra.local.servers import free_port, stop_process
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LLM_ANSWER = "Lumora."
 READY = "READY instant LLM"
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from infra.local.servers import stop_process
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LOCUSTFILE = REPO / "loadtest" / "locustfile.py"
 PROFILES = ("steady", "step", "spike", "soak")
 DEFAULT_USERS = 4

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
-from adaptive_rag.contracts import Scope
+from adaptive_rag.contracts import CallError, Scope
 from adaptive_rag.errors import InvalidRequestError
 from adaptive_rag.knowledge.documents import Document, Section
 from adaptive_rag.knowledge.service import ChangeSummary, KnowledgeBaseService
@@ -87,7 +87,8 @@ class KnowledgeBaseServicer(pb2_grpc.KnowledgeBaseServicer):
             if len(request.documents) > MAX_BATCH_DOCUMENTS:
                 raise InvalidRequestError(
                     f"{len(request.documents)} documents in one call; send at most "
-                    f"{MAX_BATCH_DOCUMENTS} per UpsertDocuments, or use StreamDocuments"
+                    f"{MAX_BATCH_DOCUMENTS} per UpsertDocuments, or use StreamDocuments",
+                    reason=CallError.TOO_MANY_DOCUMENTS,
                 )
             documents = [document_from_message(m) for m in request.documents]
             with progress.stage("knowledge"):

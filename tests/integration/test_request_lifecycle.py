@@ -24,7 +24,7 @@ import pytest
 from sqlalchemy import update
 
 from adaptive_rag.contracts import (
-    AnswerResult, AnswerTask, ErrorCode, RequestStatus, RoutingDecision, Tier,
+    CALL_ERROR_MESSAGES, AnswerResult, AnswerTask, CallError, ErrorCode, RequestStatus, RoutingDecision, Tier,
 )
 from adaptive_rag.storage import QueryRequest, RecordStore
 from lab.harness.instant_llm import LLM_ANSWER
@@ -203,11 +203,12 @@ def test_a_lost_message_expires_in_the_sweep_and_the_resend_runs_under_its_reque
         assert [t.request_id for t in queue.lost] == [request_id]
         get = pb2.GetResultRequest(request_id=request_id)
         waiting = rpc_error(client.stub.GetResult, get, metadata=client.auth)
-        assert "still queued; call GetResult again later" in waiting.details()
+        assert dict(waiting.trailing_metadata())["x-error-code"] == CallError.NOT_FINISHED
         wait_until(lambda: stack.store.get_request(request_id).status == "expired", "the sweep expired it", 30)
         never = rpc_error(client.stub.GetResult, get, metadata=client.auth)
         assert never.code() is grpc.StatusCode.FAILED_PRECONDITION
-        assert f"request {request_id} was expired and never ran; send the Answer again" in never.details()
+        assert dict(never.trailing_metadata())["x-error-code"] == CallError.NEVER_RAN
+        assert never.details() == f"{CALL_ERROR_MESSAGES[CallError.NEVER_RAN]} (request {request_id})"
         assert client.metrics.registry.get_sample_value("arag_requests_expired_total") == 1.0
         reply = client.stub.Answer(ask, metadata=client.auth, timeout=ANSWER_S)
         assert reply.request_id == request_id and not reply.replayed
@@ -231,6 +232,7 @@ def test_a_run_that_failed_for_a_dependency_runs_again_when_resent(redis_url, po
             ask = client.pb2.AnswerRequest(query_text=QUERY, client_request_id=f"dep-{uuid.uuid4().hex[:8]}")
             error = rpc_error(client.stub.Answer, ask, metadata=client.auth, timeout=ANSWER_S)
             assert error.code() is grpc.StatusCode.UNAVAILABLE, error.details()
+            assert dict(error.trailing_metadata())["x-error-code"] == CallError.ANSWER_DEPENDENCY_UNAVAILABLE
             assert "send the Answer again with the same client_request_id" in error.details()
             request_id = dict(error.trailing_metadata())["x-request-id"]
             assert store.get_result(request_id).error_code is ErrorCode.DEPENDENCY_UNAVAILABLE

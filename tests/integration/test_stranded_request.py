@@ -25,7 +25,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from adaptive_rag.contracts import RequestStatus
+from adaptive_rag.contracts import CallError, RequestStatus
 from adaptive_rag.knowledge.documents import Document, Section
 from adaptive_rag.knowledge.service import open_knowledge_service
 from adaptive_rag.storage import RecordStore
@@ -129,7 +129,7 @@ def test_the_restarted_front_door_publishes_the_stranded_request_and_its_resend_
                 break
             except grpc.RpcError as exc:
                 assert exc.code() is grpc.StatusCode.FAILED_PRECONDITION, exc.details()
-                assert "still queued" in exc.details() or "still running" in exc.details(), exc.details()
+                assert dict(exc.trailing_metadata())["x-error-code"] == CallError.NOT_FINISHED, exc.details()
                 assert time.monotonic() - restarted < ANSWERED_WITHIN_S, "not answered within 30 s of the restart"
                 time.sleep(0.1)
         took = time.monotonic() - restarted

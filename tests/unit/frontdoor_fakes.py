@@ -37,7 +37,8 @@ class FakeStore:
     """Dict-backed records with the RecordStore contract (duplicates, tenants, statuses)."""
 
     def __init__(self) -> None:
-        self.keys: dict[str, str] = {}
+        self.keys: dict[str, Principal] = {}
+        self.key_changes = 0  # the key table's revision
         self.requests: dict[str, Request] = {}
         self.decisions: dict[str, RoutingDecision] = {}
         self.results: dict[tuple[str, ResultKind, Tier], AnswerResult] = {}
@@ -52,9 +53,17 @@ class FakeStore:
 
     def add_key(self, key: str, tenant: str, scopes: frozenset[Scope] = DEFAULT_SCOPES) -> None:
         self.keys[hashlib.sha256(key.encode()).hexdigest()] = Principal(tenant=tenant, scopes=scopes)
+        self.key_changes += 1
+
+    def revoke_key(self, key: str) -> None:
+        del self.keys[hashlib.sha256(key.encode()).hexdigest()]
+        self.key_changes += 1
 
     def principal_for_key(self, key: str) -> Principal | None:
         return self.keys.get(hashlib.sha256(key.encode()).hexdigest())
+
+    def api_keys_revision(self) -> int:
+        return self.key_changes
 
     def find_request(self, tenant, client_request_id):
         return self._find(tenant, client_request_id)
