@@ -188,7 +188,7 @@ def start_stack(mode: str, scratch: Path, console: Any, *, servers: bool = False
     parts = Parts(broker="redis" if servers else None, records="postgres" if servers else None,
                   llm="instant" if mode == "instant" else "llama-server")
     with lab_stack(scratch / "stack", parts, pools=TIER_POOLS, settings=settings, env=env, tenants=("loadtest",),
-                   durable_postgres=True, console=console) as running:
+                   postgres_durability="full", console=console) as running:
         info: dict[str, Any] = {"mode": mode, "llm": running.using["llm"], **running.facts()}
         env = {**os.environ, **(env or {}), "ARAG_API_KEY": running.api_key("loadtest")}
         yield Stack(running=running, env=env, info=info, cpu=CpuMeter(running.processes(), role_of_command))

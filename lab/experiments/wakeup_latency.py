@@ -76,7 +76,7 @@ def service_calls(stack: ExitStack, workdir: Path) -> tuple[dict[str, Callable[[
     repository = model_repository(workdir / "model_repositories", "shipped", workdir / "setup.log")
     servers = stack.enter_context(lab_stack(
         workdir / "servers", Parts(broker="redis", records="postgres", classifier="triton"), pools=(),
-        frontdoor=False, tenants=(), model_repository=repository, durable_postgres=True))
+        frontdoor=False, tenants=(), model_repository=repository, postgres_durability="full"))
     client = redis.Redis.from_url(servers.redis.url)
     url = servers.settings.library.database_url.replace("postgresql+psycopg://", "postgresql://")
     conn = stack.enter_context(psycopg.connect(url, autocommit=True))

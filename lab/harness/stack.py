@@ -40,13 +40,16 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from adaptive_rag.contracts import DEFAULT_SCOPES, Scope
 from infra.local.servers import free_port
 from services.demo.local import ALL_POOLS, LocalStack, local_stack
 from services.demo.stack import FrontDoorProcess, StackSettings
 from workers.pools import RestartPolicy
+
+if TYPE_CHECKING:
+    from infra.local.servers import Durability
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_KNOWLEDGE_BASE = REPO / "demo" / "knowledge_base.jsonl"
@@ -101,9 +104,10 @@ class LabStack:
 
     core: LocalStack
     parts: Parts
-    redis: Any = None  # infra.local.servers.LocalRedis, when started here
-    postgres: Any = None  # the PostgreSQL started here (url; stop/start where restartable)
-    opensearch: Any = None  # the OpenSearch node or cluster started here
+    # the servers started here (each stops, or crashes, and starts again on its port and data):
+    redis: Any = None  # infra.local.servers.LocalRedis
+    postgres: Any = None  # infra.local.servers.LocalPostgres
+    opensearch: Any = None  # infra.local.opensearch.OpenSearchNode or OpenSearchCluster
     llm: Any = None  # lab.harness.instant_llm.InstantLLM or infra.local.llama_server.LlamaServerProcess
     # what the parts are, in words, for reports
     using: dict[str, str] = field(default_factory=dict)
@@ -263,7 +267,7 @@ def lab_stack(
     llm_latency_ms: float = 0.0,
     llama_parallel: int = 4,
     llama_threads: int = 2,
-    durable_postgres: bool = False,
+    postgres_durability: Durability = "off",
     opensearch_heap: str = "512m",
     dotenv: bool = True,
     console: Any = None,
@@ -284,25 +288,25 @@ def lab_stack(
     chosen: dict[str, Any] = {}
     servers: dict[str, Any] = {}
     with ExitStack() as started:
+        logs.mkdir(exist_ok=True)
         if parts.broker == "redis" and "redis_url" not in given:
             from infra.local.servers import LocalRedis
 
             shutil.rmtree(workdir / "redis", ignore_errors=True)  # an earlier run's queued messages
-            (workdir / "redis").mkdir()
-            redis = servers["redis"] = LocalRedis(workdir / "redis")
-            redis.start()
-            started.callback(redis.stop)
+            redis = servers["redis"] = started.enter_context(LocalRedis(workdir / "redis"))
             chosen["redis_url"] = redis.url
             say(f"redis-server on {redis.url}")
         elif parts.broker == "filesystem":
             chosen["redis_url"] = None
 
         if parts.records == "postgres" and "database_url" not in given:
-            from infra.local.servers import local_postgres
+            from infra.local.servers import LocalPostgres
 
-            chosen["database_url"] = servers["postgres"] = started.enter_context(
-                local_postgres(durable=durable_postgres))
-            say(f"PostgreSQL on {chosen['database_url']}")
+            # a temporary data directory: under root the server runs as its own account, which must enter it
+            postgres = servers["postgres"] = started.enter_context(LocalPostgres(
+                durability=postgres_durability, max_connections=300, log=logs / "postgres.log"))
+            chosen["database_url"] = postgres.url
+            say(f"PostgreSQL on {postgres.url} (durability {postgres_durability})")
         elif parts.records == "sqlite":
             chosen["database_url"] = f"sqlite:///{workdir / 'arag.db'}"
 
@@ -324,7 +328,15 @@ def lab_stack(
         elif parts.retriever in ("opensearch", "opensearch-cluster"):
             chosen["retriever"] = "opensearch"
             if "opensearch_url" not in given:
-                raise NotImplementedError("starting OpenSearch here: give settings={'opensearch_url': ...}")
+                from infra.local.opensearch import OpenSearchCluster, OpenSearchNode
+
+                shutil.rmtree(workdir / "opensearch", ignore_errors=True)  # a node would rejoin an earlier cluster
+                opensearch = servers["opensearch"] = started.enter_context(
+                    OpenSearchNode(workdir / "opensearch", heap=opensearch_heap, log=logs / "opensearch.log")
+                    if parts.retriever == "opensearch" else
+                    OpenSearchCluster(workdir / "opensearch", heap=opensearch_heap, name="lab"))
+                chosen["opensearch_url"] = opensearch.url
+                say(f"OpenSearch ({parts.retriever}) on {opensearch.url}")
 
         llm = None
         if parts.llm == "instant" and "llm_base_url" not in given:
