@@ -57,9 +57,7 @@ import shlex
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -105,7 +103,8 @@ FAULTS: dict[str, FaultSpec] = {f.name: f for f in (
               "redis-server stopped (SIGTERM), 5 s down, started again on the same port and directory (AOF kept)",
               hold_s=5.0),
     FaultSpec("postgres-down", "PostgreSQL down 15 s",
-              "`pg_ctl stop -m immediate` (a crash), 15 s down, started again on the same port", hold_s=15.0),
+              "immediate shutdown (as `pg_ctl stop -m immediate`: no checkpoint, a crash recovery at the next "
+              "start), 15 s down, started again on the same port", hold_s=15.0),
     FaultSpec("opensearch-down", "OpenSearch node down 10 s",
               "the OpenSearch node the workers query (cluster manager + data) stopped (SIGTERM) for 10 s, then "
               "started again", hold_s=10.0, opensearch=True),
@@ -331,247 +330,6 @@ def per_second(attempts: Sequence[CallRecord], start: float, end: float) -> dict
     return {"ok": ok, "failed": bad}
 
 
-# --- restartable servers ---------------------------------------------------------------------------------
-
-
-class RestartablePostgres:
-    """A PostgreSQL cluster (initdb + pg_ctl) on a fixed loopback port that can be stopped (a crash:
-    `-m immediate`) and started again with its data, like `infra.local.servers.LocalRedis`."""
-
-    def __init__(self, log_copy: Path) -> None:
-        from infra.local.servers import _pg_user, free_port
-
-        self.user = _pg_user()
-        self.workdir = Path(tempfile.mkdtemp(prefix="arag-chaos-pg-"))  # the server's account can enter it
-        self.data, self.sockets, self.log = self.workdir / "data", self.workdir / "sock", self.workdir / "postgres.log"
-        self.port = free_port()
-        self.log_copy = log_copy
-
-    @property
-    def url(self) -> str:
-        return f"postgresql+psycopg://arag@127.0.0.1:{self.port}/arag"
-
-    def _pg(self, *args: str, attempts: int = 5) -> None:
-        """Run a PostgreSQL program as the server's account. A child killed by a signal before it
-        ran (forking from this process, whose gRPC threads are busy, has crashed a child with
-        SIGSEGV) is started again."""
-        from infra.local.servers import PG_BIN, ServerStartError, _run_as
-
-        for attempt in range(1, attempts + 1):
-            try:
-                _run_as(self.user, [str(PG_BIN / args[0]), *args[1:]], self.log)
-                return
-            except ServerStartError as exc:
-                if attempt == attempts or not re.search(r"failed \(-\d+\)", str(exc)):
-                    raise
-                log(f"{args[0]} {args[-1]} was killed by a signal ({str(exc).splitlines()[0]}); again")
-                time.sleep(0.5)
-
-    def create(self) -> None:
-        import psycopg
-
-        self.sockets.mkdir()
-        self.log.touch()
-        if self.user is not None:
-            for path in (self.workdir, self.sockets, self.log):
-                os.chown(path, self.user.pw_uid, self.user.pw_gid)
-        self._pg("initdb", "-D", str(self.data), "-U", "arag", "--auth=trust", "--no-sync", "-E", "UTF8")
-        self.start()
-        with psycopg.connect(f"postgresql://arag@127.0.0.1:{self.port}/postgres", autocommit=True) as conn:
-            conn.execute('CREATE DATABASE "arag"')
-
-    def start(self) -> None:
-        import psycopg
-
-        from infra.local.servers import _wait_until
-
-        # A commit is durable against a crash of the server process (synchronous_commit on, as in
-        # production; the test servers' `synchronous_commit=off` loses the last commits on an
-        # immediate stop, which is a lost answer that production would not lose). fsync stays off:
-        # the WAL a crashed process wrote is in the OS page cache; only the machine never fails here.
-        options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.sockets} -c fsync=off "
-                   "-c synchronous_commit=on -c max_connections=300")
-        self._pg("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", "60", "start")
-        _wait_until(lambda: psycopg.connect(f"postgresql://arag@127.0.0.1:{self.port}/postgres",
-                                            connect_timeout=1).close() is None, "postgres", self.log)
-
-    def stop(self, mode: str = "immediate") -> None:
-        from infra.local.servers import ServerStartError
-
-        try:
-            self._pg("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
-        except ServerStartError:
-            if (self.data / "postmaster.pid").exists():  # a crashed pg_ctl may have stopped it anyway
-                raise
-
-    def close(self) -> None:
-        import shutil
-
-        if (self.data / "postmaster.pid").exists():
-            try:
-                self.stop("immediate")
-            except Exception:  # noqa: BLE001 - best effort at the end
-                pass
-        try:
-            self.log_copy.write_text(self.log.read_text(errors="replace"))
-        except OSError:
-            pass
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-# A node launcher beside infra/opensearch's single-node one (same jars, same in-process Node): every
-# setting comes from the command line, so two nodes can form a cluster (seed hosts, roles).
-NODE_JAVA = r"""
-import java.nio.file.*;
-import java.util.*;
-import java.util.concurrent.*;
-import org.opensearch.analysis.common.CommonAnalysisPlugin;
-import org.opensearch.common.logging.LogConfigurator;
-import org.opensearch.common.settings.Settings;
-import org.opensearch.env.Environment;
-import org.opensearch.node.InternalSettingsPreparer;
-import org.opensearch.node.Node;
-import org.opensearch.plugins.Plugin;
-import org.opensearch.transport.Netty4Plugin;
-
-public final class ChaosNode {
-    static final class EmbeddedNode extends Node {
-        EmbeddedNode(Environment environment, Collection<Class<? extends Plugin>> plugins) {
-            super(environment, plugins, true);
-        }
-    }
-
-    public static void main(String[] args) throws Exception {
-        Settings.Builder b = Settings.builder();
-        for (String arg : args) {
-            int eq = arg.indexOf('=');
-            String key = arg.substring(0, eq), value = arg.substring(eq + 1);
-            if (key.endsWith("[]")) {
-                b.putList(key.substring(0, key.length() - 2), List.of(value.split(",")));
-            } else {
-                b.put(key, value);
-            }
-        }
-        Settings settings = b.build();
-        Path home = Paths.get(settings.get("path.home"));
-        for (Path p : List.of(home.resolve("modules"), home.resolve("plugins"), home.resolve("config"))) {
-            Files.createDirectories(p);
-        }
-        LogConfigurator.registerErrorListener();
-        LogConfigurator.configureWithoutConfig(settings);
-        Environment env = InternalSettingsPreparer.prepareEnvironment(
-            settings, Map.of(), home.resolve("config"), () -> settings.get("node.name"));
-        Node node = new EmbeddedNode(env, List.of(Netty4Plugin.class, CommonAnalysisPlugin.class));
-        CountDownLatch stopped = new CountDownLatch(1);
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            try { node.close(); node.awaitClose(20, TimeUnit.SECONDS); } catch (Exception e) { e.printStackTrace(); }
-            finally { stopped.countDown(); }
-        }, "chaos-node-shutdown"));
-        node.start();
-        System.out.println("CHAOS NODE STARTED " + settings.get("node.name"));
-        System.out.flush();
-        stopped.await();
-    }
-}
-"""
-OPENSEARCH_LIB = REPO / "infra" / "opensearch" / "target" / "lib"
-
-
-class OpenSearchCluster:
-    """Two OpenSearch 2.19 nodes on loopback forming one cluster: node 1 cluster manager + data (the
-    URL the workers use), node 2 data only. Built from the jars `infra/opensearch/start.sh` fetched."""
-
-    def __init__(self, workdir: Path, heap: str = "512m") -> None:
-        from infra.local.servers import free_port
-
-        self.workdir = workdir
-        self.heap = heap
-        self.http = {1: free_port(), 2: free_port()}
-        self.transport = {1: free_port(), 2: free_port()}
-        self.procs: dict[int, subprocess.Popen] = {}
-        self.classes = workdir / "classes"
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.http[1]}"
-
-    def node_url(self, i: int) -> str:
-        return f"http://127.0.0.1:{self.http[i]}"
-
-    def build(self) -> None:
-        """The jars (once, through infra/opensearch/start.sh's Maven build) and the launcher."""
-        if not OPENSEARCH_LIB.is_dir() or not any(OPENSEARCH_LIB.glob("opensearch-*.jar")):
-            subprocess.run(["mvn", "-q", "-B", "compile", "dependency:copy-dependencies"],
-                           cwd=REPO / "infra" / "opensearch", check=True)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        source = self.workdir / "ChaosNode.java"
-        source.write_text(NODE_JAVA)
-        subprocess.run(["javac", "-cp", f"{OPENSEARCH_LIB}/*", "-d", str(self.classes), str(source)],
-                       check=True, capture_output=True)
-
-    def start_node(self, i: int) -> None:
-        base = self.workdir / f"node-{i}"
-        roles = "cluster_manager,data,ingest" if i == 1 else "data,ingest"
-        xms = f"{int(self.heap[:-1]) // 2}{self.heap[-1]}"
-        args = [
-            "cluster.name=arag-chaos", f"node.name=chaos-{i}", f"node.roles[]={roles}",
-            f"path.home={base / 'home'}", f"path.data={base / 'data'}", f"path.logs={base / 'logs'}",
-            "network.host=127.0.0.1", f"http.port={self.http[i]}", f"transport.port={self.transport[i]}",
-            f"discovery.seed_hosts[]=127.0.0.1:{self.transport[1]},127.0.0.1:{self.transport[2]}",
-            "cluster.initial_cluster_manager_nodes[]=chaos-1", "bootstrap.memory_lock=false",
-            "cluster.routing.allocation.disk.threshold_enabled=false", "action.destructive_requires_name=true",
-        ]
-        log = (self.workdir / f"node-{i}.log").open("a")
-        self.procs[i] = subprocess.Popen(
-            ["java", f"-Xms{xms}", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError",
-             "-Djava.awt.headless=true", "-Dfile.encoding=UTF-8", "-Dlog4j2.disable.jmx=true",
-             "-cp", f"{self.classes}:{OPENSEARCH_LIB}/*", "ChaosNode", *args],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-
-    def stop_node(self, i: int, sig: int = signal.SIGTERM) -> None:
-        proc = self.procs.get(i)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-
-    def request(self, method: str, path: str, body: Any = None, node: int = 1, timeout: float = 70.0) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.node_url(node) + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout) as response:
-            return json.loads(response.read() or b"null")
-
-    def wait_health(self, status: str, nodes: int, timeout_s: float = 120.0, node: int = 1) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        last: Any = None
-        while time.monotonic() < deadline:
-            try:
-                last = self.request("GET", f"/_cluster/health?wait_for_status={status}&wait_for_nodes={nodes}"
-                                           "&timeout=2s", node=node, timeout=10)
-                if not last.get("timed_out"):
-                    return last
-            except Exception as exc:  # noqa: BLE001 - not up yet
-                last = str(exc)
-            time.sleep(0.5)
-        raise RuntimeError(f"OpenSearch cluster not {status} with {nodes} nodes in {timeout_s:.0f} s: {last}")
-
-    def start(self) -> None:
-        self.build()
-        self.start_node(1)
-        self.start_node(2)
-        self.wait_health("green", 2, 180.0)
-
-    def close(self) -> None:
-        for i in (2, 1):
-            self.stop_node(i)
-
-
 # --- the load client --------------------------------------------------------------------------------------
 
 
@@ -752,7 +510,7 @@ class Handles:
 
     def _opensearch_down(self, spec: FaultSpec) -> dict[str, Any]:
         assert self.opensearch is not None
-        self.opensearch.stop_node(1, signal.SIGTERM)
+        self.opensearch.stop_node(1, "fast")
         stopped = time.time()
         time.sleep(max(0.0, spec.hold_s - (time.time() - stopped)))
         started = time.time()
@@ -782,7 +540,7 @@ class Handles:
         assert self.opensearch is not None
         os_ = self.opensearch
         before = os_.request("GET", "/_cat/shards?format=json", timeout=10)
-        os_.stop_node(2, signal.SIGKILL)
+        os_.stop_node(2, "kill")
         lost = time.time()
         during = None
         time.sleep(3.0)
