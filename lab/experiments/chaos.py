@@ -8,19 +8,18 @@ when its parts fail one at a time under a steady load, and how long until client
 Operator goals, checked per fault and per repetition: 0 requests lost, 0 duplicated results, 0
 INTERNAL / UNKNOWN statuses, and clients served again within 30 s of the fault's injection.
 
-The stack is real and on loopback (started here, stopped afterwards): Redis as broker and result
-backend and PostgreSQL as the records database (`LocalRedis` and `LocalPostgres` of
-`infra.local.servers`, restartable on their ports), the tier worker pools A, B, C and shadow as
-`celery worker` processes under the pool supervisor of `workers.pools` (it restarts a pool that
-exits), the gRPC front door as a subprocess, the local Triton (`nvidia-pytriton`) serving the classifier (an
-untrained bootstrap version when the repository has none; with none at all the rules route, and
-the report says so), and, when an OpenSearch fault is selected, a two-node OpenSearch 2.19 cluster
-(`infra.local.opensearch.OpenSearchCluster`: a cluster-manager + data node the workers talk to,
-a data-only node; the tenant's index with one replica) as the tenant's knowledge-base backend (`ARAG_RETRIEVER=opensearch`). Everything but the
-load and the faults is `services.demo.local.local_stack`, the parts `make demo` and
-`python -m lab.loadtest` start. The LLM is the instant OpenAI-compatible endpoint of
-`lab/harness/instant_llm.py` with a fixed latency per completion (a measurement device: it uses no
-CPU, so what is measured is the stack's own behaviour).
+The stack is the lab's (`lab.harness.stack`), real and on loopback (started here, stopped
+afterwards): Redis as broker and result backend and PostgreSQL as the records database (a commit
+survives a crash of the server), each restartable on its port; the tier worker pools A, B, C and
+shadow as `celery worker` processes under the pool supervisor of `workers.pools` (it restarts a
+pool that exits), the gRPC front door as a subprocess, the local Triton (`nvidia-pytriton`)
+serving the classifier (an untrained bootstrap version when the repository has none; with none at
+all the rules route, and the report says so), and, when an OpenSearch fault is selected, a
+two-node OpenSearch 2.19 cluster (a cluster-manager + data node the workers talk to, a data-only
+node; the tenant's index with one replica) as the tenant's knowledge-base backend. The LLM is the
+instant OpenAI-compatible endpoint of `lab/harness/instant_llm.py` with a fixed latency per
+completion (a measurement device: it uses no CPU, so what is measured is the stack's own
+behaviour). The faults act through the stack's handles.
 
 The load is the lab's gRPC load client (`lab.harness.load_client`) at a fixed offered rate (open
 loop, default 5 queries/s, the load test's query pools and its 60/30/10 A/B/C mix). It behaves like
@@ -61,15 +60,13 @@ import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from adaptive_rag.contracts import NEVER_RAN
-from infra.local.opensearch import OpenSearchCluster
-from infra.local.servers import LocalPostgres, LocalRedis
 from lab.harness.load_client import CallRecord, LoadClient, Outcome, open_loop, read_jsonl
 from lab.harness.stats import percentile
 
@@ -405,15 +402,18 @@ def log(msg: str) -> None:
 
 @dataclass
 class Handles:
-    """What the faults act on."""
+    """What the faults act on: the lab's stack, a handle on each of its processes."""
 
-    running: Any  # services.demo.local.LocalStack
-    redis: LocalRedis
-    postgres: LocalPostgres
-    opensearch: OpenSearchCluster | None
-    extras: ExitStack  # processes started again during the campaign (stopped before the stack)
-    scratch: Path
-    restarts: Counter = field(default_factory=Counter)
+    stack: Any  # lab.harness.stack.LabStack
+
+    @property
+    def opensearch(self) -> Any:
+        """The two-node cluster (`infra.local.opensearch.OpenSearchCluster`), None with tantivy."""
+        return self.stack.opensearch
+
+    def node(self, i: int) -> str:
+        """The name of the cluster's node `i` (1: cluster manager + data, the workers' URL; 2: data)."""
+        return self.opensearch.node_name(i, self.opensearch.name)
 
     def running_b_request(self, wait_s: float = 5.0) -> bool:
         """Wait (up to `wait_s`) until a tier-B request runs, so a kill lands mid-task."""
@@ -422,7 +422,7 @@ class Handles:
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             try:
-                with self.running.store.engine.connect() as conn:
+                with self.stack.store.engine.connect() as conn:
                     n = conn.execute(text(
                         "select count(*) from requests r join routing_decisions d on d.request_id = r.request_id "
                         "where r.status = 'running' and d.tier = 'B'")).scalar()
@@ -444,10 +444,10 @@ class Handles:
         alias = f"arag-chaos-{tenant_slug(TENANT)}"
         shards = os_.request("GET", f"/_cat/shards/{alias}?format=json", timeout=10)
         primary = [s for s in shards if s.get("prirep") == "p"]
-        if primary and primary[0].get("node") == "chaos-1":
+        if primary and primary[0].get("node") == self.node(1):
             # fail the primary on node 1: the replica on node 2 is promoted, node 1 gets a new replica
             os_.request("POST", "/_cluster/reroute", {"commands": [{"cancel": {
-                "index": primary[0]["index"], "shard": int(primary[0]["shard"]), "node": "chaos-1",
+                "index": primary[0]["index"], "shard": int(primary[0]["shard"]), "node": self.node(1),
                 "allow_primary": True}}]}, timeout=30)
             os_.wait_health("green", 2, 120.0)
         shards = os_.request("GET", f"/_cat/shards/{alias}?format=json", timeout=10)
@@ -458,7 +458,7 @@ class Handles:
         return getattr(self, "_" + name.replace("-", "_"))(FAULTS[name])
 
     def _pool_child_kill(self, spec: FaultSpec) -> dict[str, Any]:
-        pool = self.running.pools.pools["B"]
+        pool = self.stack.pools.pools["B"]
         busy = self.running_b_request()
         children = pool.child_pids()
         if not children:
@@ -476,7 +476,7 @@ class Handles:
                 "replaced_after_s": round(time.time() - killed, 2), "children_after": pool.child_pids()}
 
     def _worker_kill(self, spec: FaultSpec) -> dict[str, Any]:
-        pools = self.running.pools
+        pools = self.stack.pools
         old = pools.pools["B"]
         busy = self.running_b_request()
         os.kill(old.pid, signal.SIGKILL)
@@ -495,16 +495,18 @@ class Handles:
                 **({"note": ready_note} if ready_note else {})}
 
     def _redis_restart(self, spec: FaultSpec) -> dict[str, Any]:
-        self.redis.stop()
+        redis = self.stack.redis
+        redis.stop()
         time.sleep(spec.hold_s)
-        self.redis.start()
-        return {"restored": time.time(), "port": self.redis.port}
+        redis.start()
+        return {"restored": time.time(), "port": redis.port}
 
     def _postgres_down(self, spec: FaultSpec) -> dict[str, Any]:
-        self.postgres.stop("immediate")
+        postgres = self.stack.postgres
+        postgres.stop("immediate")
         time.sleep(spec.hold_s)
-        self.postgres.start()
-        return {"restored": time.time(), "port": self.postgres.port}
+        postgres.start()
+        return {"restored": time.time(), "port": postgres.port}
 
     def _opensearch_down(self, spec: FaultSpec) -> dict[str, Any]:
         assert self.opensearch is not None
@@ -518,38 +520,20 @@ class Handles:
                 "node_start_s": round(time.time() - started, 2), "health": health.get("status")}
 
     def _triton_down(self, spec: FaultSpec) -> dict[str, Any]:
-        from services.classifier.local import TritonProcess
-
-        old = self.running.triton
+        old = self.stack.triton
         if old is None:
             return {"restored": time.time(), "note": "no Triton in this stack (rules routing)"}
-        port = old.grpc_port
         old.stop()
         time.sleep(spec.hold_s)
         started = time.time()
-        self.restarts["triton"] += 1
-        new = TritonProcess(self.running.settings.classifier.model_repository,
-                            self.scratch / f"triton-{self.restarts['triton']}.log", grpc_port=port)
-        self.extras.callback(new.stop)
-        self.running.triton = new
-        return {"restored": time.time(), "port": port, "start_s": round(time.time() - started, 2)}
+        new = self.stack.restart_triton()  # on the same port
+        return {"restored": time.time(), "port": new.grpc_port, "start_s": round(time.time() - started, 2)}
 
     def _frontdoor_kill(self, spec: FaultSpec) -> dict[str, Any]:
-        from services.demo.local import RUN_MARKER
-        from services.demo.stack import FrontDoorProcess
-
-        running = self.running
-        old = running.frontdoor
-        os.killpg(old.pid, signal.SIGKILL)
-        old.process.wait(timeout=10)
+        killed = self.stack.frontdoor.pid
         started = time.time()
-        self.restarts["frontdoor"] += 1
-        log_path = running.workdir / "logs" / f"frontdoor-{self.restarts['frontdoor'] + 1}.log"
-        new = FrontDoorProcess(running.settings.env(**{RUN_MARKER: running.marker}), log_path,
-                               running.settings.frontdoor.grpc_listen)
-        self.extras.callback(new.stop)
-        running.frontdoor = new
-        return {"restored": time.time(), "killed_pid": old.pid, "new_pid": new.pid,
+        new = self.stack.restart_frontdoor(signal.SIGKILL)  # on the same address
+        return {"restored": time.time(), "killed_pid": killed, "new_pid": new.pid,
                 "start_s": round(time.time() - started, 2)}
 
     def _opensearch_node_loss(self, spec: FaultSpec) -> dict[str, Any]:
@@ -567,7 +551,7 @@ class Handles:
         time.sleep(max(0.0, spec.hold_s - (time.time() - lost)))
         os_.start_node(2)
         health = os_.wait_health("green", 2, 180.0)
-        return {"restored": time.time(), "lost_node": "chaos-2", "health_during": during,
+        return {"restored": time.time(), "lost_node": self.node(2), "health_during": during,
                 "health_after": health.get("status"),
                 "primary_before": [s.get("node") for s in before
                                    if str(s.get("index", "")).startswith("arag-chaos") and s.get("prirep") == "p"]}
@@ -738,90 +722,62 @@ def quiet_port() -> int:
 @contextmanager
 def started_stack(args: argparse.Namespace, scratch: Path, use_opensearch: bool,
                   info: dict[str, Any]) -> Iterator[Handles]:
-    """Redis, PostgreSQL, (OpenSearch), the instant LLM, then `local_stack` on them."""
-    from lab.harness.instant_llm import running_instant_llm
-    from services.demo.local import local_stack
+    """The lab's stack for the campaign: Redis, PostgreSQL (a commit survives a crash of the
+    server, as in production), a two-node OpenSearch cluster when an OpenSearch fault is chosen,
+    the instant LLM, Triton, pools A, B, C and shadow under their supervisor, the front door."""
+    from lab.harness.stack import Parts, lab_stack
+    from workers.pools import RestartPolicy
 
-    saved = dict(os.environ)
-    try:
-        with ExitStack() as stack:
-            import shutil
+    has_model, model_note = ensure_model_repository(args.model_repository.resolve(), scratch)
+    info["classifier"] = model_note
+    parts = Parts(broker="redis", records="postgres", classifier="triton" if has_model else "rules",
+                  retriever="opensearch-cluster" if use_opensearch else "tantivy", llm="instant")
+    settings: dict[str, Any] = {
+        # a port the restarted front door can bind again (see quiet_port)
+        "metrics_port": quiet_port(), "concurrency": {"A": 2, "B": 1, "C": 1, "shadow": 1},
+        "shadow_share": args.shadow_share,
+        # The load repeats a small pool of questions, which the front door's routing cache would
+        # answer without Triton: off, so every question is classified (as unique production
+        # traffic is) and a Triton outage shows.
+        "routing_cache": 0,
+        **({"kb_index_prefix": "arag-chaos"} if use_opensearch else {}),
+    }
+    info["settings"] = dict(settings)
+    log("starting the lab stack (Redis, PostgreSQL" + (", a two-node OpenSearch cluster" if use_opensearch else "")
+        + ", the instant LLM; Triton; pools A, B, C, shadow; front door; knowledge base)")
+    from rich.console import Console
 
-            for stale in ("redis", "opensearch"):  # an earlier attempt's data (a node would rejoin its old cluster)
-                shutil.rmtree(scratch / stale, ignore_errors=True)
-            redis = stack.enter_context(LocalRedis(scratch / "redis"))
-            log(f"redis-server on {redis.url}")
-            # A temporary directory, which the server's account can enter under root; the log stays.
-            pg = stack.enter_context(LocalPostgres(durability="server-crash", max_connections=300,
-                                                   log=scratch / "postgres.log"))
-            log(f"PostgreSQL on {pg.url}")
-            env = {
-                "REDIS_URL": redis.url, "DATABASE_URL": pg.url, "ARAG_METRICS_PORT": str(quiet_port()),
-                "ARAG_CONCURRENCY": json.dumps({"A": 2, "B": 1, "C": 1, "shadow": 1}),
-                "ARAG_SHADOW_SHARE": str(args.shadow_share),
-                # The load repeats a small pool of questions, which the front door's routing cache
-                # would answer without Triton: off, so every question is classified (as unique
-                # production traffic is) and a Triton outage shows.
-                "ARAG_ROUTING_CACHE": "0",
-                "ARAG_MODEL_REPOSITORY": str(args.model_repository.resolve()),
-            }
-            cluster = None
-            if use_opensearch:
-                log("starting a two-node OpenSearch cluster")
-                t = time.monotonic()
-                cluster = stack.enter_context(OpenSearchCluster(scratch / "opensearch", heap=args.opensearch_heap,
-                                                                name="chaos"))
-                log(f"OpenSearch cluster green in {time.monotonic() - t:.0f} s: {cluster.url} (+ node 2 "
-                    f"{cluster.node_url(2)})")
-                env.update(OPENSEARCH_URL=cluster.url, ARAG_RETRIEVER="opensearch", ARAG_KB_INDEX_PREFIX="arag-chaos")
-            else:
-                env["ARAG_RETRIEVER"] = "tantivy"
-            llm = stack.enter_context(running_instant_llm(scratch / "instant_llm.log", args.llm_latency_ms))
-            env["LLM_BASE_URL"] = llm
-            has_model, model_note = ensure_model_repository(args.model_repository.resolve(), scratch)
-            info["classifier"] = model_note
-            os.environ.update(env)
-            info["env"] = {k: v for k, v in env.items()}
-            log("starting the local stack (pools A, B, C, shadow; Triton; front door; knowledge base)")
-            running = stack.enter_context(local_stack(scratch / "stack", knowledge_base=REPO / "demo" / "knowledge_base.jsonl",
-                                                      tenants=(TENANT,)))
-            running.pools.start_supervisor(poll_s=0.5)
-            info["stack"] = dict(running.plan.using)
-            info["concurrency"] = {p: running.settings.workers.pool_concurrency(p) for p in ("A", "B", "C", "shadow")}
-            info["prefetch"] = {p: running.settings.workers.pool_prefetch(p) for p in ("A", "B", "C", "shadow")}
-            info["visibility_timeout_s"] = running.settings.workers.visibility_timeout_s
-            info["task_max_retries"] = running.settings.workers.task_max_retries
-            info["task_retry_backoff_s"] = running.settings.workers.task_retry_backoff_s
-            info["unavailable_retry_s"] = running.settings.frontdoor.unavailable_retry_s
-            if cluster is not None:
-                from adaptive_rag.knowledge.indexes import tenant_slug
+    with lab_stack(scratch / "stack", parts, pools=("A", "B", "C", "shadow"), settings=settings, tenants=(TENANT,),
+                   model_repository=args.model_repository.resolve(), llm_latency_ms=args.llm_latency_ms,
+                   postgres_durability="server-crash", opensearch_heap=args.opensearch_heap,
+                   supervise=RestartPolicy(), supervise_poll_s=0.5, console=Console(width=160)) as stack:
+        info.update(stack.facts())
+        cluster = stack.opensearch
+        if cluster is not None:
+            from adaptive_rag.knowledge.indexes import tenant_slug
 
-                alias = f"arag-chaos-{tenant_slug(TENANT)}"
-                cluster.request("PUT", f"/{alias}/_settings", {"index": {"number_of_replicas": 1}})
-                health = cluster.wait_health("green", 2, 120.0)
-                shards = cluster.request("GET", f"/_cat/shards/{alias}?format=json")
-                info["opensearch"] = {"nodes": {"chaos-1": "cluster_manager,data (workers' URL)", "chaos-2": "data"},
-                                      "index": alias, "replicas": 1, "health": health.get("status"),
-                                      "shards": [(s["prirep"], s["node"], s["state"]) for s in shards]}
-            with ExitStack() as extras:
-                yield Handles(running, redis, pg, cluster, extras, scratch)
-            info["leftovers"] = running.leftovers
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+            alias = f"arag-chaos-{tenant_slug(TENANT)}"
+            cluster.request("PUT", f"/{alias}/_settings", {"index": {"number_of_replicas": 1}})
+            health = cluster.wait_health("green", 2, 120.0)
+            shards = cluster.request("GET", f"/_cat/shards/{alias}?format=json")
+            handles = Handles(stack)
+            info["opensearch"] = {"nodes": {handles.node(1): "cluster_manager,data (workers' URL)",
+                                            handles.node(2): "data"},
+                                  "index": alias, "replicas": 1, "health": health.get("status"),
+                                  "shards": [(s["prirep"], s["node"], s["state"]) for s in shards]}
+        yield Handles(stack)
+    info["leftovers"] = stack.leftovers
 
 
 # --- evidence and report ---------------------------------------------------------------------------------------
 
 
 def log_files(scratch: Path) -> list[Path]:
-    """The stack's logs, workers first (where a request's run is told), then the front door's."""
-    logs = scratch / "stack" / "logs"
-    workers = sorted((logs / "workers").glob("*.log")) if logs.exists() else []
-    others = sorted(p for p in logs.glob("*.log")) if logs.exists() else []
-    return workers + others + [p for p in (scratch / "postgres.log", scratch / "redis" / "redis.log",
-                                           scratch / "opensearch" / "node-1.log", scratch / "opensearch" / "node-2.log")
-                               if p.exists()]
+    """The stack's logs, workers first (where a request's run is told), then the front door's and
+    the servers' (`lab.harness.stack.stack_logs`)."""
+    from lab.harness.stack import stack_logs
+
+    return stack_logs(scratch / "stack")
 
 
 def grep_logs(files: Iterable[Path], needles: Sequence[str], limit: int = 6, width: int = 400,
@@ -1170,10 +1126,10 @@ def campaign(args: argparse.Namespace, plan: Sequence[tuple[str, int]], scratch:
     try:
         with started_stack(args, scratch, use_opensearch, run["stack_info"]) as handles:
             started = True
-            running = handles.running
+            running = handles.stack
             if running.triton is None:
                 run["notes"].append("Triton was not started (no classifier version): the front door routed with the rules")
-            key = running.create_api_key(TENANT)
+            key = running.api_key(TENANT)
             picker = QueryPicker(build_pools("demo"), parse_mix(args.mix), seed=args.seed)
 
             async def go() -> list[FaultRun]:
