@@ -173,6 +173,18 @@ def support_tier_accuracy(reports: Path) -> str:
     return f"{100 * router:.1f} % vs {100 * always_b:.1f} % (always B), n {len(routed)}"
 
 
+def abstention(kb: str, row: str) -> Callable[[Path], str]:
+    """Uncovered questions abstained / covered ones abstained on the `test` split of one
+    knowledge base, for one row of thresholds."""
+    def compute(reports: Path) -> str:
+        records = [r for r in read_jsonl(reports / "abstention" / "records.jsonl.gz")
+                   if r["kb"] == kb and r["split"] == "test"]
+        caught = [float(r["abstained"][row]) for r in records if not r["covered"]]
+        false = [float(r["abstained"][row]) for r in records if r["covered"]]
+        return f"{percent(bootstrap_mean({'all': caught}))} / {percent(bootstrap_mean({'all': false}))}"
+    return compute
+
+
 def retrieval_recall(reports: Path) -> str:
     recall = read_json(reports / "retrieval" / "retrieval.json")["recall"]
     return " / ".join(f"{recall[d]['5']:.3f}" for d in ("hotpotqa", "2wiki", "musique"))
@@ -338,6 +350,9 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Shipped router, accuracy on the test labels", routing_accuracy(lambda ev: ev.routed("adaptive"))),
     Figure("Dataset-identity rule, accuracy on the test labels", routing_accuracy(lambda ev: ev.dataset_rule())),
     Figure("Support suite, router tier accuracy", support_tier_accuracy),
+    Figure("Abstention, support test, automatic threshold: caught / false", abstention("support", "automatic")),
+    Figure("Abstention, support test, hand-tuned threshold: caught / false", abstention("support", "hand-tuned")),
+    Figure("Abstention, demo help centre test, automatic threshold: caught / false", abstention("demo", "automatic")),
     Figure("Retrieval recall@5, HotpotQA / 2Wiki / MuSiQue", retrieval_recall),
     Figure("Search latency p50, tantivy vs OpenSearch", backend_latency),
     Figure("Evidence, all supporting passages among 5, chain vs B, 2Wiki / MuSiQue / HotpotQA", evidence_complete_at_5),

@@ -17,13 +17,16 @@ class Evidence:
     """The passages for the reader, best first, and what was done to find them.
 
     `searches` counts retriever calls; `fallback` says why the gatherer handed B's evidence (the
-    question's own top k) instead of its own, empty when it did not.
+    question's own top k) instead of its own, empty when it did not. `question_hits` is the
+    question's own retrieval (the first hop): what a strategy's abstention gate judges, as B's
+    does, since a bridge query's scores (question plus a passage) are on another scale.
     """
 
     passages: list[Passage]
     steps: list[str] = field(default_factory=list)
     searches: int = 0
     fallback: str = ""
+    question_hits: list[Passage] = field(default_factory=list)
 
 
 @runtime_checkable

@@ -184,10 +184,10 @@ def fuse(found: Components, weights: Weights, k: int) -> Evidence:
     if not found.contributed(weights):
         reason = "nothing found beyond the first hop"
         steps.append(f"fallback: {reason}; {B_EVIDENCE}")
-        return Evidence(found.first[:k], steps, found.searches, fallback=reason)
+        return Evidence(found.first[:k], steps, found.searches, fallback=reason, question_hits=found.first)
     passages = reciprocal_rank_fusion(found.rankings(weights))[:k]
     steps.append(f"fused by reciprocal rank: {len(passages)} passages")
-    return Evidence(passages, steps, found.searches)
+    return Evidence(passages, steps, found.searches, question_hits=found.first)
 
 
 @dataclass
@@ -198,7 +198,8 @@ class Bm25Evidence:
 
     def gather(self, question: str, retriever: Retriever, k: int) -> Evidence:
         passages = retriever.search(question, k)
-        return Evidence(passages, [f"BM25: {len(passages)} passages for the question"], searches=1)
+        return Evidence(passages, [f"BM25: {len(passages)} passages for the question"], searches=1,
+                        question_hits=passages)
 
 
 @dataclass

@@ -11,8 +11,9 @@ the reader answers from them at once.
 Degenerate input never errors: no graph (the retriever cannot list its passages, or its build
 failed), an empty graph, a question with no entity, a one-document knowledge base: the gatherer
 falls back to B's evidence (the question's own top hits). The trace says what was gathered and
-any fallback. It abstains as single step does: no passage above `min_score`, or (with
-`reader_abstains`) the reader says the passages lack the answer.
+any fallback. It abstains as every retrieving strategy does (`strategies.abstention`), judged on
+the question's own retrieval (the gatherer's first hop) before the reader runs, and, with
+`reader_abstains`, when the reader says the passages lack the answer.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from adaptive_rag.evidence import NEEDS_GRAPH, make_gatherer
 from adaptive_rag.evidence.graphs import EntityGraphs
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.prompts import evidence as prompt
+from adaptive_rag.strategies.abstention import Abstention, abstained
 from adaptive_rag.strategies.base import PhaseTimer
-from adaptive_rag.strategies.single_step import BELOW_THRESHOLD, READER_FOUND_NONE, read_answer, says_no_answer
+from adaptive_rag.strategies.single_step import READER_FOUND_NONE, read_answer, says_no_answer
 
 
 @dataclass
@@ -38,8 +40,8 @@ class EvidenceRead:
     # Where the knowledge base's entity graph comes from (None: no graph, the gatherers that
     # walk one fall back to B's evidence).
     graphs: EntityGraphs | None = None
-    # Abstain when no passage scores at least this (0 disables), as single step.
-    min_score: float = 0.0
+    # When to abstain before the reader runs (always when nothing is retrieved).
+    abstention: Abstention = Abstention()
     # Let the reader abstain with `prompts.single_step.NO_ANSWER_MARKER`, as single step.
     reader_abstains: bool = False
     name: str = StrategyName.EVIDENCE
@@ -62,19 +64,14 @@ class EvidenceRead:
         if evidence.fallback:
             trace.append(f"fell back to B's evidence: {evidence.fallback}")
         steps = max(1, evidence.searches)
-        if self.min_score > 0 and not any(p.score >= self.min_score for p in passages):
-            return StrategyResult(
-                strategy=self.name, answer="", steps=steps, passages=passages, timings=timer.finish(),
-                trace=trace, answerable=False, abstain_reason=BELOW_THRESHOLD,
-            )
+        why = self.abstention.reason(self.retriever, question, evidence.question_hits or passages)
+        if why is not None:
+            return abstained(self.name, passages, steps, timer.finish(), why, trace)
         template = prompt.ABSTAIN if self.reader_abstains else prompt.PROMPT
         with timer.phase("generate"):
             answer = read_answer(self.llm, question, passages, template)
         if self.reader_abstains and says_no_answer(answer):
-            return StrategyResult(
-                strategy=self.name, answer="", steps=steps, passages=passages, timings=timer.finish(),
-                trace=trace, answerable=False, abstain_reason=READER_FOUND_NONE,
-            )
+            return abstained(self.name, passages, steps, timer.finish(), READER_FOUND_NONE, trace)
         return StrategyResult(
             strategy=self.name, answer=answer, steps=steps, passages=passages, timings=timer.finish(),
             trace=trace,

@@ -6,8 +6,8 @@ embedded model served by one shared llama-server).
 
 Per mode (`instant`: `lab/harness/instant_llm.py` behind `LLM_BASE_URL`, the serving path
 without the model's cost, a measurement device; `llm-server`: `infra.local.llama_server`, as
-`python -m lab.loadtest --llm-server` does) it starts the local stack once
-(`services.demo.local.local_stack`, the parts `python -m lab.loadtest` starts) and, per tier (mix
+`python -m lab.loadtest --llm-server` does) it starts the lab's stack once
+(`lab.harness.stack.lab_stack`, the parts `python -m lab.loadtest` starts) and, per tier (mix
 `A=100`, then `B=100`, then `C=100`), runs locust (`lab/loadtest/locustfile.py`) as a subprocess
 once per point:
 
@@ -170,7 +170,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 @dataclass
 class Stack:
-    running: Any
+    running: Any  # lab.harness.stack.LabStack
     env: dict[str, str]
     info: dict[str, Any]
     cpu: CpuMeter
@@ -178,49 +178,21 @@ class Stack:
 
 
 @contextmanager
-def start_stack(mode: str, scratch: Path, console: Any) -> Iterator[Stack]:
-    """The local stack of `python -m lab.loadtest --instant-llm` / `--llm-server` (same parts, same
-    settings), with the environment restored afterwards."""
-    from services.demo.local import local_stack
+def start_stack(mode: str, scratch: Path, console: Any, *, servers: bool = False,
+                settings: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> Iterator[Stack]:
+    """The lab's stack with the parts of `python -m lab.loadtest --instant-llm` / `--llm-server`
+    (the environment's servers or the embedded ones; with `servers`, Redis and a durable
+    PostgreSQL started here), pools A, B and C, the load-test tenant."""
+    from lab.harness.stack import TIER_POOLS, Parts, lab_stack
 
-    saved = dict(os.environ)
-    info: dict[str, Any] = {"mode": mode}
-    try:
-        with ExitStack() as stack:
-            labels: dict[int, str] = {}
-            if mode == "instant":
-                from lab.harness.instant_llm import running_instant_llm
-
-                url = stack.enter_context(running_instant_llm(scratch / "instant_llm.log"))
-                os.environ["LLM_BASE_URL"] = url
-                info["llm"] = f"instant LLM endpoint (measurement device) {url}"
-            else:
-                from infra.local.llama_server import LlamaServerProcess
-
-                server = stack.enter_context(LlamaServerProcess(log_path=scratch / "llama_server.log"))
-                os.environ.update(LLM_BASE_URL=server.base_url, LLM_API="completions")
-                os.environ.setdefault("ARAG_CONCURRENCY", json.dumps(
-                    {"A": server.parallel, "B": 2, "C": 2, "shadow": 1}))
-                info["llm"] = f"llama-server -np {server.parallel} -t {server.threads} ({server.base_url})"
-            running = stack.enter_context(local_stack(
-                scratch / "stack", knowledge_base=REPO / "demo" / "knowledge_base.jsonl",
-                tenants=("loadtest",), console=console, pools=("A", "B", "C")))
-            info["stack"] = running.plan.using
-            info["concurrency"] = {p: running.settings.workers.pool_concurrency(p) for p in ("A", "B", "C")}
-            info["prefetch"] = {p: running.settings.workers.pool_prefetch(p) for p in ("A", "B", "C")}
-            info["queue_limits"] = {str(getattr(k, "value", k)): v
-                                    for k, v in running.settings.frontdoor.max_queue_depth.items()}
-            labels[running.frontdoor.pid] = "front door"
-            for name, pool in running.pools.pools.items():
-                labels[pool.pid] = f"worker pool {name}"
-            if running.triton is not None:
-                labels[running.triton.proc.pid] = "triton"
-            env = {**os.environ, "ARAG_API_KEY": running.create_api_key("loadtest")}
-            yield Stack(running=running, env=env, info=info, cpu=CpuMeter(labels, role_of_command))
-            info["leftovers"] = running.leftovers
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    parts = Parts(broker="redis" if servers else None, records="postgres" if servers else None,
+                  llm="instant" if mode == "instant" else "llama-server")
+    with lab_stack(scratch / "stack", parts, pools=TIER_POOLS, settings=settings, env=env, tenants=("loadtest",),
+                   postgres_durability="full", console=console) as running:
+        info: dict[str, Any] = {"mode": mode, "llm": running.using["llm"], **running.facts()}
+        env = {**os.environ, **(env or {}), "ARAG_API_KEY": running.api_key("loadtest")}
+        yield Stack(running=running, env=env, info=info, cpu=CpuMeter(running.processes(), role_of_command))
+    info["leftovers"] = running.leftovers
 
 
 _POINTS = 0
@@ -816,12 +788,11 @@ def main(argv: list[str] | None = None) -> int:
                              "0 = idle CPUs poll instead of halting; needs root) for the whole run, to "
                              "see what idle vCPUs' wake-ups cost (see lab.harness.stats.hold_cpu_latency)")
     args = parser.parse_args(argv)
-    if args.trace_sample is not None:
-        os.environ.update(OTEL_TRACES_SAMPLER="parentbased_traceidratio", OTEL_TRACES_SAMPLER_ARG=f"{args.trace_sample:g}")
+    stack_env = ({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": f"{args.trace_sample:g}"}
+                 if args.trace_sample is not None else {})
     global DISTINCT
     DISTINCT = args.distinct
-    if args.tenant_rate is not None:
-        os.environ["ARAG_TENANT_RATE"] = str(args.tenant_rate)
+    stack_settings = {"tenant_rate_per_s": float(args.tenant_rate)} if args.tenant_rate is not None else {}
     from rich.console import Console
 
     from services.demo.local import install_stop_signals
@@ -846,30 +817,28 @@ def main(argv: list[str] | None = None) -> int:
         "tracing": (f"{args.trace_sample:.0%} of requests (parentbased_traceidratio)" if args.trace_sample is not None
                     else "every request, to JSON-lines files (the local stack's default)"),
         "concurrency_env": os.environ.get("ARAG_CONCURRENCY"),
-        "tenant_rate": os.environ.get("ARAG_TENANT_RATE", "stack default (50/s, burst 100)"),
+        "tenant_rate": (args.tenant_rate if args.tenant_rate is not None
+                        else os.environ.get("ARAG_TENANT_RATE", "stack default (50/s, burst 100)")),
         "references": dict(REFERENCES), "scratch": str(scratch.relative_to(REPO) if scratch.is_relative_to(REPO) else scratch),
     }
     install_stop_signals()
     code = 0
-    servers = ExitStack()
+    held = ExitStack()  # the CPU latency limit, for the whole run
     result["cpu_latency_limit"] = (f"{args.cpu_latency_us} us (PM QoS held for the run)"
                                    if args.cpu_latency_us is not None else "none (the machine's idle states)")
     try:
-        servers.enter_context(hold_cpu_latency(args.cpu_latency_us))
+        held.enter_context(hold_cpu_latency(args.cpu_latency_us))
     except CpuLatencyUnavailable as exc:
         parser.error(str(exc))
     try:
         if args.servers:
-            from infra.local.servers import local_postgres, local_redis
-
-            os.environ["REDIS_URL"] = servers.enter_context(local_redis())
-            os.environ["DATABASE_URL"] = servers.enter_context(local_postgres(durable=True))
             result["servers"] = "PostgreSQL (fsync and synchronous commit on) and Redis, on loopback"
         for plan in plans:
             console.rule(f"[bold]mode {plan.mode}: starting the stack")
             mode_res: dict[str, Any] = {"tiers": {}}
             result["modes"][plan.mode] = mode_res
-            with start_stack(plan.mode, scratch / plan.mode, console) as st:
+            with start_stack(plan.mode, scratch / plan.mode, console, servers=args.servers,
+                             settings=stack_settings, env=stack_env) as st:
                 mode_res["stack"] = st.info
                 for tier, tp in plan.tiers.items():
                     if tier not in tiers_wanted:
@@ -887,7 +856,7 @@ def main(argv: list[str] | None = None) -> int:
         result["interrupted"] = True
         code = 130
     finally:
-        servers.close()
+        held.close()
         result["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         write_report(result, out)
     for c in result["planner"]:

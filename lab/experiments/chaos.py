@@ -8,19 +8,18 @@ when its parts fail one at a time under a steady load, and how long until client
 Operator goals, checked per fault and per repetition: 0 requests lost, 0 duplicated results, 0
 INTERNAL / UNKNOWN statuses, and clients served again within 30 s of the fault's injection.
 
-The stack is real and on loopback (started here, stopped afterwards): Redis as broker and result
-backend (`LocalRedis`, restartable on its port), PostgreSQL as the records database (initdb +
-pg_ctl, restartable on its port), the tier worker pools A, B, C and shadow as `celery worker`
-processes under the pool supervisor of `workers.pools` (it restarts a pool that exits), the
-gRPC front door as a subprocess, the local Triton (`nvidia-pytriton`) serving the classifier (an
-untrained bootstrap version when the repository has none; with none at all the rules route, and
-the report says so), and, when an OpenSearch fault is selected, a two-node OpenSearch 2.19 cluster
-(a cluster-manager + data node the workers talk to, a data-only node; the tenant's index with one
-replica) as the tenant's knowledge-base backend (`ARAG_RETRIEVER=opensearch`). Everything but the
-load and the faults is `services.demo.local.local_stack`, the parts `make demo` and
-`python -m lab.loadtest` start. The LLM is the instant OpenAI-compatible endpoint of
-`lab/harness/instant_llm.py` with a fixed latency per completion (a measurement device: it uses no
-CPU, so what is measured is the stack's own behaviour).
+The stack is the lab's (`lab.harness.stack`), real and on loopback (started here, stopped
+afterwards): Redis as broker and result backend and PostgreSQL as the records database (a commit
+survives a crash of the server), each restartable on its port; the tier worker pools A, B, C and
+shadow as `celery worker` processes under the pool supervisor of `workers.pools` (it restarts a
+pool that exits), the gRPC front door as a subprocess, the local Triton (`nvidia-pytriton`)
+serving the classifier (an untrained bootstrap version when the repository has none; with none at
+all the rules route, and the report says so), and, when an OpenSearch fault is selected, a
+two-node OpenSearch 2.19 cluster (a cluster-manager + data node the workers talk to, a data-only
+node; the tenant's index with one replica) as the tenant's knowledge-base backend. The LLM is the
+instant OpenAI-compatible endpoint of `lab/harness/instant_llm.py` with a fixed latency per
+completion (a measurement device: it uses no CPU, so what is measured is the stack's own
+behaviour). The faults act through the stack's handles.
 
 The load is the lab's gRPC load client (`lab.harness.load_client`) at a fixed offered rate (open
 loop, default 5 queries/s, the load test's query pools and its 60/30/10 A/B/C mix). It behaves like
@@ -58,12 +57,10 @@ import shlex
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -106,7 +103,8 @@ FAULTS: dict[str, FaultSpec] = {f.name: f for f in (
               "redis-server stopped (SIGTERM), 5 s down, started again on the same port and directory (AOF kept)",
               hold_s=5.0),
     FaultSpec("postgres-down", "PostgreSQL down 15 s",
-              "`pg_ctl stop -m immediate` (a crash), 15 s down, started again on the same port", hold_s=15.0),
+              "immediate shutdown (as `pg_ctl stop -m immediate`: no checkpoint, a crash recovery at the next "
+              "start), 15 s down, started again on the same port", hold_s=15.0),
     FaultSpec("opensearch-down", "OpenSearch node down 10 s",
               "the OpenSearch node the workers query (cluster manager + data) stopped (SIGTERM) for 10 s, then "
               "started again", hold_s=10.0, opensearch=True),
@@ -332,247 +330,6 @@ def per_second(attempts: Sequence[CallRecord], start: float, end: float) -> dict
     return {"ok": ok, "failed": bad}
 
 
-# --- restartable servers ---------------------------------------------------------------------------------
-
-
-class RestartablePostgres:
-    """A PostgreSQL cluster (initdb + pg_ctl) on a fixed loopback port that can be stopped (a crash:
-    `-m immediate`) and started again with its data, like `infra.local.servers.LocalRedis`."""
-
-    def __init__(self, log_copy: Path) -> None:
-        from infra.local.servers import _pg_user, free_port
-
-        self.user = _pg_user()
-        self.workdir = Path(tempfile.mkdtemp(prefix="arag-chaos-pg-"))  # the server's account can enter it
-        self.data, self.sockets, self.log = self.workdir / "data", self.workdir / "sock", self.workdir / "postgres.log"
-        self.port = free_port()
-        self.log_copy = log_copy
-
-    @property
-    def url(self) -> str:
-        return f"postgresql+psycopg://arag@127.0.0.1:{self.port}/arag"
-
-    def _pg(self, *args: str, attempts: int = 5) -> None:
-        """Run a PostgreSQL program as the server's account. A child killed by a signal before it
-        ran (forking from this process, whose gRPC threads are busy, has crashed a child with
-        SIGSEGV) is started again."""
-        from infra.local.servers import PG_BIN, ServerStartError, _run_as
-
-        for attempt in range(1, attempts + 1):
-            try:
-                _run_as(self.user, [str(PG_BIN / args[0]), *args[1:]], self.log)
-                return
-            except ServerStartError as exc:
-                if attempt == attempts or not re.search(r"failed \(-\d+\)", str(exc)):
-                    raise
-                log(f"{args[0]} {args[-1]} was killed by a signal ({str(exc).splitlines()[0]}); again")
-                time.sleep(0.5)
-
-    def create(self) -> None:
-        import psycopg
-
-        self.sockets.mkdir()
-        self.log.touch()
-        if self.user is not None:
-            for path in (self.workdir, self.sockets, self.log):
-                os.chown(path, self.user.pw_uid, self.user.pw_gid)
-        self._pg("initdb", "-D", str(self.data), "-U", "arag", "--auth=trust", "--no-sync", "-E", "UTF8")
-        self.start()
-        with psycopg.connect(f"postgresql://arag@127.0.0.1:{self.port}/postgres", autocommit=True) as conn:
-            conn.execute('CREATE DATABASE "arag"')
-
-    def start(self) -> None:
-        import psycopg
-
-        from infra.local.servers import _wait_until
-
-        # A commit is durable against a crash of the server process (synchronous_commit on, as in
-        # production; the test servers' `synchronous_commit=off` loses the last commits on an
-        # immediate stop, which is a lost answer that production would not lose). fsync stays off:
-        # the WAL a crashed process wrote is in the OS page cache; only the machine never fails here.
-        options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.sockets} -c fsync=off "
-                   "-c synchronous_commit=on -c max_connections=300")
-        self._pg("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", "60", "start")
-        _wait_until(lambda: psycopg.connect(f"postgresql://arag@127.0.0.1:{self.port}/postgres",
-                                            connect_timeout=1).close() is None, "postgres", self.log)
-
-    def stop(self, mode: str = "immediate") -> None:
-        from infra.local.servers import ServerStartError
-
-        try:
-            self._pg("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
-        except ServerStartError:
-            if (self.data / "postmaster.pid").exists():  # a crashed pg_ctl may have stopped it anyway
-                raise
-
-    def close(self) -> None:
-        import shutil
-
-        if (self.data / "postmaster.pid").exists():
-            try:
-                self.stop("immediate")
-            except Exception:  # noqa: BLE001 - best effort at the end
-                pass
-        try:
-            self.log_copy.write_text(self.log.read_text(errors="replace"))
-        except OSError:
-            pass
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-# A node launcher beside infra/opensearch's single-node one (same jars, same in-process Node): every
-# setting comes from the command line, so two nodes can form a cluster (seed hosts, roles).
-NODE_JAVA = r"""
-import java.nio.file.*;
-import java.util.*;
-import java.util.concurrent.*;
-import org.opensearch.analysis.common.CommonAnalysisPlugin;
-import org.opensearch.common.logging.LogConfigurator;
-import org.opensearch.common.settings.Settings;
-import org.opensearch.env.Environment;
-import org.opensearch.node.InternalSettingsPreparer;
-import org.opensearch.node.Node;
-import org.opensearch.plugins.Plugin;
-import org.opensearch.transport.Netty4Plugin;
-
-public final class ChaosNode {
-    static final class EmbeddedNode extends Node {
-        EmbeddedNode(Environment environment, Collection<Class<? extends Plugin>> plugins) {
-            super(environment, plugins, true);
-        }
-    }
-
-    public static void main(String[] args) throws Exception {
-        Settings.Builder b = Settings.builder();
-        for (String arg : args) {
-            int eq = arg.indexOf('=');
-            String key = arg.substring(0, eq), value = arg.substring(eq + 1);
-            if (key.endsWith("[]")) {
-                b.putList(key.substring(0, key.length() - 2), List.of(value.split(",")));
-            } else {
-                b.put(key, value);
-            }
-        }
-        Settings settings = b.build();
-        Path home = Paths.get(settings.get("path.home"));
-        for (Path p : List.of(home.resolve("modules"), home.resolve("plugins"), home.resolve("config"))) {
-            Files.createDirectories(p);
-        }
-        LogConfigurator.registerErrorListener();
-        LogConfigurator.configureWithoutConfig(settings);
-        Environment env = InternalSettingsPreparer.prepareEnvironment(
-            settings, Map.of(), home.resolve("config"), () -> settings.get("node.name"));
-        Node node = new EmbeddedNode(env, List.of(Netty4Plugin.class, CommonAnalysisPlugin.class));
-        CountDownLatch stopped = new CountDownLatch(1);
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            try { node.close(); node.awaitClose(20, TimeUnit.SECONDS); } catch (Exception e) { e.printStackTrace(); }
-            finally { stopped.countDown(); }
-        }, "chaos-node-shutdown"));
-        node.start();
-        System.out.println("CHAOS NODE STARTED " + settings.get("node.name"));
-        System.out.flush();
-        stopped.await();
-    }
-}
-"""
-OPENSEARCH_LIB = REPO / "infra" / "opensearch" / "target" / "lib"
-
-
-class OpenSearchCluster:
-    """Two OpenSearch 2.19 nodes on loopback forming one cluster: node 1 cluster manager + data (the
-    URL the workers use), node 2 data only. Built from the jars `infra/opensearch/start.sh` fetched."""
-
-    def __init__(self, workdir: Path, heap: str = "512m") -> None:
-        from infra.local.servers import free_port
-
-        self.workdir = workdir
-        self.heap = heap
-        self.http = {1: free_port(), 2: free_port()}
-        self.transport = {1: free_port(), 2: free_port()}
-        self.procs: dict[int, subprocess.Popen] = {}
-        self.classes = workdir / "classes"
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.http[1]}"
-
-    def node_url(self, i: int) -> str:
-        return f"http://127.0.0.1:{self.http[i]}"
-
-    def build(self) -> None:
-        """The jars (once, through infra/opensearch/start.sh's Maven build) and the launcher."""
-        if not OPENSEARCH_LIB.is_dir() or not any(OPENSEARCH_LIB.glob("opensearch-*.jar")):
-            subprocess.run(["mvn", "-q", "-B", "compile", "dependency:copy-dependencies"],
-                           cwd=REPO / "infra" / "opensearch", check=True)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        source = self.workdir / "ChaosNode.java"
-        source.write_text(NODE_JAVA)
-        subprocess.run(["javac", "-cp", f"{OPENSEARCH_LIB}/*", "-d", str(self.classes), str(source)],
-                       check=True, capture_output=True)
-
-    def start_node(self, i: int) -> None:
-        base = self.workdir / f"node-{i}"
-        roles = "cluster_manager,data,ingest" if i == 1 else "data,ingest"
-        xms = f"{int(self.heap[:-1]) // 2}{self.heap[-1]}"
-        args = [
-            "cluster.name=arag-chaos", f"node.name=chaos-{i}", f"node.roles[]={roles}",
-            f"path.home={base / 'home'}", f"path.data={base / 'data'}", f"path.logs={base / 'logs'}",
-            "network.host=127.0.0.1", f"http.port={self.http[i]}", f"transport.port={self.transport[i]}",
-            f"discovery.seed_hosts[]=127.0.0.1:{self.transport[1]},127.0.0.1:{self.transport[2]}",
-            "cluster.initial_cluster_manager_nodes[]=chaos-1", "bootstrap.memory_lock=false",
-            "cluster.routing.allocation.disk.threshold_enabled=false", "action.destructive_requires_name=true",
-        ]
-        log = (self.workdir / f"node-{i}.log").open("a")
-        self.procs[i] = subprocess.Popen(
-            ["java", f"-Xms{xms}", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError",
-             "-Djava.awt.headless=true", "-Dfile.encoding=UTF-8", "-Dlog4j2.disable.jmx=true",
-             "-cp", f"{self.classes}:{OPENSEARCH_LIB}/*", "ChaosNode", *args],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-
-    def stop_node(self, i: int, sig: int = signal.SIGTERM) -> None:
-        proc = self.procs.get(i)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-
-    def request(self, method: str, path: str, body: Any = None, node: int = 1, timeout: float = 70.0) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.node_url(node) + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout) as response:
-            return json.loads(response.read() or b"null")
-
-    def wait_health(self, status: str, nodes: int, timeout_s: float = 120.0, node: int = 1) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        last: Any = None
-        while time.monotonic() < deadline:
-            try:
-                last = self.request("GET", f"/_cluster/health?wait_for_status={status}&wait_for_nodes={nodes}"
-                                           "&timeout=2s", node=node, timeout=10)
-                if not last.get("timed_out"):
-                    return last
-            except Exception as exc:  # noqa: BLE001 - not up yet
-                last = str(exc)
-            time.sleep(0.5)
-        raise RuntimeError(f"OpenSearch cluster not {status} with {nodes} nodes in {timeout_s:.0f} s: {last}")
-
-    def start(self) -> None:
-        self.build()
-        self.start_node(1)
-        self.start_node(2)
-        self.wait_health("green", 2, 180.0)
-
-    def close(self) -> None:
-        for i in (2, 1):
-            self.stop_node(i)
-
-
 # --- the load client --------------------------------------------------------------------------------------
 
 
@@ -645,15 +402,18 @@ def log(msg: str) -> None:
 
 @dataclass
 class Handles:
-    """What the faults act on."""
+    """What the faults act on: the lab's stack, a handle on each of its processes."""
 
-    running: Any  # services.demo.local.LocalStack
-    redis: Any  # infra.local.servers.LocalRedis
-    postgres: RestartablePostgres
-    opensearch: OpenSearchCluster | None
-    extras: ExitStack  # processes started again during the campaign (stopped before the stack)
-    scratch: Path
-    restarts: Counter = field(default_factory=Counter)
+    stack: Any  # lab.harness.stack.LabStack
+
+    @property
+    def opensearch(self) -> Any:
+        """The two-node cluster (`infra.local.opensearch.OpenSearchCluster`), None with tantivy."""
+        return self.stack.opensearch
+
+    def node(self, i: int) -> str:
+        """The name of the cluster's node `i` (1: cluster manager + data, the workers' URL; 2: data)."""
+        return self.opensearch.node_name(i, self.opensearch.name)
 
     def running_b_request(self, wait_s: float = 5.0) -> bool:
         """Wait (up to `wait_s`) until a tier-B request runs, so a kill lands mid-task."""
@@ -662,7 +422,7 @@ class Handles:
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             try:
-                with self.running.store.engine.connect() as conn:
+                with self.stack.store.engine.connect() as conn:
                     n = conn.execute(text(
                         "select count(*) from requests r join routing_decisions d on d.request_id = r.request_id "
                         "where r.status = 'running' and d.tier = 'B'")).scalar()
@@ -684,10 +444,10 @@ class Handles:
         alias = f"arag-chaos-{tenant_slug(TENANT)}"
         shards = os_.request("GET", f"/_cat/shards/{alias}?format=json", timeout=10)
         primary = [s for s in shards if s.get("prirep") == "p"]
-        if primary and primary[0].get("node") == "chaos-1":
+        if primary and primary[0].get("node") == self.node(1):
             # fail the primary on node 1: the replica on node 2 is promoted, node 1 gets a new replica
             os_.request("POST", "/_cluster/reroute", {"commands": [{"cancel": {
-                "index": primary[0]["index"], "shard": int(primary[0]["shard"]), "node": "chaos-1",
+                "index": primary[0]["index"], "shard": int(primary[0]["shard"]), "node": self.node(1),
                 "allow_primary": True}}]}, timeout=30)
             os_.wait_health("green", 2, 120.0)
         shards = os_.request("GET", f"/_cat/shards/{alias}?format=json", timeout=10)
@@ -698,7 +458,7 @@ class Handles:
         return getattr(self, "_" + name.replace("-", "_"))(FAULTS[name])
 
     def _pool_child_kill(self, spec: FaultSpec) -> dict[str, Any]:
-        pool = self.running.pools.pools["B"]
+        pool = self.stack.pools.pools["B"]
         busy = self.running_b_request()
         children = pool.child_pids()
         if not children:
@@ -716,7 +476,7 @@ class Handles:
                 "replaced_after_s": round(time.time() - killed, 2), "children_after": pool.child_pids()}
 
     def _worker_kill(self, spec: FaultSpec) -> dict[str, Any]:
-        pools = self.running.pools
+        pools = self.stack.pools
         old = pools.pools["B"]
         busy = self.running_b_request()
         os.kill(old.pid, signal.SIGKILL)
@@ -735,20 +495,22 @@ class Handles:
                 **({"note": ready_note} if ready_note else {})}
 
     def _redis_restart(self, spec: FaultSpec) -> dict[str, Any]:
-        self.redis.stop()
+        redis = self.stack.redis
+        redis.stop()
         time.sleep(spec.hold_s)
-        self.redis.start()
-        return {"restored": time.time(), "port": self.redis.port}
+        redis.start()
+        return {"restored": time.time(), "port": redis.port}
 
     def _postgres_down(self, spec: FaultSpec) -> dict[str, Any]:
-        self.postgres.stop("immediate")
+        postgres = self.stack.postgres
+        postgres.stop("immediate")
         time.sleep(spec.hold_s)
-        self.postgres.start()
-        return {"restored": time.time(), "port": self.postgres.port}
+        postgres.start()
+        return {"restored": time.time(), "port": postgres.port}
 
     def _opensearch_down(self, spec: FaultSpec) -> dict[str, Any]:
         assert self.opensearch is not None
-        self.opensearch.stop_node(1, signal.SIGTERM)
+        self.opensearch.stop_node(1, "fast")
         stopped = time.time()
         time.sleep(max(0.0, spec.hold_s - (time.time() - stopped)))
         started = time.time()
@@ -758,45 +520,27 @@ class Handles:
                 "node_start_s": round(time.time() - started, 2), "health": health.get("status")}
 
     def _triton_down(self, spec: FaultSpec) -> dict[str, Any]:
-        from services.classifier.local import TritonProcess
-
-        old = self.running.triton
+        old = self.stack.triton
         if old is None:
             return {"restored": time.time(), "note": "no Triton in this stack (rules routing)"}
-        port = old.grpc_port
         old.stop()
         time.sleep(spec.hold_s)
         started = time.time()
-        self.restarts["triton"] += 1
-        new = TritonProcess(self.running.settings.classifier.model_repository,
-                            self.scratch / f"triton-{self.restarts['triton']}.log", grpc_port=port)
-        self.extras.callback(new.stop)
-        self.running.triton = new
-        return {"restored": time.time(), "port": port, "start_s": round(time.time() - started, 2)}
+        new = self.stack.restart_triton()  # on the same port
+        return {"restored": time.time(), "port": new.grpc_port, "start_s": round(time.time() - started, 2)}
 
     def _frontdoor_kill(self, spec: FaultSpec) -> dict[str, Any]:
-        from services.demo.local import RUN_MARKER
-        from services.demo.stack import FrontDoorProcess
-
-        running = self.running
-        old = running.frontdoor
-        os.killpg(old.pid, signal.SIGKILL)
-        old.process.wait(timeout=10)
+        killed = self.stack.frontdoor.pid
         started = time.time()
-        self.restarts["frontdoor"] += 1
-        log_path = running.workdir / "logs" / f"frontdoor-{self.restarts['frontdoor'] + 1}.log"
-        new = FrontDoorProcess(running.settings.env(**{RUN_MARKER: running.marker}), log_path,
-                               running.settings.frontdoor.grpc_listen)
-        self.extras.callback(new.stop)
-        running.frontdoor = new
-        return {"restored": time.time(), "killed_pid": old.pid, "new_pid": new.pid,
+        new = self.stack.restart_frontdoor(signal.SIGKILL)  # on the same address
+        return {"restored": time.time(), "killed_pid": killed, "new_pid": new.pid,
                 "start_s": round(time.time() - started, 2)}
 
     def _opensearch_node_loss(self, spec: FaultSpec) -> dict[str, Any]:
         assert self.opensearch is not None
         os_ = self.opensearch
         before = os_.request("GET", "/_cat/shards?format=json", timeout=10)
-        os_.stop_node(2, signal.SIGKILL)
+        os_.stop_node(2, "kill")
         lost = time.time()
         during = None
         time.sleep(3.0)
@@ -807,7 +551,7 @@ class Handles:
         time.sleep(max(0.0, spec.hold_s - (time.time() - lost)))
         os_.start_node(2)
         health = os_.wait_health("green", 2, 180.0)
-        return {"restored": time.time(), "lost_node": "chaos-2", "health_during": during,
+        return {"restored": time.time(), "lost_node": self.node(2), "health_during": during,
                 "health_after": health.get("status"),
                 "primary_before": [s.get("node") for s in before
                                    if str(s.get("index", "")).startswith("arag-chaos") and s.get("prirep") == "p"]}
@@ -978,95 +722,62 @@ def quiet_port() -> int:
 @contextmanager
 def started_stack(args: argparse.Namespace, scratch: Path, use_opensearch: bool,
                   info: dict[str, Any]) -> Iterator[Handles]:
-    """Redis, PostgreSQL, (OpenSearch), the instant LLM, then `local_stack` on them."""
-    from lab.harness.instant_llm import running_instant_llm
-    from infra.local.servers import LocalRedis
-    from services.demo.local import local_stack
+    """The lab's stack for the campaign: Redis, PostgreSQL (a commit survives a crash of the
+    server, as in production), a two-node OpenSearch cluster when an OpenSearch fault is chosen,
+    the instant LLM, Triton, pools A, B, C and shadow under their supervisor, the front door."""
+    from lab.harness.stack import Parts, lab_stack
+    from workers.pools import RestartPolicy
 
-    saved = dict(os.environ)
-    try:
-        with ExitStack() as stack:
-            import shutil
+    has_model, model_note = ensure_model_repository(args.model_repository.resolve(), scratch)
+    info["classifier"] = model_note
+    parts = Parts(broker="redis", records="postgres", classifier="triton" if has_model else "rules",
+                  retriever="opensearch-cluster" if use_opensearch else "tantivy", llm="instant")
+    settings: dict[str, Any] = {
+        # a port the restarted front door can bind again (see quiet_port)
+        "metrics_port": quiet_port(), "concurrency": {"A": 2, "B": 1, "C": 1, "shadow": 1},
+        "shadow_share": args.shadow_share,
+        # The load repeats a small pool of questions, which the front door's routing cache would
+        # answer without Triton: off, so every question is classified (as unique production
+        # traffic is) and a Triton outage shows.
+        "routing_cache": 0,
+        **({"kb_index_prefix": "arag-chaos"} if use_opensearch else {}),
+    }
+    info["settings"] = dict(settings)
+    log("starting the lab stack (Redis, PostgreSQL" + (", a two-node OpenSearch cluster" if use_opensearch else "")
+        + ", the instant LLM; Triton; pools A, B, C, shadow; front door; knowledge base)")
+    from rich.console import Console
 
-            for stale in ("redis", "opensearch"):  # an earlier attempt's data (a node would rejoin its old cluster)
-                shutil.rmtree(scratch / stale, ignore_errors=True)
-            (scratch / "redis").mkdir(parents=True, exist_ok=True)
-            redis = LocalRedis(scratch / "redis")
-            redis.start()
-            stack.callback(redis.stop)
-            log(f"redis-server on {redis.url}")
-            pg = RestartablePostgres(scratch / "postgres.log")
-            stack.callback(pg.close)
-            pg.create()
-            log(f"PostgreSQL on {pg.url}")
-            env = {
-                "REDIS_URL": redis.url, "DATABASE_URL": pg.url, "ARAG_METRICS_PORT": str(quiet_port()),
-                "ARAG_CONCURRENCY": json.dumps({"A": 2, "B": 1, "C": 1, "shadow": 1}),
-                "ARAG_SHADOW_SHARE": str(args.shadow_share),
-                # The load repeats a small pool of questions, which the front door's routing cache
-                # would answer without Triton: off, so every question is classified (as unique
-                # production traffic is) and a Triton outage shows.
-                "ARAG_ROUTING_CACHE": "0",
-                "ARAG_MODEL_REPOSITORY": str(args.model_repository.resolve()),
-            }
-            cluster = None
-            if use_opensearch:
-                cluster = OpenSearchCluster(scratch / "opensearch", heap=args.opensearch_heap)
-                stack.callback(cluster.close)
-                log("starting a two-node OpenSearch cluster")
-                t = time.monotonic()
-                cluster.start()
-                log(f"OpenSearch cluster green in {time.monotonic() - t:.0f} s: {cluster.url} (+ node 2 "
-                    f"{cluster.node_url(2)})")
-                env.update(OPENSEARCH_URL=cluster.url, ARAG_RETRIEVER="opensearch", ARAG_KB_INDEX_PREFIX="arag-chaos")
-            else:
-                env["ARAG_RETRIEVER"] = "tantivy"
-            llm = stack.enter_context(running_instant_llm(scratch / "instant_llm.log", args.llm_latency_ms))
-            env["LLM_BASE_URL"] = llm
-            has_model, model_note = ensure_model_repository(args.model_repository.resolve(), scratch)
-            info["classifier"] = model_note
-            os.environ.update(env)
-            info["env"] = {k: v for k, v in env.items()}
-            log("starting the local stack (pools A, B, C, shadow; Triton; front door; knowledge base)")
-            running = stack.enter_context(local_stack(scratch / "stack", knowledge_base=REPO / "demo" / "knowledge_base.jsonl",
-                                                      tenants=(TENANT,)))
-            running.pools.start_supervisor(poll_s=0.5)
-            info["stack"] = dict(running.plan.using)
-            info["concurrency"] = {p: running.settings.workers.pool_concurrency(p) for p in ("A", "B", "C", "shadow")}
-            info["prefetch"] = {p: running.settings.workers.pool_prefetch(p) for p in ("A", "B", "C", "shadow")}
-            info["visibility_timeout_s"] = running.settings.workers.visibility_timeout_s
-            info["task_max_retries"] = running.settings.workers.task_max_retries
-            info["task_retry_backoff_s"] = running.settings.workers.task_retry_backoff_s
-            info["unavailable_retry_s"] = running.settings.frontdoor.unavailable_retry_s
-            if cluster is not None:
-                from adaptive_rag.knowledge.indexes import tenant_slug
+    with lab_stack(scratch / "stack", parts, pools=("A", "B", "C", "shadow"), settings=settings, tenants=(TENANT,),
+                   model_repository=args.model_repository.resolve(), llm_latency_ms=args.llm_latency_ms,
+                   postgres_durability="server-crash", opensearch_heap=args.opensearch_heap,
+                   supervise=RestartPolicy(), supervise_poll_s=0.5, console=Console(width=160)) as stack:
+        info.update(stack.facts())
+        cluster = stack.opensearch
+        if cluster is not None:
+            from adaptive_rag.knowledge.indexes import tenant_slug
 
-                alias = f"arag-chaos-{tenant_slug(TENANT)}"
-                cluster.request("PUT", f"/{alias}/_settings", {"index": {"number_of_replicas": 1}})
-                health = cluster.wait_health("green", 2, 120.0)
-                shards = cluster.request("GET", f"/_cat/shards/{alias}?format=json")
-                info["opensearch"] = {"nodes": {"chaos-1": "cluster_manager,data (workers' URL)", "chaos-2": "data"},
-                                      "index": alias, "replicas": 1, "health": health.get("status"),
-                                      "shards": [(s["prirep"], s["node"], s["state"]) for s in shards]}
-            with ExitStack() as extras:
-                yield Handles(running, redis, pg, cluster, extras, scratch)
-            info["leftovers"] = running.leftovers
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+            alias = f"arag-chaos-{tenant_slug(TENANT)}"
+            cluster.request("PUT", f"/{alias}/_settings", {"index": {"number_of_replicas": 1}})
+            health = cluster.wait_health("green", 2, 120.0)
+            shards = cluster.request("GET", f"/_cat/shards/{alias}?format=json")
+            handles = Handles(stack)
+            info["opensearch"] = {"nodes": {handles.node(1): "cluster_manager,data (workers' URL)",
+                                            handles.node(2): "data"},
+                                  "index": alias, "replicas": 1, "health": health.get("status"),
+                                  "shards": [(s["prirep"], s["node"], s["state"]) for s in shards]}
+        yield Handles(stack)
+    info["leftovers"] = stack.leftovers
 
 
 # --- evidence and report ---------------------------------------------------------------------------------------
 
 
 def log_files(scratch: Path) -> list[Path]:
-    """The stack's logs, workers first (where a request's run is told), then the front door's."""
-    logs = scratch / "stack" / "logs"
-    workers = sorted((logs / "workers").glob("*.log")) if logs.exists() else []
-    others = sorted(p for p in logs.glob("*.log")) if logs.exists() else []
-    return workers + others + [p for p in (scratch / "postgres.log", scratch / "redis" / "redis.log",
-                                           scratch / "opensearch" / "node-1.log", scratch / "opensearch" / "node-2.log")
-                               if p.exists()]
+    """The stack's logs, workers first (where a request's run is told), then the front door's and
+    the servers' (`lab.harness.stack.stack_logs`)."""
+    from lab.harness.stack import stack_logs
+
+    return stack_logs(scratch / "stack")
 
 
 def grep_logs(files: Iterable[Path], needles: Sequence[str], limit: int = 6, width: int = 400,
@@ -1415,10 +1126,10 @@ def campaign(args: argparse.Namespace, plan: Sequence[tuple[str, int]], scratch:
     try:
         with started_stack(args, scratch, use_opensearch, run["stack_info"]) as handles:
             started = True
-            running = handles.running
+            running = handles.stack
             if running.triton is None:
                 run["notes"].append("Triton was not started (no classifier version): the front door routed with the rules")
-            key = running.create_api_key(TENANT)
+            key = running.api_key(TENANT)
             picker = QueryPicker(build_pools("demo"), parse_mix(args.mix), seed=args.seed)
 
             async def go() -> list[FaultRun]:

@@ -1,12 +1,12 @@
 """Fair share between tenants: does a tenant flooding tier C at 10x its share slow a quiet one?
 
-One local stack (`services.demo.local.local_stack`: real worker pools A, B, C as `celery worker`
+One lab stack (`lab.harness.stack.lab_stack`: real worker pools A, B, C as `celery worker`
 processes, the real gRPC front door, each tenant's help-centre knowledge base imported through the
 KnowledgeBase API; Redis started here on loopback as broker, result backend and fair-share store,
 or the embedded filesystem broker with `--broker filesystem`), routed by the rules (an empty model
 repository: no classifier version, so the front door uses the rules; the queries are the demo
 questions the rules send to tier C). The LLM is the instant OpenAI-compatible endpoint of
-`lab/experiments/frontdoor_overhead.py` with a fixed per-completion latency (`--llm-latency-ms`, default
+`lab/harness/instant_llm.py` with a fixed per-completion latency (`--llm-latency-ms`, default
 300 ms): a measurement device standing for a remote inference endpoint with its own capacity (it
 sleeps, it uses no CPU of this machine), so tier C's service time is set by the number of
 completions a C query makes, not by two CPU cores running a model.
@@ -60,14 +60,13 @@ import shutil
 import statistics
 import sys
 import time
-from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lab.harness.instant_llm import cpu_model, mem_total_gb, running_instant_llm
+from lab.harness.instant_llm import cpu_model, mem_total_gb
 from lab.harness.load_client import CallRecord, LoadClient, open_loop
 from lab.harness.stats import median, percentile, percentile_ratio_interval
 
@@ -82,13 +81,6 @@ ALL_TENANTS = ("quiet", "flood", "quiet-nofs", "flood-nofs")
 UNLIMITED = {"rate_per_s": 0, "slots": {"C": 0}}
 TARGET_RATIO = 1.20
 WORKDIR_MARK = ".fair_share_workdir"
-
-
-# --- the fixed-latency LLM endpoint (measurement device) -------------------------------------------
-
-def fixed_latency_llm(latency_ms: float, log_path: Path):
-    """The instant LLM endpoint with a fixed wait per completion (no CPU), as its own process."""
-    return running_instant_llm(log_path, latency_ms)
 
 
 # --- calls ------------------------------------------------------------------------------------------
@@ -494,7 +486,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
-    from services.demo.local import Interrupted, install_stop_signals, local_stack
+    from lab.harness.stack import TIER_POOLS, Parts, lab_stack
+    from services.demo.local import Interrupted, install_stop_signals
 
     queries = c_queries()
     run_info: dict[str, Any] = {
@@ -511,21 +504,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--workdir {workdir} is not empty and was not made by this script")
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / WORKDIR_MARK).write_text("lab.experiments.fair_share work directory (removed by each run)\n")
-    # The settings every process of the stack inherits.
-    empty_repository = workdir / "no-classifier"
-    empty_repository.mkdir(parents=True, exist_ok=True)
-    env = {
-        "ARAG_CONCURRENCY": json.dumps({"A": 1, "B": 1, "C": args.c_concurrency, "shadow": 1}),
-        "ARAG_TENANT_SLOTS": json.dumps({"C": 1}),
-        "ARAG_TENANT_LIMITS": json.dumps({"quiet-nofs": UNLIMITED, "flood-nofs": UNLIMITED}),
-        "ARAG_MODEL_REPOSITORY": str(empty_repository),  # no classifier version: the rules route
-        "ARAG_SHADOW_SHARE": "0",
+    # The settings of the stack (no classifier version: the rules route).
+    settings = {
+        "concurrency": {"A": 1, "B": 1, "C": args.c_concurrency, "shadow": 1},
+        "tenant_slots": {"C": 1},
+        "tenant_limits": {"quiet-nofs": UNLIMITED, "flood-nofs": UNLIMITED},
+        "shadow_share": 0.0,
     }
     for name in ("ARAG_TENANT_RATE", "ARAG_TENANT_BURST", "ARAG_TENANT_LEASE", "REDIS_URL",
-                 "LLM_BASE_URL", "TRITON_GRPC_URL", "TRITON_URL"):
+                 "TRITON_GRPC_URL", "TRITON_URL"):
         if name in os.environ:
             log(f"note: {name} is set in the environment and is kept: {os.environ[name]}")
-    run_info["env"] = dict(env)
+    run_info["settings"] = settings
     if not args.resume or not journal.exists():
         journal.write_text(json.dumps(header) + "\n")
     install_stop_signals()
@@ -533,23 +523,16 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     code = 0
     try:
-        with ExitStack() as stack:
-            if args.broker == "redis" and "REDIS_URL" not in os.environ:
-                from infra.local.servers import local_redis
-
-                env["REDIS_URL"] = stack.enter_context(local_redis())
-                log(f"redis-server on {env['REDIS_URL']}")
-            llm = stack.enter_context(fixed_latency_llm(args.llm_latency_ms, workdir / "llm.log"))
-            env["LLM_BASE_URL"] = llm
-            log(f"fixed-latency LLM endpoint (measurement device, {args.llm_latency_ms:g} ms per "
-                f"completion, no CPU) on {llm}")
-            os.environ.update(env)
-            log("starting the local stack (pools A, B, C; front door; 4 tenants' knowledge bases)")
-            running = stack.enter_context(local_stack(workdir, tenants=ALL_TENANTS, pools=("A", "B", "C"),
-                                                      console=console))
-            run_info["stack"] = running.plan.using
+        # Redis started here unless the environment names one (kept, as noted above)
+        broker = "redis" if args.broker == "redis" and "REDIS_URL" not in os.environ else None
+        parts = Parts(broker=broker, classifier="rules", llm="instant")
+        log("starting the lab stack (Redis; the fixed-latency LLM endpoint; pools A, B, C; front door; "
+            "4 tenants' knowledge bases)")
+        with lab_stack(workdir, parts, pools=TIER_POOLS, settings=settings, tenants=ALL_TENANTS,
+                       llm_latency_ms=args.llm_latency_ms, console=console) as running:
+            run_info["stack"] = running.using
             run_info["stack_started_s"] = time.monotonic() - t_start
-            keys = {t: running.create_api_key(t) for t in ALL_TENANTS}
+            keys = {t: running.api_key(t) for t in ALL_TENANTS}
             log(f"stack up in {run_info['stack_started_s']:.0f} s; front door {running.address}")
             asyncio.run(measure(running.address, keys, queries, args, todo, journal, t_start,
                                 run_info["calibration"]))
@@ -753,11 +736,11 @@ def markdown(report: dict[str, Any], phases: list[dict[str, Any]]) -> str:
     lines += [
         "## Setup",
         "",
-        "- One local stack (`services.demo.local.local_stack`) for all phases: "
+        "- One lab stack (`lab.harness.stack.lab_stack`) for all phases: "
         + "; ".join(f"{k}: {v}" for k, v in (run.get("stack") or {}).items()) + ".",
         f"- Worker pools A, B, C (`celery worker`, prefork), concurrency A 1, B 1, C "
         f"{cfg['c_concurrency']} (prefetch C 1): two tier-C processes, so there is a worker to share.",
-        f"- LLM: the instant OpenAI-compatible endpoint of `lab/experiments/frontdoor_overhead.py` with "
+        f"- LLM: the instant OpenAI-compatible endpoint of `lab/harness/instant_llm.py` with "
         f"`--llm-latency-ms {cfg['llm_latency_ms']:g}`: a **measurement device** standing for a remote "
         "inference endpoint with its own capacity. Every completion waits that long (a sleep on its "
         "own thread: no CPU, no queueing in the endpoint) and answers one fixed word; a tier-C query "

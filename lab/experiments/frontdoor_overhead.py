@@ -8,8 +8,10 @@ interpreter (checked: `adaptive_rag`, `services`, `workers` resolve into the tre
 - before: `git worktree add --detach /tmp/arag-before 7b14f11` (reused when present);
 - after: the repository this file lives in.
 
-Shared, started here on loopback: Redis (one database number per tree), PostgreSQL (one database
-per tree, `arag_before` / `arag_after`, each migrated by its own tree's code), one Triton serving the
+Shared, started here on loopback by the lab's stack (`lab.harness.stack`, its servers only: the
+trees' pools and front doors are started here, each with its tree's code): Redis (one database
+number per tree), PostgreSQL (one database per tree, `arag_before` / `arag_after`, each migrated
+by its own tree's code), one Triton serving the
 router (`--router shipped`, the default: the bag-of-words router the repository ships, published
 with `arag model ship` as users get it; `--router minilm`: an untrained MiniLM-L6 exported once,
 its routing effectively random, a fixture with a transformer's inference cost), a tantivy index of `demo/knowledge_base.jsonl`, and an *instant* OpenAI-compatible LLM endpoint (a
@@ -49,17 +51,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from adaptive_rag.contracts import CLASSIFIER_MODEL
+from lab.harness.instant_llm import LLM_ANSWER, cpu_model
 from lab.harness.load_client import CallRecord, LoadClient, closed_loop
 from lab.harness.stats import CpuMeter, block_bootstrap_ratio, percentile, ratio_of_medians_interval
-from lab.harness.instant_llm import LLM_ANSWER, READY, cpu_model
 from infra.local.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -766,16 +767,6 @@ def _interrupt(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-@contextmanager
-def instant_llm(procs: Processes, logs: Path) -> Iterator[str]:
-    port = free_port()
-    started = procs.start("instant LLM", [str(PYTHON), "-m", "lab.harness.instant_llm",
-                                          "--port", str(port)],
-                          cwd=REPO, env=tree_env(REPO, {}), log=logs / "instant_llm.log")
-    procs.wait_for(started, READY, 30)
-    yield f"http://127.0.0.1:{port}/v1"
-
-
 def git(args: list[str], cwd: Path) -> str:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True).stdout.strip()
 
@@ -847,8 +838,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     index_dir = build_index(args.workdir / "index", logs / "setup.log")
 
-    from infra.local.servers import local_postgres, local_redis
-    from services.classifier.local import TritonProcess
+    from lab.harness.stack import Parts, lab_stack
 
     procs = Processes()
     samples: list[Sample] = []
@@ -861,17 +851,19 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = []
     try:
         with ExitStack() as stack:
-            redis_url = stack.enter_context(local_redis())
-            postgres_url = stack.enter_context(local_postgres())
+            # the servers only: Redis, PostgreSQL, Triton (the before tree's repository) and the
+            # instant LLM endpoint; no pools, front door or tenant of its own
+            servers = stack.enter_context(lab_stack(
+                args.workdir / "servers", Parts(broker="redis", records="postgres", classifier="triton", llm="instant"),
+                pools=(), frontdoor=False, tenants=(), model_repository=repositories["before"]))
+            redis_url, postgres_url = servers.redis.url, servers.settings.library.database_url
             print(f"redis {redis_url}, postgres {postgres_url}", flush=True)
-            tritons: dict[str, Any] = {}
+            triton_of = {"before": servers.triton,
+                         "after": (servers.start_triton("triton-after", repositories["after"])
+                                   if args.triton_per_tree else servers.triton)}
             for name in TREES:
-                if name not in tritons and (args.triton_per_tree or not tritons):
-                    log = logs / (f"triton-{name}.log" if args.triton_per_tree else "triton.log")
-                    tritons[name] = stack.enter_context(TritonProcess(repositories[name], log))
-                    print(f"triton {tritons[name].url} ({repositories[name]})", flush=True)
-            triton_of = {name: tritons.get(name) or next(iter(tritons.values())) for name in TREES}
-            llm_url = stack.enter_context(instant_llm(procs, logs))
+                print(f"{name}: triton {triton_of[name].url} ({repositories[name]})", flush=True)
+            llm_url = servers.llm.url
             stack.callback(lambda: left.extend(procs.stop_all()))  # before the servers stop
             shared = {
                 "ARAG_INDEX_DIR": str(index_dir), "ARAG_KB_DIR": str(args.workdir / "kb"),

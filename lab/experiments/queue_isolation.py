@@ -1,9 +1,10 @@
 """Queue isolation: does a backlog of slow C tasks delay tier A?
 
-Everything real except the LLM: redis-server (broker + result backend) and PostgreSQL (records)
-started on loopback by `infra.local.servers`, the real Triton (`services/classifier/serve.py`),
-real `celery worker` pools over the tantivy index of the demo help center, and the front door
-(`python -m services.frontdoor`) reached through a real gRPC channel. The LLM is the instant
+Everything real except the LLM, two lab stacks (`lab.harness.stack`): redis-server (broker +
+result backend) and PostgreSQL (records) started on loopback, the real Triton
+(`services/classifier/serve.py`), real `celery worker` pools over the tantivy index of the demo
+help center, and the front door (`python -m services.frontdoor`) reached through a real gRPC
+channel. The LLM is the instant
 OpenAI-compatible endpoint of `lab/harness/instant_llm.py` with a fixed per-completion latency
 (`--llm-latency-ms`): a measurement device standing for a remote inference endpoint with its own
 capacity (it sleeps, it uses no CPU of this machine), so a task's service time is set by the
@@ -74,18 +75,14 @@ from rich.console import Console
 from rich.table import Table
 
 from adaptive_rag.contracts import SHARED_QUEUE, AnswerTask, RequestStatus, RoutingDecision, Tier
-from adaptive_rag.knowledge.importers import import_path
-from adaptive_rag.knowledge.service import open_knowledge_service
-from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
+from adaptive_rag.storage import RecordStore
 from adaptive_rag.strategies import strategy_for_tier
-from lab.experiments.fair_share import fixed_latency_llm
 from lab.harness.instant_llm import cpu_model, mem_total_gb
 from lab.harness.load_client import CallRecord, LoadClient, open_loop
-from lab.harness.stats import median, percentile, percentile_ranks, percentile_ratio_interval
-from infra.local.servers import free_port, local_postgres, local_redis
-from services.classifier.local import TritonProcess
-from services.demo.stack import FrontDoorProcess, StackSettings
 from lab.harness.models import minilm_tokenizer_path, publish_length_router
+from lab.harness.stack import LabStack, Parts, lab_stack
+from lab.harness.stats import median, percentile, percentile_ranks, percentile_ratio_interval
+from services.demo.stack import FrontDoorProcess, StackSettings
 from workers.celery_app import QUEUES, create_app
 from workers.client import CeleryTaskQueue
 from workers.pools import WorkerPools
@@ -323,28 +320,21 @@ class Stack:
         return {name: self.settings.workers.pool_concurrency(name) for name in self.pools.pool_names}
 
 
+# Real servers and Triton (the length router), the fixed-latency LLM endpoint.
+PARTS = Parts(broker="redis", records="postgres", classifier="triton", retriever="tantivy", llm="instant")
+
+
 @contextmanager
-def running_stack(mode: str, base: StackSettings, workdir: Path) -> Iterator[Stack]:
-    settings = base.updated(shared_queue=mode == "shared", grpc_listen=f"127.0.0.1:{free_port()}",
-                            metrics_port=free_port())
-    pools_wanted = ("shared",) if mode == "shared" else TIERS
-    store = RecordStore(make_engine(settings.library.database_url))
-    with ExitStack() as stack:
-        pools = WorkerPools(settings.workers, pools=pools_wanted, library=settings.library,
-                            log_dir=workdir / mode / "workers")
-        stack.callback(pools.stop)
-        pools.start()
-        listen = settings.frontdoor.grpc_listen
-        frontdoor = stack.enter_context(
-            FrontDoorProcess(settings.env(), workdir / mode / "frontdoor.log", listen)
-        )
-        tenant = f"bench-{mode}"
-        key = store.create_api_key(tenant)
-        knowledge = open_knowledge_service(settings.library, store.engine)
-        for owner in (tenant, BACKLOG_TENANT):
-            knowledge.upsert(owner, import_path(DEMO / "knowledge_base.jsonl"))
-        yield Stack(mode, settings, store, pools, frontdoor, listen, key, tenant,
-                    CeleryTaskQueue(create_app(settings.workers)))
+def running_stack(mode: str, workdir: Path, settings: dict[str, Any], llm_latency_ms: float,
+                  model_repository: Path) -> Iterator[tuple[Stack, LabStack]]:
+    """One setup's lab stack (its own front door and pools; the servers `settings` names, or
+    started here)."""
+    tenant = f"bench-{mode}"
+    with lab_stack(workdir / mode, PARTS, pools=("shared",) if mode == "shared" else TIERS,
+                   settings={**settings, "shared_queue": mode == "shared"}, tenants=(tenant, BACKLOG_TENANT),
+                   model_repository=model_repository, llm_latency_ms=llm_latency_ms) as lab:
+        yield Stack(mode, lab.settings, lab.store, lab.pools, lab.frontdoor, lab.address, lab.api_key(tenant),
+                    tenant, CeleryTaskQueue(create_app(lab.settings.workers))), lab
 
 
 async def send(client: LoadClient, query: str, planned: str, cutoff: float, late_ms: float = 0.0) -> Sample:
@@ -828,18 +818,9 @@ def main(argv: list[str] | None = None) -> int:
     blocks: list[dict[str, Any]] = []
     setups: dict[str, dict[str, Any]] = {}
     with ExitStack() as stack:
-        redis_url = stack.enter_context(local_redis())
-        postgres_url = stack.enter_context(local_postgres())
-        upgrade_database(postgres_url)
-        llm_url = stack.enter_context(fixed_latency_llm(args.llm_latency_ms, workdir / "llm.log"))
-        console.print(f"fixed-latency LLM endpoint (measurement device, {args.llm_latency_ms:g} ms per "
-                      f"completion, no CPU) on {llm_url}")
         repository = length_router_repository(workdir / "model_repository")
-        triton = stack.enter_context(TritonProcess(repository, workdir / "triton.log"))
-        base = StackSettings().updated(
-            database_url=postgres_url, kb_dir=workdir / "kb",
-            model_repository=repository, triton_grpc_url=triton.url, classifier_timeout_s=2.0,
-            llm_base_url=llm_url, multi_step="ircot",
+        settings: dict[str, Any] = dict(
+            classifier_timeout_s=2.0, multi_step="ircot",
             concurrency={t: concurrency[t] for t in TIERS},
             prefetch={t: args.prefetch for t in TIERS},
             top_k=3, max_passages=4, max_steps=2,
@@ -850,9 +831,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         running: dict[str, Stack] = {}
         for db, mode in enumerate(MODES):
-            settings = base.updated(redis_url=f"{redis_url.rsplit('/', 1)[0]}/{db}")
-            running[mode] = stack.enter_context(running_stack(mode, settings, workdir))
-            r = running[mode]
+            r, lab = stack.enter_context(running_stack(mode, workdir, settings, args.llm_latency_ms, repository))
+            running[mode] = r
+            if db == 0:  # the first setup's servers, Triton and LLM endpoint serve the second too
+                console.print(f"fixed-latency LLM endpoint: {lab.using['llm']}")
+                shared = lab.settings
+                settings.update(database_url=shared.library.database_url, llm_base_url=shared.library.llm_base_url,
+                                triton_grpc_url=shared.classifier.triton_grpc_url,
+                                redis_url=f"{shared.workers.redis_url.rsplit('/', 1)[0]}/{db + 1}")
             setups[mode] = {
                 "redis_db": db, "queues": [SHARED_QUEUE] if mode == "shared" else
                 [r.queue.queue_name(Tier(t)) for t in TIERS],

@@ -61,8 +61,8 @@ PHASES = ("success", "queue", "compute_infer")
 
 
 def service_calls(stack: ExitStack, workdir: Path) -> tuple[dict[str, Callable[[], object]], ServerStats]:
-    """One round-trip call per service, on servers started here on loopback, and Triton's
-    statistics."""
+    """One round-trip call per service, on servers the lab's stack starts on loopback (its servers
+    only), and Triton's statistics."""
     import numpy as np
     import psycopg
     import redis
@@ -70,16 +70,17 @@ def service_calls(stack: ExitStack, workdir: Path) -> tuple[dict[str, Callable[[
 
     from adaptive_rag.contracts import CLASSIFIER_MODEL
     from lab.experiments.frontdoor_overhead import model_repository
-    from infra.local.servers import local_postgres, local_redis
-    from services.classifier.local import TritonProcess
+    from lab.harness.stack import Parts, lab_stack
 
     workdir.mkdir(parents=True, exist_ok=True)
-    client = redis.Redis.from_url(stack.enter_context(local_redis()))
-    url = stack.enter_context(local_postgres(durable=True)).replace("postgresql+psycopg://", "postgresql://")
-    conn = stack.enter_context(psycopg.connect(url, autocommit=True))
     repository = model_repository(workdir / "model_repositories", "shipped", workdir / "setup.log")
-    server = stack.enter_context(TritonProcess(repository, workdir / "triton.log"))
-    infer = triton.InferenceServerClient(server.url)
+    servers = stack.enter_context(lab_stack(
+        workdir / "servers", Parts(broker="redis", records="postgres", classifier="triton"), pools=(),
+        frontdoor=False, tenants=(), model_repository=repository, postgres_durability="full"))
+    client = redis.Redis.from_url(servers.redis.url)
+    url = servers.settings.library.database_url.replace("postgresql+psycopg://", "postgresql://")
+    conn = stack.enter_context(psycopg.connect(url, autocommit=True))
+    infer = triton.InferenceServerClient(servers.triton.url)
     ids = np.array([[5, 17, 300, 42, 9, 1000, 7, 8]], dtype=np.int64)
 
     def classify() -> object:

@@ -105,13 +105,18 @@ class KnowledgeBaseServicer(pb2_grpc.KnowledgeBaseServicer):
             async for message in request_iterator:
                 batch.append(document_from_message(message))
                 if len(batch) >= STREAM_BATCH_DOCUMENTS:
-                    total = total.plus(await self._blocking(self.knowledge.upsert, tenant, batch))
+                    total = total.plus(await self._blocking(self._upsert_uncalibrated, tenant, batch))
                     batch = []
             if batch:
-                total = total.plus(await self._blocking(self.knowledge.upsert, tenant, batch))
+                total = total.plus(await self._blocking(self._upsert_uncalibrated, tenant, batch))
+            if total.chunks_written or total.chunks_removed:  # the threshold, once for the stream
+                await self._blocking(self.knowledge.calibrate, tenant)
             return change_reply(total)
 
         return await self.front.run_call("StreamDocuments", context, body)
+
+    def _upsert_uncalibrated(self, tenant: str, documents: list[Document]) -> ChangeSummary:
+        return self.knowledge.upsert(tenant, documents, calibrate=False)
 
     async def DeleteDocuments(self, request, context):  # noqa: N802
         async def body(progress: CallProgress) -> pb2.ChangeReply:
@@ -129,7 +134,9 @@ class KnowledgeBaseServicer(pb2_grpc.KnowledgeBaseServicer):
             return pb2.KnowledgeBaseInfo(
                 documents=info.documents, chunks=info.chunks, generation=info.generation,
                 updated_at=info.updated_at.isoformat() if info.updated_at else "",
-                backend=info.backend,
+                backend=info.backend, abstain_threshold=info.abstention.value,
+                abstain_threshold_source=info.abstention.source.value,
+                automatic_abstain_threshold=info.abstention.automatic,
             )
 
         return await self.front.run_call("DescribeKnowledgeBase", context, body)

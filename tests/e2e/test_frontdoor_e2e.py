@@ -1,7 +1,8 @@
 """The whole serving path with real parts: the front door (`python -m services.frontdoor`) on
 loopback gRPC, real Redis (broker + result backend), real PostgreSQL (records), real Celery worker
 pools (`workers.pools`, embedded Gemma model + tantivy index of the demo help center) and the real
-Triton (`serve.py` from nvidia-pytriton). The stack is built by `tests/e2e/conftest.py`.
+Triton (`serve.py` from nvidia-pytriton). The stack is the lab's (`lab.harness.stack`), started
+by `tests/e2e/conftest.py`.
 
 The classifier served is a real ONNX graph with a rule the test can rely on: logits from the
 token count (short -> A, medium -> B, long -> C), with the MiniLM tokenizer. A trained model's
@@ -30,7 +31,6 @@ from sqlalchemy import func, select
 from adaptive_rag.contracts import CALL_ERROR_MESSAGES, CallError
 from adaptive_rag.routing.classifier_client import QueryTokenizer
 from adaptive_rag.storage import ApiKey, Feedback, QueryRequest, QueryResult, RoutingDecision
-from services.classifier.local import TritonProcess
 from services.frontdoor.stubs import SERVICE_NAME, pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.model]
@@ -219,7 +219,7 @@ def test_prometheus_metrics(stack):
     assert metric(text, "arag_classifier_model_version", model="complexity") == 1.0
 
 
-def test_a_newly_published_version_is_used_without_a_restart(own_frontdoor, tmp_path):
+def test_a_newly_published_version_is_used_without_a_restart(own_frontdoor):
     door = own_frontdoor()  # its own model repository and Triton: the module's stack stays on v1
     repository, triton = door.extra["model_repository"], door.extra["triton"]
     reply, _ = door.answer(QUERIES["C"])
@@ -229,7 +229,7 @@ def test_a_newly_published_version_is_used_without_a_restart(own_frontdoor, tmp_
     publish_version(repository, 2, c_bias=-40.0)
     port = triton.grpc_port
     triton.stop()
-    new_triton = TritonProcess(repository, tmp_path / "serve-v2.log", grpc_port=port)
+    new_triton = door.lab.start_triton(f"triton-v2-{port}", repository, grpc_port=port)
     try:
         door.wait_for_model_version(2, within_s=60)
         reply, _ = door.answer(QUERIES["C"])

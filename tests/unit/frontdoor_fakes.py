@@ -286,8 +286,29 @@ class FakeRouter:
         return None
 
 
+class WordOverlapRetriever:
+    """Search by shared lower-cased words, each worth 1 (`ports.QueryWeigher` too: a query weighs
+    its distinct words, so relevance is the share of them the best chunk has)."""
+
+    def __init__(self, chunks: dict[str, Passage]) -> None:
+        self.chunks = chunks
+
+    @staticmethod
+    def _words(text: str) -> set[str]:
+        return set(text.lower().split())
+
+    def search(self, query: str, k: int) -> list[Passage]:
+        asked = self._words(query)
+        scored = [(len(asked & self._words(f"{c.title} {c.text}")), c) for c in self.chunks.values()]
+        ranked = sorted((s for s in scored if s[0] > 0), key=lambda s: (-s[0], s[1].id))
+        return [replace(chunk, score=float(score)) for score, chunk in ranked[:k]]
+
+    def query_weight(self, query: str) -> float:
+        return float(len(self._words(query)))
+
+
 class FakeKnowledgeIndex:
-    """Per-tenant dicts of chunks with the KnowledgeIndex contract (no BM25: substring match)."""
+    """Per-tenant dicts of chunks with the KnowledgeIndex contract (no BM25: word overlap)."""
 
     def __init__(self) -> None:
         self.chunks: dict[str, dict[str, Passage]] = {}
@@ -312,8 +333,8 @@ class FakeKnowledgeIndex:
     def count(self, tenant: str) -> int:
         return len(self.chunks.get(tenant, {}))
 
-    def retriever(self, tenant: str):
-        raise NotImplementedError("the front door never searches")
+    def retriever(self, tenant: str) -> WordOverlapRetriever:
+        return WordOverlapRetriever(self.chunks.setdefault(tenant, {}))
 
 
 def knowledge_service(tenants_with_kb=("acme", "globex")):

@@ -470,6 +470,9 @@ def test_a_tenant_brings_its_knowledge_base_through_the_api_and_can_then_ask(har
     assert {c.section for c in chunks.values() if c.doc_id == "setup"} == {"Unboxing", "Loading"}
     info = harness.kb.DescribeKnowledgeBase(pb2.DescribeKnowledgeBaseRequest(), metadata=INITECH_READER)
     assert (info.documents, info.chunks, info.generation, info.backend) == (2, 3, 1, "fake") and info.updated_at
+    # the knowledge base's own abstention threshold, derived on import
+    assert info.abstain_threshold_source == "automatic" and info.HasField("automatic_abstain_threshold")
+    assert info.abstain_threshold == info.automatic_abstain_threshold > 0
     assert harness.answer("What is 2+2?", metadata=INITECH_READER)[0].answer
     assert harness.queue.tasks[-1].tenant == "initech"
     streamed = harness.kb.StreamDocuments(iter(

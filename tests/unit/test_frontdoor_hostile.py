@@ -17,6 +17,7 @@ from test_frontdoor import (
 from adaptive_rag.contracts import AnswerResult, AnswerTask, CallError, ErrorCode, Scope
 from adaptive_rag.serving.answering import EMPTY_ANSWER, Delivery, answer_task
 from adaptive_rag.settings import Settings
+from adaptive_rag.strategies import Abstention
 from services.frontdoor.server import MAX_STATUS_MESSAGE_CHARS, clip, status_for
 from services.frontdoor.stubs import pb2
 
@@ -144,6 +145,9 @@ class Resources:
 
     def retriever(self, tenant: str):
         return FakeRetriever(make_passages(4))
+
+    def abstention(self, tenant: str) -> Abstention:
+        return Abstention()
 
     def llm(self):
         return self._llm

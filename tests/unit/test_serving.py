@@ -24,6 +24,7 @@ from adaptive_rag.serving.context import AdmissionConfig, CallProgress
 from adaptive_rag.serving.service import AnswerService
 from adaptive_rag.serving.answering import Delivery, NotRunnable, RetryLater, answer_task
 from adaptive_rag.settings import Settings
+from adaptive_rag.strategies import Abstention
 
 KEY = "arag_key"
 STRATEGY = {Tier.A: "no_retrieval", Tier.B: "single_step", Tier.C: "decompose"}
@@ -212,6 +213,9 @@ class Resources:
         if isinstance(self._retriever, Exception):
             raise self._retriever
         return self._retriever
+
+    def abstention(self, tenant: str) -> Abstention:
+        return Abstention()
 
     def llm(self):
         return self._llm
