@@ -143,14 +143,16 @@ class Settings(BaseSettings):
         None, validation_alias=AliasChoices("ARAG_MULTI_STEP", "multi_step")
     )
     # The `evidence` strategy (`strategies.evidence`): which gatherer of `adaptive_rag.evidence`
-    # finds the passages and how many the reader gets (chosen on `train`, reports/chain-reader/).
+    # finds the passages (`bm25`, `bridge`, `parts`: retrieval only; `links`, `ppr`, `chain`: also
+    # the knowledge base's entity graph) and how many the reader gets (reports/chain_reader/).
     evidence_gatherer: Literal["bm25", "bridge", "links", "ppr", "parts", "chain"] = Field(
         "chain", validation_alias=env_name("ARAG_EVIDENCE_GATHERER", "evidence_gatherer")
     )
     evidence_budget: int = Field(
         5, ge=1, le=50, validation_alias=env_name("ARAG_EVIDENCE_BUDGET", "evidence_budget")
     )
-    # Knowledge bases whose entity graphs a worker keeps in memory (least recently used dropped).
+    # Knowledge bases whose entity graphs a process keeps in memory (least recently used dropped);
+    # each is built on first use and again after every write to its knowledge base.
     evidence_graphs: int = Field(
         8, ge=1, validation_alias=env_name("ARAG_EVIDENCE_GRAPHS", "evidence_graphs")
     )

@@ -119,8 +119,12 @@ def resources() -> WorkerResources:
         _resources.store.engine.dispose(close=False)
         _resources = None
     if _resources is None:
+        from adaptive_rag.evidence.graphs import shared_graphs
+
         settings = Settings()
         _resources = WorkerResources(settings, RecordStore(make_engine(settings.database_url)))
+        # a request never waits for its knowledge base's entity graph: built in the background
+        shared_graphs(settings.evidence_graphs, background=True)
     return _resources
 
 

@@ -4,23 +4,28 @@ process that reads it (a worker, the evaluation).
 Why built here and not written beside the index at import time: the graph is a pure function of
 the index's passages, so the index stays the one source of truth and nothing can disagree with
 it. The same code serves tantivy and OpenSearch (an OpenSearch index has no directory to keep a
-file in), and the knowledge-base writes (an import commits in batches of 200 documents) stay as
-fast as they are. What it costs: each process that answers tier C builds the graphs of the
-knowledge bases it serves, once per index version (reports/chain-reader/ measures a 100k-passage
-build), and keeps at most `max_graphs` of them.
+file in), and the knowledge-base writes (an import commits in batches) stay as fast as they are.
+What it costs: each process that answers with a graph-walking gatherer builds the graphs of the
+knowledge bases it serves, once per version of their contents, and keeps at most `max_graphs`.
 
-Versions: a retriever that can list its passages (`GraphSource`) names its knowledge base and the
-version of its contents (tantivy: the generation and its last commit; a rebuild, upsert or delete
-changes it). The first graph of a knowledge base is built on first use, the caller waiting; when a
-write changes the version, the next caller starts a rebuild in a background thread and is handed
-the previous graph until the new one is there (a passage reached through it may be one the write
-changed or removed, for the seconds the rebuild takes). A build that fails is logged and not
-retried until the version changes: the gatherers fall back to B's evidence meanwhile.
+Lifecycle (the cheapest approach that never hands a passage a write changed or removed):
+- a retriever that can list its passages (`GraphSource`) names its knowledge base and the
+  version of its contents (tantivy: the generation and its last commit; OpenSearch: the indices
+  behind the alias and their shards' sequence numbers); an import, rebuild, upsert or delete
+  changes the version;
+- every lookup compares the version (one file stat, or one stats request): a graph of another
+  version is dropped at once (invalidated), never walked;
+- a missing graph is built on first use: in the background when `background` (a worker: the
+  request is answered without the graph meanwhile, its steps say so), else the caller waits (the
+  evaluation, tests). One build per knowledge base at a time; a version that changed during a
+  build is built by the next lookup;
+- a build that fails is logged and not retried until the version changes.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -63,17 +68,16 @@ class GraphLookup:
 
 @dataclass
 class _Entry:
-    version: str = ""
     graph: EntityGraph | None = None
     graph_version: str = ""
-    building: str = ""            # the version being built ("" when none)
-    failed: str = ""              # the version whose build failed
+    building: str = ""  # the version being built ("" when none)
+    failed: str = ""  # the version whose build failed
     done: threading.Event = field(default_factory=threading.Event)
 
 
 class EntityGraphs:
     """At most `max_graphs` knowledge bases' graphs (least recently used dropped), each of the
-    latest version asked for. Thread-safe: one build per knowledge base at a time."""
+    current version of its knowledge base. Thread-safe."""
 
     def __init__(
         self,
@@ -83,12 +87,21 @@ class EntityGraphs:
     ) -> None:
         self.max_graphs = max_graphs
         self._build = build
-        self._background = background
+        # Build in a thread and answer without the graph meanwhile (serving), or wait for it.
+        self.background = background
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
+        self.builds = 0  # builds started (a measure of how often writes invalidate)
 
-    def lookup(self, retriever: object) -> GraphLookup:
-        """The graph of `retriever`'s knowledge base, building or refreshing it as needed."""
+    def warm(self, retriever: object) -> GraphLookup:
+        """`lookup`, waiting for the build (a worker or an evaluation about to serve the knowledge
+        base, so that its first questions are answered with the graph)."""
+        return self.lookup(retriever, wait=True)
+
+    def lookup(self, retriever: object, wait: bool | None = None) -> GraphLookup:
+        """The graph of `retriever`'s knowledge base at its current version, or None and why.
+        `wait` (default: not `background`): wait for a build rather than answer without it."""
+        wait = (not self.background) if wait is None else wait
         if not isinstance(retriever, GraphSource):
             return GraphLookup(None, "entity graph: the retriever cannot list its passages")
         key, version = retriever.corpus_id(), retriever.corpus_version()
@@ -99,31 +112,34 @@ class EntityGraphs:
                 while len(self._entries) > self.max_graphs:
                     self._entries.popitem(last=False)
             self._entries.move_to_end(key)
-            entry.version = version
             if entry.graph is not None and entry.graph_version == version:
                 return GraphLookup(entry.graph, _described(entry.graph))
-            start = entry.building != version and entry.failed != version
+            if entry.graph is not None:  # a write changed the knowledge base: invalidated
+                entry.graph, entry.graph_version = None, ""
+            if entry.failed == version:
+                return GraphLookup(None, "entity graph: its build failed for this version of the "
+                                         "knowledge base (see the log)")
+            start = not entry.building
             if start:
-                entry.building = version
-                entry.done = threading.Event()
-            waiting_for = entry.done
-            stale = entry.graph
-        if start:
-            if stale is not None and self._background:
-                threading.Thread(target=self._refresh, args=(entry, retriever, version, waiting_for),
-                                 name=f"entity-graph {key}", daemon=True).start()
-            else:
-                self._refresh(entry, retriever, version, waiting_for)
-        if stale is not None:
-            return GraphLookup(stale, _described(stale) + ", of an earlier version of the knowledge "
-                               "base (the current one's is being built)")
+                entry.building, entry.done = version, threading.Event()
+                self.builds += 1
+            waiting_for, in_flight = entry.done, entry.building
+        if start and not wait:
+            threading.Thread(target=self._refresh, args=(entry, retriever, version, waiting_for),
+                             name=f"entity-graph {key}", daemon=True).start()
+        elif start:
+            self._refresh(entry, retriever, version, waiting_for)
+        if not wait:
+            return GraphLookup(None, "entity graph: being built for this version of the knowledge base")
         waiting_for.wait()
         with self._lock:
             graph, built = entry.graph, entry.graph_version
-        if graph is None:
-            return GraphLookup(None, "entity graph: could not be built (see the worker's log)")
-        return GraphLookup(graph, _described(graph) if built == version else _described(graph)
-                           + ", of an earlier version of the knowledge base")
+        if graph is not None and built == version:
+            return GraphLookup(graph, _described(graph))
+        if in_flight != version:  # waited for a build of an earlier version: build this one now
+            return self.lookup(retriever, wait)
+        return GraphLookup(None, "entity graph: its build failed for this version of the knowledge "
+                                 "base (see the log)")
 
     def _refresh(self, entry: _Entry, source: GraphSource, version: str, done: threading.Event) -> None:
         started = time.perf_counter()
@@ -132,15 +148,11 @@ class EntityGraphs:
         except Exception:  # noqa: BLE001 - a graph is an aid: answer without it, say so in the log
             log.exception("entity graph build failed for %s (version %s)", source.corpus_id(), version)
             with self._lock:
-                entry.failed = version
-                if entry.building == version:
-                    entry.building = ""
+                entry.failed, entry.building = version, ""
             done.set()
             return
         with self._lock:
-            entry.graph, entry.graph_version = graph, version
-            if entry.building == version:
-                entry.building = ""
+            entry.graph, entry.graph_version, entry.building = graph, version, ""
         done.set()
         log.info("entity graph of %s built: %d passages in %.1f s", source.corpus_id(), len(graph),
                  time.perf_counter() - started)
@@ -152,13 +164,18 @@ def _described(graph: EntityGraph) -> str:
 
 
 _shared: EntityGraphs | None = None
+_shared_pid = 0
 _shared_lock = threading.Lock()
 
 
-def shared_graphs(max_graphs: int = DEFAULT_MAX_GRAPHS) -> EntityGraphs:
-    """This process's graphs, one cache for every strategy built in it."""
-    global _shared
+def shared_graphs(max_graphs: int = DEFAULT_MAX_GRAPHS, background: bool | None = None) -> EntityGraphs:
+    """This process's graphs, one cache for every strategy built in it. By default a caller waits
+    for a build (a CLI, an evaluation); a serving process sets `background=True` once, so that no
+    request waits for one. A forked child gets its own (a build thread does not survive a fork)."""
+    global _shared, _shared_pid
     with _shared_lock:
-        if _shared is None:
-            _shared = EntityGraphs(max_graphs)
+        if _shared is None or _shared_pid != os.getpid():
+            _shared, _shared_pid = EntityGraphs(max_graphs, background=False), os.getpid()
+        if background is not None:
+            _shared.background = background
         return _shared

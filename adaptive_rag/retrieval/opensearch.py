@@ -28,7 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_exc
-from opensearchpy.helpers import streaming_bulk
+from opensearchpy.helpers import scan, streaming_bulk
 
 from adaptive_rag.domain import Passage
 from adaptive_rag.errors import (
@@ -498,6 +498,39 @@ class OpenSearchRetriever:
             for term, stats in (vector.get("terms") or {}).items():
                 frequencies[term] = max(frequencies.get(term, 0), int(stats.get("doc_freq", 0)))
         return sum(bm25_idf(df, docs) for df in frequencies.values())
+
+    # ---- the whole corpus (what the entity graph is built from: `evidence.graphs.GraphSource`) -----
+
+    def corpus_id(self) -> str:
+        """Which index or alias this is, the same for every retriever opened on it."""
+        return f"{redact_url(self.url)}/{self.index}"
+
+    def corpus_version(self) -> str:
+        """The concrete indices behind the name (a rebuild swaps the alias to a new one) and each
+        shard's highest sequence number (every index or delete operation raises it, and unlike
+        the indexing counters it survives a node restart): changes on rebuild, upsert and delete.
+        One stats request."""
+        with self._errors():
+            stats = self._client.indices.stats(index=self.index, metric="docs", level="shards")
+        parts = []
+        for name, index in sorted((stats.get("indices") or {}).items()):
+            uuid = index.get("uuid", "")
+            shards = index.get("shards") or {}
+            seq = [max((copy.get("seq_no") or {}).get("max_seq_no", -1) for copy in copies)
+                   for _, copies in sorted(shards.items(), key=lambda item: int(item[0])) if copies]
+            parts.append(f"{name}:{uuid}:{','.join(map(str, seq))}")
+        return ";".join(parts) or "-"
+
+    def corpus_passages(self) -> Iterator[Passage]:
+        """Every passage of the index, in no particular order (a scroll of 1,000 at a time)."""
+        with self._errors():
+            for hit in scan(self._client, index=self.index, query={"query": {"match_all": {}}},
+                            _source=_SOURCE_FIELDS, size=1000, scroll="2m",
+                            request_timeout=max(60.0, self.timeout_s)):
+                src = hit.get("_source") or {}
+                yield Passage(id=str(src.get("id", hit.get("_id"))), title=src.get("title") or "",
+                              text=src.get("text") or "", doc_id=src.get("doc_id") or "",
+                              section=src.get("section") or "")
 
     def _search(self, text: str, k: int) -> list[dict[str, Any]]:
         with self._errors(passthrough=(_QueryRejected,)):

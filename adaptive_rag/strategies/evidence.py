@@ -8,6 +8,11 @@ it. So the work goes into the evidence, not the reading: the configured gatherer
 mentions, an entity-graph walk and each part of a two-part question) hands `budget` passages, and
 the reader answers from them at once.
 
+Engines: `bm25`, `bridge` and `parts` need only the `Retriever` port (any engine); `links`, `ppr`
+and `chain` also walk the knowledge base's entity graph, held in this process's memory
+(`evidence.graphs`) and built from a retriever that can list its passages (`GraphSource`: the
+tantivy and OpenSearch retrievers both can); with any other retriever they gather without it.
+
 Degenerate input never errors: no graph (the retriever cannot list its passages, or its build
 failed), an empty graph, a question with no entity, a one-document knowledge base: the gatherer
 falls back to B's evidence (the question's own top hits). The trace says what was gathered and
@@ -22,7 +27,7 @@ from dataclasses import dataclass
 
 from adaptive_rag.contracts import StrategyName
 from adaptive_rag.domain import StrategyResult
-from adaptive_rag.evidence import NEEDS_GRAPH, make_gatherer
+from adaptive_rag.evidence import NEEDS_GRAPH, Evidence, make_gatherer
 from adaptive_rag.evidence.graphs import EntityGraphs
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.prompts import evidence as prompt
@@ -46,23 +51,28 @@ class EvidenceRead:
     reader_abstains: bool = False
     name: str = StrategyName.EVIDENCE
 
-    def run(self, question: str) -> StrategyResult:
-        timer = PhaseTimer()
+    def gather(self, question: str) -> tuple[Evidence, list[str]]:
+        """The passages for the reader and the trace saying how they were found."""
         trace: list[str] = []
-        with timer.phase("retrieve"):
-            graph = None
-            if self.gatherer in NEEDS_GRAPH:
-                if self.graphs is None:
-                    trace.append("entity graph: none configured")
-                else:
-                    found = self.graphs.lookup(self.retriever)
-                    graph = found.graph
-                    trace.append(found.note)
-            evidence = make_gatherer(self.gatherer, graph).gather(question, self.retriever, self.budget)
-        passages = evidence.passages
+        graph = None
+        if self.gatherer in NEEDS_GRAPH:
+            if self.graphs is None:
+                trace.append("entity graph: none configured")
+            else:
+                found = self.graphs.lookup(self.retriever)
+                graph = found.graph
+                trace.append(found.note)
+        evidence = make_gatherer(self.gatherer, graph).gather(question, self.retriever, self.budget)
         trace += [f"gatherer {self.gatherer}, budget {self.budget}", *evidence.steps]
         if evidence.fallback:
             trace.append(f"fell back to B's evidence: {evidence.fallback}")
+        return evidence, trace
+
+    def run(self, question: str) -> StrategyResult:
+        timer = PhaseTimer()
+        with timer.phase("retrieve"):
+            evidence, trace = self.gather(question)
+        passages = evidence.passages
         steps = max(1, evidence.searches)
         why = self.abstention.reason(self.retriever, question, evidence.question_hits or passages)
         if why is not None:
