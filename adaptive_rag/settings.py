@@ -144,10 +144,11 @@ class Settings(BaseSettings):
     )
     # The `evidence` strategy (`strategies.evidence`): which gatherer of `adaptive_rag.evidence`
     # finds the passages (`bm25`, `bridge`, `parts`: retrieval only; `links`, `ppr`, `chain`: also
-    # the knowledge base's entity graph) and how many the reader gets (reports/chain_reader/).
+    # the knowledge base's entity graph; `chain` chosen without the reader, reports/evidence/).
     evidence_gatherer: Literal["bm25", "bridge", "links", "ppr", "parts", "chain"] = Field(
         "chain", validation_alias=env_name("ARAG_EVIDENCE_GATHERER", "evidence_gatherer")
     )
+    # Passages the `evidence` strategy's reader gets, read in one call (reports/chain_reader/).
     evidence_budget: int = Field(
         5, ge=1, le=50, validation_alias=env_name("ARAG_EVIDENCE_BUDGET", "evidence_budget")
     )

@@ -70,12 +70,12 @@ SPLITS = ("train", "test")
 # --- the questions and their gold passages --------------------------------------------------------
 
 
-def train_questions(questions: Sequence[Question], per_dataset: int) -> list[Question]:
+def first_train(questions: Sequence[Question], per_dataset: int) -> list[Question]:
     """The first `per_dataset` train questions of each set, in the interleaved order."""
     return interleaved(limit_per_dataset(interleaved(questions), per_dataset))
 
 
-def test_questions(questions: Sequence[Question], per_dataset: int, seed: int = DEFAULT_SEED) -> list[Question]:
+def sample_test(questions: Sequence[Question], per_dataset: int, seed: int = DEFAULT_SEED) -> list[Question]:
     """A seeded random `per_dataset` of each set's test questions (drawn from the id-sorted list,
     so the draw does not depend on file order), interleaved."""
     rng = random.Random(seed)
@@ -342,6 +342,7 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
         "chosen_on_train": chosen, "test_seed": args.seed, "machine": {"python": platform.python_version(),
                                                                        "platform": platform.platform()},
         "summary": summary,
+        "notes": getattr(args, "notes", None) or previous.get("notes", ""),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
@@ -374,8 +375,9 @@ def readme(result: Mapping[str, Any]) -> str:
     for split in SPLITS:
         if summary.get(split):
             parts.append(f"## `{split}`\n\n{table(summary[split])}\n")
+    measured = [name for name in CANDIDATES if name in summary.get("train", {})]
     parts.append(f"Chosen on `train`: **{chosen}** (best mean F1 over the three sets among "
-                 f"{', '.join(CANDIDATES)}; ties to fewer passages).\n")
+                 f"{', '.join(measured) or 'none yet'}; ties to fewer passages).\n")
     commands = result.get("command") or {}
     parts.append("## How it was measured\n\n```bash\n" + "\n".join(commands.get(s, f"# {s}: not run") for s in (*SPLITS, "report"))
                  + "\n```\n\n" + (__doc__ or "").split("\n\n", 2)[2] + "\n")
@@ -393,6 +395,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--index-dir", type=Path, default=Path("var/chain-reader"))
     parser.add_argument("--out", type=Path, default=Path("reports/chain_reader"))
+    parser.add_argument("--notes", default=None, help="report: the README's notes (kept in summary.json)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.phase != "report":
@@ -400,14 +403,14 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         data_dir = args.data_dir or Settings().data_dir
         if args.phase == "train":
-            questions = train_questions(load_questions(data_dir, DATASETS, split="train"), args.per_dataset)
+            questions = first_train(load_questions(data_dir, DATASETS, split="train"), args.per_dataset)
             rows = [r for r in (args.rows or ",".join(TRAIN_ROWS)).split(",") if r]
         else:
             existing = args.out / "summary.json"
             chosen = choose(report(args)["summary"].get("train", {})) if existing.exists() or (args.out / "train.jsonl").exists() else None
             if chosen is None:
                 raise SystemExit("choose on train first: python -m lab.experiments.chain_reader train")
-            questions = test_questions(load_questions(data_dir, DATASETS, split="test"), args.per_dataset, args.seed)
+            questions = sample_test(load_questions(data_dir, DATASETS, split="test"), args.per_dataset, args.seed)
             rows = [B, chosen]
         run(args.phase, rows, questions, args)
         summary_path = args.out / "summary.json"
