@@ -76,13 +76,13 @@ def first_train(questions: Sequence[Question], per_dataset: int) -> list[Questio
 
 
 def sample_test(questions: Sequence[Question], per_dataset: int, seed: int = DEFAULT_SEED) -> list[Question]:
-    """A seeded random `per_dataset` of each set's test questions (drawn from the id-sorted list,
-    so the draw does not depend on file order), interleaved."""
-    rng = random.Random(seed)
+    """A seeded random `per_dataset` of each set's test questions, interleaved. Each set draws from
+    its id-sorted list (file order does not matter) with its own generator, so a larger
+    `per_dataset` extends the same draw (a run can be continued with more questions)."""
     chosen: list[Question] = []
     for dataset in sorted({q.dataset for q in questions}):
         pool = sorted((q for q in questions if q.dataset == dataset), key=lambda q: q.id)
-        chosen += rng.sample(pool, min(per_dataset, len(pool)))
+        chosen += random.Random(f"{seed}:{dataset}").sample(pool, min(per_dataset, len(pool)))
     return interleaved(chosen)
 
 

@@ -30,6 +30,7 @@ def test_test_subset_is_seeded_per_set_and_independent_of_file_order() -> None:
     assert len(first) == 15 and all(sum(q.dataset == d for q in first) == 5 for d in DATASETS)
     assert [q.id for q in sample_test(list(reversed(pool)), 5, seed=31)] == [q.id for q in first]
     assert {q.id for q in sample_test(pool, 5, seed=32)} != {q.id for q in first}
+    assert {q.id for q in first} <= {q.id for q in sample_test(pool, 7, seed=31)}  # a larger draw extends it
 
 
 def test_train_subset_takes_each_set_equally() -> None:
