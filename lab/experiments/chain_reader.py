@@ -412,13 +412,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                 raise SystemExit("choose on train first: python -m lab.experiments.chain_reader train")
             questions = sample_test(load_questions(data_dir, DATASETS, split="test"), args.per_dataset, args.seed)
             rows = [B, chosen]
-        run(args.phase, rows, questions, args)
-        summary_path = args.out / "summary.json"
+        summary_path = args.out / "summary.json"  # the command first: a run stopped part way keeps it
         previous = json.loads(summary_path.read_text()) if summary_path.exists() else {}
         commands = previous.get("command") or {}
         commands[args.phase] = "python -m lab.experiments.chain_reader " + shlex.join(sys.argv[1:] if argv is None else argv)
         previous["command"] = commands
         summary_path.write_text(json.dumps(previous, indent=1) + "\n", encoding="utf-8")
+        run(args.phase, rows, questions, args)
     result = report(args)
     for split, rows_summary in result["summary"].items():
         print(f"## {split}\n{table(rows_summary)}")
