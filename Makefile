@@ -11,7 +11,7 @@ DATA_DIR ?= ../shared/data
 export ARAG_CACHE
 
 .PHONY: setup demo test test-unit test-integration test-e2e lint-imports bench bench-retrieval bench-setup eval \
-  opensearch opensearch-stop clean
+  opensearch clean
 
 # --- setup by role ---------------------------------------------------------------------------------
 # pyproject.toml's extras: frontdoor, workers, triton (local classifier serving), demo (the three),
@@ -37,10 +37,12 @@ $(VENV)/.created:
 	$(PY) -m pip install -q --upgrade pip
 	touch $@
 
-# everything (tests, training, eval); the tests also need Java/Maven (OpenSearch) and Redis
+# everything (tests, training, eval); the tests also need Java/Maven (OpenSearch), Redis and PostgreSQL
 $(VENV)/.installed: pyproject.toml infra/llama/build_wheel.sh | $(VENV)/.created
-	@command -v java >/dev/null && command -v mvn >/dev/null && command -v curl >/dev/null && command -v redis-server >/dev/null && command -v docker-compose >/dev/null || \
-	  { echo "installing Java 17, Maven, curl, Redis and docker-compose (apt)"; apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven curl redis-server docker-compose; }
+	@command -v java >/dev/null && command -v mvn >/dev/null && command -v curl >/dev/null && command -v redis-server >/dev/null \
+	  && command -v docker-compose >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	  { echo "installing Java 17, Maven, curl, Redis, PostgreSQL and docker-compose (apt)"; apt-get update -qq && \
+	    apt-get install -y -qq openjdk-17-jdk-headless maven curl redis-server postgresql docker-compose; }
 	$(call INSTALL_ROLE,all)
 	PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build_server.sh $(LLAMA_CPP_VERSION)
 	touch $@
@@ -145,12 +147,18 @@ bench-retrieval: setup
 	$(ARAG) retrieval-bench --data-dir $(DATA_DIR) --index-dir var/bench-index --out reports/retrieval
 	$(PY) -m lab.experiments.retrieval_backends --data-dir $(DATA_DIR) --out reports/retrieval_backends
 
-## opensearch: start a local single-node OpenSearch on 127.0.0.1:9200 (jars from Maven Central)
-opensearch:
-	infra/opensearch/start.sh $(OPENSEARCH_PORT)
+## bench-evidence: which evidence gatherer puts every supporting passage among the reader's 5 or 8,
+## against B's retrieval, per multi-hop dataset and on the support suite's joined questions; chain
+## chosen on train, test read once (no reader; ~10 min); reports/evidence/
+.PHONY: bench-evidence
+bench-evidence: setup-lab
+	nice -n 10 $(PY) -m lab.experiments.evidence --data-dir $(DATA_DIR) --index-dir var/evidence --out reports/evidence
 
-opensearch-stop:
-	infra/opensearch/stop.sh
+## opensearch: a local single-node OpenSearch on 127.0.0.1:9200 in the foreground (jars from Maven
+## Central), data kept in var/opensearch; Ctrl-C stops it
+OPENSEARCH_PORT ?= 9200
+opensearch: | $(VENV)/.created
+	$(PY) -m infra.local.servers opensearch --port $(OPENSEARCH_PORT) --dir var/opensearch $(SERVER_ARGS)
 
 clean:
 	rm -rf var .pytest_cache
@@ -213,12 +221,14 @@ frontdoor: setup-frontdoor
 workers: setup-workers
 	$(PY) -m workers.pools
 
-## local-redis / local-postgres: a throw-away server on a free loopback port (prints its URL)
+## local-redis / local-postgres: a throw-away server on a free loopback port (prints its URL; Ctrl-C
+## or SIGTERM stops it and deletes its files); SERVER_ARGS="--port 6390 --dir var/redis" keeps the
+## port and the data for the next start
 local-redis: setup
-	$(PY) -m infra.local.servers redis
+	$(PY) -m infra.local.servers redis $(SERVER_ARGS)
 
 local-postgres: setup
-	$(PY) -m infra.local.servers postgres
+	$(PY) -m infra.local.servers postgres $(SERVER_ARGS)
 
 test-workers: setup
 	$(PY) -m pytest -q tests/unit/test_records.py tests/integration/test_records_postgres.py \

@@ -94,6 +94,105 @@ class ErrorCode(StrEnum):
 RETRYABLE_ERRORS = frozenset({ErrorCode.DEPENDENCY_UNAVAILABLE})
 
 
+class CallError(StrEnum):
+    """Why a call failed, as its client is told: a stable code (the front door's `x-error-code`
+    trailer) with a stable message (`CALL_ERROR_MESSAGES`). What exactly happened (the exception's
+    text, addresses, class names) stays in the server's log."""
+
+    UNAUTHENTICATED = "unauthenticated"
+    PERMISSION_DENIED = "permission_denied"
+    QUERY_EMPTY = "query_empty"
+    QUERY_TOO_LONG = "query_too_long"
+    QUERY_NOT_UTF8 = "query_not_utf8"
+    QUERY_CONTROL_CHARACTER = "query_control_character"
+    INVALID_CLIENT_REQUEST_ID = "invalid_client_request_id"
+    INVALID_REQUEST_ID = "invalid_request_id"
+    INVALID_FEEDBACK = "invalid_feedback"
+    INVALID_DOCUMENT = "invalid_document"
+    TOO_MANY_DOCUMENTS = "too_many_documents"
+    INVALID_REQUEST = "invalid_request"  # any other unusable field
+    REQUEST_TOO_LARGE = "request_too_large"
+    UNDECODABLE_REQUEST = "undecodable_request"
+    KNOWLEDGE_BASE_MISSING = "knowledge_base_missing"
+    KNOWLEDGE_BASE_BUSY = "knowledge_base_busy"
+    DEPENDENCY_UNAVAILABLE = "dependency_unavailable"
+    RESULT_STORE_UNAVAILABLE = "result_store_unavailable"
+    QUEUE_FULL = "queue_full"
+    OVER_SHARE = "over_share"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    NOT_RECORDED = "not_recorded"
+    REQUEST_NOT_FOUND = "request_not_found"
+    CLIENT_REQUEST_ID_REUSED = "client_request_id_reused"
+    NOT_FINISHED = "not_finished"
+    NEVER_RAN = "never_ran"
+    ROUTE_ONLY = "route_only"
+    ANSWER_DEPENDENCY_UNAVAILABLE = "answer_dependency_unavailable"
+    ANSWER_TIME_LIMIT = "answer_time_limit"
+    ANSWER_FAILED = "answer_failed"
+    INTERNAL = "internal"
+
+
+# The one message per code; a call that has a request id gets " (request <id>)" appended.
+CALL_ERROR_MESSAGES: MappingProxyType[CallError, str] = MappingProxyType({
+    CallError.UNAUTHENTICATED:
+        "missing, unknown or revoked API key: send `authorization: Bearer <api key>` with a valid key",
+    CallError.PERMISSION_DENIED: "this API key lacks the scope this call needs (answer, feedback or kb:write)",
+    CallError.QUERY_EMPTY: "the query is empty",
+    CallError.QUERY_TOO_LONG: "the query is longer than this service accepts",
+    CallError.QUERY_NOT_UTF8: "the query is not valid UTF-8",
+    CallError.QUERY_CONTROL_CHARACTER: "the query contains a control character (other than tab and line breaks)",
+    CallError.INVALID_CLIENT_REQUEST_ID:
+        "client_request_id must be printable text without spaces, within its length limit (omit it for none)",
+    CallError.INVALID_REQUEST_ID: "request_id must be the id an Answer returned",
+    CallError.INVALID_FEEDBACK:
+        "feedback needs a rating of -1, 0 or 1; correct_answer and comment must be text within "
+        "their length limit, without control characters",
+    CallError.INVALID_DOCUMENT:
+        "a document needs an id (without '#' or control characters), a title or text, and must be "
+        "within the document size limit",
+    CallError.TOO_MANY_DOCUMENTS: "too many documents in one UpsertDocuments call: use StreamDocuments",
+    CallError.INVALID_REQUEST: "a field of the request is unusable",
+    CallError.REQUEST_TOO_LARGE: "the request body is larger than the longest valid request of this method",
+    CallError.UNDECODABLE_REQUEST:
+        "the request body is not a valid protobuf message of this method (malformed, or a string "
+        "field that is not UTF-8)",
+    CallError.KNOWLEDGE_BASE_MISSING:
+        "this tenant has no knowledge base yet: import its documents first (KnowledgeBase.UpsertDocuments)",
+    CallError.KNOWLEDGE_BASE_BUSY: "another change to this tenant's knowledge base is running: send it again later",
+    CallError.DEPENDENCY_UNAVAILABLE:
+        "a service the front door needs is unreachable: send the call again (an Answer with the same "
+        "client_request_id; a request that did not run then runs under the same request id)",
+    CallError.RESULT_STORE_UNAVAILABLE:
+        "the result store is unreachable; the request keeps running: call GetResult with its request id later",
+    CallError.QUEUE_FULL: "the routed tier's queue is full: send it again later with the same client_request_id",
+    CallError.OVER_SHARE:
+        "this tenant is over its rate or its share of the routed tier: send it again after the "
+        "retry-after trailer's seconds, with the same client_request_id",
+    CallError.DEADLINE_EXCEEDED:
+        "no answer within the deadline; the request keeps running: call GetResult with its request id",
+    CallError.NOT_RECORDED: "the deadline passed before the request was recorded: send it again",
+    CallError.REQUEST_NOT_FOUND: "no request with this id for this API key's tenant",
+    CallError.CLIENT_REQUEST_ID_REUSED: "this client_request_id was already used for a different query: choose a new one",
+    CallError.NOT_FINISHED: "the request is still queued or running: call GetResult again later",
+    CallError.NEVER_RAN:
+        "the request never ran (rejected or expired): send the Answer again with the same "
+        "client_request_id to keep its request id",
+    CallError.ROUTE_ONLY: "the request is a routing decision only (Route): nothing ran",
+    CallError.ANSWER_DEPENDENCY_UNAVAILABLE:
+        "a service the answer needs stayed unreachable through every retry: send the Answer again "
+        "with the same client_request_id to run it again",
+    CallError.ANSWER_TIME_LIMIT: "the run passed its tier's time limit",
+    CallError.ANSWER_FAILED: "the answer failed in the worker (its logs say why)",
+    CallError.INTERNAL: "internal error in the front door (its logs say why)",
+})
+# What the client is told of an error a worker recorded.
+CALL_ERROR_FOR_WORKER_ERROR: MappingProxyType[ErrorCode, CallError] = MappingProxyType({
+    ErrorCode.DEPENDENCY_UNAVAILABLE: CallError.ANSWER_DEPENDENCY_UNAVAILABLE,
+    ErrorCode.TIME_LIMIT: CallError.ANSWER_TIME_LIMIT,
+    ErrorCode.INTERNAL: CallError.ANSWER_FAILED,
+})
+
+
 # --- names two processes must agree on -------------------------------------------------------------
 
 ANSWER_TASK = "adaptive_rag.answer"

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-from adaptive_rag.contracts import ErrorCode
+from adaptive_rag.contracts import CALL_ERROR_FOR_WORKER_ERROR, CallError, ErrorCode
 
 
 class AdaptiveRagError(Exception):
-    """Base class of every error the library raises on purpose."""
+    """Base class of every error the library raises on purpose.
+
+    `reason`: what a remote caller is told (a stable code and its message, `CallError`); the
+    exception's own text is for logs and operators (it may name hosts, paths, classes). Each class
+    has a default; a raise site may name a more precise one."""
+
+    reason: CallError = CallError.INTERNAL
+
+    def __init__(self, *args: object, reason: CallError | None = None) -> None:
+        super().__init__(*args)
+        if reason is not None:
+            self.reason = reason
 
 
 class ConfigurationError(AdaptiveRagError, ValueError):
@@ -28,9 +39,17 @@ class LLMUnavailableError(AdaptiveRagError):
 class InvalidRequestError(AdaptiveRagError, ValueError):
     """A request field is unusable; the message says which and why."""
 
+    reason = CallError.INVALID_REQUEST
+
 
 class InvalidQueryError(InvalidRequestError):
     """A query is empty, too long or otherwise unusable."""
+
+
+class InvalidDocumentError(InvalidRequestError):
+    """A knowledge-base document (or document id) the service cannot store or address."""
+
+    reason = CallError.INVALID_DOCUMENT
 
 
 class DuplicateRequestError(AdaptiveRagError):
@@ -40,6 +59,8 @@ class DuplicateRequestError(AdaptiveRagError):
 class RequestNotFoundError(AdaptiveRagError):
     """No such request, or it belongs to another tenant (both look the same to a caller)."""
 
+    reason = CallError.REQUEST_NOT_FOUND
+
 
 # --- serving: what a use case can refuse; each entry point maps these to its own status table ---
 
@@ -47,41 +68,53 @@ class RequestNotFoundError(AdaptiveRagError):
 class UnauthenticatedError(AdaptiveRagError):
     """Missing, malformed, unknown or revoked API key (the message never echoes the key)."""
 
+    reason = CallError.UNAUTHENTICATED
+
 
 class ClientRequestIdReusedError(AdaptiveRagError):
     """A client_request_id already used for a different query of the same tenant."""
 
+    reason = CallError.CLIENT_REQUEST_ID_REUSED
+
 
 class QueueFullError(AdaptiveRagError):
     """The routed tier's queue holds its limit of tasks; nothing runs (the client may resend)."""
+
+    reason = CallError.QUEUE_FULL
 
 
 class AnswerTimeoutError(AdaptiveRagError):
     """No result within the caller's deadline; the work continues under `request_id`."""
 
     def __init__(self, message: str, request_id: str) -> None:
-        super().__init__(message)
+        super().__init__(message, reason=CallError.DEADLINE_EXCEEDED if request_id else CallError.NOT_RECORDED)
         self.request_id = request_id
 
 
 class RequestNotFinishedError(AdaptiveRagError):
     """The request is still in flight, or never ran (rejected, expired): no result to read yet."""
 
+    reason = CallError.NOT_FINISHED
+
 
 class AnswerFailedError(AdaptiveRagError):
     """The worker recorded an error for this request instead of an answer."""
 
     def __init__(self, message: str, code: ErrorCode) -> None:
-        super().__init__(message)
+        super().__init__(message, reason=CALL_ERROR_FOR_WORKER_ERROR[code])
         self.code = code
 
 
 class PermissionDeniedError(AdaptiveRagError):
     """The API key is valid but lacks the scope this call needs."""
 
+    reason = CallError.PERMISSION_DENIED
+
 
 class KnowledgeBaseMissingError(AdaptiveRagError):
     """The tenant has no knowledge base yet: nothing to retrieve from (import one first)."""
+
+    reason = CallError.KNOWLEDGE_BASE_MISSING
 
 
 class OverShareError(QueueFullError):
@@ -89,6 +122,8 @@ class OverShareError(QueueFullError):
 
     `retry_after_s` is when a retry may be admitted (the front door sends it as a hint).
     """
+
+    reason = CallError.OVER_SHARE
 
     def __init__(self, message: str, retry_after_s: float) -> None:
         super().__init__(message)
@@ -98,10 +133,14 @@ class OverShareError(QueueFullError):
 class KnowledgeBaseBusyError(AdaptiveRagError):
     """Another writer holds this tenant's knowledge base (an import or rebuild is running)."""
 
+    reason = CallError.KNOWLEDGE_BASE_BUSY
+
 
 class DependencyUnavailableError(AdaptiveRagError):
     """A service the call needs (the records database, the task queue) is unreachable right now;
     nothing was lost and the same call may be sent again (with its client_request_id)."""
+
+    reason = CallError.DEPENDENCY_UNAVAILABLE
 
 
 class DatabaseUnavailableError(DependencyUnavailableError):

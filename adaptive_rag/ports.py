@@ -26,6 +26,18 @@ class Retriever(Protocol):
 
 
 @runtime_checkable
+class QueryWeigher(Protocol):
+    """A retriever that also says how much a query could owe to the knowledge base: the sum of
+    the BM25 idf of its distinct analysed terms there (a term the knowledge base lacks counts
+    with the largest idf). A passage's score over that weight is its relevance, which means the
+    same on a knowledge base of 50 passages as on one of 50,000 (`retrieval.relevance`)."""
+
+    def query_weight(self, query: str) -> float:
+        """The summed idf of `query`'s terms in this index (0 for a query without terms)."""
+        ...
+
+
+@runtime_checkable
 class LLM(Protocol):
     """A generator: text completion for base models, chat for instruction models.
 

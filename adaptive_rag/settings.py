@@ -65,8 +65,17 @@ class Settings(BaseSettings):
     kb_open_retrievers: int = Field(
         64, ge=1, validation_alias=env_name("ARAG_KB_OPEN_RETRIEVERS", "kb_open_retrievers")
     )
-    # Support semantics: abstain (answerable = false) when no passage scores at least
-    # `abstain_min_score` (BM25; 0 disables), or when the reader says the passages lack the answer.
+    # Support semantics: a retrieving strategy abstains (answerable = false) when it retrieves
+    # nothing, when its best passage's relevance (top BM25 score / the question's summed idf) is
+    # below the threshold in effect, when no passage scores at least `abstain_min_score`, or when
+    # the reader says the passages lack the answer (`strategies.abstention`). The relevance
+    # threshold: a tenant's override (`arag kb threshold`), else `abstain_min_relevance` when set
+    # (every tenant; 0 never abstains on relevance), else the knowledge base's own, derived when it
+    # is imported (`knowledge.calibration`).
+    abstain_min_relevance: float | None = Field(
+        None, ge=0.0, validation_alias=env_name("ARAG_ABSTAIN_MIN_RELEVANCE", "abstain_min_relevance")
+    )
+    # A raw BM25 floor on top of that (0 disables): raw scores do not carry across knowledge bases.
     abstain_min_score: float = Field(
         0.0, ge=0.0, validation_alias=env_name("ARAG_ABSTAIN_MIN_SCORE", "abstain_min_score")
     )

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from adaptive_rag.evaluation.bootstrap import Interval, bootstrap_mean, difference_interval, mean_interval
 from adaptive_rag.evaluation.datasets import SINGLE_HOP
+from lab.harness.stats import percentile
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DOCS = REPO / "docs" / "results.md"
@@ -52,11 +52,6 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
         for line in handle:
             if line.strip():
                 yield json.loads(line)
-
-
-def percentile(values: list[float], q: float) -> float:
-    """numpy's linear-interpolation percentile, the one every load benchmark reports."""
-    return float(np.percentile(np.asarray(values, dtype=float), q))
 
 
 # --- formatting as the page writes it -----------------------------------------------------------
@@ -178,9 +173,33 @@ def support_tier_accuracy(reports: Path) -> str:
     return f"{100 * router:.1f} % vs {100 * always_b:.1f} % (always B), n {len(routed)}"
 
 
+def abstention(kb: str, row: str) -> Callable[[Path], str]:
+    """Uncovered questions abstained / covered ones abstained on the `test` split of one
+    knowledge base, for one row of thresholds."""
+    def compute(reports: Path) -> str:
+        records = [r for r in read_jsonl(reports / "abstention" / "records.jsonl.gz")
+                   if r["kb"] == kb and r["split"] == "test"]
+        caught = [float(r["abstained"][row]) for r in records if not r["covered"]]
+        false = [float(r["abstained"][row]) for r in records if r["covered"]]
+        return f"{percent(bootstrap_mean({'all': caught}))} / {percent(bootstrap_mean({'all': false}))}"
+    return compute
+
+
 def retrieval_recall(reports: Path) -> str:
     recall = read_json(reports / "retrieval" / "retrieval.json")["recall"]
     return " / ".join(f"{recall[d]['5']:.3f}" for d in ("hotpotqa", "2wiki", "musique"))
+
+
+def evidence_complete_at_5(reports: Path) -> str:
+    """`test` share of questions with every supporting passage among 5: the chain chosen on
+    `train` against B's retrieval, per multi-hop dataset."""
+    hits: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for row in read_jsonl(reports / "evidence" / "records.jsonl.gz"):
+        if row["split"] == "test" and row["gatherer"] in ("chain", "bm25"):
+            hits[(row["group"], row["gatherer"])].append(row["complete@5"])
+    share = {key: 100 * sum(values) / len(values) for key, values in hits.items()}
+    return " / ".join(f"{share[(d, 'chain')]:.1f} % vs {share[(d, 'bm25')]:.1f} %"
+                      for d in ("2wiki", "musique", "hotpotqa"))
 
 
 def backend_latency(reports: Path) -> str:
@@ -331,8 +350,12 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Shipped router, accuracy on the test labels", routing_accuracy(lambda ev: ev.routed("adaptive"))),
     Figure("Dataset-identity rule, accuracy on the test labels", routing_accuracy(lambda ev: ev.dataset_rule())),
     Figure("Support suite, router tier accuracy", support_tier_accuracy),
+    Figure("Abstention, support test, automatic threshold: caught / false", abstention("support", "automatic")),
+    Figure("Abstention, support test, hand-tuned threshold: caught / false", abstention("support", "hand-tuned")),
+    Figure("Abstention, demo help centre test, automatic threshold: caught / false", abstention("demo", "automatic")),
     Figure("Retrieval recall@5, HotpotQA / 2Wiki / MuSiQue", retrieval_recall),
     Figure("Search latency p50, tantivy vs OpenSearch", backend_latency),
+    Figure("Evidence, all supporting passages among 5, chain vs B, 2Wiki / MuSiQue / HotpotQA", evidence_complete_at_5),
     Figure("Ceiling, distinct queries", ceiling("distinct")),
     Figure("Ceiling, repeated queries", ceiling("repeated")),
     Figure("Front-door overhead at half the ceiling, distinct, p50 / p99", overhead_at_half_ceiling("distinct")),

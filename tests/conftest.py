@@ -6,9 +6,10 @@
 2. Fixtures that start real backing services, shared by tests/integration (one or a few real
    services) and tests/e2e (the whole stack through gRPC):
 
-   - `opensearch_url`: a real single-node OpenSearch started with `infra/opensearch/start.sh` on a
-     free loopback port with a temporary data directory, stopped at the end of the session. With
-     `OPENSEARCH_URL` set, that cluster is used instead and nothing is started.
+   - `opensearch_url`: a real single-node OpenSearch (`infra.local.opensearch.OpenSearchNode`; its
+     first start builds the launcher with Maven) on a free loopback port with a temporary data
+     directory, stopped at the end of the session. With `OPENSEARCH_URL` set, that cluster is used
+     instead and nothing is started.
    - `redis_url`: a real redis-server on a free loopback port (`ARAG_TEST_REDIS_URL`: that one).
    - `postgres_url`: a real PostgreSQL on a free loopback port (`ARAG_TEST_POSTGRES_URL`: that one).
 """
@@ -16,14 +17,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from ci_skip_guard import SkipGuard, ci_enabled
-
-from infra.local.servers import free_port
 
 # Skips that may stay skips under CI=true: node id (or test id without its `[...]`) -> reason.
 # Keep this short: every entry is a test CI does not run. Empty on purpose.
@@ -40,40 +37,18 @@ def pytest_configure(config: pytest.Config) -> None:
 TEST_READER = "gemma-270m"
 os.environ.setdefault("ARAG_READER", TEST_READER)
 
-REPO = Path(__file__).resolve().parents[1]
-OPENSEARCH_DIR = REPO / "infra" / "opensearch"
-# The first start builds the launcher and may download the jars into ~/.m2.
-START_TIMEOUT_S = 900
-
 
 @pytest.fixture(scope="session")
-def opensearch_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def opensearch_url() -> Iterator[str]:
+    """A real single-node OpenSearch on a free loopback port (`OPENSEARCH_URL` set: that one)."""
     external = os.environ.get("OPENSEARCH_URL")
     if external:
         yield external.rstrip("/")
         return
-    base = tmp_path_factory.mktemp("opensearch")
-    port = free_port()
-    try:
-        proc = subprocess.run(
-            [str(OPENSEARCH_DIR / "start.sh"), str(port), str(base)],
-            capture_output=True, text=True, timeout=START_TIMEOUT_S, stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        subprocess.run([str(OPENSEARCH_DIR / "stop.sh"), str(base)], check=False)
-        pytest.fail(f"infra/opensearch/start.sh did not finish within {START_TIMEOUT_S} s")
-    if proc.returncode != 0:
-        pytest.fail(
-            f"infra/opensearch/start.sh {port} {base} failed ({proc.returncode}):\n"
-            f"{proc.stderr[-4000:]}"
-        )
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        subprocess.run(
-            [str(OPENSEARCH_DIR / "stop.sh"), str(base)], check=False, timeout=60,
-            capture_output=True,
-        )
+    from infra.local.opensearch import OpenSearchNode
+
+    with OpenSearchNode() as node:
+        yield node.url
 
 
 @pytest.fixture(scope="session")
@@ -91,7 +66,7 @@ def redis_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    """A real PostgreSQL (initdb + pg_ctl) on a free loopback port, database `arag`, no schema yet.
+    """A real PostgreSQL (`infra.local.servers.LocalPostgres`) on a free loopback port, database `arag`, no schema yet.
 
     With `ARAG_TEST_POSTGRES_URL` set, that database is used instead and nothing is started.
     """

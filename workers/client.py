@@ -39,7 +39,7 @@ from kombu.exceptions import KombuError
 from opentelemetry.trace import SpanKind
 
 from adaptive_rag.contracts import (
-    ANSWER_TASK, QUEUE_FOR_TIER, SHADOW_QUEUE, SHARED_QUEUE, AnswerResult, AnswerTask, ErrorCode,
+    ANSWER_TASK, QUEUE_FOR_TIER, SHADOW_QUEUE, SHARED_QUEUE, AnswerResult, AnswerTask, CallError, ErrorCode,
     ResultKind, Tier, parse_task_id,
 )
 from adaptive_rag.errors import DependencyUnavailableError
@@ -304,7 +304,8 @@ class RedisResultWaiter:
                         raise DependencyUnavailableError(
                             f"the result backend is unreachable ({type(failure).__name__}: "
                             f"{failure}); task {task_id} keeps running, its result can be read "
-                            "later by its request id") from failure
+                            "later by its request id", reason=CallError.RESULT_STORE_UNAVAILABLE,
+                        ) from failure
                     raise TimeoutError(f"no result for task {task_id} within {timeout:.2f} s")
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(future), min(self.recheck_s, remaining))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from cachetools import LRUCache
+from cachetools import LRUCache, TTLCache
 from celery import Task
 from celery.exceptions import Ignore, SoftTimeLimitExceeded
 from celery.signals import task_failure, task_retry, worker_process_init
@@ -28,7 +28,8 @@ from adaptive_rag.serving.answering import (
     Delivery, NotRunnable, RecordsUnavailable, RetryLater, answer_task, failure, write_once,
 )
 from adaptive_rag.settings import Settings
-from adaptive_rag.storage import RecordStore, make_engine
+from adaptive_rag.storage import KnowledgeRecords, RecordStore, make_engine
+from adaptive_rag.strategies.abstention import Abstention
 from workers.celery_app import app, app_settings
 from workers.failures import dead_task_error
 from workers.metrics import worker_metrics
@@ -40,6 +41,9 @@ log = structlog.get_logger("workers.tasks")
 # takes seconds to minutes), and giving up leaves the request `running` with no result, forever.
 RECORDS_RETRY_S = 2.0
 RECORDS_OUTAGE_S = 600.0
+# How long a worker keeps a tenant's abstention thresholds before reading them again: a new
+# import's threshold, or an operator's override, holds within this time.
+ABSTENTION_TTL_S = 5.0
 
 
 @dataclass
@@ -49,7 +53,8 @@ class WorkerResources:
     The LLM and each tenant's retriever load on first use and are kept only once loaded, so a
     failed load (a knowledge base not there yet) is tried again by the next attempt instead of
     being cached. At most `kb_open_retrievers` tenants' retrievers stay open (least recently used
-    closed first); each follows its tenant's later imports and rebuilds by itself.
+    closed first); each follows its tenant's later imports and rebuilds by itself. Each tenant's
+    abstention thresholds are read from the records and kept `ABSTENTION_TTL_S`.
     """
 
     settings: Settings
@@ -58,6 +63,8 @@ class WorkerResources:
     _knowledge: KnowledgeIndex | None = field(default=None, repr=False)
     _retrievers: LRUCache | None = field(default=None, repr=False)
     _llm: LLM | None = field(default=None, repr=False)
+    _abstentions: TTLCache | None = field(default=None, repr=False)
+    _kb_records: KnowledgeRecords | None = field(default=None, repr=False)
 
     def retriever(self, tenant: str) -> Retriever:
         if self._retrievers is None:
@@ -69,6 +76,25 @@ class WorkerResources:
 
                 self._knowledge = open_knowledge_index(self.settings)
             found = self._retrievers[tenant] = self._knowledge.retriever(tenant)
+        return found
+
+    def abstention(self, tenant: str) -> Abstention:
+        """The thresholds `tenant`'s queries abstain below: the relevance threshold in effect for
+        its knowledge base (`knowledge.calibration.threshold_in_effect`) and the raw BM25 floor."""
+        if self._abstentions is None:
+            self._abstentions = TTLCache(maxsize=self.settings.kb_open_retrievers, ttl=ABSTENTION_TTL_S)
+        found = self._abstentions.get(tenant)
+        if found is None:
+            from adaptive_rag.knowledge.calibration import threshold_in_effect
+
+            if self._kb_records is None:
+                self._kb_records = KnowledgeRecords(self.store.engine)
+            state = self._kb_records.state(tenant)
+            in_effect = threshold_in_effect(state.abstain_threshold if state else None,
+                                            state.abstain_override if state else None,
+                                            self.settings.abstain_min_relevance)
+            found = self._abstentions[tenant] = Abstention(min_relevance=in_effect.value,
+                                                           min_score=self.settings.abstain_min_score)
         return found
 
     def llm(self) -> LLM:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -45,8 +46,14 @@ def index(
     )
 
 
+def _shown_answer(result: StrategyResult) -> str:
+    if not result.answerable:
+        return f"(abstained: {result.abstain_reason})"
+    return result.answer or "(empty)"
+
+
 def _print_result(result: StrategyResult, show_passages: bool = True) -> None:
-    console.print(f"[bold]answer:[/] {result.answer or '(empty)'}")
+    console.print(f"[bold]answer:[/] {_shown_answer(result)}")
     console.print(
         f"strategy {result.strategy}, {result.steps} step(s), "
         f"{result.timings.get('total', 0.0):.2f} s "
@@ -101,12 +108,18 @@ def demo(
     from adaptive_rag.llm import build_llm
     from adaptive_rag.retrieval.tantivy_index import TantivyRetriever
     from adaptive_rag.routing.rules import rule_tier
-    from adaptive_rag.strategies import build_strategy, strategy_for_tier
+    from adaptive_rag.knowledge.calibration import calibrate
+    from adaptive_rag.strategies import build_strategy, deployment_abstention, strategy_for_tier
 
     settings = load_settings(index_dir=index_dir)
     passages = list(read_jsonl_corpus(knowledge_base))
     retr = TantivyRetriever.build(index_dir, passages, title_boost=settings.title_boost)
     console.print(f"indexed {retr.count()} help-center passages from {knowledge_base} into {index_dir}")
+    abstention = deployment_abstention(settings)
+    derived = calibrate(retr, retr.count()) if settings.abstain_min_relevance is None else None
+    if derived is not None:  # as a tenant's knowledge base gets it on import
+        abstention = replace(abstention, min_relevance=derived.threshold)
+        console.print(f"abstains below relevance {derived.threshold:g} ({derived.describe()})")
     with console.status("loading the embedded LLM"):
         llm = build_llm(settings)
     examples = json.loads(questions.read_text(encoding="utf-8"))
@@ -114,13 +127,13 @@ def demo(
     for example in examples:
         tier = rule_tier(example["question"])
         name = strategy_for_tier(tier, settings)
-        result = build_strategy(name, retr, llm, settings).run(example["question"])
+        result = build_strategy(name, retr, llm, settings, abstention).run(example["question"])
         console.rule(f"[bold]{example['question']}")
         console.print(
             f"tier {tier.value} (expected {example.get('expected_tier', '?')}) -> {name}, "
             f"{result.steps} step(s), {result.timings['total']:.2f} s"
         )
-        console.print(f"[bold]answer:[/] {result.answer or '(empty)'}   [dim](reference: {example.get('answer', '-')})[/]")
+        console.print(f"[bold]answer:[/] {_shown_answer(result)}   [dim](reference: {example.get('answer', '-')})[/]")
         for passage in result.passages[:3]:
             console.print(f"  source {passage.id} [cyan]{passage.title}[/] ({passage.score:.2f})")
     console.print(f"{len(examples)} questions in {time.perf_counter() - total_start:.1f} s")

@@ -49,7 +49,7 @@ def evaluate(
     report_only: Annotated[bool, typer.Option(help="write the report from results.jsonl; run nothing")] = False,
     classifier_version: Annotated[Optional[int], typer.Option(help="model version for the \"adaptive\" row (default: the served one in ARAG_MODEL_REPOSITORY when trained, else the latest trained one)")] = None,
     split: Annotated[str, typer.Option(help="support only: test (report) | train (tuning)")] = "test",
-    abstain_min_score: Annotated[Optional[str], typer.Option(help="single step abstains below this BM25 top score; a number, or \"auto\" (support: best on the train split, the default there unless ARAG_ABSTAIN_MIN_SCORE is set)")] = None,
+    abstain_min_score: Annotated[Optional[str], typer.Option(help="retrieving strategies abstain below this BM25 top score, on top of the relevance threshold; a number, or \"auto\" (support: best on the train split)")] = None,
     reader_abstains: Annotated[Optional[bool], typer.Option("--reader-abstains/--no-reader-abstains", help="let the single-step reader say the passages lack the answer (default: ARAG_READER_ABSTAINS)")] = None,
     classifier_versions: Annotated[Optional[str], typer.Option(help="further trained classifier versions shown beside \"adaptive\", comma-separated (e.g. the silver-only, binary-only and mpnet-base runs of `arag train --labels/--base`): rows \"adaptive v<N>\"")] = None,
     routers: Annotated[Optional[list[Path]], typer.Option("--routers", help="saved learned routers (`arag routers train`), each a router directory or a folder of them; repeatable (default: var/routers when it exists)")] = None,
@@ -321,8 +321,6 @@ def _evaluate_support(
         data_dir=data_dir, multi_step=multi_step, abstain_min_score=min_score,
         reader_abstains=reader_abstains,
     )
-    # The retrieval threshold defaults to the train split's best unless it was set explicitly.
-    auto = auto_threshold or (min_score is None and "abstain_min_score" not in settings.model_fields_set)
     rows = [ROUTER_ROW]
     for name in (n.strip().lower() for n in fixed.split(",") if n.strip()):
         row = {"a": "always_a", "b": "always_b", "c": "always_c", StrategyName.NO_RETRIEVAL: "always_a",
@@ -338,7 +336,7 @@ def _evaluate_support(
     }
     result = evaluate_support(
         settings, out, rows, split=split, limit=limit, run=not report_only,
-        auto_threshold=auto, meta=meta, progress=progress_bar,
+        auto_threshold=auto_threshold, meta=meta, progress=progress_bar,
     )
     for path in result.paths:
         console.print(f"wrote {path}")

@@ -1,4 +1,6 @@
-"""`arag kb`: a tenant's knowledge base from the operator's side: import, describe, delete.
+"""`arag kb`: a tenant's knowledge base from the operator's side: import, describe, delete, and
+the abstention threshold (derived on every import; `threshold` overrides it, `calibrate` derives
+it again).
 
 These commands write the configured backend's index (tantivy under ARAG_KB_DIR, or OpenSearch)
 and the records of DATABASE_URL directly; clients use the KnowledgeBase gRPC service instead.
@@ -86,6 +88,31 @@ def describe(tenant: Tenant, retriever: Retr = None, kb_dir: KbDir = None, datab
     _print_info(_service(retriever, kb_dir, database_url), tenant)
 
 
+@kb_app.command("threshold")
+def threshold(
+    tenant: Tenant,
+    value: Annotated[Optional[float], typer.Argument(
+        help="the relevance below which TENANT's questions abstain (0: only when nothing is retrieved)",
+        min=0.0)] = None,
+    automatic: Annotated[bool, typer.Option("--auto", help="drop the override: the knowledge base's own threshold holds again")] = False,
+    retriever: Retr = None, kb_dir: KbDir = None, database_url: DbUrl = None,
+) -> None:
+    """Override TENANT's abstention threshold (or, with --auto, go back to the derived one)."""
+    if (value is None) == (not automatic):
+        raise typer.BadParameter("give a threshold, or --auto to drop the override", param_hint="VALUE")
+    service = _service(retriever, kb_dir, database_url)
+    service.set_threshold(tenant, None if automatic else value)
+    _print_info(service, tenant)
+
+
+@kb_app.command("calibrate")
+def calibrate(tenant: Tenant, retriever: Retr = None, kb_dir: KbDir = None, database_url: DbUrl = None) -> None:
+    """Derive TENANT's abstention threshold from its knowledge base again (every import does)."""
+    service = _service(retriever, kb_dir, database_url)
+    service.calibrate(tenant)
+    _print_info(service, tenant)
+
+
 @kb_app.command("delete")
 def delete(
     tenant: Tenant,
@@ -101,9 +128,15 @@ def delete(
 
 
 def _print_info(service: KnowledgeBaseService, tenant: str) -> None:
+    from adaptive_rag.knowledge.calibration import Calibration
+
     info = service.describe(tenant)
     updated = info.updated_at.isoformat(timespec="seconds") if info.updated_at else "-"
     console.print(
         f"tenant {tenant!r}: {info.documents} documents, {info.chunks} chunks, generation "
         f"{info.generation}, updated {updated} ({info.backend})", highlight=False,
     )
+    console.print(f"abstains when nothing is retrieved, or on {info.abstention.describe()}", highlight=False)
+    if info.calibration:
+        derived = Calibration.from_record(info.calibration)
+        console.print(f"automatic threshold {derived.threshold:g}: {derived.describe()}", highlight=False)

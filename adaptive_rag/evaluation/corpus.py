@@ -1,5 +1,8 @@
 """The shared retrieval corpus: every context paragraph of the benchmark files, deduplicated by
-title + text, like one tenant's knowledge base. NQ-open and TriviaQA run against it too."""
+title + text, like one tenant's knowledge base. NQ-open and TriviaQA run against it too.
+
+HotpotQA contributes its distractor-setting files (the questions' files) and the fullwiki-style
+file whose questions are no longer asked: its paragraphs stay as distractors."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from pathlib import Path
 
 from adaptive_rag.domain import Passage
 from adaptive_rag.errors import ConfigurationError
-from adaptive_rag.evaluation.datasets import FILES, _jsonl
+from adaptive_rag.evaluation.datasets import FILES, HOTPOTQA_FULLWIKI_FILE, _jsonl, hotpotqa_paragraphs
 
 WIKI_2_CONTEXT_FILE = "2wikimultihopqa_dev500_tts-project.json"
 WIKI_2_CORPUS_FILE = "2wikimultihopqa_dev1000-corpus_hipporag.json"
@@ -21,10 +24,10 @@ def passage_id(title: str, text: str) -> str:
 
 
 def _raw_paragraphs(data_dir: Path) -> Iterator[tuple[str, str]]:
-    for row in _jsonl(data_dir / FILES["hotpotqa"]):
-        for title, sentences in row.get("context") or []:
-            yield title, "".join(sentences)
-    for row in _jsonl(data_dir / FILES["musique"]):
+    for name in (*FILES["hotpotqa"], HOTPOTQA_FULLWIKI_FILE):
+        for row in _jsonl(data_dir / name):
+            yield from hotpotqa_paragraphs(row)
+    for row in _jsonl(data_dir / FILES["musique"][0]):
         for paragraph in row["paragraphs"]:
             yield paragraph["title"], paragraph["paragraph_text"]
     columns = json.loads((data_dir / WIKI_2_CONTEXT_FILE).read_text(encoding="utf-8"))
@@ -33,7 +36,7 @@ def _raw_paragraphs(data_dir: Path) -> Iterator[tuple[str, str]]:
             yield title, " ".join(sentences)
     for row in json.loads((data_dir / WIKI_2_CORPUS_FILE).read_text(encoding="utf-8")):
         yield row["title"], row["text"]
-    for article in json.loads((data_dir / FILES["squad"]).read_text(encoding="utf-8"))["data"]:
+    for article in json.loads((data_dir / FILES["squad"][0]).read_text(encoding="utf-8"))["data"]:
         for paragraph in article["paragraphs"]:
             yield article["title"].replace("_", " "), paragraph["context"]
 
@@ -41,7 +44,8 @@ def _raw_paragraphs(data_dir: Path) -> Iterator[tuple[str, str]]:
 def load_corpus(data_dir: Path) -> list[Passage]:
     """All benchmark paragraphs as passages, deduplicated by (title, text), in file order."""
     data_dir = Path(data_dir)
-    needed = [FILES["hotpotqa"], FILES["musique"], FILES["squad"], WIKI_2_CONTEXT_FILE, WIKI_2_CORPUS_FILE]
+    needed = [*FILES["hotpotqa"], HOTPOTQA_FULLWIKI_FILE, *FILES["musique"], *FILES["squad"],
+              WIKI_2_CONTEXT_FILE, WIKI_2_CORPUS_FILE]
     missing = [name for name in needed if not (data_dir / name).is_file()]
     if missing:
         raise ConfigurationError(

@@ -1,16 +1,19 @@
-"""Loaders for the six benchmark files into one question format.
+"""Loaders for the six benchmark datasets into one question format.
 
 Files are read from a configurable data directory (`ARAG_DATA_DIR`, `../shared/data` here); the
 file names are those listed in that directory's SOURCES.md. Nothing is copied into the project.
+A dataset may come from several files (HotpotQA: two distractor-setting samples); a question id
+seen in an earlier file is not loaded again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from adaptive_rag.contracts import Tier
 from adaptive_rag.errors import ConfigurationError
@@ -33,14 +36,21 @@ def dataset_tier(dataset: str) -> Tier | None:
         return Tier.C
     return None
 
-FILES = {
-    "squad": "squad-v1.1_train-dev-mix_mrc-odqa-tutorial.json",
-    "nq": "nq-open_dev_natural-questions.jsonl",
-    "trivia": "triviaqa_test1000_reason-over-search.jsonl",
-    "musique": "musique_dev200_migres.jsonl",
-    "hotpotqa": "hotpotqa_dev500_amor.jsonl",
-    "2wiki": "2wikimultihopqa_dev1000-questions_tts-project.json",
+# Each dataset's question files, read in this order.
+FILES: dict[str, tuple[str, ...]] = {
+    "squad": ("squad-v1.1_train-dev-mix_mrc-odqa-tutorial.json",),
+    "nq": ("nq-open_dev_natural-questions.jsonl",),
+    "trivia": ("triviaqa_test1000_reason-over-search.jsonl",),
+    "musique": ("musique_dev200_migres.jsonl",),
+    # The distractor setting: every supporting paragraph is in its record's own context, so in
+    # the corpus (Hugging Face layout, then the original layout; 18 ids in both).
+    "hotpotqa": ("hotpotqa_dev500-distractor_rpt.jsonl", "hotpotqa_dev200-distractor_migres.jsonl"),
+    "2wiki": ("2wikimultihopqa_dev1000-questions_tts-project.json",),
 }
+# HotpotQA dev records with fullwiki-style contexts that lack 427 of their 1,000 supporting
+# paragraphs: no retrieval can find those, so its questions are not asked; its paragraphs stay in
+# the corpus as distractors.
+HOTPOTQA_FULLWIKI_FILE = "hotpotqa_dev500_amor.jsonl"
 # The SQuAD file mixes train and dev articles; only these three are dev (see SOURCES.md).
 SQUAD_DEV_TITLES = frozenset({"Genghis_Khan", "Huguenot", "Immune_system"})
 TRAIN_SHARE = 60  # percent of questions in `train`; the rest is `test`
@@ -125,14 +135,34 @@ def load_musique(path: Path) -> Iterator[Question]:
         )
 
 
+def hotpotqa_paragraphs(row: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A HotpotQA record's context as (title, text), in either layout: the original list of
+    [title, sentences] pairs or Hugging Face's {title: [...], sentences: [[...], ...]}. The
+    sentences carry their own leading spaces, so they are joined as they are."""
+    context = row.get("context") or []
+    if isinstance(context, Mapping):
+        pairs = zip(context.get("title", []), context.get("sentences", []))
+    else:
+        pairs = ((title, sentences) for title, sentences in context)
+    return [(title, "".join(sentences)) for title, sentences in pairs]
+
+
+def _hotpotqa_supporting_titles(row: Mapping[str, Any]) -> tuple[str, ...]:
+    facts = row["supporting_facts"]
+    titles = facts["title"] if isinstance(facts, Mapping) else (title for title, _ in facts)
+    return _dedupe(titles)
+
+
 def load_hotpotqa(path: Path) -> Iterator[Question]:
+    """HotpotQA records of either layout (`id` or `_id`); records without paragraphs (the
+    fullwiki file has two) are skipped."""
     for row in _jsonl(path):
-        if not row.get("context"):  # two records ship without paragraphs
+        if not hotpotqa_paragraphs(row):
             continue
         yield Question(
-            id=row["_id"], dataset="hotpotqa", question=row["question"].strip(),
+            id=row.get("id") or row["_id"], dataset="hotpotqa", question=row["question"].strip(),
             answers=_dedupe([row["answer"]]),
-            supporting_titles=_dedupe(title for title, _ in row["supporting_facts"]),
+            supporting_titles=_hotpotqa_supporting_titles(row),
         )
 
 
@@ -151,6 +181,20 @@ LOADERS: dict[str, Callable[[Path], Iterator[Question]]] = {
 }
 
 
+def load_dataset(data_dir: Path, name: str) -> list[Question]:
+    """Every question of one dataset, its files in order, each question id once (first file wins)."""
+    if name not in LOADERS:
+        raise ConfigurationError(f"unknown dataset(s) {[name]}; known: {', '.join(DATASETS)}")
+    questions: dict[str, Question] = {}
+    for file_name in FILES[name]:
+        path = Path(data_dir) / file_name
+        if not path.is_file():
+            raise ConfigurationError(f"benchmark file missing: {path} (set ARAG_DATA_DIR)")
+        for question in LOADERS[name](path):
+            questions.setdefault(question.id, question)
+    return list(questions.values())
+
+
 def load_questions(
     data_dir: Path, datasets: Iterable[str] | None = None, split: str | None = None
 ) -> list[Question]:
@@ -161,10 +205,7 @@ def load_questions(
         raise ConfigurationError(f"unknown dataset(s) {unknown}; known: {', '.join(DATASETS)}")
     questions: list[Question] = []
     for name in chosen:
-        path = Path(data_dir) / FILES[name]
-        if not path.is_file():
-            raise ConfigurationError(f"benchmark file missing: {path} (set ARAG_DATA_DIR)")
-        questions.extend(q for q in LOADERS[name](path) if split is None or q.split == split)
+        questions.extend(q for q in load_dataset(data_dir, name) if split is None or q.split == split)
     return questions
 
 

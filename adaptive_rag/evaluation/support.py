@@ -904,8 +904,10 @@ def evaluate_support(
     about a second, unless `retriever` is given), run `rows` on `split` (at most `limit` per
     kind) and write the report.
 
-    With `auto_threshold` the single-step retrieval threshold is the best of the sweep over the
-    `train` split (retrieval only, so no `test` query shapes it); otherwise the settings' own.
+    Abstention as a tenant gets it: the FAQ's own relevance threshold, derived from the
+    knowledge base when it is indexed (`knowledge.calibration`), unless ARAG_ABSTAIN_MIN_RELEVANCE
+    is set. With `auto_threshold` a raw BM25 floor is added: the best of the sweep over the `train`
+    split (retrieval only, so no `test` query shapes it); otherwise the settings' own (0: none).
     `progress(description, total)` is a context manager yielding `advance(n)` (the CLI's bar).
     """
     if retriever is None:
@@ -928,17 +930,26 @@ def _evaluate(
     auto_threshold: bool, meta: Mapping[str, Any] | None,
     progress: Callable[[str, int], Any] | None,
 ) -> SupportRun:
-    from adaptive_rag.strategies import build_strategy, strategy_for_tier
+    from adaptive_rag.knowledge.calibration import calibrate
+    from adaptive_rag.strategies import Abstention, build_strategy, strategy_for_tier
 
     sweep = threshold_sweep(suite.select("train"), retriever, max(HIT_K, settings.top_k))
     threshold_note = "settings"
     if auto_threshold and sweep["best"] is not None:
         settings = settings.model_copy(update={"abstain_min_score": sweep["best"]["threshold"]})
         threshold_note = "auto: best J of the train sweep"
+    if settings.abstain_min_relevance is not None:
+        min_relevance, relevance_note = settings.abstain_min_relevance, "ARAG_ABSTAIN_MIN_RELEVANCE"
+    else:
+        derived = calibrate(retriever, len(suite.passages))
+        min_relevance = derived.threshold if derived else 0.0
+        relevance_note = f"automatic: {derived.describe()}" if derived else "none: the retriever cannot weigh queries"
+    abstention = Abstention(min_relevance=min_relevance, min_score=settings.abstain_min_score)
     queries = suite.select(split, limit)
     needed = {route(row, q.query, settings, router).strategy for q in queries for row in rows}
     config = {
         "split": split, "abstain_min_score": settings.abstain_min_score,
+        "abstain_min_relevance": min_relevance,
         "reader_abstains": settings.reader_abstains, "top_k": settings.top_k,
         "multi_step": multi_step_strategy(settings), "title_boost": settings.title_boost,
         "llm": settings.llm_base_url or str(settings.gguf_path or "embedded default"),
@@ -953,7 +964,7 @@ def _evaluate(
 
             llm = build_llm(settings)
         strategies = {
-            name: build_strategy(name, retriever, llm, settings)
+            name: build_strategy(name, retriever, llm, settings, abstention)
             for name in needed if name != SMALL_TALK_STRATEGY
         }
         total = len(queries) * len(rows)
@@ -972,6 +983,7 @@ def _evaluate(
         "rows": list(rows),
         "router": f"small-talk detector, then {getattr(router, '__name__', type(router).__name__)}",
         "knowledge_base": f"{len(suite.entries)} FAQ entries, {len(suite.passages)} passages",
+        "abstain_min_relevance": f"{min_relevance:g} ({relevance_note})",
         "abstain_min_score": f"{settings.abstain_min_score:g} ({threshold_note})",
         "reader_abstains": settings.reader_abstains,
         "top_k": settings.top_k, "multi_step (tier C)": strategy_for_tier(Tier.C, settings),

@@ -187,6 +187,9 @@ class TantivyTenantRetriever:
     def search(self, query: str, k: int) -> list[Passage]:
         return self._live().search(query, k)
 
+    def query_weight(self, query: str) -> float:
+        return self._live().query_weight(query)
+
     def count(self) -> int:
         return self._live().count()
 

@@ -1,26 +1,34 @@
-"""The knowledge-base use cases: upsert, delete, sync a source, rebuild, describe.
+"""The knowledge-base use cases: upsert, delete, sync a source, rebuild, describe, and the
+abstention threshold (derived, overridden).
 
 Each write holds the tenant's writer lock, chunks documents (`chunking`), writes the index first
 and then the records, so a search never finds a chunk the records do not know about for long,
-and a failed write leaves records that a retry of the same call repairs. The gRPC service
-(`services.frontdoor.knowledge`) and the CLI (`arag kb`) are thin edges over this class.
+and a failed write leaves records that a retry of the same call repairs. A write that changed the
+index then derives the knowledge base's own abstention threshold again (`calibration`), still
+under the lock. The gRPC service (`services.frontdoor.knowledge`) and the CLI (`arag kb`) are
+thin edges over this class.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Engine
 
 from adaptive_rag.domain import Passage
-from adaptive_rag.errors import InvalidRequestError, KnowledgeBaseMissingError
+from adaptive_rag.errors import InvalidDocumentError, InvalidRequestError, KnowledgeBaseMissingError
+from adaptive_rag.knowledge.calibration import ThresholdInEffect, calibrate, threshold_in_effect
 from adaptive_rag.knowledge.documents import Document, KnowledgeIndex
 from adaptive_rag.settings import Settings
-from adaptive_rag.storage.knowledge import DocumentRecord, KnowledgeRecords
+from adaptive_rag.storage.knowledge import DocumentRecord, KnowledgeBaseState, KnowledgeRecords
+
+log = logging.getLogger(__name__)
 
 MAX_DOCUMENT_ID_CHARS = 256
 MAX_DOCUMENT_CHARS = 2_000_000
@@ -55,37 +63,41 @@ class KnowledgeBaseInfo:
     generation: int
     updated_at: datetime | None
     backend: str
+    # The relevance threshold a query abstains below, where it comes from, and how the
+    # automatic one was derived (None: not derived yet).
+    abstention: ThresholdInEffect
+    calibration: dict[str, Any] | None = None
 
 
 def check_document_id(doc_id: str) -> None:
-    """A document id the service can store and address, or `InvalidRequestError` (upserts and
+    """A document id the service can store and address, or `InvalidDocumentError` (upserts and
     deletes alike: an id reaches the records database either way)."""
     if not doc_id or not doc_id.strip():
-        raise InvalidRequestError("a document needs a non-empty id")
+        raise InvalidDocumentError("a document needs a non-empty id")
     if len(doc_id) > MAX_DOCUMENT_ID_CHARS:
-        raise InvalidRequestError(f"document id {doc_id[:40]!r}... is longer than {MAX_DOCUMENT_ID_CHARS} characters")
+        raise InvalidDocumentError(f"document id {doc_id[:40]!r}... is longer than {MAX_DOCUMENT_ID_CHARS} characters")
     if "#" in doc_id:
-        raise InvalidRequestError(f"document id {doc_id!r} contains '#', which separates chunk positions")
+        raise InvalidDocumentError(f"document id {doc_id!r} contains '#', which separates chunk positions")
     if any(ord(c) < 32 for c in doc_id):
-        raise InvalidRequestError(f"document id {doc_id!r} contains a control character")
+        raise InvalidDocumentError(f"document id {doc_id!r} contains a control character")
 
 
 def check_document(doc: Document) -> None:
-    """A document the service can index, or `InvalidRequestError` saying what is wrong. Checked
+    """A document the service can index, or `InvalidDocumentError` saying what is wrong. Checked
     before anything is written, so the index and the records never disagree over a refused one."""
     check_document_id(doc.id)
     if not doc.title.strip() and not doc.text.strip():
-        raise InvalidRequestError(f"document {doc.id!r} has neither title nor text")
+        raise InvalidDocumentError(f"document {doc.id!r} has neither title nor text")
     size = len(doc.title) + sum(len(s.heading) + len(s.text) for s in doc.sections)
     if size > MAX_DOCUMENT_CHARS:
-        raise InvalidRequestError(f"document {doc.id!r} has {size} characters; the limit is {MAX_DOCUMENT_CHARS}")
+        raise InvalidDocumentError(f"document {doc.id!r} has {size} characters; the limit is {MAX_DOCUMENT_CHARS}")
     fields = {"title": doc.title, "url": doc.url, "source": doc.source,
               **{f"section {n} heading": s.heading for n, s in enumerate(doc.sections, 1)},
               **{f"section {n} text": s.text for n, s in enumerate(doc.sections, 1)},
               **{f"metadata {k!r}": f"{k}{v}" for k, v in doc.metadata.items()}}
     for name, text in fields.items():
         if "\x00" in text:  # PostgreSQL text cannot hold U+0000; nothing a reader needs either
-            raise InvalidRequestError(f"document {doc.id!r}: its {name} contains a NUL character (U+0000)")
+            raise InvalidDocumentError(f"document {doc.id!r}: its {name} contains a NUL character (U+0000)")
 
 
 def chunk_ids(doc_id: str, start: int, stop: int) -> list[str]:
@@ -96,20 +108,28 @@ class KnowledgeBaseService:
     """Keeps each tenant's index and its records in step; every call is scoped to one tenant."""
 
     def __init__(self, index: KnowledgeIndex, records: KnowledgeRecords, *, chunk_words: int = 160,
-                 overlap_words: int = 32, backend: str = "") -> None:
+                 overlap_words: int = 32, backend: str = "",
+                 deployment_threshold: float | None = None) -> None:
+        """`deployment_threshold`: ARAG_ABSTAIN_MIN_RELEVANCE (None: unset), which `describe`
+        weighs when it says which threshold is in effect."""
         self.index = index
         self.records = records
         self.chunk_words = chunk_words
         self.overlap_words = overlap_words
         self.backend = backend or type(index).__name__
+        self.deployment_threshold = deployment_threshold
 
     # --- writes ----------------------------------------------------------------------------------
 
     def upsert(self, tenant: str, documents: Sequence[Document],
-               on_progress: Callable[[int], None] | None = None) -> ChangeSummary:
-        """Add or replace `documents` (by id); unchanged ones are skipped."""
+               on_progress: Callable[[int], None] | None = None, *, calibrate: bool = True) -> ChangeSummary:
+        """Add or replace `documents` (by id); unchanged ones are skipped. `calibrate=False`
+        leaves the threshold to a later `calibrate` (a stream of batches derives it once)."""
         with self.records.writer_lock(tenant):
-            return self._apply(tenant, _unique(documents), (), on_progress)
+            summary = self._apply(tenant, _unique(documents), (), on_progress)
+            if calibrate:
+                self._recalibrate(tenant, summary)
+            return summary
 
     def delete(self, tenant: str, doc_ids: Iterable[str]) -> ChangeSummary:
         """Remove these documents and all their chunks."""
@@ -117,7 +137,9 @@ class KnowledgeBaseService:
             ids = list(dict.fromkeys(doc_ids))
             for doc_id in ids:
                 check_document_id(doc_id)
-            return self._apply(tenant, (), delete_ids=ids)
+            summary = self._apply(tenant, (), delete_ids=ids)
+            self._recalibrate(tenant, summary)
+            return summary
 
     def sync_source(self, tenant: str, source: str, documents: Sequence[Document],
                     on_progress: Callable[[int], None] | None = None) -> ChangeSummary:
@@ -127,7 +149,9 @@ class KnowledgeBaseService:
         with self.records.writer_lock(tenant):
             present = {d.id for d in documents}
             gone = [doc_id for doc_id in self.records.documents(tenant, source=source) if doc_id not in present]
-            return self._apply(tenant, documents, gone, on_progress)
+            summary = self._apply(tenant, documents, gone, on_progress)
+            self._recalibrate(tenant, summary)
+            return summary
 
     def rebuild(self, tenant: str, documents: Sequence[Document]) -> ChangeSummary:
         """Replace the whole knowledge base with `documents`: a new index generation is built
@@ -144,7 +168,48 @@ class KnowledgeBaseService:
                 records.append(self._record(doc, len(doc_chunks)))
             generation = self.index.rebuild(tenant, chunks)
             self.records.save(tenant, records, replace_all=True, generation=generation)
-            return ChangeSummary(added=len(records), chunks_written=len(chunks), generation=generation)
+            summary = ChangeSummary(added=len(records), chunks_written=len(chunks), generation=generation)
+            self._recalibrate(tenant, summary)
+            return summary
+
+    # --- the abstention threshold ----------------------------------------------------------------
+
+    def calibrate(self, tenant: str) -> KnowledgeBaseInfo:
+        """Derive the tenant's threshold from its knowledge base now (after a stream of batches
+        written with `calibrate=False`, or for a knowledge base written before thresholds were)."""
+        with self.records.writer_lock(tenant):
+            self._derive(tenant, self._state(tenant))
+        return self.describe(tenant)
+
+    def set_threshold(self, tenant: str, threshold: float | None) -> KnowledgeBaseInfo:
+        """The operator's relevance threshold for the tenant (wins over every other; None: back
+        to the automatic one)."""
+        if threshold is not None and threshold < 0:
+            raise InvalidRequestError(f"an abstention threshold is a relevance >= 0, not {threshold}")
+        self.records.set_abstain_override(tenant, threshold)
+        return self.describe(tenant)
+
+    def _recalibrate(self, tenant: str, summary: ChangeSummary) -> None:
+        """Derive the threshold again when the write changed the index, or when the stored one
+        was derived from another size of knowledge base (or never)."""
+        state = self.records.state(tenant)
+        if state is None:
+            return
+        derived_at = (state.abstain_calibration or {}).get("chunks")
+        if summary.chunks_written or summary.chunks_removed or derived_at != state.chunks:
+            self._derive(tenant, state)
+
+    def _derive(self, tenant: str, state: KnowledgeBaseState) -> None:
+        """A failure here leaves the previous threshold (the write itself has succeeded): logged,
+        and tried again on the next write or `calibrate`."""
+        try:
+            retriever = self.index.retriever(tenant) if state.chunks > 0 else None
+            found = calibrate(retriever, state.chunks) if retriever is not None else None
+        except Exception as exc:  # noqa: BLE001 - the documents are written; the threshold waits
+            log.warning("could not derive the abstention threshold of tenant %r: %s", tenant, exc)
+            return
+        self.records.save_calibration(tenant, found.threshold if found else None,
+                                      found.as_record() if found else None)
 
     def _apply(self, tenant: str, documents: Sequence[Document], delete_ids: Sequence[str],
                on_progress: Callable[[int], None] | None = None) -> ChangeSummary:
@@ -209,14 +274,20 @@ class KnowledgeBaseService:
     # --- reads -----------------------------------------------------------------------------------
 
     def describe(self, tenant: str) -> KnowledgeBaseInfo:
+        state = self._state(tenant)
+        in_effect = threshold_in_effect(state.abstain_threshold, state.abstain_override,
+                                        self.deployment_threshold)
+        return KnowledgeBaseInfo(tenant, state.documents, state.chunks, state.generation,
+                                 state.updated_at, self.backend, in_effect, state.abstain_calibration)
+
+    def _state(self, tenant: str) -> KnowledgeBaseState:
         state = self.records.state(tenant)
         if state is None:
             raise KnowledgeBaseMissingError(
                 f"tenant {tenant!r} has no knowledge base yet; import documents first "
                 "(KnowledgeBase.UpsertDocuments, or `arag kb import --tenant ...`)"
             )
-        return KnowledgeBaseInfo(tenant, state.documents, state.chunks, state.generation,
-                                 state.updated_at, self.backend)
+        return state
 
     def document_ids(self, tenant: str, source: str | None = None) -> list[str]:
         return sorted(self.records.documents(tenant, source=source))
@@ -258,4 +329,5 @@ def open_knowledge_service(settings: Settings, engine: Engine) -> KnowledgeBaseS
     return KnowledgeBaseService(
         open_knowledge_index(settings), KnowledgeRecords(engine), chunk_words=settings.chunk_words,
         overlap_words=settings.chunk_overlap_words, backend=settings.retriever,
+        deployment_threshold=settings.abstain_min_relevance,
     )

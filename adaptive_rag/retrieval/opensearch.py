@@ -125,7 +125,7 @@ def translate_errors(
     except os_exc.ConnectionError as err:
         raise RetrieverUnavailableError(
             f"OpenSearch at {url} is unreachable ({err.error}); is it running? "
-            "A local node starts with `infra/opensearch/start.sh PORT DIR`"
+            "A local node starts with `python -m infra.local.servers opensearch --port PORT`"
         ) from err
     except os_exc.NotFoundError as err:
         if _error_type(err) == "index_not_found_exception":
@@ -475,6 +475,29 @@ class OpenSearchRetriever:
                 )
             )
         return passages
+
+    def query_weight(self, query: str) -> float:
+        """The summed BM25 idf of `query`'s distinct terms (`ports.QueryWeigher`), from the
+        index's term statistics (one term-vectors request for the query as an artificial
+        document, analysed like the searched fields); a term's document frequency is its largest
+        in any searched field. Exact with one shard, the default."""
+        from adaptive_rag.retrieval.relevance import bm25_idf
+
+        if not isinstance(query, str) or not query.strip():
+            return 0.0
+        text = bound_query(query, self.max_query_tokens)
+        fields = ["title", "section", "text"]
+        body = {"doc": dict.fromkeys(fields, text), "fields": fields, "term_statistics": True,
+                "field_statistics": True, "positions": False, "offsets": False, "payloads": False}
+        with self._errors():
+            response = self._client.termvectors(index=self.index, body=body)
+        vectors = response.get("term_vectors") or {}
+        docs = max((v.get("field_statistics", {}).get("doc_count", 0) for v in vectors.values()), default=0)
+        frequencies: dict[str, int] = {}
+        for vector in vectors.values():
+            for term, stats in (vector.get("terms") or {}).items():
+                frequencies[term] = max(frequencies.get(term, 0), int(stats.get("doc_freq", 0)))
+        return sum(bm25_idf(df, docs) for df in frequencies.values())
 
     def _search(self, text: str, k: int) -> list[dict[str, Any]]:
         with self._errors(passthrough=(_QueryRejected,)):

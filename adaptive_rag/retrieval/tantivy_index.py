@@ -267,6 +267,19 @@ class TantivyRetriever:
                 break
         return list(seen)
 
+    def query_weight(self, query: str) -> float:
+        """The summed BM25 idf of `query`'s distinct terms (`ports.QueryWeigher`); a term's
+        document frequency is its largest in any searched field."""
+        from adaptive_rag.retrieval.relevance import bm25_idf
+
+        terms = self.query_terms(query)
+        if not terms:
+            return 0.0
+        searcher = self._searcher()
+        fields = ("title", "section", "text") if self._has_kb_fields else ("title", "text")
+        docs = searcher.num_docs
+        return sum(bm25_idf(max(searcher.doc_freq(field, term) for field in fields), docs) for term in terms)
+
     def search(self, query: str, k: int) -> list[Passage]:
         terms = self.query_terms(query)
         if not terms or k <= 0:

@@ -56,6 +56,19 @@ def asks_two_questions(query: str) -> bool:
     return _SECOND_QUESTION.search(query) is not None
 
 
+def question_parts(query: str) -> list[str]:
+    """The parts of a query that asks two questions: the text before the second question and the
+    second question ("X? And y?" -> ["X?", "y?"]; "..., and what ..." -> ["...", "what ..."]);
+    `[query]` when it asks one. Each part is a question of its own to look up."""
+    match = _SECOND_QUESTION.search(query)
+    if match is None:
+        return [query]
+    first = query[: match.start() + (1 if match.group(0).startswith("?") else 0)].strip(" ,;")
+    second = query[match.start():].lstrip("?,; ").strip()
+    second = re.sub(r"^(and|also)\s+", "", second, flags=re.IGNORECASE)
+    return [part for part in (first, second) if part] or [query]
+
+
 def escalate_two_questions(query: str, decision: RoutingDecision) -> RoutingDecision:
     """`decision` moved to C when `query` asks two questions (unchanged otherwise, or when C)."""
     if decision.tier is Tier.C or not asks_two_questions(query):

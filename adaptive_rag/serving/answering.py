@@ -36,7 +36,7 @@ from adaptive_rag.errors import (
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.serving.ports import Records
 from adaptive_rag.settings import Settings
-from adaptive_rag.strategies import build_strategy, uses_retrieval
+from adaptive_rag.strategies import Abstention, build_strategy, uses_retrieval
 from adaptive_rag.strategies.base import run_metered
 from adaptive_rag.tracing import annotate, span
 
@@ -58,6 +58,10 @@ class StrategyResources(Protocol):
 
     def retriever(self, tenant: str) -> Retriever:
         """A retriever over `tenant`'s knowledge base only."""
+        ...
+
+    def abstention(self, tenant: str) -> Abstention:
+        """The thresholds below which `tenant`'s retrieving strategies abstain."""
         ...
 
     def llm(self) -> LLM: ...
@@ -149,8 +153,11 @@ def answer_task(
                 ), delivery)
         log.info("task.started")
         with span("resources"):  # the tenant's retriever and the LLM, opened on first use
-            retriever = resources.retriever(task.tenant) if uses_retrieval(task.strategy) else None
-            runner = build_strategy(task.strategy, retriever, resources.llm(), resources.settings)  # type: ignore[arg-type]
+            retrieves = uses_retrieval(task.strategy)
+            retriever = resources.retriever(task.tenant) if retrieves else None
+            abstention = resources.abstention(task.tenant) if retrieves else None
+            runner = build_strategy(task.strategy, retriever, resources.llm(), resources.settings,  # type: ignore[arg-type]
+                                    abstention)
         outcome = run_metered(runner, task.query)
         answerable, reason = outcome.answerable, outcome.abstain_reason or None
         if answerable and not (outcome.answer or "").strip():

@@ -13,7 +13,7 @@ import functools
 import random
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Hashable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -43,8 +43,9 @@ class AdmissionConfig:
     """What the use cases need to know; the front door builds it from its settings once.
 
     `key_cache_s`: how long a known API key's tenant is remembered (0: ask the records every
-    time); a revoked key keeps working that long on a replica that saw it. The same time bounds
-    how long a tenant's knowledge base is taken to exist once seen.
+    time). A revoked key is forgotten sooner when the front door watches the key table
+    (`upkeep.drop_revoked_keys`); without that watch it keeps working that long on a replica that
+    saw it. The same time bounds how long a tenant's knowledge base is taken to exist once seen.
     """
 
     max_query_chars: int
@@ -73,7 +74,11 @@ class AdmissionConfig:
 class TtlCache(Generic[V]):
     """Recently confirmed facts (the principal of a known API key, a tenant that has a knowledge
     base), each kept `ttl_s`. Only positive answers go in: an unknown key is always looked up,
-    so guessing keys cannot fill the cache, and a new knowledge base is seen at once."""
+    so guessing keys cannot fill the cache, and a new knowledge base is seen at once.
+
+    `clear` forgets everything and starts a new `generation`: a value looked up before the clear
+    and put after it (`put(..., generation)` with the generation read before the look-up) is
+    dropped, so a look-up racing a revocation cannot put the revoked key back."""
 
     def __init__(self, ttl_s: float, max_items: int = 10_000,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -81,6 +86,7 @@ class TtlCache(Generic[V]):
         self.max_items = max_items
         self._clock = clock
         self._items: OrderedDict[str, tuple[V, float]] = OrderedDict()
+        self.generation = 0
 
     def get(self, key: str) -> V | None:
         found = self._items.get(key)
@@ -92,13 +98,18 @@ class TtlCache(Generic[V]):
             return None
         return value
 
-    def put(self, key: str, value: V) -> None:
-        if self.ttl_s <= 0:
+    def put(self, key: str, value: V, generation: int | None = None) -> None:
+        """Remember `value`; with `generation` only while no `clear` came since it was read."""
+        if self.ttl_s <= 0 or (generation is not None and generation != self.generation):
             return
         self._items[key] = (value, self._clock() + self.ttl_s)
         self._items.move_to_end(key)
         while len(self._items) > self.max_items:
             self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.generation += 1
 
 
 @dataclass
@@ -165,6 +176,7 @@ class Serving:
         self.delay_gate = QueueDelayGate(config.queue_wait_target_s, config.queue_wait_interval_s)
         self.depths = DepthEstimate(config.depth_max_age_s)
         self._keys: TtlCache[Principal] = TtlCache(config.key_cache_s)
+        self._keys_revision: Hashable | None = None  # the key table's, when the cache was last dropped
         self._knowledge: TtlCache[bool] = TtlCache(config.key_cache_s)
         self._watchers: set[asyncio.Task] = set()
 
@@ -215,9 +227,10 @@ class Serving:
         with progress.stage("authenticate"):
             principal = self._keys.get(api_key)
             if principal is None:
+                generation = self._keys.generation
                 principal = await self.io(self.records.principal_for_key, api_key)
                 if principal is not None:
-                    self._keys.put(api_key, principal)
+                    self._keys.put(api_key, principal, generation)
         if principal is None:
             raise UnauthenticatedError("unknown or revoked API key")
         progress.bind(tenant=principal.tenant)
@@ -225,6 +238,16 @@ class Serving:
             granted = ", ".join(sorted(s.value for s in principal.scopes))
             raise PermissionDeniedError(f"this API key may not {scope.value!r} (its scopes: {granted})")
         return principal
+
+    def keys_changed(self, revision: Hashable) -> bool:
+        """Forget every cached API key when the key table's `revision` differs from the one seen
+        last (or none was seen yet: a key cached before the first look may be revoked already);
+        whether it did. A forgotten key costs one records look-up on its next call."""
+        if revision == self._keys_revision:
+            return False
+        self._keys_revision = revision
+        self._keys.clear()
+        return True
 
     async def require_knowledge_base(self, tenant: str) -> None:
         if self._knowledge.get(tenant):

@@ -7,7 +7,7 @@ tests pass in-memory fakes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Protocol
 
 from adaptive_rag.contracts import (
@@ -21,6 +21,9 @@ class Records(Protocol):
 
     def ping(self) -> None: ...  # raises when the records cannot be reached
     def principal_for_key(self, key: str) -> Principal | None: ...
+    def api_keys_revision(self) -> Hashable:
+        """A value that changes whenever a key is revoked (or created, or deleted)."""
+        ...
     def find_request(self, tenant: str, client_request_id: str) -> RequestView | None: ...
     def get_request(self, request_id: str) -> RequestView | None: ...
     def create_request(

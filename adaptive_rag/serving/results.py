@@ -6,7 +6,9 @@ or the worker's recorded error raised as `AnswerFailedError`.
 
 from __future__ import annotations
 
-from adaptive_rag.contracts import FINISHED, NEVER_RAN, RETRYABLE_ERRORS, AnswerResult, RequestStatus, Scope
+from adaptive_rag.contracts import (
+    FINISHED, NEVER_RAN, RETRYABLE_ERRORS, AnswerResult, CallError, RequestStatus, Scope,
+)
 from adaptive_rag.errors import AnswerFailedError, RequestNotFinishedError, RequestNotFoundError
 from adaptive_rag.serving.commands import Answered, GetResult
 from adaptive_rag.serving.context import CallProgress, Serving
@@ -27,12 +29,13 @@ async def get_result(serving: Serving, command: GetResult, progress: CallProgres
         return Answered.stored(request_id, decision, await stored_result(serving, request_id))
     if view.status is RequestStatus.ROUTED:
         raise RequestNotFinishedError(
-            f"request {request_id} is a routing decision only (Route): nothing ran here"
+            f"request {request_id} is a routing decision only (Route): nothing ran here",
+            reason=CallError.ROUTE_ONLY,
         )
     if view.status in NEVER_RAN:
         raise RequestNotFinishedError(
             f"request {request_id} was {view.status.value} and never ran; send the Answer again "
-            "(with the same client_request_id to keep this request id)"
+            "(with the same client_request_id to keep this request id)", reason=CallError.NEVER_RAN,
         )
     raise RequestNotFinishedError(
         f"request {request_id} is still {view.status.value}; call GetResult again later"

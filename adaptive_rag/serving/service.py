@@ -29,6 +29,9 @@ class AnswerService(Serving):
     async def expire_stale(self) -> list[str]:
         return await upkeep.expire_stale(self)
 
+    async def drop_revoked_keys(self) -> bool:
+        return await upkeep.drop_revoked_keys(self)
+
     async def dependency_problems(self) -> list[str]:
         return await upkeep.dependency_problems(self)
 

@@ -1,6 +1,6 @@
 """What the front door does besides calls: publish again the tasks whose publish was lost, expire
-requests left queued, say what keeps it from serving (health), read the queues' depths (the
-gauge)."""
+requests left queued, forget cached API keys once a key is revoked, say what keeps it from serving
+(health), read the queues' depths (the gauge)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,20 @@ async def expire_stale(serving: Serving) -> list[str]:
         LOG.warning("requests_expired", count=len(expired), request_ids=expired[:20],
                     queued_expiry_s=expiry_s)
     return expired or []
+
+
+async def drop_revoked_keys(serving: Serving) -> bool:
+    """Forget this replica's cached API keys when the key table changed since the last look: a
+    key was revoked (or created, or deleted) by anyone, `arag keys revoke`, another replica's
+    operator, a statement on the records. Every replica runs it every `key_revocation_s`, so a
+    revoked key is refused everywhere within about that long, with no message to deliver and
+    none to lose; while the records do not answer, the cache's own lifetime bounds it. Returns
+    whether the cache was dropped."""
+    revision = await serving.io(serving.records.api_keys_revision)
+    dropped = serving.keys_changed(revision)
+    if dropped:
+        LOG.info("api_keys_changed", revision=str(revision))
+    return dropped
 
 
 async def dependency_problems(serving: Serving) -> list[str]:

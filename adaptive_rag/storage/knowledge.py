@@ -13,10 +13,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Engine, delete, func, select, update
 
-from adaptive_rag.errors import KnowledgeBaseBusyError
+from adaptive_rag.errors import KnowledgeBaseBusyError, KnowledgeBaseMissingError
 from adaptive_rag.storage.db import map_database_errors
 from adaptive_rag.storage.locks import advisory_lock
 from adaptive_rag.storage.models import (
@@ -43,6 +44,11 @@ class KnowledgeBaseState:
     documents: int
     chunks: int
     updated_at: datetime | None
+    # The relevance threshold derived from the knowledge base (None: not derived yet), how it
+    # was derived, and the operator's override (None: none).
+    abstain_threshold: float | None = None
+    abstain_calibration: dict[str, Any] | None = None
+    abstain_override: float | None = None
 
 
 class KnowledgeRecords:
@@ -87,7 +93,28 @@ class KnowledgeRecords:
             row = conn.execute(select(KnowledgeBaseRow).where(KnowledgeBaseRow.tenant == tenant)).first()
         if row is None:
             return None
-        return KnowledgeBaseState(tenant, row.generation, row.documents, row.chunks, as_utc(row.updated_at))
+        return KnowledgeBaseState(tenant, row.generation, row.documents, row.chunks, as_utc(row.updated_at),
+                                  row.abstain_threshold, row.abstain_calibration, row.abstain_override)
+
+    def save_calibration(self, tenant: str, threshold: float | None,
+                         calibration: dict[str, Any] | None) -> None:
+        """Store the threshold derived from the tenant's knowledge base and how it was derived
+        (None: none could be derived). A tenant without a knowledge base row is left alone."""
+        with self.engine.begin() as conn:
+            conn.execute(update(KnowledgeBaseRow).where(KnowledgeBaseRow.tenant == tenant).values(
+                abstain_threshold=threshold, abstain_calibration=calibration))
+
+    def set_abstain_override(self, tenant: str, threshold: float | None) -> KnowledgeBaseState:
+        """Set (or, with None, clear) the operator's abstention threshold for the tenant, which
+        wins over every other; `KnowledgeBaseMissingError` when the tenant has no knowledge base."""
+        with self.engine.begin() as conn:
+            changed = conn.execute(update(KnowledgeBaseRow).where(KnowledgeBaseRow.tenant == tenant).values(
+                abstain_override=threshold)).rowcount
+        if not changed:
+            raise KnowledgeBaseMissingError(f"tenant {tenant!r} has no knowledge base yet; import documents first")
+        state = self.state(tenant)
+        assert state is not None
+        return state
 
     def documents(self, tenant: str, doc_ids: Iterable[str] | None = None,
                   source: str | None = None) -> dict[str, DocumentRecord]:

@@ -223,7 +223,9 @@ class Feedback(Base):
 
 
 class KnowledgeBaseRow(Base):
-    """One tenant's knowledge base: its index generation (a rebuild makes the next one) and size."""
+    """One tenant's knowledge base: its index generation (a rebuild makes the next one), its size
+    and its abstention threshold: the one derived from the knowledge base when it was last
+    written (`knowledge.calibration`, with how it was derived) and the operator's override."""
 
     __tablename__ = "knowledge_bases"
 
@@ -231,6 +233,9 @@ class KnowledgeBaseRow(Base):
     generation: Mapped[int] = mapped_column(Integer, default=1)
     documents: Mapped[int] = mapped_column(Integer, default=0)
     chunks: Mapped[int] = mapped_column(Integer, default=0)
+    abstain_threshold: Mapped[float | None] = mapped_column(Float, nullable=True)
+    abstain_calibration: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
+    abstain_override: Mapped[float | None] = mapped_column(Float, nullable=True)
     created_at: Mapped[datetime] = _created_at()
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, server_default=func.now()

@@ -225,6 +225,16 @@ class RecordStore:
                 for r in rows
             ]
 
+    def api_keys_revision(self) -> tuple[int, int, int]:
+        """A fingerprint of the key table that changes whenever a key is revoked, created or
+        deleted (rows, revoked rows, highest id): one small aggregate read, which every front door
+        makes every `ARAG_KEY_REVOCATION` seconds to drop its cached keys when it changed."""
+        with self._autocommit.connect() as conn:
+            rows, revoked, newest = conn.execute(
+                select(func.count(), func.count(ApiKey.revoked_at), func.coalesce(func.max(ApiKey.id), 0))
+            ).one()
+        return int(rows), int(revoked), int(newest)
+
     def revoke_api_key(self, key_id: int) -> bool:
         """Revoke one key by id; False when there is no such active key."""
         with self.engine.begin() as conn:

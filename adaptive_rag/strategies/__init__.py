@@ -6,6 +6,7 @@ from adaptive_rag.contracts import StrategyName, Tier
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.settings import Settings, multi_step_strategy, strategy_knob
+from adaptive_rag.strategies.abstention import Abstention
 from adaptive_rag.strategies.base import Strategy
 from adaptive_rag.strategies.decompose import Decompose
 from adaptive_rag.strategies.ircot import IRCoT
@@ -42,33 +43,44 @@ def uses_retrieval(name: str) -> bool:
     return name not in RETRIEVAL_FREE
 
 
-def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings) -> Strategy:
+def deployment_abstention(settings: Settings) -> Abstention:
+    """The thresholds that hold without a knowledge base's own: the settings' (0 where unset)."""
+    return Abstention(min_relevance=settings.abstain_min_relevance or 0.0,
+                      min_score=settings.abstain_min_score)
+
+
+def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings,
+                   abstention: Abstention | None = None) -> Strategy:
     """Instantiate a strategy by name (`ALL_STRATEGY_NAMES` or `SMALL_TALK`) with the settings'
     bounds.
 
+    `abstention`: when the retrieving strategies abstain (the worker passes the tenant's
+    thresholds in effect); None: `deployment_abstention(settings)`.
     `uncertainty` drafts on a log-probability generator: `llm` when it reports them, else the
     process's shared log-probability copy of the configured model (`llm.logprob_llm`).
     """
+    abstention = abstention if abstention is not None else deployment_abstention(settings)
     if name == StrategyName.NO_RETRIEVAL:
         return NoRetrieval(llm)
     if name == StrategyName.SMALL_TALK:
         return SmallTalkReply()
     if name == StrategyName.SINGLE_STEP:
         return SingleStep(
-            retriever, llm, top_k=settings.top_k, min_score=settings.abstain_min_score,
+            retriever, llm, top_k=settings.top_k, abstention=abstention,
             reader_abstains=settings.reader_abstains,
         )
     if name == StrategyName.SELF_ROUTE:
         single = SingleStep(
-            retriever, llm, top_k=settings.top_k, min_score=settings.abstain_min_score,
-            reader_abstains=True,
+            retriever, llm, top_k=settings.top_k, abstention=abstention, reader_abstains=True,
         )
-        return SelfRoute(single, build_strategy(multi_step_strategy(settings), retriever, llm, settings))
+        return SelfRoute(single, build_strategy(multi_step_strategy(settings), retriever, llm, settings,
+                                                abstention))
     if name == StrategyName.UNCERTAINTY:
         from adaptive_rag.llm import logprob_llm
 
         return Uncertainty(
-            logprob_llm(settings, llm), build_strategy(StrategyName.SINGLE_STEP, retriever, llm, settings),
+            logprob_llm(settings, llm),
+            build_strategy(StrategyName.SINGLE_STEP, retriever, llm, settings, abstention),
             threshold=settings.uncertainty_threshold, aggregate=settings.uncertainty_aggregate,
         )
     if name == StrategyName.IRCOT:
@@ -77,20 +89,21 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
             max_passages=strategy_knob(settings, "ircot_max_passages") or settings.max_passages,
             query_with_question=strategy_knob(settings, "ircot_query_with_question"),
             min_steps=strategy_knob(settings, "ircot_min_steps"),
-            reader_answers=strategy_knob(settings, "ircot_reader_answers"),
+            reader_answers=strategy_knob(settings, "ircot_reader_answers"), abstention=abstention,
         )
     if name == StrategyName.DECOMPOSE:
         return Decompose(
             retriever, llm, top_k=settings.top_k, max_passages=settings.max_passages,
             question_hits_first=strategy_knob(settings, "decompose_question_hits_first"),
+            abstention=abstention,
         )
     raise ConfigurationError(
         f"unknown strategy {name!r}; choose one of {', '.join((*ALL_STRATEGY_NAMES, SMALL_TALK))}")
 
 
 __all__ = [
-    "ALL_STRATEGY_NAMES", "COST_RANK", "SELF_ROUTING_NAMES", "SMALL_TALK", "STRATEGY_NAMES",
+    "ALL_STRATEGY_NAMES", "Abstention", "COST_RANK", "SELF_ROUTING_NAMES", "SMALL_TALK", "STRATEGY_NAMES",
     "Decompose", "IRCoT", "NoRetrieval", "SelfRoute", "SingleStep", "SmallTalkReply", "Strategy",
     "Uncertainty",
-    "build_strategy", "strategy_for_tier", "uses_retrieval",
+    "build_strategy", "deployment_abstention", "strategy_for_tier", "uses_retrieval",
 ]

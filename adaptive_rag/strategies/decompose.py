@@ -1,8 +1,9 @@
 """Tier C, decompose-retrieve-synthesize.
 
-One generation splits the question into at most three simple sub-questions; each sub-question
-is retrieved separately (one step each); the passages are merged (bounded, question's own hits
-first) and the shared reader answers once. Cheaper and steadier than IRCoT for a small model
+The question is retrieved first, and the strategy abstains there when nothing relevant came back
+(`strategies.abstention`). Otherwise one generation splits the question into at most three
+simple sub-questions; each sub-question is retrieved separately (one step each); the passages
+are merged (bounded, question's own hits first) and the shared reader answers once. Cheaper and steadier than IRCoT for a small model
 that does not follow the reasoning format.
 """
 
@@ -15,6 +16,7 @@ from adaptive_rag.contracts import StrategyName
 from adaptive_rag.domain import StrategyResult
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.prompts import decompose as prompt
+from adaptive_rag.strategies.abstention import Abstention, abstained
 from adaptive_rag.strategies.base import PhaseTimer, ask, merge_passages
 from adaptive_rag.strategies.single_step import read_answer
 
@@ -61,17 +63,25 @@ class Decompose:
     # (a question the reader could answer in one step keeps its evidence); False: every query,
     # the question included, gets an equal share of the room.
     question_hits_first: bool = False
+    # When to abstain, judged on the question's own retrieval before the split is generated.
+    abstention: Abstention = Abstention()
     name: str = StrategyName.DECOMPOSE
 
     def run(self, question: str) -> StrategyResult:
         timer = PhaseTimer()
+        # The question's own hits, as many as it can keep (`per_query` with no sub-question).
+        with timer.phase("retrieve"):
+            question_hits = self.retriever.search(question, max(2, self.top_k + 1))
+        why = self.abstention.reason(self.retriever, question, question_hits)
+        if why is not None:
+            return abstained(self.name, question_hits[: self.top_k], 1, timer.finish(), why)
         with timer.phase("generate"):
             completion = ask(self.llm, prompt.PROMPT, question=question)
         subquestions = parse_subquestions(completion.text, question, prompt.MAX_SUBQUESTIONS)
         per_query = max(2, self.top_k // (len(subquestions) + 1) + 1)
         own = self.top_k if self.question_hits_first else per_query
         with timer.phase("retrieve"):
-            passages = merge_passages([], self.retriever.search(question, own), self.max_passages)
+            passages = merge_passages([], question_hits[:own], self.max_passages)
             for sub in subquestions:
                 passages = merge_passages(
                     passages, self.retriever.search(sub, per_query), self.max_passages

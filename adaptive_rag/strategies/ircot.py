@@ -20,6 +20,7 @@ from adaptive_rag.domain import Passage, StrategyResult
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.prompts import format_passages
 from adaptive_rag.prompts import ircot as prompt
+from adaptive_rag.strategies.abstention import Abstention, abstained
 from adaptive_rag.strategies.base import PhaseTimer, ask, clean_answer, merge_passages
 from adaptive_rag.strategies.single_step import read_answer
 
@@ -55,6 +56,8 @@ class IRCoT:
     # False: the answer is the text after "So the answer is:" (the paper's form); True: the
     # shared reader answers from every gathered passage (a short answer, not a sentence).
     reader_answers: bool = False
+    # When to abstain, judged on round 1's retrieval (the question's own) before any generation.
+    abstention: Abstention = Abstention()
     name: str = StrategyName.IRCOT
 
     def run(self, question: str) -> StrategyResult:
@@ -70,6 +73,10 @@ class IRCoT:
                 passages = merge_passages(
                     passages, self.retriever.search(query, self.top_k), self.max_passages
                 )
+            if steps == 1:
+                why = self.abstention.reason(self.retriever, question, passages)
+                if why is not None:
+                    return abstained(self.name, passages, steps, timer.finish(), why)
             with timer.phase("generate"):
                 completion = ask(
                     self.llm, prompt.PROMPT, passages=format_passages(passages),

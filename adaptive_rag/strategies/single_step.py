@@ -1,11 +1,10 @@
 """Tier B: one BM25 retrieval, then `LLM(q, passages)`; one step.
 
-Support semantics, both off by default so benchmark runs are unchanged: with `min_score` > 0 the
-strategy abstains without calling the LLM when no retrieved passage scores at least `min_score`
-(BM25: nothing in the knowledge base shares enough rare terms with the question); with
-`reader_abstains` the reader gets a prompt that lets it say the passages lack the answer, and
-saying so abstains too. An abstaining result has `answerable=False`, an empty answer and the
-reason, so the caller can hand the query to a human.
+Support semantics: the strategy abstains without calling the LLM when its retrieval found nothing
+or nothing relevant enough (`strategies.abstention`; thresholds off by default, so benchmark runs
+are unchanged); with `reader_abstains` the reader gets a prompt that lets it say the passages lack
+the answer, and saying so abstains too. An abstaining result has `answerable=False`, an empty
+answer, the reason and the passages found, so the caller can hand the query to a human.
 """
 
 from __future__ import annotations
@@ -19,9 +18,9 @@ from adaptive_rag.domain import Passage, StrategyResult
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.prompts import Prompt, format_passages
 from adaptive_rag.prompts import single_step as prompt
+from adaptive_rag.strategies.abstention import Abstention, abstained
 from adaptive_rag.strategies.base import PhaseTimer, ask, clean_answer
 
-BELOW_THRESHOLD = "no passage above the retrieval threshold"
 READER_FOUND_NONE = "the reader found no answer in the passages"
 _NON_WORD = re.compile(r"[^\w]+")
 
@@ -49,8 +48,8 @@ class SingleStep:
     llm: LLM
     top_k: int = 5
     name: str = StrategyName.SINGLE_STEP
-    # Abstain when no passage scores at least this (0 disables: the reader always runs).
-    min_score: float = 0.0
+    # When to abstain before the reader runs (always when nothing is retrieved).
+    abstention: Abstention = Abstention()
     # Let the reader abstain with `prompts.single_step.NO_ANSWER_MARKER`.
     reader_abstains: bool = False
 
@@ -58,19 +57,14 @@ class SingleStep:
         timer = PhaseTimer()
         with timer.phase("retrieve"):
             passages = self.retriever.search(question, self.top_k)
-        if self.min_score > 0 and not any(p.score >= self.min_score for p in passages):
-            return StrategyResult(
-                strategy=self.name, answer="", steps=1, passages=passages,
-                timings=timer.finish(), answerable=False, abstain_reason=BELOW_THRESHOLD,
-            )
+        why = self.abstention.reason(self.retriever, question, passages)
+        if why is not None:
+            return abstained(self.name, passages, 1, timer.finish(), why)
         template = prompt.ABSTAIN if self.reader_abstains else prompt.PROMPT
         with timer.phase("generate"):
             answer = read_answer(self.llm, question, passages, template)
         if self.reader_abstains and says_no_answer(answer):
-            return StrategyResult(
-                strategy=self.name, answer="", steps=1, passages=passages,
-                timings=timer.finish(), answerable=False, abstain_reason=READER_FOUND_NONE,
-            )
+            return abstained(self.name, passages, 1, timer.finish(), READER_FOUND_NONE)
         return StrategyResult(
             strategy=self.name, answer=answer, steps=1, passages=passages, timings=timer.finish()
         )

@@ -1,37 +1,74 @@
-"""Throw-away Redis and PostgreSQL servers on loopback, for tests and the demo.
+"""Local Redis, PostgreSQL and OpenSearch servers on loopback, for tests, the demo and the lab.
 
-Each context manager starts a real server in a fresh temporary directory on a free 127.0.0.1
-port, yields its URL once it accepts connections, and stops it and deletes the directory on exit.
+Each server is a `LocalServer`: one real server process (its own session, so a terminal's Ctrl-C
+reaches only the helper) on a fixed 127.0.0.1 port and data directory. It can be stopped cleanly
+or crashed (`stop("kill")`: SIGKILL to all its processes at once) and started again on the same port
+with the same data, any number of times. A server made without a directory gets a fresh temporary
+one that `close()` deletes; a directory given to it is kept and reused by the next start.
 
 Redis runs as the broker runs in production (`infra/deploy/compose.yaml`): an append-only file
 (`appendonly yes`), so queued and unacknowledged messages and stored results survive a restart,
 and `maxmemory-policy noeviction`, so a full server refuses writes instead of silently dropping
-queued tasks. `LocalRedis` can be stopped and started again on the same port and directory (the
-broker-restart tests). PostgreSQL runs without durability (`fsync=off`): it holds test data only.
+queued tasks (`persistent=False`: no persistence at all). PostgreSQL's durability is chosen per
+use (`Durability`): tests want speed, the fault campaign commits that survive a crash of the
+server, benchmarks that speak for production PostgreSQL's defaults. OpenSearch nodes live in
+`infra.local.opensearch`.
 
-    python -m infra.local.servers redis|postgres   # run one in the foreground, print its URL
+    python -m infra.local.servers redis|postgres|opensearch [--port N] [--dir DIR]
+
+runs one in the foreground and prints its URL; SIGTERM, SIGINT (Ctrl-C) or SIGHUP stops the
+server and deletes its temporary directory (a `--dir` is kept: the next run with the same
+`--port` and `--dir` serves the same data).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-import signal
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import TracebackType
+from typing import Any, ClassVar, Literal
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
-PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
-START_TIMEOUT_S = 30.0
 # PostgreSQL refuses to run as root; under root the server runs as one of these users.
 PG_USERS = ("postgres", "nobody")
+
+StopMode = Literal["smart", "fast", "immediate", "kill"]
+# How much a PostgreSQL commit survives: "off" nothing (fsync, synchronous commit and full-page
+# writes off: the fastest, for tests; a crash of the server loses the last commits);
+# "server-crash" a crash of the server process (synchronous commit on, fsync off: the WAL is in
+# the page cache, only a failing machine loses it); "full" PostgreSQL's own defaults.
+Durability = Literal["off", "server-crash", "full"]
+DURABILITY_OPTIONS: dict[str, tuple[str, ...]] = {
+    "off": ("fsync=off", "synchronous_commit=off", "full_page_writes=off"),
+    "server-crash": ("fsync=off", "synchronous_commit=on"),
+    "full": (),
+}
+
+
+def _find_pg_bin() -> Path:
+    """`PG_BIN`, else the newest Debian-style /usr/lib/postgresql/N/bin, else where `pg_ctl` is."""
+    if os.environ.get("PG_BIN"):
+        return Path(os.environ["PG_BIN"])
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"),
+                   key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0)
+    if found:
+        return found[-1].parent
+    on_path = shutil.which("pg_ctl")
+    return Path(on_path).parent if on_path else Path("/usr/lib/postgresql/15/bin")
+
+
+PG_BIN = _find_pg_bin()
 
 
 class ServerStartError(RuntimeError):
@@ -45,17 +82,88 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = 10.0) -> None:
-    """Ask a child started in its own session to stop with `sig`; its whole process group is
-    killed if it is still there after `grace_s`."""
-    if proc.poll() is not None:
-        return
-    proc.send_signal(sig)
+def _processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, state) of every process, from /proc."""
+    table = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # the command name is in parentheses and may hold spaces: split after the last one
+            state, ppid = stat.read_text().rpartition(")")[2].split()[:2]
+            table[int(stat.parent.name)] = (int(ppid), state)
+        except (OSError, ValueError):
+            continue
+    return table
+
+
+def _family(pid: int) -> list[int]:
+    """A process and all its live descendants. PostgreSQL's children each start a session of
+    their own, so a process group does not hold them all; the parent links do."""
+    table = _processes()
+    children: dict[int, list[int]] = {}
+    for child, (parent, state) in table.items():
+        if state != "Z":
+            children.setdefault(parent, []).append(child)
+    family, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        family.append(current)
+        todo.extend(children.get(current, ()))
+    return family
+
+
+def _wait_gone(pids: Sequence[int], timeout_s: float) -> bool:
+    """Wait until none of `pids` runs (gone, or a zombie nobody reaps)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        table = _processes()
+        if not any(pid in table and table[pid][1] != "Z" for pid in pids):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+def _kill_family(proc: subprocess.Popen) -> list[int]:
+    """SIGKILL to a child and every descendant of it, frozen first (SIGSTOP) so that it forks
+    nothing after the list of its processes was taken; the pids killed."""
     try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+        os.kill(proc.pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return []
+    family = _family(proc.pid)
+    for pid in reversed(family):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return family
+
+
+def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = 10.0) -> None:
+    """Stop a child with `sig`; SIGKILL goes to it and all its descendants at once (a crash).
+    What is still there after `grace_s` is killed the same way. On return none of its processes
+    runs any more."""
+    family = _family(proc.pid) if proc.poll() is None else []
+    try:
+        if proc.poll() is None:
+            if sig == signal.SIGKILL:
+                family = _kill_family(proc) or family
+            else:
+                proc.send_signal(sig)
+            proc.wait(timeout=grace_s)
+    except (subprocess.TimeoutExpired, ProcessLookupError):
+        pass
+    if proc.poll() is not None and _wait_gone(family, 10.0 if sig == signal.SIGKILL else 2.0):
+        return
+    if proc.poll() is None:
+        family = sorted(set(family) | set(_kill_family(proc)))
+    for pid in family:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait(timeout=10)
+    _wait_gone(family, 10.0)
 
 
 def _tail(path: Path, chars: int = 3000) -> str:
@@ -65,8 +173,9 @@ def _tail(path: Path, chars: int = 3000) -> str:
         return "(no log)"
 
 
-def _wait_until(ready, what: str, log: Path, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
+def _wait_until(ready: Callable[[], Any], what: str, log: Path, proc: subprocess.Popen | None = None,
+                timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise ServerStartError(f"{what} exited with {proc.returncode}:\n{_tail(log)}")
@@ -76,63 +185,185 @@ def _wait_until(ready, what: str, log: Path, proc: subprocess.Popen | None = Non
         except Exception:  # noqa: BLE001 - not accepting connections yet
             pass
         time.sleep(0.1)
-    raise ServerStartError(f"{what} not ready after {START_TIMEOUT_S:.0f} s:\n{_tail(log)}")
+    raise ServerStartError(f"{what} not ready after {timeout_s:.0f} s:\n{_tail(log)}")
 
+
+class LocalServer:
+    """One server process on a fixed loopback port and data directory, restartable on both.
+
+    Subclasses say how the server is started (`command`), when it serves (`ready`) and which
+    signal each stop mode sends (`stop_signals`; every server has "fast", a clean shutdown, and
+    "kill", a crash). `start()` after any stop serves the same port and data again. As a context
+    manager it starts on entry and `close()`s on exit.
+    """
+
+    name: ClassVar[str]
+    stop_signals: ClassVar[Mapping[str, int]] = {"fast": signal.SIGTERM, "kill": signal.SIGKILL}
+    start_timeout_s: ClassVar[float] = 30.0
+    stop_grace_s: ClassVar[float] = 30.0
+    start_attempts: ClassVar[int] = 3
+
+    def __init__(self, workdir: Path | None = None, port: int | None = None, *,
+                 log: Path | None = None) -> None:
+        self.owns_workdir = workdir is None
+        if workdir is None:
+            workdir = Path(tempfile.mkdtemp(prefix=f"arag-{self.name}-"))
+        self.workdir = Path(workdir).resolve()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.log = log or self.workdir / f"{self.name}.log"
+        self.proc: subprocess.Popen | None = None
+
+    # --- what a subclass says -----------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        raise NotImplementedError
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        """True once the server answers (may raise while it does not)."""
+        raise NotImplementedError
+
+    def prepare(self) -> None:
+        """What must exist before the process starts (runs before every start)."""
+
+    def after_start(self) -> None:
+        """What to do once the server answers (runs after every start)."""
+
+    def popen_options(self) -> dict[str, Any]:
+        return {}
+
+    # --- the life cycle -------------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def is_running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        """Start the server (no-op while it runs) and wait until it serves. A process killed by
+        a signal before it served is started again: a child forked from a busy multi-threaded
+        parent (gRPC threads) has been seen to die of SIGSEGV before its exec."""
+        if self.is_running():
+            return
+        self.prepare()
+        for attempt in range(1, self.start_attempts + 1):
+            self.log.parent.mkdir(parents=True, exist_ok=True)
+            with self.log.open("ab") as out:
+                self.proc = subprocess.Popen(
+                    self.command(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True, **self.popen_options())
+            try:
+                _wait_until(self.ready, self.name, self.log, self.proc, self.start_timeout_s)
+                break
+            except ServerStartError:
+                died_of_signal = self.proc.poll() is not None and self.proc.returncode < 0
+                self.stop("kill")
+                if not died_of_signal or attempt == self.start_attempts:
+                    raise
+        self.after_start()
+
+    def stop(self, mode: StopMode = "fast") -> None:
+        """Stop the server: "fast" shuts it down cleanly, "kill" is a crash (SIGKILL to every
+        process of it at once); PostgreSQL also knows "smart" and "immediate". Waits until none of its
+        processes is left, so `start()` can take the port and data again."""
+        if mode not in self.stop_signals:
+            raise ValueError(f"{self.name} stops with one of {sorted(self.stop_signals)}, not {mode!r}")
+        if self.proc is None:
+            return
+        stop_process(self.proc, self.stop_signals[mode], self.stop_grace_s)
+        self.proc = None
+
+    def kill(self) -> None:
+        """A crash: SIGKILL to the server and all its processes."""
+        self.stop("kill")
+
+    def restart(self, down_s: float = 0.0, mode: StopMode = "fast") -> None:
+        """Stop (`mode`), stay away `down_s` seconds, start again on the same port and data."""
+        self.stop(mode)
+        time.sleep(down_s)
+        self.start()
+
+    def close(self) -> None:
+        """Stop (cleanly, else killed) and delete the directory if it was a temporary one."""
+        try:
+            self.stop("fast")
+        finally:
+            if self.proc is not None:
+                self.stop("kill")
+            if self.owns_workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def rss_mb(self) -> float | None:
+        """Resident memory of the server's main process."""
+        try:
+            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        except (OSError, TypeError):
+            return None
+        return None
+
+    def __enter__(self) -> LocalServer:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+# --- Redis ------------------------------------------------------------------------------------------
 
 # The broker's durability and memory policy, as in production (see the module docstring).
 REDIS_BROKER_ARGS = ("--appendonly", "yes", "--appendfsync", "everysec",
                      "--maxmemory-policy", "noeviction", "--save", "")
+REDIS_NO_PERSISTENCE_ARGS = ("--appendonly", "no", "--save", "")
 
 
-class LocalRedis:
-    """A redis-server on a fixed loopback port and directory that can be stopped and started
-    again (its data survives through the append-only file, as a production broker's does)."""
+class LocalRedis(LocalServer):
+    """A redis-server configured as the production broker (append-only file; `persistent=False`:
+    nothing written to disk, a restart comes back empty). A write acknowledged before a crash is
+    in the append-only file already (Redis writes it before it replies), so it survives
+    `stop("kill")` too."""
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
-        self.workdir = workdir
-        self.port = port or free_port()
-        self.log = workdir / "redis.log"
-        self.proc: subprocess.Popen | None = None
+    name = "redis"
+
+    def __init__(self, workdir: Path | None = None, port: int | None = None, *,
+                 persistent: bool = True, log: Path | None = None) -> None:
+        super().__init__(workdir, port, log=log)
+        self.persistent = persistent
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> None:
+    def command(self) -> list[str]:
+        return [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
+                *(REDIS_BROKER_ARGS if self.persistent else REDIS_NO_PERSISTENCE_ARGS), "--daemonize", "no"]
+
+    def ready(self) -> bool:
         import redis
 
-        self.proc = subprocess.Popen(
-            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
-             *REDIS_BROKER_ARGS, "--logfile", str(self.log), "--daemonize", "no"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        _wait_until(lambda: redis.Redis.from_url(self.url, socket_timeout=1).ping(),
-                    "redis-server", self.log, self.proc)
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        """SIGTERM: a clean shutdown (the append-only file is flushed); SIGKILL: a crash."""
-        if self.proc is None:
-            return
-        stop_process(self.proc, sig, grace_s=10.0)
-        self.proc = None
-
-    def restart(self, down_s: float = 0.0) -> None:
-        self.stop()
-        time.sleep(down_s)
-        self.start()
+        client = redis.Redis.from_url(self.url, socket_timeout=1)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
 
 
 @contextmanager
-def local_redis_server() -> Iterator[LocalRedis]:
+def local_redis_server(persistent: bool = True) -> Iterator[LocalRedis]:
     """A started `LocalRedis` in a fresh directory, stopped and deleted on exit."""
-    server = LocalRedis(Path(tempfile.mkdtemp(prefix="arag-redis-")))
-    try:
-        server.start()
+    with LocalRedis(persistent=persistent) as server:
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(server.workdir, ignore_errors=True)
 
 
 @contextmanager
@@ -140,6 +371,9 @@ def local_redis() -> Iterator[str]:
     """A redis-server on a free loopback port; yields `redis://127.0.0.1:PORT/0`."""
     with local_redis_server() as server:
         yield server.url
+
+
+# --- PostgreSQL ---------------------------------------------------------------------------------------
 
 
 def _pg_user() -> pwd.struct_passwd | None:
@@ -154,76 +388,163 @@ def _pg_user() -> pwd.struct_passwd | None:
     raise ServerStartError(f"running as root and none of the users {PG_USERS} exists")
 
 
-def _run_as(user: pwd.struct_passwd | None, args: list[str], log: Path) -> None:
-    with log.open("ab") as out:
-        proc = subprocess.run(
-            args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            user=user.pw_uid if user else None, group=user.pw_gid if user else None,
-            extra_groups=[] if user else None, env={**os.environ, "LC_ALL": "C.UTF-8"},
-            cwd="/", timeout=120,
-        )
-    if proc.returncode != 0:
-        raise ServerStartError(f"{' '.join(args[:2])} failed ({proc.returncode}):\n{_tail(log)}")
+def _as_user(user: pwd.struct_passwd | None) -> dict[str, Any]:
+    """Popen options that run a child as `user` (nothing for None)."""
+    if user is None:
+        return {}
+    return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+
+
+def _run_as(user: pwd.struct_passwd | None, args: Sequence[str], log: Path, attempts: int = 3) -> None:
+    """Run a PostgreSQL program to its end as `user`, its output appended to `log`. A child killed
+    by a signal (see `LocalServer.start`) is run again."""
+    for attempt in range(1, attempts + 1):
+        with log.open("ab") as out:
+            proc = subprocess.run(
+                list(args), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                env={**os.environ, "LC_ALL": "C.UTF-8"}, cwd="/", timeout=120, **_as_user(user),
+            )
+        if proc.returncode == 0:
+            return
+        if proc.returncode > 0 or attempt == attempts:
+            raise ServerStartError(f"{' '.join(args[:2])} failed ({proc.returncode}):\n{_tail(log)}")
+
+
+class LocalPostgres(LocalServer):
+    """A PostgreSQL cluster (initdb once, then the `postgres` server as a child) with trust
+    authentication on loopback and the database `database`. Under root the cluster belongs to
+    and runs as the `postgres` (or `nobody`) account: a given `workdir` must be reachable by it.
+
+    Stop modes are PostgreSQL's shutdown modes (`smart`, `fast`, `immediate`: SIGTERM, SIGINT,
+    SIGQUIT to the postmaster; immediate skips the checkpoint, so the next start recovers from
+    the WAL) and `kill` (SIGKILL to every process of the server: a crash).
+    """
+
+    name = "postgres"
+    stop_signals = {"smart": signal.SIGTERM, "fast": signal.SIGINT, "immediate": signal.SIGQUIT,
+                    "kill": signal.SIGKILL}
+    stop_grace_s = 60.0
+
+    def __init__(self, workdir: Path | None = None, port: int | None = None, *, database: str = "arag",
+                 durability: Durability = "off", max_connections: int = 200, log: Path | None = None) -> None:
+        if durability not in DURABILITY_OPTIONS:
+            raise ValueError(f"durability is one of {sorted(DURABILITY_OPTIONS)}, not {durability!r}")
+        super().__init__(workdir, port, log=log)
+        self.database = database
+        self.durability = durability
+        self.max_connections = max_connections
+        self.user = _pg_user()
+        self.data = self.workdir / "data"
+        self.sockets = self.workdir / "sock"
+
+    @property
+    def url(self) -> str:
+        """The SQLAlchemy URL of `database` (psycopg 3)."""
+        return f"postgresql+psycopg://arag@127.0.0.1:{self.port}/{self.database}"
+
+    @property
+    def admin_url(self) -> str:
+        """A libpq URL of the `postgres` maintenance database."""
+        return f"postgresql://arag@127.0.0.1:{self.port}/postgres"
+
+    def prepare(self) -> None:
+        self.sockets.mkdir(exist_ok=True)
+        self.log.touch()
+        if self.user is not None:
+            for path in (self.workdir, self.sockets):
+                os.chown(path, self.user.pw_uid, self.user.pw_gid)
+        if not (self.data / "PG_VERSION").exists():
+            _run_as(self.user, [str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "arag", "--auth=trust",
+                                "--no-sync", "-E", "UTF8"], self.log)
+
+    def command(self) -> list[str]:
+        options = ["listen_addresses=127.0.0.1", f"max_connections={self.max_connections}",
+                   *DURABILITY_OPTIONS[self.durability]]
+        return [str(PG_BIN / "postgres"), "-D", str(self.data), "-p", str(self.port), "-k", str(self.sockets),
+                *(arg for option in options for arg in ("-c", option))]
+
+    def popen_options(self) -> dict[str, Any]:
+        return {**_as_user(self.user), "env": {**os.environ, "LC_ALL": "C.UTF-8"}, "cwd": "/"}
+
+    def ready(self) -> bool:
+        import psycopg
+
+        psycopg.connect(self.admin_url, connect_timeout=1).close()
+        return True
+
+    def after_start(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.database,)).fetchone() is None:
+                conn.execute(f'CREATE DATABASE "{self.database}"')
 
 
 @contextmanager
-def local_postgres(database: str = "arag", *, durable: bool = False) -> Iterator[str]:
-    """A PostgreSQL cluster (initdb + pg_ctl) on a free loopback port.
+def local_postgres(database: str = "arag", *, durability: Durability = "off") -> Iterator[str]:
+    """A PostgreSQL on a free loopback port in a fresh directory, deleted on exit; yields
+    `postgresql+psycopg://arag@127.0.0.1:PORT/<database>`."""
+    with LocalPostgres(database=database, durability=durability) as server:
+        yield server.url
 
-    Yields `postgresql+psycopg://arag@127.0.0.1:PORT/<database>` (trust authentication on
-    loopback only). Under root the cluster belongs to the `postgres` (or `nobody`) account,
-    because PostgreSQL refuses to run as root. Tests want speed over crash safety (fsync and
-    synchronous commit off); `durable=True` keeps PostgreSQL's own defaults, as a benchmark
-    that speaks for production must.
-    """
-    import psycopg
 
-    user = _pg_user()
-    workdir = Path(tempfile.mkdtemp(prefix="arag-pg-"))
-    data, sockets, log = workdir / "data", workdir / "sock", workdir / "postgres.log"
-    sockets.mkdir()
-    log.touch()
-    if user is not None:
-        for path in (workdir, sockets, log):
-            os.chown(path, user.pw_uid, user.pw_gid)
-    port = free_port()
-    pg_ctl = str(PG_BIN / "pg_ctl")
+# --- the command line ---------------------------------------------------------------------------------
+
+
+class _StopRequested(Exception):
+    """A stop signal reached the helper process."""
+
+
+def _on_stop_signal(signum: int, _frame: Any) -> None:
+    for sig in STOP_SIGNALS:  # one stop: a second signal must not interrupt the clean-up
+        signal.signal(sig, signal.SIG_IGN)
+    raise _StopRequested(signal.Signals(signum).name)
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def make_server(kind: str, port: int | None, workdir: Path | None, args: argparse.Namespace) -> LocalServer:
+    if kind == "redis":
+        return LocalRedis(workdir, port)
+    if kind == "postgres":
+        return LocalPostgres(workdir, port, durability=args.durability)
+    from infra.local.opensearch import OpenSearchNode
+
+    return OpenSearchNode(workdir, port, heap=args.heap)
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.local.servers",
+        description="Run a local server in the foreground on 127.0.0.1 and print its URL. SIGTERM, SIGINT or "
+                    "SIGHUP stops it and deletes its temporary directory.")
+    parser.add_argument("kind", choices=("redis", "postgres", "opensearch"))
+    parser.add_argument("--port", type=int, default=None, help="default: a free port")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="data directory, kept after exit and reused by the next start "
+                             "(default: a temporary one, deleted on exit)")
+    parser.add_argument("--durability", choices=sorted(DURABILITY_OPTIONS), default="off",
+                        help="postgres: what a commit survives")
+    parser.add_argument("--heap", default="1g", help="opensearch: JVM heap (-Xms is half of it)")
+    args = parser.parse_args(list(argv))
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _on_stop_signal)
     try:
-        _run_as(user, [str(PG_BIN / "initdb"), "-D", str(data), "-U", "arag", "--auth=trust",
-                       "--no-sync", "-E", "UTF8"], log)
-        options = f"-p {port} -c listen_addresses=127.0.0.1 -k {sockets} -c max_connections=200"
-        if not durable:
-            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        _run_as(user, [pg_ctl, "-D", str(data), "-l", str(log), "-o", options, "-w", "-t", "60",
-                       "start"], log)
-        admin = f"postgresql://arag@127.0.0.1:{port}/postgres"
-        _wait_until(lambda: psycopg.connect(admin, connect_timeout=1).close() is None,
-                    "postgres", log)
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{database}"')
-        yield f"postgresql+psycopg://arag@127.0.0.1:{port}/{database}"
-    finally:
-        if (data / "postmaster.pid").exists():
-            try:
-                _run_as(user, [pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"], log)
-            except ServerStartError:
-                pass
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def main(argv: list[str]) -> int:
-    servers = {"redis": local_redis, "postgres": local_postgres}
-    if len(argv) != 1 or argv[0] not in servers:
-        print("usage: python -m infra.local.servers redis|postgres", file=sys.stderr)
-        return 2
-    with servers[argv[0]]() as url:
-        print(url, flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
-    return 0
+        server = make_server(args.kind, args.port, args.dir, args)
+        with server:
+            print(server.url, flush=True)
+            print(f"{args.kind} (pid {server.pid}) on {server.url}, data in {server.workdir}"
+                  f"{'' if args.dir else ' (deleted on exit)'}, log {server.log}", file=sys.stderr, flush=True)
+            assert server.proc is not None
+            code = server.proc.wait()
+            print(f"{args.kind} exited on its own ({code}):\n{_tail(server.log)}", file=sys.stderr, flush=True)
+            return 1
+    except _StopRequested:
+        return 0
+    except ServerStartError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

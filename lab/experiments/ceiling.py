@@ -6,8 +6,8 @@ embedded model served by one shared llama-server).
 
 Per mode (`instant`: `lab/harness/instant_llm.py` behind `LLM_BASE_URL`, the serving path
 without the model's cost, a measurement device; `llm-server`: `infra.local.llama_server`, as
-`python -m lab.loadtest --llm-server` does) it starts the local stack once
-(`services.demo.local.local_stack`, the parts `python -m lab.loadtest` starts) and, per tier (mix
+`python -m lab.loadtest --llm-server` does) it starts the lab's stack once
+(`lab.harness.stack.lab_stack`, the parts `python -m lab.loadtest` starts) and, per tier (mix
 `A=100`, then `B=100`, then `C=100`), runs locust (`lab/loadtest/locustfile.py`) as a subprocess
 once per point:
 
@@ -28,12 +28,12 @@ once per point:
    `adaptive_rag.capacity` fed the measured service time and worker count, against the measured
    mean queue wait `timings.queue_wait_ms`, bootstrap 95 % interval).
 
-`--cpu-latency-us 0` holds a CPU wake-up latency limit (PM QoS, `lab/harness/cpu_latency.py`) for
+`--cpu-latency-us 0` holds a CPU wake-up latency limit (PM QoS, `lab.harness.stats.hold_cpu_latency`) for
 the run, to see what waking idle CPUs costs the path (`lab/experiments/wakeup_latency.py`).
 
 Every point also records the front door's per-stage histogram (`arag_frontdoor_stage_seconds`,
 difference of two scrapes around the window), the queue depths (the locustfile's sampler) and
-the CPU each process used in the window (psutil), so the report can say what limited it.
+the CPU each process used in the window (`lab.harness.stats.CpuMeter`), so the report can say what limited it.
 
 Scratch (locust CSV/logs per point, the stack) goes to `var/ceiling/<run>/`; the full run writes
 `reports/load/ceiling/README.md`, `report.json` and PNGs (the report is rewritten after every
@@ -60,10 +60,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from lab.harness.cpu_latency import CpuLatencyUnavailable, hold_cpu_latency
+from lab.harness.stats import (
+    CpuLatencyUnavailable, CpuMeter, hold_cpu_latency, mean_interval, percentile, slope,
+)
 from infra.local.servers import stop_process
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LOCUSTFILE = "lab/loadtest/locustfile.py"
 TIERS = ("A", "B", "C")
 QUEUE = {"A": "tier-a", "B": "tier-b", "C": "tier-c"}
@@ -144,51 +146,14 @@ def stage_delta(before: dict, after: dict) -> dict[str, dict[str, float]]:
     return out
 
 
-class CpuMeter:
-    """CPU seconds of every process between two snapshots, labelled by role."""
-
-    def __init__(self, labels: dict[int, str]) -> None:
-        self.labels = labels
-
-    def snapshot(self) -> dict[int, tuple[str, float]]:
-        import psutil
-
-        snap = {}
-        for proc in psutil.process_iter(["pid", "cmdline", "name"]):
-            try:
-                times = proc.cpu_times()
-                snap[proc.pid] = (self.label(proc), times.user + times.system)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-        return snap
-
-    def label(self, proc: Any) -> str:
-        if proc.pid in self.labels:
-            return self.labels[proc.pid]
-        try:
-            for parent in proc.parents():
-                if parent.pid in self.labels:
-                    return self.labels[parent.pid]
-        except Exception:  # noqa: BLE001
-            pass
-        cmd = " ".join(proc.info.get("cmdline") or [proc.info.get("name") or "?"])
-        for needle, label in (("locust", "locust (load generator)"), ("llama-server", "llama-server"),
-                              ("llama_server", "llama-server"), ("instant_llm", "instant LLM"),
-                              ("tritonserver", "triton"), ("ceiling", "benchmark driver")):
-            if needle in cmd:
-                return label
-        return "other: " + (cmd[:60] or "?")
-
-    @staticmethod
-    def delta(before: dict, after: dict, seconds: float) -> dict[str, float]:
-        """label -> % of one core over the window (summed over the label's processes)."""
-        out: dict[str, float] = {}
-        for pid, (label, t1) in after.items():
-            t0 = before[pid][1] if pid in before else 0.0  # a process started inside the window: all of it
-            used = t1 - t0
-            if used > 0:
-                out[label] = out.get(label, 0.0) + used / seconds * 100.0
-        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+def role_of_command(cmd: str) -> str:
+    """The role of a process the stack did not start, from its command line."""
+    for needle, label in (("locust", "locust (load generator)"), ("llama-server", "llama-server"),
+                          ("llama_server", "llama-server"), ("instant_llm", "instant LLM"),
+                          ("tritonserver", "triton"), ("ceiling", "benchmark driver")):
+        if needle in cmd:
+            return label
+    return "other: " + (cmd[:60] or "?")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -203,39 +168,9 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    import numpy as np
-
-    return float(np.percentile(np.asarray(values, dtype=float), q))
-
-
-def bootstrap_mean(values: list[float], n: int = 2000, seed: int = 0) -> tuple[float, float] | None:
-    if len(values) < 2:
-        return None
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    arr = np.asarray(values, dtype=float)
-    means = arr[rng.integers(0, len(arr), size=(n, len(arr)))].mean(axis=1)
-    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
-
-
-def slope(points: list[tuple[float, float]]) -> float | None:
-    if len(points) < 3:
-        return None
-    import numpy as np
-
-    x = np.asarray([p[0] for p in points]); y = np.asarray([p[1] for p in points])
-    if float(x.std()) == 0:
-        return None
-    return float(np.polyfit(x, y, 1)[0])
-
-
 @dataclass
 class Stack:
-    running: Any
+    running: Any  # lab.harness.stack.LabStack
     env: dict[str, str]
     info: dict[str, Any]
     cpu: CpuMeter
@@ -243,49 +178,21 @@ class Stack:
 
 
 @contextmanager
-def start_stack(mode: str, scratch: Path, console: Any) -> Iterator[Stack]:
-    """The local stack of `python -m lab.loadtest --instant-llm` / `--llm-server` (same parts, same
-    settings), with the environment restored afterwards."""
-    from services.demo.local import local_stack
+def start_stack(mode: str, scratch: Path, console: Any, *, servers: bool = False,
+                settings: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> Iterator[Stack]:
+    """The lab's stack with the parts of `python -m lab.loadtest --instant-llm` / `--llm-server`
+    (the environment's servers or the embedded ones; with `servers`, Redis and a durable
+    PostgreSQL started here), pools A, B and C, the load-test tenant."""
+    from lab.harness.stack import TIER_POOLS, Parts, lab_stack
 
-    saved = dict(os.environ)
-    info: dict[str, Any] = {"mode": mode}
-    try:
-        with ExitStack() as stack:
-            labels: dict[int, str] = {}
-            if mode == "instant":
-                from lab.harness.instant_llm import running_instant_llm
-
-                url = stack.enter_context(running_instant_llm(scratch / "instant_llm.log"))
-                os.environ["LLM_BASE_URL"] = url
-                info["llm"] = f"instant LLM endpoint (measurement device) {url}"
-            else:
-                from infra.local.llama_server import LlamaServerProcess
-
-                server = stack.enter_context(LlamaServerProcess(log_path=scratch / "llama_server.log"))
-                os.environ.update(LLM_BASE_URL=server.base_url, LLM_API="completions")
-                os.environ.setdefault("ARAG_CONCURRENCY", json.dumps(
-                    {"A": server.parallel, "B": 2, "C": 2, "shadow": 1}))
-                info["llm"] = f"llama-server -np {server.parallel} -t {server.threads} ({server.base_url})"
-            running = stack.enter_context(local_stack(
-                scratch / "stack", knowledge_base=REPO / "demo" / "knowledge_base.jsonl",
-                tenants=("loadtest",), console=console, pools=("A", "B", "C")))
-            info["stack"] = running.plan.using
-            info["concurrency"] = {p: running.settings.workers.pool_concurrency(p) for p in ("A", "B", "C")}
-            info["prefetch"] = {p: running.settings.workers.pool_prefetch(p) for p in ("A", "B", "C")}
-            info["queue_limits"] = {str(getattr(k, "value", k)): v
-                                    for k, v in running.settings.frontdoor.max_queue_depth.items()}
-            labels[running.frontdoor.pid] = "front door"
-            for name, pool in running.pools.pools.items():
-                labels[pool.pid] = f"worker pool {name}"
-            if running.triton is not None:
-                labels[running.triton.proc.pid] = "triton"
-            env = {**os.environ, "ARAG_API_KEY": running.create_api_key("loadtest")}
-            yield Stack(running=running, env=env, info=info, cpu=CpuMeter(labels))
-            info["leftovers"] = running.leftovers
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    parts = Parts(broker="redis" if servers else None, records="postgres" if servers else None,
+                  llm="instant" if mode == "instant" else "llama-server")
+    with lab_stack(scratch / "stack", parts, pools=TIER_POOLS, settings=settings, env=env, tenants=("loadtest",),
+                   postgres_durability="full", console=console) as running:
+        info: dict[str, Any] = {"mode": mode, "llm": running.using["llm"], **running.facts()}
+        env = {**os.environ, **(env or {}), "ARAG_API_KEY": running.api_key("loadtest")}
+        yield Stack(running=running, env=env, info=info, cpu=CpuMeter(running.processes(), role_of_command))
+    info["leftovers"] = running.leftovers
 
 
 _POINTS = 0
@@ -393,7 +300,8 @@ def run_point(st: Stack, *, out: Path, tier: str, rate: float, users: int, ramp_
                   "mean": (sum(y for _, y in pts) / len(pts)) if pts else None,
                   "series": {k: v for k, v in depth_series.items()}},
         "stages": stage_delta(st0, st1),
-        "cpu_pct": {k: round(v, 1) for k, v in CpuMeter.delta(cpu0, cpu1, window).items() if v >= 1.0},
+        "cpu_pct": {role: round(100 * used / window, 1) for role, used in CpuMeter.used(cpu0, cpu1).items()
+                    if 100 * used / window >= 1.0},
         "replies": [{k: r.get(k) for k in ("start", "tier", "ms", "queue_wait_ms", "strategy_ms",
                                             "classify_ms", "total_ms")} for r in ok_started],
     }
@@ -571,7 +479,7 @@ def planner_check(mode: str, tier: str, tier_res: dict[str, Any], workers: int) 
             "arrival_rate_tier": lam, "workers": workers, "service_mean_ms": s_mean * 1000,
             "service_cv2": _cv2(service), "measured_wait_mean_ms": sum(waits) / len(waits),
             "measured_wait_p50_ms": percentile(waits, 50), "measured_wait_min_ms": min(waits),
-            "measured_wait_ci_ms": bootstrap_mean(waits), "n": len(waits),
+            "measured_wait_ci_ms": (ci.low, ci.high) if (ci := mean_interval(waits)) else None, "n": len(waits),
         }
         starts = sorted(r["start"] for r in reps)
         gaps = [b - a for a, b in zip(starts, starts[1:])]
@@ -878,14 +786,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-latency-us", type=int, default=None,
                         help="hold this CPU wake-up latency limit (Linux PM QoS, /dev/cpu_dma_latency; "
                              "0 = idle CPUs poll instead of halting; needs root) for the whole run, to "
-                             "see what idle vCPUs' wake-ups cost (see lab.harness.cpu_latency)")
+                             "see what idle vCPUs' wake-ups cost (see lab.harness.stats.hold_cpu_latency)")
     args = parser.parse_args(argv)
-    if args.trace_sample is not None:
-        os.environ.update(OTEL_TRACES_SAMPLER="parentbased_traceidratio", OTEL_TRACES_SAMPLER_ARG=f"{args.trace_sample:g}")
+    stack_env = ({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": f"{args.trace_sample:g}"}
+                 if args.trace_sample is not None else {})
     global DISTINCT
     DISTINCT = args.distinct
-    if args.tenant_rate is not None:
-        os.environ["ARAG_TENANT_RATE"] = str(args.tenant_rate)
+    stack_settings = {"tenant_rate_per_s": float(args.tenant_rate)} if args.tenant_rate is not None else {}
     from rich.console import Console
 
     from services.demo.local import install_stop_signals
@@ -910,30 +817,28 @@ def main(argv: list[str] | None = None) -> int:
         "tracing": (f"{args.trace_sample:.0%} of requests (parentbased_traceidratio)" if args.trace_sample is not None
                     else "every request, to JSON-lines files (the local stack's default)"),
         "concurrency_env": os.environ.get("ARAG_CONCURRENCY"),
-        "tenant_rate": os.environ.get("ARAG_TENANT_RATE", "stack default (50/s, burst 100)"),
+        "tenant_rate": (args.tenant_rate if args.tenant_rate is not None
+                        else os.environ.get("ARAG_TENANT_RATE", "stack default (50/s, burst 100)")),
         "references": dict(REFERENCES), "scratch": str(scratch.relative_to(REPO) if scratch.is_relative_to(REPO) else scratch),
     }
     install_stop_signals()
     code = 0
-    servers = ExitStack()
+    held = ExitStack()  # the CPU latency limit, for the whole run
     result["cpu_latency_limit"] = (f"{args.cpu_latency_us} us (PM QoS held for the run)"
                                    if args.cpu_latency_us is not None else "none (the machine's idle states)")
     try:
-        servers.enter_context(hold_cpu_latency(args.cpu_latency_us))
+        held.enter_context(hold_cpu_latency(args.cpu_latency_us))
     except CpuLatencyUnavailable as exc:
         parser.error(str(exc))
     try:
         if args.servers:
-            from infra.local.servers import local_postgres, local_redis
-
-            os.environ["REDIS_URL"] = servers.enter_context(local_redis())
-            os.environ["DATABASE_URL"] = servers.enter_context(local_postgres(durable=True))
             result["servers"] = "PostgreSQL (fsync and synchronous commit on) and Redis, on loopback"
         for plan in plans:
             console.rule(f"[bold]mode {plan.mode}: starting the stack")
             mode_res: dict[str, Any] = {"tiers": {}}
             result["modes"][plan.mode] = mode_res
-            with start_stack(plan.mode, scratch / plan.mode, console) as st:
+            with start_stack(plan.mode, scratch / plan.mode, console, servers=args.servers,
+                             settings=stack_settings, env=stack_env) as st:
                 mode_res["stack"] = st.info
                 for tier, tp in plan.tiers.items():
                     if tier not in tiers_wanted:
@@ -951,7 +856,7 @@ def main(argv: list[str] | None = None) -> int:
         result["interrupted"] = True
         code = 130
     finally:
-        servers.close()
+        held.close()
         result["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         write_report(result, out)
     for c in result["planner"]:

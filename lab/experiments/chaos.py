@@ -8,23 +8,22 @@ when its parts fail one at a time under a steady load, and how long until client
 Operator goals, checked per fault and per repetition: 0 requests lost, 0 duplicated results, 0
 INTERNAL / UNKNOWN statuses, and clients served again within 30 s of the fault's injection.
 
-The stack is real and on loopback (started here, stopped afterwards): Redis as broker and result
-backend (`LocalRedis`, restartable on its port), PostgreSQL as the records database (initdb +
-pg_ctl, restartable on its port), the tier worker pools A, B, C and shadow as `celery worker`
-processes under the pool supervisor of `workers.pools` (it restarts a pool that exits), the
-gRPC front door as a subprocess, the local Triton (`nvidia-pytriton`) serving the classifier (an
-untrained bootstrap version when the repository has none; with none at all the rules route, and
-the report says so), and, when an OpenSearch fault is selected, a two-node OpenSearch 2.19 cluster
-(a cluster-manager + data node the workers talk to, a data-only node; the tenant's index with one
-replica) as the tenant's knowledge-base backend (`ARAG_RETRIEVER=opensearch`). Everything but the
-load and the faults is `services.demo.local.local_stack`, the parts `make demo` and
-`python -m lab.loadtest` start. The LLM is the instant OpenAI-compatible endpoint of
-`lab/harness/instant_llm.py` with a fixed latency per completion (a measurement device: it uses no
-CPU, so what is measured is the stack's own behaviour).
+The stack is the lab's (`lab.harness.stack`), real and on loopback (started here, stopped
+afterwards): Redis as broker and result backend and PostgreSQL as the records database (a commit
+survives a crash of the server), each restartable on its port; the tier worker pools A, B, C and
+shadow as `celery worker` processes under the pool supervisor of `workers.pools` (it restarts a
+pool that exits), the gRPC front door as a subprocess, the local Triton (`nvidia-pytriton`)
+serving the classifier (an untrained bootstrap version when the repository has none; with none at
+all the rules route, and the report says so), and, when an OpenSearch fault is selected, a
+two-node OpenSearch 2.19 cluster (a cluster-manager + data node the workers talk to, a data-only
+node; the tenant's index with one replica) as the tenant's knowledge-base backend. The LLM is the
+instant OpenAI-compatible endpoint of `lab/harness/instant_llm.py` with a fixed latency per
+completion (a measurement device: it uses no CPU, so what is measured is the stack's own
+behaviour). The faults act through the stack's handles.
 
-The load is an asyncio gRPC client on the generated stubs at a fixed offered rate (open loop,
-default 5 queries/s, the load test's query pools and its 60/30/10 A/B/C mix). It behaves like a
-good client: UNAVAILABLE / RESOURCE_EXHAUSTED / CANCELLED -> the same `client_request_id` again
+The load is the lab's gRPC load client (`lab.harness.load_client`) at a fixed offered rate (open
+loop, default 5 queries/s, the load test's query pools and its 60/30/10 A/B/C mix). It behaves like
+a good client: UNAVAILABLE / RESOURCE_EXHAUSTED / CANCELLED -> the same `client_request_id` again
 after the `retry-after` hint; DEADLINE_EXCEEDED -> `GetResult` with the `x-request-id` trailer
 until the answer is there; every request bounded by a total budget. Every call is logged (client
 request id, attempt, method, start, end, status, tier, request id); health is polled every second.
@@ -39,7 +38,7 @@ must keep the queries answered).
 Per fault window the accounting joins the PostgreSQL records (after the campaign drained) and the
 client log: accepted, answered, lost, duplicated, wrong codes, seconds to recovery, p50/p95
 latency (definitions in the report, logic in the functions below `# --- accounting`, unit-tested
-in tests/unit/test_chaos_accounting.py). Scratch (logs of every process, the client log, the
+in lab/tests/test_chaos_accounting.py). Scratch (logs of every process, the client log, the
 records) goes to `var/chaos/<run>/`.
 """
 
@@ -58,28 +57,25 @@ import shlex
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from adaptive_rag.contracts import NEVER_RAN
+from lab.harness.load_client import CallRecord, LoadClient, Outcome, open_loop, read_jsonl
+from lab.harness.stats import percentile
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TENANT = "chaos"
 WINDOW_S = 5.0  # sliding window of the recovery rule
 SHARE = 0.95  # of the pre-fault success rate that counts as recovered
 RECOVERY_GOAL_S = 30.0
-RETRYABLE = ("UNAVAILABLE", "RESOURCE_EXHAUSTED", "CANCELLED")  # resend with the same client_request_id
 WRONG_CODES = ("INTERNAL", "UNKNOWN")
-STILL_RUNNING = "still"  # GetResult's FAILED_PRECONDITION for work in progress says "is still queued/running"
-NEVER_RAN_HINT = "never ran"
 # statuses of accepted requests that never ran and that a resend runs (rejected, expired): not lost
 NEVER_RAN_STATUSES = frozenset(status.value for status in NEVER_RAN)
 
@@ -107,7 +103,8 @@ FAULTS: dict[str, FaultSpec] = {f.name: f for f in (
               "redis-server stopped (SIGTERM), 5 s down, started again on the same port and directory (AOF kept)",
               hold_s=5.0),
     FaultSpec("postgres-down", "PostgreSQL down 15 s",
-              "`pg_ctl stop -m immediate` (a crash), 15 s down, started again on the same port", hold_s=15.0),
+              "immediate shutdown (as `pg_ctl stop -m immediate`: no checkpoint, a crash recovery at the next "
+              "start), 15 s down, started again on the same port", hold_s=15.0),
     FaultSpec("opensearch-down", "OpenSearch node down 10 s",
               "the OpenSearch node the workers query (cluster manager + data) stopped (SIGTERM) for 10 s, then "
               "started again", hold_s=10.0, opensearch=True),
@@ -122,37 +119,7 @@ FAULTS: dict[str, FaultSpec] = {f.name: f for f in (
 QUICK_FAULTS = ("pool-child-kill", "redis-restart", "postgres-down")
 
 
-# --- the client's log ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Attempt:
-    """One gRPC call of the load client."""
-
-    cid: str  # client_request_id: "<window>.<sequence>"
-    n: int  # attempt number of this logical request (1-based, Answer and GetResult together)
-    method: str  # Answer | GetResult
-    start: float  # wall clock, s
-    end: float
-    code: str  # gRPC status name
-    tier: str | None = None
-    rid: str | None = None  # the request id (reply, or the x-request-id trailer)
-    retry_after: float | None = None
-    detail: str = ""
-
-
-@dataclass
-class Outcome:
-    """One logical request as the client saw it, from its first send to its end."""
-
-    cid: str
-    sent: float
-    done: float
-    final: str  # OK, GAVE_UP (budget spent) or the terminal status
-    attempts: int
-    tier: str | None = None
-    rids: list[str] = field(default_factory=list)
-    query_tier: str | None = None  # the tier the load test's pool expects
+# --- the records ---------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -195,11 +162,6 @@ def window_of(cid: str | None) -> str | None:
 # --- accounting -----------------------------------------------------------------------------------------
 
 
-def is_poll(a: Attempt) -> bool:
-    """A GetResult that says "still running": the client waits, nothing failed."""
-    return a.method == "GetResult" and a.code == "FAILED_PRECONDITION" and STILL_RUNNING in a.detail
-
-
 def serving_at(health: Sequence[tuple[float, bool]], t: float) -> bool:
     """Health at `t`: the last sample at or before it (serving before the first sample)."""
     state = True
@@ -223,18 +185,18 @@ class Recovery:
     reason: str = ""
 
 
-def window_counts(attempts: Sequence[Attempt], lo: float, hi: float) -> tuple[int, int]:
+def window_counts(attempts: Sequence[CallRecord], lo: float, hi: float) -> tuple[int, int]:
     """(OK calls, finished calls) that ended in (lo, hi]; "still running" polls are not counted."""
     ok = fin = 0
     for a in attempts:
-        if lo < a.end <= hi and not is_poll(a):
+        if lo < a.end <= hi and not a.is_poll:
             fin += 1
             ok += a.code == "OK"
     return ok, fin
 
 
 def recovery(
-    attempts: Sequence[Attempt], health: Sequence[tuple[float, bool]], injected: float, end: float,
+    attempts: Sequence[CallRecord], health: Sequence[tuple[float, bool]], injected: float, end: float,
     pre_s: float, step_s: float = 1.0, window_s: float = WINDOW_S, share: float = SHARE,
 ) -> Recovery:
     """Seconds from `injected` until the client is served as before and stays so until `end`.
@@ -279,18 +241,8 @@ def recovery(
                     grid[last_bad] - injected, horizon, reason)
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (linear interpolation, numpy's default) or None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
 def account_window(
-    window: str, records: Sequence[Record], outcomes: Sequence[Outcome], attempts: Sequence[Attempt],
+    window: str, records: Sequence[Record], outcomes: Sequence[Outcome], attempts: Sequence[CallRecord],
 ) -> dict[str, Any]:
     """Counts of one window (every request whose client_request_id was sent in it).
 
@@ -306,8 +258,8 @@ def account_window(
       `internal` error code.
     """
     recs = [r for r in records if window_of(r.cid) == window]
-    outs = [o for o in outcomes if window_of(o.cid) == window]
-    atts = [a for a in attempts if window_of(a.cid) == window]
+    outs = [o for o in outcomes if window_of(o.client_request_id) == window]
+    atts = [a for a in attempts if window_of(a.client_request_id) == window]
     lost = [r for r in recs if r.primary_results == 0 and r.status not in NEVER_RAN_STATUSES]
     dup_rows = [r for r in recs if r.primary_results > 1]
     # A request id counts once it was recorded or answered: a refusal's x-request-id trailer may
@@ -315,15 +267,16 @@ def account_window(
     recorded = {r.request_id for r in records}
     answered_ids: dict[str, set[str]] = defaultdict(set)
     for a in atts:
-        if a.code == "OK" and a.rid:
-            answered_ids[a.cid].add(a.rid)
-    dup_ids = [o for o in outs if len({rid for rid in o.rids if rid in recorded} | answered_ids[o.cid]) > 1]
+        if a.code == "OK" and a.request_id:
+            answered_ids[a.client_request_id].add(a.request_id)
+    dup_ids = [o for o in outs
+               if len({rid for rid in o.request_ids if rid in recorded} | answered_ids[o.client_request_id]) > 1]
     wrong = [a for a in atts if a.code in WRONG_CODES]
     internal_rows = [r for r in recs if r.error_code == "internal"]
     errors = Counter(r.error_code for r in recs if r.primary_results and r.error_code)
     finals = Counter(o.final for o in outs)
     latency = [1000.0 * (o.done - o.sent) for o in outs if o.final == "OK"]
-    codes = Counter(a.code for a in atts if not is_poll(a))
+    codes = Counter(a.code for a in atts if not a.is_poll)
     return {
         "window": window,
         "sent": len(outs),
@@ -338,17 +291,17 @@ def account_window(
         "lost_ids": [r.request_id for r in lost],
         "lost_status": dict(Counter(r.status for r in lost)),
         "duplicates": len(dup_rows) + len(dup_ids),
-        "duplicate_ids": [r.request_id for r in dup_rows] + [o.cid for o in dup_ids],
+        "duplicate_ids": [r.request_id for r in dup_rows] + [o.client_request_id for o in dup_ids],
         "wrong_codes": len(wrong) + len(internal_rows),
-        "wrong_examples": [asdict(a) for a in wrong[:5]],
+        "wrong_examples": [a.as_dict() for a in wrong[:5]],
         "internal_results": [r.request_id for r in internal_rows],
         "error_results": dict(errors),
         "reruns": sum(1 for r in recs if (r.attempts or 1) > 1),
         "fallbacks": sum(1 for r in recs if r.fallback),
         "last_fallback": max((r.created for r in recs if r.fallback and r.created), default=None),
         "codes": dict(codes),
-        "attempts": len([a for a in atts if not is_poll(a)]),
-        "polls": len([a for a in atts if is_poll(a)]),
+        "attempts": len([a for a in atts if not a.is_poll]),
+        "polls": len([a for a in atts if a.is_poll]),
         "p50_ms": percentile(latency, 50),
         "p95_ms": percentile(latency, 95),
     }
@@ -365,422 +318,74 @@ def goals(row: dict[str, Any]) -> dict[str, bool]:
     }
 
 
-def per_second(attempts: Sequence[Attempt], start: float, end: float) -> dict[str, list[int]]:
+def per_second(attempts: Sequence[CallRecord], start: float, end: float) -> dict[str, list[int]]:
     """OK and failed calls ended per second (polls left out), for the timeline."""
     n = max(1, int(math.ceil(end - start)))
     ok, bad = [0] * n, [0] * n
     for a in attempts:
-        if is_poll(a) or not start <= a.end < end:
+        if a.is_poll or not start <= a.end < end:
             continue
         i = int(a.end - start)
         (ok if a.code == "OK" else bad)[i] += 1
     return {"ok": ok, "failed": bad}
 
 
-# --- restartable servers ---------------------------------------------------------------------------------
-
-
-class RestartablePostgres:
-    """A PostgreSQL cluster (initdb + pg_ctl) on a fixed loopback port that can be stopped (a crash:
-    `-m immediate`) and started again with its data, like `infra.local.servers.LocalRedis`."""
-
-    def __init__(self, log_copy: Path) -> None:
-        from infra.local.servers import _pg_user, free_port
-
-        self.user = _pg_user()
-        self.workdir = Path(tempfile.mkdtemp(prefix="arag-chaos-pg-"))  # the server's account can enter it
-        self.data, self.sockets, self.log = self.workdir / "data", self.workdir / "sock", self.workdir / "postgres.log"
-        self.port = free_port()
-        self.log_copy = log_copy
-
-    @property
-    def url(self) -> str:
-        return f"postgresql+psycopg://arag@127.0.0.1:{self.port}/arag"
-
-    def _pg(self, *args: str, attempts: int = 5) -> None:
-        """Run a PostgreSQL program as the server's account. A child killed by a signal before it
-        ran (forking from this process, whose gRPC threads are busy, has crashed a child with
-        SIGSEGV) is started again."""
-        from infra.local.servers import PG_BIN, ServerStartError, _run_as
-
-        for attempt in range(1, attempts + 1):
-            try:
-                _run_as(self.user, [str(PG_BIN / args[0]), *args[1:]], self.log)
-                return
-            except ServerStartError as exc:
-                if attempt == attempts or not re.search(r"failed \(-\d+\)", str(exc)):
-                    raise
-                log(f"{args[0]} {args[-1]} was killed by a signal ({str(exc).splitlines()[0]}); again")
-                time.sleep(0.5)
-
-    def create(self) -> None:
-        import psycopg
-
-        self.sockets.mkdir()
-        self.log.touch()
-        if self.user is not None:
-            for path in (self.workdir, self.sockets, self.log):
-                os.chown(path, self.user.pw_uid, self.user.pw_gid)
-        self._pg("initdb", "-D", str(self.data), "-U", "arag", "--auth=trust", "--no-sync", "-E", "UTF8")
-        self.start()
-        with psycopg.connect(f"postgresql://arag@127.0.0.1:{self.port}/postgres", autocommit=True) as conn:
-            conn.execute('CREATE DATABASE "arag"')
-
-    def start(self) -> None:
-        import psycopg
-
-        from infra.local.servers import _wait_until
-
-        # A commit is durable against a crash of the server process (synchronous_commit on, as in
-        # production; the test servers' `synchronous_commit=off` loses the last commits on an
-        # immediate stop, which is a lost answer that production would not lose). fsync stays off:
-        # the WAL a crashed process wrote is in the OS page cache; only the machine never fails here.
-        options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.sockets} -c fsync=off "
-                   "-c synchronous_commit=on -c max_connections=300")
-        self._pg("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", "60", "start")
-        _wait_until(lambda: psycopg.connect(f"postgresql://arag@127.0.0.1:{self.port}/postgres",
-                                            connect_timeout=1).close() is None, "postgres", self.log)
-
-    def stop(self, mode: str = "immediate") -> None:
-        from infra.local.servers import ServerStartError
-
-        try:
-            self._pg("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
-        except ServerStartError:
-            if (self.data / "postmaster.pid").exists():  # a crashed pg_ctl may have stopped it anyway
-                raise
-
-    def close(self) -> None:
-        import shutil
-
-        if (self.data / "postmaster.pid").exists():
-            try:
-                self.stop("immediate")
-            except Exception:  # noqa: BLE001 - best effort at the end
-                pass
-        try:
-            self.log_copy.write_text(self.log.read_text(errors="replace"))
-        except OSError:
-            pass
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-# A node launcher beside infra/opensearch's single-node one (same jars, same in-process Node): every
-# setting comes from the command line, so two nodes can form a cluster (seed hosts, roles).
-NODE_JAVA = r"""
-import java.nio.file.*;
-import java.util.*;
-import java.util.concurrent.*;
-import org.opensearch.analysis.common.CommonAnalysisPlugin;
-import org.opensearch.common.logging.LogConfigurator;
-import org.opensearch.common.settings.Settings;
-import org.opensearch.env.Environment;
-import org.opensearch.node.InternalSettingsPreparer;
-import org.opensearch.node.Node;
-import org.opensearch.plugins.Plugin;
-import org.opensearch.transport.Netty4Plugin;
-
-public final class ChaosNode {
-    static final class EmbeddedNode extends Node {
-        EmbeddedNode(Environment environment, Collection<Class<? extends Plugin>> plugins) {
-            super(environment, plugins, true);
-        }
-    }
-
-    public static void main(String[] args) throws Exception {
-        Settings.Builder b = Settings.builder();
-        for (String arg : args) {
-            int eq = arg.indexOf('=');
-            String key = arg.substring(0, eq), value = arg.substring(eq + 1);
-            if (key.endsWith("[]")) {
-                b.putList(key.substring(0, key.length() - 2), List.of(value.split(",")));
-            } else {
-                b.put(key, value);
-            }
-        }
-        Settings settings = b.build();
-        Path home = Paths.get(settings.get("path.home"));
-        for (Path p : List.of(home.resolve("modules"), home.resolve("plugins"), home.resolve("config"))) {
-            Files.createDirectories(p);
-        }
-        LogConfigurator.registerErrorListener();
-        LogConfigurator.configureWithoutConfig(settings);
-        Environment env = InternalSettingsPreparer.prepareEnvironment(
-            settings, Map.of(), home.resolve("config"), () -> settings.get("node.name"));
-        Node node = new EmbeddedNode(env, List.of(Netty4Plugin.class, CommonAnalysisPlugin.class));
-        CountDownLatch stopped = new CountDownLatch(1);
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            try { node.close(); node.awaitClose(20, TimeUnit.SECONDS); } catch (Exception e) { e.printStackTrace(); }
-            finally { stopped.countDown(); }
-        }, "chaos-node-shutdown"));
-        node.start();
-        System.out.println("CHAOS NODE STARTED " + settings.get("node.name"));
-        System.out.flush();
-        stopped.await();
-    }
-}
-"""
-OPENSEARCH_LIB = REPO / "infra" / "opensearch" / "target" / "lib"
-
-
-class OpenSearchCluster:
-    """Two OpenSearch 2.19 nodes on loopback forming one cluster: node 1 cluster manager + data (the
-    URL the workers use), node 2 data only. Built from the jars `infra/opensearch/start.sh` fetched."""
-
-    def __init__(self, workdir: Path, heap: str = "512m") -> None:
-        from infra.local.servers import free_port
-
-        self.workdir = workdir
-        self.heap = heap
-        self.http = {1: free_port(), 2: free_port()}
-        self.transport = {1: free_port(), 2: free_port()}
-        self.procs: dict[int, subprocess.Popen] = {}
-        self.classes = workdir / "classes"
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.http[1]}"
-
-    def node_url(self, i: int) -> str:
-        return f"http://127.0.0.1:{self.http[i]}"
-
-    def build(self) -> None:
-        """The jars (once, through infra/opensearch/start.sh's Maven build) and the launcher."""
-        if not OPENSEARCH_LIB.is_dir() or not any(OPENSEARCH_LIB.glob("opensearch-*.jar")):
-            subprocess.run(["mvn", "-q", "-B", "compile", "dependency:copy-dependencies"],
-                           cwd=REPO / "infra" / "opensearch", check=True)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        source = self.workdir / "ChaosNode.java"
-        source.write_text(NODE_JAVA)
-        subprocess.run(["javac", "-cp", f"{OPENSEARCH_LIB}/*", "-d", str(self.classes), str(source)],
-                       check=True, capture_output=True)
-
-    def start_node(self, i: int) -> None:
-        base = self.workdir / f"node-{i}"
-        roles = "cluster_manager,data,ingest" if i == 1 else "data,ingest"
-        xms = f"{int(self.heap[:-1]) // 2}{self.heap[-1]}"
-        args = [
-            "cluster.name=arag-chaos", f"node.name=chaos-{i}", f"node.roles[]={roles}",
-            f"path.home={base / 'home'}", f"path.data={base / 'data'}", f"path.logs={base / 'logs'}",
-            "network.host=127.0.0.1", f"http.port={self.http[i]}", f"transport.port={self.transport[i]}",
-            f"discovery.seed_hosts[]=127.0.0.1:{self.transport[1]},127.0.0.1:{self.transport[2]}",
-            "cluster.initial_cluster_manager_nodes[]=chaos-1", "bootstrap.memory_lock=false",
-            "cluster.routing.allocation.disk.threshold_enabled=false", "action.destructive_requires_name=true",
-        ]
-        log = (self.workdir / f"node-{i}.log").open("a")
-        self.procs[i] = subprocess.Popen(
-            ["java", f"-Xms{xms}", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError",
-             "-Djava.awt.headless=true", "-Dfile.encoding=UTF-8", "-Dlog4j2.disable.jmx=true",
-             "-cp", f"{self.classes}:{OPENSEARCH_LIB}/*", "ChaosNode", *args],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-
-    def stop_node(self, i: int, sig: int = signal.SIGTERM) -> None:
-        proc = self.procs.get(i)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-
-    def request(self, method: str, path: str, body: Any = None, node: int = 1, timeout: float = 70.0) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.node_url(node) + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout) as response:
-            return json.loads(response.read() or b"null")
-
-    def wait_health(self, status: str, nodes: int, timeout_s: float = 120.0, node: int = 1) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        last: Any = None
-        while time.monotonic() < deadline:
-            try:
-                last = self.request("GET", f"/_cluster/health?wait_for_status={status}&wait_for_nodes={nodes}"
-                                           "&timeout=2s", node=node, timeout=10)
-                if not last.get("timed_out"):
-                    return last
-            except Exception as exc:  # noqa: BLE001 - not up yet
-                last = str(exc)
-            time.sleep(0.5)
-        raise RuntimeError(f"OpenSearch cluster not {status} with {nodes} nodes in {timeout_s:.0f} s: {last}")
-
-    def start(self) -> None:
-        self.build()
-        self.start_node(1)
-        self.start_node(2)
-        self.wait_health("green", 2, 180.0)
-
-    def close(self) -> None:
-        for i in (2, 1):
-            self.stop_node(i)
-
-
 # --- the load client --------------------------------------------------------------------------------------
 
 
-class LoadClient:
-    """An open-loop gRPC client that retries like a good client and logs every call."""
+class CampaignLoad:
+    """The campaign's load on the shared client: open loop at `rate`, each request a good
+    client's (`LoadClient.request`), its client_request_id "<window>.<sequence>"; health polled
+    every second."""
 
-    def __init__(self, address: str, api_key: str, picker: Any, rate: float, call_timeout_s: float,
-                 budget_s: float, log_path: Path, health_path: Path, poll_s: float = 1.0) -> None:
-        import grpc
-        from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-        from services.frontdoor.stubs import pb2, pb2_grpc
-
-        self.grpc, self.pb2, self.health_pb2 = grpc, pb2, health_pb2
-        options = [("grpc.initial_reconnect_backoff_ms", 250), ("grpc.min_reconnect_backoff_ms", 250),
-                   ("grpc.max_reconnect_backoff_ms", 1000)]
-        self.channel = grpc.aio.insecure_channel(address, options=options)
-        self.stub = pb2_grpc.AdaptiveRagStub(self.channel)
-        self.health_stub = health_pb2_grpc.HealthStub(self.channel)
-        self.auth = (("authorization", f"Bearer {api_key}"),)
+    def __init__(self, client: LoadClient, picker: Any, rate: float, call_timeout_s: float, budget_s: float,
+                 health_path: Path) -> None:
+        self.client = client
         self.picker = picker
         self.rate = rate
         self.call_timeout_s = call_timeout_s
         self.budget_s = budget_s
-        self.poll_s = poll_s
         self.window = "warmup"
-        self.tier_name = {pb2.TIER_A: "A", pb2.TIER_B: "B", pb2.TIER_C: "C"}
-        self.attempts: list[Attempt] = []
         self.outcomes: list[Outcome] = []
         self.health: list[tuple[float, bool]] = []
-        self._log = log_path.open("a")
-        self._health_log = health_path.open("a")
-        self._seq = itertools.count(1)
-        self._tasks: set[asyncio.Task] = set()
         self.skipped_sends = 0
-
-    async def close(self) -> None:
-        await self.channel.close()
-        self._log.close()
-        self._health_log.close()
-
-    def _record(self, a: Attempt) -> None:
-        self.attempts.append(a)
-        self._log.write(json.dumps({"type": "attempt", **asdict(a)}) + "\n")
-
-    async def _call(self, method: str, cid: str, n: int, request: Any, timeout: float) -> Attempt:
-        start = time.time()
-        fn = self.stub.Answer if method == "Answer" else self.stub.GetResult
-        try:
-            reply = await fn(request, metadata=self.auth, timeout=max(0.05, timeout))
-            a = Attempt(cid, n, method, start, time.time(), "OK", self.tier_name.get(reply.tier), reply.request_id)
-        except self.grpc.aio.AioRpcError as exc:
-            a = Attempt(cid, n, method, start, time.time(), exc.code().name, detail=(exc.details() or "")[:300])
-            for key, value in exc.trailing_metadata() or ():
-                if key == "x-request-id":
-                    a.rid = value
-                elif key == "retry-after":
-                    try:
-                        a.retry_after = float(value)
-                    except ValueError:
-                        pass
-        except Exception as exc:  # noqa: BLE001 - the client keeps going whatever happens
-            a = Attempt(cid, n, method, start, time.time(), "CLIENT_ERROR", detail=f"{type(exc).__name__}: {exc}"[:300])
-        self._record(a)
-        return a
+        self._health_path = health_path
+        self._seq = itertools.count(1)
 
     async def request(self, query: Any) -> Outcome:
-        """One logical request: Answer, resends and GetResult polls until OK, a terminal status or
-        the budget is spent."""
-        cid = f"{self.window}.{next(self._seq):05d}"
-        sent = time.time()
-        limit = sent + self.budget_s
-        rid: str | None = None
-        rids: list[str] = []
-        mode, n, final, tier = "answer", 0, "GAVE_UP", None
-        answer = self.pb2.AnswerRequest(query_text=query.text, client_request_id=cid)
-        while time.time() < limit:
-            n += 1
-            remaining = limit - time.time()
-            if mode == "answer":
-                a = await self._call("Answer", cid, n, answer, min(self.call_timeout_s, remaining))
-            else:
-                a = await self._call("GetResult", cid, n, self.pb2.GetResultRequest(request_id=rid),
-                                     min(5.0, remaining))
-            if a.rid:
-                rid = a.rid
-                if a.rid not in rids:
-                    rids.append(a.rid)
-            if a.code == "OK":
-                final, tier = "OK", a.tier
-                break
-            if a.code in RETRYABLE:
-                await asyncio.sleep(min(max(a.retry_after or 1.0, 0.2) * random.uniform(1.0, 1.2),
-                                        max(0.0, limit - time.time())))
-                continue
-            if a.code == "DEADLINE_EXCEEDED":
-                mode = "get" if rid else "answer"
-                await asyncio.sleep(min(self.poll_s, max(0.0, limit - time.time())))
-                continue
-            if mode == "get" and a.code == "FAILED_PRECONDITION":
-                if NEVER_RAN_HINT in a.detail:
-                    mode = "answer"
-                await asyncio.sleep(min(self.poll_s, max(0.0, limit - time.time())))
-                continue
-            if mode == "get" and a.code == "NOT_FOUND":
-                mode = "answer"
-                continue
-            if a.code == "CLIENT_ERROR":
-                await asyncio.sleep(1.0)
-                continue
-            final = a.code  # INTERNAL, UNKNOWN, INVALID_ARGUMENT, ...: a good client stops
-            break
-        out = Outcome(cid, sent, time.time(), final, n, tier, rids, query.expected_tier)
+        out = await self.client.request(
+            query.text, budget_s=self.budget_s, call_timeout_s=self.call_timeout_s,
+            client_request_id=f"{self.window}.{next(self._seq):05d}", tags={"query_tier": query.expected_tier})
         self.outcomes.append(out)
-        self._log.write(json.dumps({"type": "outcome", **asdict(out)}) + "\n")
+        self.client.note({"type": "outcome", **asdict(out)})
         return out
 
-    async def send_forever(self, stop: asyncio.Event) -> None:
-        """Open loop: one new request every 1/rate s, whatever the earlier ones are doing."""
-        period = 1.0 / self.rate
-        due = time.monotonic()
-        while not stop.is_set():
-            task = asyncio.create_task(self.request(self.picker.next()))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-            due += period
-            delay = due - time.monotonic()
-            if delay < -5 * period:  # the loop fell behind (a stalled event loop): do not burst
-                self.skipped_sends += int(-delay / period)
-                due = time.monotonic()
-                delay = 0.0
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=max(0.0, delay))
-            except asyncio.TimeoutError:
-                pass
-
-    async def drain(self) -> None:
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+    async def send_until(self, stop: asyncio.Event) -> None:
+        """One new request every 1/rate s until `stop`, then wait for those in flight; a loop that
+        fell behind (a stalled event loop) skips the missed sends instead of bursting."""
+        sent = await open_loop(lambda _: self.request(self.picker.next()), self.rate, stop=stop,
+                               max_lag_periods=5)
+        self.skipped_sends += sent.skipped
 
     async def watch_health(self, stop: asyncio.Event, every_s: float = 1.0) -> None:
         """Health.Check every second; no answer counts as not serving."""
-        while not stop.is_set():
-            t = time.time()
-            try:
-                reply = await self.health_stub.Check(self.health_pb2.HealthCheckRequest(service=""), timeout=1.0)
-                serving = reply.status == self.health_pb2.HealthCheckResponse.SERVING
-                status = self.health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
-            except Exception as exc:  # noqa: BLE001
-                serving, status = False, getattr(getattr(exc, "code", lambda: None)(), "name", type(exc).__name__)
-            self.health.append((t, serving))
-            self._health_log.write(json.dumps({"t": t, "serving": serving, "status": status}) + "\n")
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=max(0.0, every_s - (time.time() - t)))
-            except asyncio.TimeoutError:
-                pass
+        with self._health_path.open("a") as health_log:
+            while not stop.is_set():
+                t = time.time()
+                serving, status = await self.client.health(timeout=1.0)
+                self.health.append((t, serving))
+                health_log.write(json.dumps({"t": t, "serving": serving, "status": status}) + "\n")
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=max(0.0, every_s - (time.time() - t)))
+                except asyncio.TimeoutError:
+                    pass
 
     async def warm_up(self, tries: int = 30) -> list[str]:
         """Sequential requests until one of each expected tier is answered (not counted)."""
         seen: list[str] = []
         for _ in range(tries):
             out = await self.request(self.picker.next())
-            seen.append(f"{out.query_tier}:{out.final}:{out.tier}")
+            seen.append(f"{out.tags['query_tier']}:{out.final}:{out.tier}")
             if out.final != "OK":
                 raise RuntimeError(f"warm-up request failed: {out}")
             if {s.split(':')[0] for s in seen} >= {"A", "B", "C"} and len(seen) >= 6:
@@ -797,15 +402,18 @@ def log(msg: str) -> None:
 
 @dataclass
 class Handles:
-    """What the faults act on."""
+    """What the faults act on: the lab's stack, a handle on each of its processes."""
 
-    running: Any  # services.demo.local.LocalStack
-    redis: Any  # infra.local.servers.LocalRedis
-    postgres: RestartablePostgres
-    opensearch: OpenSearchCluster | None
-    extras: ExitStack  # processes started again during the campaign (stopped before the stack)
-    scratch: Path
-    restarts: Counter = field(default_factory=Counter)
+    stack: Any  # lab.harness.stack.LabStack
+
+    @property
+    def opensearch(self) -> Any:
+        """The two-node cluster (`infra.local.opensearch.OpenSearchCluster`), None with tantivy."""
+        return self.stack.opensearch
+
+    def node(self, i: int) -> str:
+        """The name of the cluster's node `i` (1: cluster manager + data, the workers' URL; 2: data)."""
+        return self.opensearch.node_name(i, self.opensearch.name)
 
     def running_b_request(self, wait_s: float = 5.0) -> bool:
         """Wait (up to `wait_s`) until a tier-B request runs, so a kill lands mid-task."""
@@ -814,7 +422,7 @@ class Handles:
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             try:
-                with self.running.store.engine.connect() as conn:
+                with self.stack.store.engine.connect() as conn:
                     n = conn.execute(text(
                         "select count(*) from requests r join routing_decisions d on d.request_id = r.request_id "
                         "where r.status = 'running' and d.tier = 'B'")).scalar()
@@ -836,10 +444,10 @@ class Handles:
         alias = f"arag-chaos-{tenant_slug(TENANT)}"
         shards = os_.request("GET", f"/_cat/shards/{alias}?format=json", timeout=10)
         primary = [s for s in shards if s.get("prirep") == "p"]
-        if primary and primary[0].get("node") == "chaos-1":
+        if primary and primary[0].get("node") == self.node(1):
             # fail the primary on node 1: the replica on node 2 is promoted, node 1 gets a new replica
             os_.request("POST", "/_cluster/reroute", {"commands": [{"cancel": {
-                "index": primary[0]["index"], "shard": int(primary[0]["shard"]), "node": "chaos-1",
+                "index": primary[0]["index"], "shard": int(primary[0]["shard"]), "node": self.node(1),
                 "allow_primary": True}}]}, timeout=30)
             os_.wait_health("green", 2, 120.0)
         shards = os_.request("GET", f"/_cat/shards/{alias}?format=json", timeout=10)
@@ -850,7 +458,7 @@ class Handles:
         return getattr(self, "_" + name.replace("-", "_"))(FAULTS[name])
 
     def _pool_child_kill(self, spec: FaultSpec) -> dict[str, Any]:
-        pool = self.running.pools.pools["B"]
+        pool = self.stack.pools.pools["B"]
         busy = self.running_b_request()
         children = pool.child_pids()
         if not children:
@@ -868,7 +476,7 @@ class Handles:
                 "replaced_after_s": round(time.time() - killed, 2), "children_after": pool.child_pids()}
 
     def _worker_kill(self, spec: FaultSpec) -> dict[str, Any]:
-        pools = self.running.pools
+        pools = self.stack.pools
         old = pools.pools["B"]
         busy = self.running_b_request()
         os.kill(old.pid, signal.SIGKILL)
@@ -887,20 +495,22 @@ class Handles:
                 **({"note": ready_note} if ready_note else {})}
 
     def _redis_restart(self, spec: FaultSpec) -> dict[str, Any]:
-        self.redis.stop()
+        redis = self.stack.redis
+        redis.stop()
         time.sleep(spec.hold_s)
-        self.redis.start()
-        return {"restored": time.time(), "port": self.redis.port}
+        redis.start()
+        return {"restored": time.time(), "port": redis.port}
 
     def _postgres_down(self, spec: FaultSpec) -> dict[str, Any]:
-        self.postgres.stop("immediate")
+        postgres = self.stack.postgres
+        postgres.stop("immediate")
         time.sleep(spec.hold_s)
-        self.postgres.start()
-        return {"restored": time.time(), "port": self.postgres.port}
+        postgres.start()
+        return {"restored": time.time(), "port": postgres.port}
 
     def _opensearch_down(self, spec: FaultSpec) -> dict[str, Any]:
         assert self.opensearch is not None
-        self.opensearch.stop_node(1, signal.SIGTERM)
+        self.opensearch.stop_node(1, "fast")
         stopped = time.time()
         time.sleep(max(0.0, spec.hold_s - (time.time() - stopped)))
         started = time.time()
@@ -910,45 +520,27 @@ class Handles:
                 "node_start_s": round(time.time() - started, 2), "health": health.get("status")}
 
     def _triton_down(self, spec: FaultSpec) -> dict[str, Any]:
-        from services.classifier.local import TritonProcess
-
-        old = self.running.triton
+        old = self.stack.triton
         if old is None:
             return {"restored": time.time(), "note": "no Triton in this stack (rules routing)"}
-        port = old.grpc_port
         old.stop()
         time.sleep(spec.hold_s)
         started = time.time()
-        self.restarts["triton"] += 1
-        new = TritonProcess(self.running.settings.classifier.model_repository,
-                            self.scratch / f"triton-{self.restarts['triton']}.log", grpc_port=port)
-        self.extras.callback(new.stop)
-        self.running.triton = new
-        return {"restored": time.time(), "port": port, "start_s": round(time.time() - started, 2)}
+        new = self.stack.restart_triton()  # on the same port
+        return {"restored": time.time(), "port": new.grpc_port, "start_s": round(time.time() - started, 2)}
 
     def _frontdoor_kill(self, spec: FaultSpec) -> dict[str, Any]:
-        from services.demo.local import RUN_MARKER
-        from services.demo.stack import FrontDoorProcess
-
-        running = self.running
-        old = running.frontdoor
-        os.killpg(old.pid, signal.SIGKILL)
-        old.process.wait(timeout=10)
+        killed = self.stack.frontdoor.pid
         started = time.time()
-        self.restarts["frontdoor"] += 1
-        log_path = running.workdir / "logs" / f"frontdoor-{self.restarts['frontdoor'] + 1}.log"
-        new = FrontDoorProcess(running.settings.env(**{RUN_MARKER: running.marker}), log_path,
-                               running.settings.frontdoor.grpc_listen)
-        self.extras.callback(new.stop)
-        running.frontdoor = new
-        return {"restored": time.time(), "killed_pid": old.pid, "new_pid": new.pid,
+        new = self.stack.restart_frontdoor(signal.SIGKILL)  # on the same address
+        return {"restored": time.time(), "killed_pid": killed, "new_pid": new.pid,
                 "start_s": round(time.time() - started, 2)}
 
     def _opensearch_node_loss(self, spec: FaultSpec) -> dict[str, Any]:
         assert self.opensearch is not None
         os_ = self.opensearch
         before = os_.request("GET", "/_cat/shards?format=json", timeout=10)
-        os_.stop_node(2, signal.SIGKILL)
+        os_.stop_node(2, "kill")
         lost = time.time()
         during = None
         time.sleep(3.0)
@@ -959,7 +551,7 @@ class Handles:
         time.sleep(max(0.0, spec.hold_s - (time.time() - lost)))
         os_.start_node(2)
         health = os_.wait_health("green", 2, 180.0)
-        return {"restored": time.time(), "lost_node": "chaos-2", "health_during": during,
+        return {"restored": time.time(), "lost_node": self.node(2), "health_during": during,
                 "health_after": health.get("status"),
                 "primary_before": [s.get("node") for s in before
                                    if str(s.get("index", "")).startswith("arag-chaos") and s.get("prirep") == "p"]}
@@ -970,12 +562,12 @@ def plan_runs(faults: Sequence[str], repeat: int) -> list[tuple[str, int]]:
     return [(f, r) for r in range(1, repeat + 1) for f in faults]
 
 
-async def run_campaign(client: LoadClient, handles: Handles, plan: Sequence[tuple[str, int]],
+async def run_campaign(load: CampaignLoad, handles: Handles, plan: Sequence[tuple[str, int]],
                        quiet_s: float, observe_s: float, faults_path: Path) -> list[FaultRun]:
     stop = asyncio.Event()
     health_stop = asyncio.Event()
-    health = asyncio.create_task(client.watch_health(health_stop))
-    sender = asyncio.create_task(client.send_forever(stop))
+    health = asyncio.create_task(load.watch_health(health_stop))
+    sender = asyncio.create_task(load.send_until(stop))
     runs: list[FaultRun] = []
     try:
         for i, (fault, rep) in enumerate(plan, start=1):
@@ -984,7 +576,7 @@ async def run_campaign(client: LoadClient, handles: Handles, plan: Sequence[tupl
                 prepared = await asyncio.to_thread(handles.prepare, fault)
             except Exception as exc:  # noqa: BLE001 - the fault still runs; the report says so
                 prepared = {"prepare_error": f"{type(exc).__name__}: {exc}"[:300]}
-            client.window = label
+            load.window = label
             start = time.time()
             log(f"{label}: {quiet_s:g} s quiet, then {FAULTS[fault].title}" + (f" (prepared: {prepared})" if prepared else ""))
             await asyncio.sleep(quiet_s)
@@ -1005,16 +597,15 @@ async def run_campaign(client: LoadClient, handles: Handles, plan: Sequence[tupl
                 f.write(json.dumps(asdict(run)) + "\n")
             log(f"{label}: injected, restored after {restored - injected:.1f} s {details}")
             await asyncio.sleep(observe_s)
-        client.window = "tail"
+        load.window = "tail"
         log(f"tail: {quiet_s:g} s quiet")
         await asyncio.sleep(quiet_s)
         if runs:
             runs[-1].window_end = time.time()
     finally:
         stop.set()
+        log(f"load stopping; waiting for the requests in flight (budget {load.budget_s:g} s)")
         await sender
-        log(f"load stopped; waiting for {len(client._tasks)} requests in flight (budget {client.budget_s:g} s)")
-        await client.drain()
         health_stop.set()
         await health
     return runs
@@ -1131,95 +722,62 @@ def quiet_port() -> int:
 @contextmanager
 def started_stack(args: argparse.Namespace, scratch: Path, use_opensearch: bool,
                   info: dict[str, Any]) -> Iterator[Handles]:
-    """Redis, PostgreSQL, (OpenSearch), the instant LLM, then `local_stack` on them."""
-    from lab.harness.instant_llm import running_instant_llm
-    from infra.local.servers import LocalRedis
-    from services.demo.local import local_stack
+    """The lab's stack for the campaign: Redis, PostgreSQL (a commit survives a crash of the
+    server, as in production), a two-node OpenSearch cluster when an OpenSearch fault is chosen,
+    the instant LLM, Triton, pools A, B, C and shadow under their supervisor, the front door."""
+    from lab.harness.stack import Parts, lab_stack
+    from workers.pools import RestartPolicy
 
-    saved = dict(os.environ)
-    try:
-        with ExitStack() as stack:
-            import shutil
+    has_model, model_note = ensure_model_repository(args.model_repository.resolve(), scratch)
+    info["classifier"] = model_note
+    parts = Parts(broker="redis", records="postgres", classifier="triton" if has_model else "rules",
+                  retriever="opensearch-cluster" if use_opensearch else "tantivy", llm="instant")
+    settings: dict[str, Any] = {
+        # a port the restarted front door can bind again (see quiet_port)
+        "metrics_port": quiet_port(), "concurrency": {"A": 2, "B": 1, "C": 1, "shadow": 1},
+        "shadow_share": args.shadow_share,
+        # The load repeats a small pool of questions, which the front door's routing cache would
+        # answer without Triton: off, so every question is classified (as unique production
+        # traffic is) and a Triton outage shows.
+        "routing_cache": 0,
+        **({"kb_index_prefix": "arag-chaos"} if use_opensearch else {}),
+    }
+    info["settings"] = dict(settings)
+    log("starting the lab stack (Redis, PostgreSQL" + (", a two-node OpenSearch cluster" if use_opensearch else "")
+        + ", the instant LLM; Triton; pools A, B, C, shadow; front door; knowledge base)")
+    from rich.console import Console
 
-            for stale in ("redis", "opensearch"):  # an earlier attempt's data (a node would rejoin its old cluster)
-                shutil.rmtree(scratch / stale, ignore_errors=True)
-            (scratch / "redis").mkdir(parents=True, exist_ok=True)
-            redis = LocalRedis(scratch / "redis")
-            redis.start()
-            stack.callback(redis.stop)
-            log(f"redis-server on {redis.url}")
-            pg = RestartablePostgres(scratch / "postgres.log")
-            stack.callback(pg.close)
-            pg.create()
-            log(f"PostgreSQL on {pg.url}")
-            env = {
-                "REDIS_URL": redis.url, "DATABASE_URL": pg.url, "ARAG_METRICS_PORT": str(quiet_port()),
-                "ARAG_CONCURRENCY": json.dumps({"A": 2, "B": 1, "C": 1, "shadow": 1}),
-                "ARAG_SHADOW_SHARE": str(args.shadow_share),
-                # The load repeats a small pool of questions, which the front door's routing cache
-                # would answer without Triton: off, so every question is classified (as unique
-                # production traffic is) and a Triton outage shows.
-                "ARAG_ROUTING_CACHE": "0",
-                "ARAG_MODEL_REPOSITORY": str(args.model_repository.resolve()),
-            }
-            cluster = None
-            if use_opensearch:
-                cluster = OpenSearchCluster(scratch / "opensearch", heap=args.opensearch_heap)
-                stack.callback(cluster.close)
-                log("starting a two-node OpenSearch cluster")
-                t = time.monotonic()
-                cluster.start()
-                log(f"OpenSearch cluster green in {time.monotonic() - t:.0f} s: {cluster.url} (+ node 2 "
-                    f"{cluster.node_url(2)})")
-                env.update(OPENSEARCH_URL=cluster.url, ARAG_RETRIEVER="opensearch", ARAG_KB_INDEX_PREFIX="arag-chaos")
-            else:
-                env["ARAG_RETRIEVER"] = "tantivy"
-            llm = stack.enter_context(running_instant_llm(scratch / "instant_llm.log", args.llm_latency_ms))
-            env["LLM_BASE_URL"] = llm
-            has_model, model_note = ensure_model_repository(args.model_repository.resolve(), scratch)
-            info["classifier"] = model_note
-            os.environ.update(env)
-            info["env"] = {k: v for k, v in env.items()}
-            log("starting the local stack (pools A, B, C, shadow; Triton; front door; knowledge base)")
-            running = stack.enter_context(local_stack(scratch / "stack", knowledge_base=REPO / "demo" / "knowledge_base.jsonl",
-                                                      tenants=(TENANT,)))
-            running.pools.start_supervisor(poll_s=0.5)
-            info["stack"] = dict(running.plan.using)
-            info["concurrency"] = {p: running.settings.workers.pool_concurrency(p) for p in ("A", "B", "C", "shadow")}
-            info["prefetch"] = {p: running.settings.workers.pool_prefetch(p) for p in ("A", "B", "C", "shadow")}
-            info["visibility_timeout_s"] = running.settings.workers.visibility_timeout_s
-            info["task_max_retries"] = running.settings.workers.task_max_retries
-            info["task_retry_backoff_s"] = running.settings.workers.task_retry_backoff_s
-            info["unavailable_retry_s"] = running.settings.frontdoor.unavailable_retry_s
-            if cluster is not None:
-                from adaptive_rag.knowledge.indexes import tenant_slug
+    with lab_stack(scratch / "stack", parts, pools=("A", "B", "C", "shadow"), settings=settings, tenants=(TENANT,),
+                   model_repository=args.model_repository.resolve(), llm_latency_ms=args.llm_latency_ms,
+                   postgres_durability="server-crash", opensearch_heap=args.opensearch_heap,
+                   supervise=RestartPolicy(), supervise_poll_s=0.5, console=Console(width=160)) as stack:
+        info.update(stack.facts())
+        cluster = stack.opensearch
+        if cluster is not None:
+            from adaptive_rag.knowledge.indexes import tenant_slug
 
-                alias = f"arag-chaos-{tenant_slug(TENANT)}"
-                cluster.request("PUT", f"/{alias}/_settings", {"index": {"number_of_replicas": 1}})
-                health = cluster.wait_health("green", 2, 120.0)
-                shards = cluster.request("GET", f"/_cat/shards/{alias}?format=json")
-                info["opensearch"] = {"nodes": {"chaos-1": "cluster_manager,data (workers' URL)", "chaos-2": "data"},
-                                      "index": alias, "replicas": 1, "health": health.get("status"),
-                                      "shards": [(s["prirep"], s["node"], s["state"]) for s in shards]}
-            with ExitStack() as extras:
-                yield Handles(running, redis, pg, cluster, extras, scratch)
-            info["leftovers"] = running.leftovers
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+            alias = f"arag-chaos-{tenant_slug(TENANT)}"
+            cluster.request("PUT", f"/{alias}/_settings", {"index": {"number_of_replicas": 1}})
+            health = cluster.wait_health("green", 2, 120.0)
+            shards = cluster.request("GET", f"/_cat/shards/{alias}?format=json")
+            handles = Handles(stack)
+            info["opensearch"] = {"nodes": {handles.node(1): "cluster_manager,data (workers' URL)",
+                                            handles.node(2): "data"},
+                                  "index": alias, "replicas": 1, "health": health.get("status"),
+                                  "shards": [(s["prirep"], s["node"], s["state"]) for s in shards]}
+        yield Handles(stack)
+    info["leftovers"] = stack.leftovers
 
 
 # --- evidence and report ---------------------------------------------------------------------------------------
 
 
 def log_files(scratch: Path) -> list[Path]:
-    """The stack's logs, workers first (where a request's run is told), then the front door's."""
-    logs = scratch / "stack" / "logs"
-    workers = sorted((logs / "workers").glob("*.log")) if logs.exists() else []
-    others = sorted(p for p in logs.glob("*.log")) if logs.exists() else []
-    return workers + others + [p for p in (scratch / "postgres.log", scratch / "redis" / "redis.log",
-                                           scratch / "opensearch" / "node-1.log", scratch / "opensearch" / "node-2.log")
-                               if p.exists()]
+    """The stack's logs, workers first (where a request's run is told), then the front door's and
+    the servers' (`lab.harness.stack.stack_logs`)."""
+    from lab.harness.stack import stack_logs
+
+    return stack_logs(scratch / "stack")
 
 
 def grep_logs(files: Iterable[Path], needles: Sequence[str], limit: int = 6, width: int = 400,
@@ -1266,13 +824,12 @@ def lines_between(files: Iterable[Path], t0: float, t1: float, pattern: str, lim
     return out
 
 
-def read_scratch(scratch: Path) -> tuple[dict, list[Attempt], list[Outcome], list[tuple[float, bool]], list[FaultRun], list[Record]]:
+def read_scratch(scratch: Path) -> tuple[dict, list[CallRecord], list[Outcome], list[tuple[float, bool]], list[FaultRun], list[Record]]:
     run = json.loads((scratch / "run.json").read_text())
-    attempts, outcomes = [], []
-    for line in (scratch / "client.jsonl").read_text().splitlines():
-        item = json.loads(line)
-        kind = item.pop("type")
-        (attempts.append(Attempt(**item)) if kind == "attempt" else outcomes.append(Outcome(**item)))
+    attempts = read_jsonl(scratch / "client.jsonl")
+    outcomes = [Outcome(**{k: v for k, v in item.items() if k != "type"})
+                for item in map(json.loads, (scratch / "client.jsonl").read_text().splitlines())
+                if item.get("type") == "outcome"]
     health = [(h["t"], h["serving"]) for h in map(json.loads, (scratch / "health.jsonl").read_text().splitlines())]
     runs = [FaultRun(**json.loads(line)) for line in (scratch / "faults.jsonl").read_text().splitlines() if line.strip()]
     ends = run.get("window_ends", {})
@@ -1293,7 +850,7 @@ def analyse(scratch: Path, quiet_s: float) -> dict[str, Any]:
         end = fr.window_end or max((a.end for a in attempts), default=fr.restored)
         row = account_window(fr.window, records, outcomes, attempts)
         # the calls of requests sent from this window on: an earlier fault's stragglers are its own
-        mine = [a for a in attempts if order.get(window_of(a.cid) or "", -1) >= i]
+        mine = [a for a in attempts if order.get(window_of(a.client_request_id) or "", -1) >= i]
         rec = recovery(mine, health, fr.injected, end, pre_s=quiet_s)
         lf = row.pop("last_fallback")
         row["last_fallback_after_restore_s"] = None if lf is None else lf - fr.restored
@@ -1318,8 +875,9 @@ def analyse(scratch: Path, quiet_s: float) -> dict[str, Any]:
                 evidence += grep_logs(files, row["duplicate_ids"][:3], limit=6)
             elif goal == "wrong_codes":
                 for ex in row["wrong_examples"][:3]:
-                    evidence.append(f"client: {ex['method']} {ex['cid']} -> {ex['code']}: {ex['detail']}")
-                rids = [ex["rid"] for ex in row["wrong_examples"] if ex.get("rid")] + row["internal_results"]
+                    evidence.append(f"client: {ex['method']} {ex['client_request_id']} -> {ex['code']}: "
+                                    f"{ex.get('detail', '')}")
+                rids = [ex["request_id"] for ex in row["wrong_examples"] if ex.get("request_id")] + row["internal_results"]
                 evidence += grep_logs(files, rids[:3], limit=6)
                 evidence += lines_between(files, fr.injected - 1, end, r"rpc_failed|Traceback|task\.failure", limit=4)
             elif goal == "injected":
@@ -1329,13 +887,13 @@ def analyse(scratch: Path, quiet_s: float) -> dict[str, Any]:
                                 f"(evaluated until {rec.evaluated_until_s:.0f} s; pre-fault {rec.pre_ok_per_s:.2f} OK/s, "
                                 f"{rec.pre_ok_share:.0%} OK)")
                 bad_codes = Counter(a.code for a in mine if fr.injected <= a.end <= end and a.code != "OK"
-                                    and not is_poll(a))
+                                    and not a.is_poll)
                 evidence.append(f"non-OK statuses in the window: {dict(bad_codes)}")
                 if rec.last_bad_s is not None:  # the calls that kept the rule failing last
                     t_bad = fr.injected + rec.last_bad_s
-                    last = [a for a in mine if t_bad - WINDOW_S < a.end <= t_bad and a.code != "OK" and not is_poll(a)]
+                    last = [a for a in mine if t_bad - WINDOW_S < a.end <= t_bad and a.code != "OK" and not a.is_poll]
                     for a in last[-3:]:
-                        evidence.append(f"client: {a.method} {a.cid} sent {a.start - fr.injected:.1f} s after the "
+                        evidence.append(f"client: {a.method} {a.client_request_id} sent {a.start - fr.injected:.1f} s after the "
                                         f"injection -> {a.code} at {a.end - fr.injected:.1f} s: {a.detail[:160]}")
                 evidence += lines_between(files, fr.injected, end, r'"level": "(error|warning)"', limit=3)
             failures.append({"window": fr.window, "fault": fr.fault, "repetition": fr.repetition, "goal": goal,
@@ -1568,22 +1126,22 @@ def campaign(args: argparse.Namespace, plan: Sequence[tuple[str, int]], scratch:
     try:
         with started_stack(args, scratch, use_opensearch, run["stack_info"]) as handles:
             started = True
-            running = handles.running
+            running = handles.stack
             if running.triton is None:
                 run["notes"].append("Triton was not started (no classifier version): the front door routed with the rules")
-            key = running.create_api_key(TENANT)
+            key = running.api_key(TENANT)
             picker = QueryPicker(build_pools("demo"), parse_mix(args.mix), seed=args.seed)
 
             async def go() -> list[FaultRun]:
-                client = LoadClient(running.address, key, picker, args.rate, args.call_timeout, args.budget,
-                                    scratch / "client.jsonl", scratch / "health.jsonl")
+                client = LoadClient(running.address, key, journal=scratch / "client.jsonl", reconnect_fast=True)
+                load = CampaignLoad(client, picker, args.rate, args.call_timeout, args.budget, scratch / "health.jsonl")
                 try:
-                    seen = await client.warm_up()
+                    seen = await load.warm_up()
                     log(f"warm-up answered: {seen}")
                     run["t0"] = time.time()
-                    return await run_campaign(client, handles, plan, args.quiet, args.observe, scratch / "faults.jsonl")
+                    return await run_campaign(load, handles, plan, args.quiet, args.observe, scratch / "faults.jsonl")
                 finally:
-                    run["skipped_sends"] = client.skipped_sends
+                    run["skipped_sends"] = load.skipped_sends
                     await client.close()
 
             runs = asyncio.run(go())

@@ -11,23 +11,12 @@ overlap of the passages each run read.
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import sys
 from pathlib import Path
 
 from adaptive_rag.evaluation.runner import load_outcomes
-
-BOOTSTRAP_SAMPLES = 10_000
-
-
-def bootstrap_interval(diffs: list[float], seed: int = 0) -> tuple[float, float]:
-    """95 % bootstrap interval of the mean of `diffs`."""
-    rng = random.Random(seed)
-    means = sorted(
-        statistics.fmean(rng.choices(diffs, k=len(diffs))) for _ in range(BOOTSTRAP_SAMPLES)
-    )
-    return means[int(0.025 * BOOTSTRAP_SAMPLES)], means[int(0.975 * BOOTSTRAP_SAMPLES) - 1]
+from lab.harness.stats import paired_difference_interval
 
 
 def jaccard(a: list[str], b: list[str]) -> float:
@@ -49,11 +38,12 @@ def compare(run_a: Path, run_b: Path) -> str:
         if not keys:
             continue
         diffs = [b[k].f1 - a[k].f1 for k in keys]
-        low, high = bootstrap_interval(diffs)
+        interval = paired_difference_interval([a[k].f1 for k in keys], [b[k].f1 for k in keys])
+        span = f"[{100 * interval.low:+.1f}, {100 * interval.high:+.1f}]" if interval else "-"
         lines.append(
             f"| {strategy} | {len(keys)} | {100 * statistics.fmean(a[k].f1 for k in keys):.1f} | "
             f"{100 * statistics.fmean(b[k].f1 for k in keys):.1f} | {100 * statistics.fmean(diffs):+.1f} | "
-            f"[{100 * low:+.1f}, {100 * high:+.1f}] | "
+            f"{span} | "
             f"{100 * statistics.fmean(a[k].answer == b[k].answer for k in keys):.0f} % | "
             f"{statistics.fmean(jaccard(a[k].passage_ids, b[k].passage_ids) for k in keys):.2f} |"
         )

@@ -7,7 +7,7 @@ through the real service, give the feedback a support agent would, and let the r
                                                                    # var/domain_adaptation/quick/report/
     .venv/bin/python -m lab.experiments.domain_adaptation --render DIR  # report.md + PNG again from DIR/report.json
 
-The stack is `services.demo.local.local_stack` on its embedded defaults (local Triton, tier worker
+The stack is the lab's (`lab.harness.stack`) on the demo's embedded defaults (local Triton, tier worker
 pools A, B, C and shadow on the filesystem broker, the gRPC front door, SQLite), with
 `ARAG_SHADOW_SHARE=1.0` so every answered query also runs on its neighbouring tier, a fresh model
 repository holding the starting router as version 1 (the shipped bag-of-words router published
@@ -65,7 +65,7 @@ from adaptive_rag.evaluation.support import (
     GOLD_TIER, JOINED, KINDS, SMALL_TALK, SupportQuery, mean_with_interval,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ARAG = Path(sys.executable).with_name("arag")
 TENANT = "support"
 TIER_ORDER = ("A", "B", "C")
@@ -1139,7 +1139,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from adaptive_rag.evaluation.support import FAQ_FILE, build_suite
     from adaptive_rag.settings import ClassifierSettings, Settings, multi_step_strategy
-    from services.demo.local import local_stack
+    from lab.harness.stack import lab_stack
 
     scratch: Path = args.scratch
     started_at = datetime.now(timezone.utc)
@@ -1197,9 +1197,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "notes": notes,
             }
             console = Console(highlight=False)
-            with local_stack(scratch / "stack", knowledge_base=args.data_dir / FAQ_FILE, tenants=(TENANT,),
-                             console=console) as running:
-                meta["stack"] = "; ".join(f"{k}: {v}" for k, v in running.plan.using.items())
+            with lab_stack(scratch / "stack", knowledge_base=args.data_dir / FAQ_FILE, tenants=(TENANT,),
+                           console=console) as running:
+                meta["stack"] = "; ".join(f"{k}: {v}" for k, v in running.using.items())
                 database_url = running.settings.library.database_url
                 triton_url = running.settings.classifier.triton_grpc_url
                 seeded = seed_labels(running.store.engine, router.labels_file, args.data_dir)
@@ -1219,7 +1219,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                         f"the start; reader {eval_source.reader}; tiers "
                                         f"{', '.join(eval_source.strategies)})")
                 with grpc.insecure_channel(running.address) as channel:
-                    client = SupportClient(channel, running.create_api_key(TENANT), args.call_timeout, args.budget)
+                    client = SupportClient(channel, running.api_key(TENANT), args.call_timeout, args.budget)
                     bench = Bench(args, client, running.store.engine, database_url, triton_url, repository,
                                   model_name, cli_env, test, eval_source, notes, run_id)
                     t0 = time.perf_counter()

@@ -1,12 +1,12 @@
 """Fair share between tenants: does a tenant flooding tier C at 10x its share slow a quiet one?
 
-One local stack (`services.demo.local.local_stack`: real worker pools A, B, C as `celery worker`
+One lab stack (`lab.harness.stack.lab_stack`: real worker pools A, B, C as `celery worker`
 processes, the real gRPC front door, each tenant's help-centre knowledge base imported through the
 KnowledgeBase API; Redis started here on loopback as broker, result backend and fair-share store,
 or the embedded filesystem broker with `--broker filesystem`), routed by the rules (an empty model
 repository: no classifier version, so the front door uses the rules; the queries are the demo
 questions the rules send to tier C). The LLM is the instant OpenAI-compatible endpoint of
-`lab/experiments/frontdoor_overhead.py` with a fixed per-completion latency (`--llm-latency-ms`, default
+`lab/harness/instant_llm.py` with a fixed per-completion latency (`--llm-latency-ms`, default
 300 ms): a measurement device standing for a remote inference endpoint with its own capacity (it
 sleeps, it uses no CPU of this machine), so tier C's service time is set by the number of
 completions a C query makes, not by two CPU cores running a model.
@@ -60,17 +60,17 @@ import shutil
 import statistics
 import sys
 import time
-import uuid
-from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lab.harness.instant_llm import cpu_model, mem_total_gb, running_instant_llm
+from lab.harness.instant_llm import cpu_model, mem_total_gb
+from lab.harness.load_client import CallRecord, LoadClient, open_loop
+from lab.harness.stats import median, percentile, percentile_ratio_interval
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "demo"
 PHASES = ("solo", "fair", "off")
 PHASE_LABEL = {"solo": "quiet alone", "fair": "with flood, fair share on",
@@ -81,15 +81,6 @@ ALL_TENANTS = ("quiet", "flood", "quiet-nofs", "flood-nofs")
 UNLIMITED = {"rate_per_s": 0, "slots": {"C": 0}}
 TARGET_RATIO = 1.20
 WORKDIR_MARK = ".fair_share_workdir"
-RETRY_AFTER = "retry-after"
-TIER_NAME = {1: "A", 2: "B", 3: "C"}  # pb2.TIER_A.. (checked against the stubs at start)
-
-
-# --- the fixed-latency LLM endpoint (measurement device) -------------------------------------------
-
-def fixed_latency_llm(latency_ms: float, log_path: Path):
-    """The instant LLM endpoint with a fixed wait per completion (no CPU), as its own process."""
-    return running_instant_llm(log_path, latency_ms)
 
 
 # --- calls ------------------------------------------------------------------------------------------
@@ -112,6 +103,14 @@ class Call:
     server_total_ms: float | None = None
     detail: str | None = None
 
+    @classmethod
+    def of(cls, call: CallRecord, role: str, phase: str | None, round_: int | None, origin: float) -> Call:
+        """The stored form of one call of the shared load client (`origin`: the run's start on
+        the wall clock)."""
+        return cls(call.tenant or "", role, phase, round_, call.start - origin, call.latency_ms, call.code,
+                   call.retry_after_s, call.tier, call.queue_wait_ms, call.strategy_ms, call.total_ms,
+                   None if call.ok else call.detail[:200])
+
 
 def c_queries() -> list[str]:
     """The demo questions the rules route to tier C (the front door routes with the rules here)."""
@@ -125,69 +124,34 @@ def c_queries() -> list[str]:
 
 
 class Client:
-    """grpc.aio client of the front door, one API key per tenant."""
+    """The experiment's Answer calls on the shared load client, one API key per tenant: each the
+    next tier-C question, labelled with its role, phase and round."""
 
     def __init__(self, address: str, keys: dict[str, str], queries: list[str], t0: float,
                  timeout_s: float) -> None:
-        import grpc
-
-        from services.frontdoor.stubs import pb2, pb2_grpc
-
-        self.grpc, self.pb2 = grpc, pb2
-        self.channel = grpc.aio.insecure_channel(address)
-        self.stub = pb2_grpc.AdaptiveRagStub(self.channel)
-        self.auth = {t: (("authorization", f"Bearer {k}"),) for t, k in keys.items()}
+        self.load = LoadClient(address, keys)
         self.queries = queries
-        self.t0 = t0
+        self.origin = time.time() - (time.monotonic() - t0)  # the run's start on the wall clock
         self.timeout_s = timeout_s
         self._n = 0
-        assert {pb2.TIER_A: "A", pb2.TIER_B: "B", pb2.TIER_C: "C"} == TIER_NAME
 
     async def close(self) -> None:
-        await self.channel.close()
+        await self.load.close()
 
     async def answer(self, tenant: str, role: str, phase: str | None = None,
                      round_: int | None = None) -> Call:
         query = self.queries[self._n % len(self.queries)]
         self._n += 1
-        start = time.monotonic()
-        call = Call(tenant, role, phase, round_, start - self.t0)
-        request = self.pb2.AnswerRequest(query=query.encode(), client_request_id=uuid.uuid4().hex)
-        try:
-            reply = await self.stub.Answer(request, metadata=self.auth[tenant], timeout=self.timeout_s)
-        except self.grpc.aio.AioRpcError as exc:
-            call.latency_ms = 1000 * (time.monotonic() - start)
-            call.status = exc.code().name
-            call.detail = (exc.details() or "")[:200]
-            for key, value in exc.trailing_metadata() or ():
-                if key == RETRY_AFTER:
-                    try:
-                        call.retry_after_s = float(value)
-                    except ValueError:
-                        call.detail = f"bad retry-after {value!r}; {call.detail}"
-            return call
-        call.latency_ms = 1000 * (time.monotonic() - start)
-        call.tier = TIER_NAME.get(reply.tier)
-        call.queue_wait_ms = reply.timings.queue_wait_ms
-        call.strategy_ms = reply.timings.strategy_ms
-        call.server_total_ms = reply.timings.total_ms
-        return call
-
-
-async def _sleep_until(t: float) -> None:
-    delay = t - time.monotonic()
-    if delay > 0:
-        await asyncio.sleep(delay)
+        call = await self.load.answer(query, tenant=tenant, timeout=self.timeout_s)
+        return Call.of(call, role, phase, round_, self.origin)
 
 
 async def quiet_sender(client: Client, tenant: str, start: float, n: int, interval_s: float,
                        phase: str, round_: int) -> list[Call]:
     """Open loop: call k is sent at start + k * interval, whatever the earlier ones are doing."""
-    tasks = []
-    for k in range(n):
-        await _sleep_until(start + k * interval_s)
-        tasks.append(asyncio.create_task(client.answer(tenant, "quiet", phase, round_)))
-    return list(await asyncio.gather(*tasks))
+    sent = await open_loop(lambda _: client.answer(tenant, "quiet", phase, round_), 1.0 / interval_s,
+                           count=n, start=start)
+    return sent.results
 
 
 @dataclass
@@ -201,49 +165,12 @@ class FloodResult:
 async def flood_sender(client: Client, tenant: str, rate: float, inflight: int,
                        stop: asyncio.Event, phase: str, round_: int) -> FloodResult:
     """Open loop at `rate` calls/s, at most `inflight` outstanding; returns after the drain."""
-    out = FloodResult()
-    pending: set[asyncio.Task] = set()
-    tasks: list[asyncio.Task] = []
-    start = time.monotonic()
-    k = 0
-    while not stop.is_set():
-        due = start + k / rate
-        k += 1
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=max(0.0, due - time.monotonic()))
-            break
-        except asyncio.TimeoutError:
-            pass
-        if len(pending) >= inflight:
-            out.skipped += 1
-            continue
-        task = asyncio.create_task(client.answer(tenant, "flood", phase, round_))
-        pending.add(task)
-        tasks.append(task)
-        task.add_done_callback(pending.discard)
-        out.max_inflight_seen = max(out.max_inflight_seen, len(pending))
-    out.seconds = time.monotonic() - start
-    out.calls = list(await asyncio.gather(*tasks)) if tasks else []
-    return out
+    sent = await open_loop(lambda _: client.answer(tenant, "flood", phase, round_), rate, stop=stop,
+                           max_in_flight=inflight)
+    return FloodResult(sent.results, sent.skipped, sent.seconds, sent.max_in_flight_seen)
 
 
 # --- statistics -------------------------------------------------------------------------------------
-
-def pct(values: list[float], q: float) -> float | None:
-    return float(np.percentile(values, q)) if values else None
-
-
-def bootstrap_ratio(num: list[float], den: list[float], q: float, resamples: int,
-                    rng: np.random.Generator) -> tuple[float, float] | None:
-    """Percentile-bootstrap 95 % interval of pctl_q(num) / pctl_q(den), each resampled alone."""
-    if len(num) < 2 or len(den) < 2:
-        return None
-    a, b = np.asarray(num), np.asarray(den)
-    pa = np.percentile(a[rng.integers(0, len(a), (resamples, len(a)))], q, axis=1)
-    pb = np.percentile(b[rng.integers(0, len(b), (resamples, len(b)))], q, axis=1)
-    lo, hi = np.percentile(pa / pb, [2.5, 97.5])
-    return float(lo), float(hi)
-
 
 def quiet_latencies(calls: list[dict]) -> list[float]:
     """Latencies of the quiet calls that got an answer, and of those that ran into the deadline
@@ -267,15 +194,15 @@ def summarize(phases: list[dict], resamples: int, seed: int) -> dict[str, Any]:
         out["quiet"][phase] = {
             "phases": len(runs), "sent": len(quiet), "answered": len(ok), "statuses": statuses,
             "not_tier_c": sum(1 for c in ok if c["tier"] != "C"),
-            **{f"p{q}_ms": pct(lat[phase], q) for q in (50, 95, 99)},
+            **{f"p{q}_ms": percentile(lat[phase], q) for q in (50, 95, 99)},
             "mean_ms": statistics.fmean(lat[phase]) if lat[phase] else None,
-            "queue_wait_p50_ms": pct([c["queue_wait_ms"] for c in ok], 50),
-            "queue_wait_p95_ms": pct([c["queue_wait_ms"] for c in ok], 95),
-            "strategy_p50_ms": pct([c["strategy_ms"] for c in ok], 50),
-            "strategy_p95_ms": pct([c["strategy_ms"] for c in ok], 95),
+            "queue_wait_p50_ms": percentile([c["queue_wait_ms"] for c in ok], 50),
+            "queue_wait_p95_ms": percentile([c["queue_wait_ms"] for c in ok], 95),
+            "strategy_p50_ms": percentile([c["strategy_ms"] for c in ok], 50),
+            "strategy_p95_ms": percentile([c["strategy_ms"] for c in ok], 95),
             # Neither queue nor strategy: the front door, result delivery, gRPC, this client.
-            "outside_p50_ms": pct([c["latency_ms"] - c["queue_wait_ms"] - c["strategy_ms"] for c in ok], 50),
-            "outside_p95_ms": pct([c["latency_ms"] - c["queue_wait_ms"] - c["strategy_ms"] for c in ok], 95),
+            "outside_p50_ms": percentile([c["latency_ms"] - c["queue_wait_ms"] - c["strategy_ms"] for c in ok], 50),
+            "outside_p95_ms": percentile([c["latency_ms"] - c["queue_wait_ms"] - c["strategy_ms"] for c in ok], 95),
         }
         if phase == "solo":
             continue
@@ -297,9 +224,9 @@ def summarize(phases: list[dict], resamples: int, seed: int) -> dict[str, Any]:
             "share_per_s": statistics.fmean(share) if share else None,
             "rejected": len(rejected), "rejected_with_retry_after": len(hints),
             "retry_after_min_s": min(hints) if hints else None,
-            "retry_after_p50_s": pct(hints, 50), "retry_after_max_s": max(hints) if hints else None,
-            "rejected_latency_p50_ms": pct([c["latency_ms"] for c in rejected], 50),
-            "answered_latency_p50_ms": pct([c["latency_ms"] for c in ok_f], 50),
+            "retry_after_p50_s": percentile(hints, 50), "retry_after_max_s": max(hints) if hints else None,
+            "rejected_latency_p50_ms": percentile([c["latency_ms"] for c in rejected], 50),
+            "answered_latency_p50_ms": percentile([c["latency_ms"] for c in ok_f], 50),
             "max_inflight_seen": max((r["flood"]["max_inflight_seen"] for r in runs), default=0),
         }
     for phase in ("fair", "off"):
@@ -308,12 +235,12 @@ def summarize(phases: list[dict], resamples: int, seed: int) -> dict[str, Any]:
         for q in (50, 95):
             point = (other[f"p{q}_ms"] / base[f"p{q}_ms"]) if other[f"p{q}_ms"] and base[f"p{q}_ms"] else None
             row[f"p{q}"] = point
-            row[f"p{q}_ci95"] = bootstrap_ratio(lat[phase], lat["solo"], q, resamples, rng)
+            row[f"p{q}_ci95"] = percentile_ratio_interval(lat[phase], lat["solo"], q, resamples, rng)
         out["ratios"][phase] = row
     for r in phases:
         quiet = quiet_latencies([c for c in r["calls"] if c["role"] == "quiet"])
         out["per_round"].append({"round": r["round"], "phase": r["phase"], "n": len(quiet),
-                                 "p50_ms": pct(quiet, 50), "p95_ms": pct(quiet, 95),
+                                 "p50_ms": percentile(quiet, 50), "p95_ms": percentile(quiet, 95),
                                  "load_average": r.get("load_average_start")})
     fair = out["ratios"]["fair"]
     quiet_fair = out["quiet"]["fair"]
@@ -397,7 +324,7 @@ async def run_phases(client: Client, todo: list[tuple[int, str]], args: argparse
                         if set(fs) - {"OK", "RESOURCE_EXHAUSTED"} else "")) if flood_tenant else ""
         left = len(todo) - i - 1
         log(f"round {round_} {phase:<4} ({PHASE_LABEL[phase]}): quiet {len(quiet) - bad}/{len(quiet)} OK, "
-            f"p50 {_fmt(pct(lat, 50))} ms, p95 {_fmt(pct(lat, 95))} ms{flood_txt}; "
+            f"p50 {_fmt(percentile(lat, 50))} ms, p95 {_fmt(percentile(lat, 95))} ms{flood_txt}; "
             f"{drained - t0:.0f} s, load {load[0]:.2f}; {left} phase(s) left")
         await asyncio.sleep(args.settle)
 
@@ -420,13 +347,13 @@ async def measure(address: str, keys: dict[str, str], queries: list[str], args: 
         ok = [c.latency_ms for c in cal if c.status == "OK"]
         if len(ok) < len(cal):
             raise RuntimeError(f"calibration calls failed: {[c.status for c in cal]}")
-        service_s = statistics.median(ok) / 1000
+        service_s = median(ok) / 1000
         calibration_out.update(
             service_ms_median=1000 * service_s, service_ms=ok,
             strategy_ms=[c.strategy_ms for c in cal], queue_wait_ms=[c.queue_wait_ms for c in cal],
             share_per_s=1 / service_s, flood_rate_per_s=args.flood_factor / service_s)
         log(f"C service time {1000 * service_s:.0f} ms (median of {len(ok)}; strategy "
-            f"{statistics.median(c.strategy_ms for c in cal):.0f} ms): one slot serves "
+            f"{median(c.strategy_ms for c in cal):.0f} ms): one slot serves "
             f"{1 / service_s:.2f}/s, the flood sends {args.flood_factor:g}x = {args.flood_factor / service_s:.2f}/s")
         # Fair share in force? Two concurrent calls of `flood`: one is refused with a hint; of
         # `flood-nofs`: both answered.
@@ -559,7 +486,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
-    from services.demo.local import Interrupted, install_stop_signals, local_stack
+    from lab.harness.stack import TIER_POOLS, Parts, lab_stack
+    from services.demo.local import Interrupted, install_stop_signals
 
     queries = c_queries()
     run_info: dict[str, Any] = {
@@ -576,21 +504,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--workdir {workdir} is not empty and was not made by this script")
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / WORKDIR_MARK).write_text("lab.experiments.fair_share work directory (removed by each run)\n")
-    # The settings every process of the stack inherits.
-    empty_repository = workdir / "no-classifier"
-    empty_repository.mkdir(parents=True, exist_ok=True)
-    env = {
-        "ARAG_CONCURRENCY": json.dumps({"A": 1, "B": 1, "C": args.c_concurrency, "shadow": 1}),
-        "ARAG_TENANT_SLOTS": json.dumps({"C": 1}),
-        "ARAG_TENANT_LIMITS": json.dumps({"quiet-nofs": UNLIMITED, "flood-nofs": UNLIMITED}),
-        "ARAG_MODEL_REPOSITORY": str(empty_repository),  # no classifier version: the rules route
-        "ARAG_SHADOW_SHARE": "0",
+    # The settings of the stack (no classifier version: the rules route).
+    settings = {
+        "concurrency": {"A": 1, "B": 1, "C": args.c_concurrency, "shadow": 1},
+        "tenant_slots": {"C": 1},
+        "tenant_limits": {"quiet-nofs": UNLIMITED, "flood-nofs": UNLIMITED},
+        "shadow_share": 0.0,
     }
     for name in ("ARAG_TENANT_RATE", "ARAG_TENANT_BURST", "ARAG_TENANT_LEASE", "REDIS_URL",
-                 "LLM_BASE_URL", "TRITON_GRPC_URL", "TRITON_URL"):
+                 "TRITON_GRPC_URL", "TRITON_URL"):
         if name in os.environ:
             log(f"note: {name} is set in the environment and is kept: {os.environ[name]}")
-    run_info["env"] = dict(env)
+    run_info["settings"] = settings
     if not args.resume or not journal.exists():
         journal.write_text(json.dumps(header) + "\n")
     install_stop_signals()
@@ -598,23 +523,16 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     code = 0
     try:
-        with ExitStack() as stack:
-            if args.broker == "redis" and "REDIS_URL" not in os.environ:
-                from infra.local.servers import local_redis
-
-                env["REDIS_URL"] = stack.enter_context(local_redis())
-                log(f"redis-server on {env['REDIS_URL']}")
-            llm = stack.enter_context(fixed_latency_llm(args.llm_latency_ms, workdir / "llm.log"))
-            env["LLM_BASE_URL"] = llm
-            log(f"fixed-latency LLM endpoint (measurement device, {args.llm_latency_ms:g} ms per "
-                f"completion, no CPU) on {llm}")
-            os.environ.update(env)
-            log("starting the local stack (pools A, B, C; front door; 4 tenants' knowledge bases)")
-            running = stack.enter_context(local_stack(workdir, tenants=ALL_TENANTS, pools=("A", "B", "C"),
-                                                      console=console))
-            run_info["stack"] = running.plan.using
+        # Redis started here unless the environment names one (kept, as noted above)
+        broker = "redis" if args.broker == "redis" and "REDIS_URL" not in os.environ else None
+        parts = Parts(broker=broker, classifier="rules", llm="instant")
+        log("starting the lab stack (Redis; the fixed-latency LLM endpoint; pools A, B, C; front door; "
+            "4 tenants' knowledge bases)")
+        with lab_stack(workdir, parts, pools=TIER_POOLS, settings=settings, tenants=ALL_TENANTS,
+                       llm_latency_ms=args.llm_latency_ms, console=console) as running:
+            run_info["stack"] = running.using
             run_info["stack_started_s"] = time.monotonic() - t_start
-            keys = {t: running.create_api_key(t) for t in ALL_TENANTS}
+            keys = {t: running.api_key(t) for t in ALL_TENANTS}
             log(f"stack up in {run_info['stack_started_s']:.0f} s; front door {running.address}")
             asyncio.run(measure(running.address, keys, queries, args, todo, journal, t_start,
                                 run_info["calibration"]))
@@ -818,17 +736,17 @@ def markdown(report: dict[str, Any], phases: list[dict[str, Any]]) -> str:
     lines += [
         "## Setup",
         "",
-        "- One local stack (`services.demo.local.local_stack`) for all phases: "
+        "- One lab stack (`lab.harness.stack.lab_stack`) for all phases: "
         + "; ".join(f"{k}: {v}" for k, v in (run.get("stack") or {}).items()) + ".",
         f"- Worker pools A, B, C (`celery worker`, prefork), concurrency A 1, B 1, C "
         f"{cfg['c_concurrency']} (prefetch C 1): two tier-C processes, so there is a worker to share.",
-        f"- LLM: the instant OpenAI-compatible endpoint of `lab/experiments/frontdoor_overhead.py` with "
+        f"- LLM: the instant OpenAI-compatible endpoint of `lab/harness/instant_llm.py` with "
         f"`--llm-latency-ms {cfg['llm_latency_ms']:g}`: a **measurement device** standing for a remote "
         "inference endpoint with its own capacity. Every completion waits that long (a sleep on its "
         "own thread: no CPU, no queueing in the endpoint) and answers one fixed word; a tier-C query "
         "(`decompose`) makes several completions (with these one-word answers its strategy took "
-        f"{_fmt(statistics.median(cal['strategy_ms']) if cal.get('strategy_ms') else None)} ms, i.e. "
-        f"about {_fmt(statistics.median(cal['strategy_ms']) / cfg['llm_latency_ms'] if cal.get('strategy_ms') else None)} "
+        f"{_fmt(median(cal['strategy_ms']) if cal.get('strategy_ms') else None)} ms, i.e. "
+        f"about {_fmt(median(cal['strategy_ms']) / cfg['llm_latency_ms'] if cal.get('strategy_ms') else None)} "
         "waits plus retrieval), so its service time is set by the endpoint's latency, not by these two cores.",
         "- Fair share: `ARAG_TENANT_SLOTS='{\"C\": 1}'` (every tenant may hold 1 queued + running "
         "tier-C task), rate limit and other tiers at their defaults (50/s, burst 100). Fair share off: "

@@ -8,8 +8,10 @@ interpreter (checked: `adaptive_rag`, `services`, `workers` resolve into the tre
 - before: `git worktree add --detach /tmp/arag-before 7b14f11` (reused when present);
 - after: the repository this file lives in.
 
-Shared, started here on loopback: Redis (one database number per tree), PostgreSQL (one database
-per tree, `arag_before` / `arag_after`, each migrated by its own tree's code), one Triton serving the
+Shared, started here on loopback by the lab's stack (`lab.harness.stack`, its servers only: the
+trees' pools and front doors are started here, each with its tree's code): Redis (one database
+number per tree), PostgreSQL (one database per tree, `arag_before` / `arag_after`, each migrated
+by its own tree's code), one Triton serving the
 router (`--router shipped`, the default: the bag-of-words router the repository ships, published
 with `arag model ship` as users get it; `--router minilm`: an untrained MiniLM-L6 exported once,
 its routing effectively random, a fixture with a transformer's inference cost), a tantivy index of `demo/knowledge_base.jsonl`, and an *instant* OpenAI-compatible LLM endpoint (a
@@ -38,31 +40,30 @@ an interval over blocks. `--after-env NAME=VALUE` measures a setting against its
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import json
 import os
 import platform
-import queue
 import secrets
 import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from adaptive_rag.contracts import CLASSIFIER_MODEL
-from lab.harness.instant_llm import LLM_ANSWER, READY, cpu_model
+from lab.harness.instant_llm import LLM_ANSWER, cpu_model
+from lab.harness.load_client import CallRecord, LoadClient, closed_loop
+from lab.harness.stats import CpuMeter, block_bootstrap_ratio, percentile, ratio_of_medians_interval
 from infra.local.servers import free_port
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BEFORE_COMMIT = "7b14f11"
 BEFORE_TREE = Path("/tmp/arag-before")
 PYTHON = Path(sys.executable)
@@ -96,24 +97,6 @@ def descendants(pid: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return found
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """CPU time the processes `pids` have used so far: the sum over their live threads of the
-    scheduler's run time (`/proc/<pid>/task/<tid>/schedstat`, nanoseconds; `stat`'s clock ticks
-    are 10 ms, too coarse for one block)."""
-    total = 0
-    for pid in pids:
-        try:
-            tasks = list(Path(f"/proc/{pid}/task").iterdir())
-        except OSError:  # exited: its time is gone with it
-            continue
-        for task in tasks:
-            try:
-                total += int((task / "schedstat").read_text().split()[0])
-            except (OSError, ValueError, IndexError):
-                continue
-    return total / 1e9
 
 
 def _alive(pid: int) -> bool:
@@ -391,11 +374,10 @@ def start_tree(procs: Processes, name: str, tree: Path, commit: str, env: dict[s
     })
 
 
-def cpu_groups(stack: TreeStack) -> dict[str, list[int]]:
+def cpu_meter(stack: TreeStack) -> CpuMeter:
     """A tree's own processes by role: its front door; its worker pools with their children."""
-    pools = stack.worker_pids["pools"]["pid"]
-    return {"front door": [stack.worker_pids["frontdoor"]["pid"]],
-            "worker pools": [pools, *descendants(pools)]}
+    return CpuMeter({stack.worker_pids["frontdoor"]["pid"]: "front door",
+                     stack.worker_pids["pools"]["pid"]: "worker pools"})
 
 
 # --- load --------------------------------------------------------------------------------------------
@@ -421,6 +403,12 @@ class Sample:
             return None
         return self.total_ms - self.queue_wait_ms - self.strategy_ms
 
+    @classmethod
+    def of(cls, call: CallRecord, tree: str, concurrency: int, block: int) -> Sample:
+        """The sample of one Answer call of the shared load client."""
+        return cls(tree, concurrency, block, call.code, call.latency_ms, call.total_ms, call.queue_wait_ms,
+                   call.strategy_ms, call.classify_ms, call.tier, call.fallback, call.model_version)
+
 
 class Queries:
     """Distinct queries: the demo questions in turn, each with a counter appended."""
@@ -438,89 +426,79 @@ class Queries:
         return out
 
 
-class Client:
-    """gRPC stubs of one tree's front door: one channel per concurrent client."""
+async def run_block(client: LoadClient, stack: TreeStack, queries: list[str], concurrency: int,
+                    block: int) -> list[Sample]:
+    """Closed loop: `concurrency` clients (a connection each), each sends its next query when its
+    reply is in."""
+    async def one(query: str, lane: int) -> Sample:
+        call = await client.answer(query, timeout=CALL_TIMEOUT_S, lane=lane)
+        return Sample.of(call, stack.name, concurrency, block)
 
-    def __init__(self, stack: TreeStack, concurrency: int) -> None:
-        import grpc
+    return await closed_loop(one, queries, concurrency)
 
-        from services.frontdoor.stubs import pb2, pb2_grpc
 
-        self.grpc, self.pb2 = grpc, pb2
-        self.tier_name = {pb2.TIER_A: "A", pb2.TIER_B: "B", pb2.TIER_C: "C"}
-        self.stack = stack
-        self.channels = [grpc.insecure_channel(stack.listen) for _ in range(concurrency)]
-        self.stubs = [pb2_grpc.AdaptiveRagStub(c) for c in self.channels]
-        self.metadata = (("authorization", f"Bearer {stack.key}"),)
-        for channel in self.channels:
-            grpc.channel_ready_future(channel).result(timeout=30)
+async def route_latencies(client: LoadClient, queries: list[str]) -> dict[str, Any]:
+    """Single-stream `Route` calls (the decision-only RPC): client-side ms per call; {} when the
+    tree's front door has no Route."""
+    ms, errors = [], 0
+    for q in queries:
+        call = await client.route(q, timeout=CALL_TIMEOUT_S)
+        if call.code == "UNIMPLEMENTED":
+            return {}
+        if not call.ok:
+            errors += 1
+            continue
+        ms.append(call.latency_ms)
+    return {"calls": len(queries), "errors": errors, "p50_ms": percentile(ms, 50), "p95_ms": percentile(ms, 95),
+            "p99_ms": percentile(ms, 99)}
 
-    def close(self) -> None:
-        for channel in self.channels:
-            channel.close()
 
-    def call(self, stub, query: str, sample: Sample) -> Sample:
-        request = self.pb2.AnswerRequest(query=query.encode("utf-8"),
-                                         client_request_id=uuid.uuid4().hex)
-        started = time.perf_counter()
+async def measure(stacks: dict[str, TreeStack], concurrencies: list[int], args: argparse.Namespace,
+                  queries: Queries) -> tuple[list[Sample], list[dict[str, Any]], dict[str, Any]]:
+    """Per concurrency: an uncounted warm-up, then the trees' blocks in counterbalanced order with
+    each block's CPU; then the single-stream Route calls. (samples, blocks, route)"""
+    samples: list[Sample] = []
+    blocks: list[dict[str, Any]] = []
+    for i, c in enumerate(concurrencies):
+        clients = {name: LoadClient(stacks[name].listen, stacks[name].key, channels=c) for name in TREES}
         try:
-            reply = stub.Answer(request, metadata=self.metadata, timeout=CALL_TIMEOUT_S)
-        except self.grpc.RpcError as exc:
-            sample.client_ms = 1000 * (time.perf_counter() - started)
-            sample.status = exc.code().name
-            return sample
-        sample.client_ms = 1000 * (time.perf_counter() - started)
-        t = reply.timings
-        sample.total_ms, sample.queue_wait_ms = t.total_ms, t.queue_wait_ms
-        sample.strategy_ms, sample.classify_ms = t.strategy_ms, t.classify_ms
-        sample.tier = self.tier_name.get(reply.tier)
-        sample.fallback = reply.classifier.fallback
-        sample.model_version = reply.classifier.model_version
-        return sample
-
-    def route_latencies(self, queries: list[str]) -> dict[str, Any]:
-        """Single-stream `Route` calls (the decision-only RPC): client-side ms per call; {} when
-        the tree's front door has no Route."""
-        stub, ms, errors = self.stubs[0], [], 0
-        for q in queries:
-            started = time.perf_counter()
-            try:
-                stub.Route(self.pb2.RouteRequest(query=q.encode("utf-8")), metadata=self.metadata,
-                           timeout=CALL_TIMEOUT_S)
-            except self.grpc.RpcError as exc:
-                if exc.code() is self.grpc.StatusCode.UNIMPLEMENTED:
-                    return {}
-                errors += 1
-                continue
-            ms.append(1000 * (time.perf_counter() - started))
-        return {"calls": len(queries), "errors": errors, "p50_ms": pct(ms, 50), "p95_ms": pct(ms, 95),
-                "p99_ms": pct(ms, 99)}
-
-    def run(self, queries: list[str], concurrency: int, block: int) -> list[Sample]:
-        """Closed loop: `concurrency` clients, each sends its next query when its reply is in."""
-        todo: queue.SimpleQueue[str] = queue.SimpleQueue()
-        for q in queries:
-            todo.put(q)
-        samples: list[Sample] = []
-        lock = threading.Lock()
-
-        def loop(stub) -> None:
-            while True:
-                try:
-                    q = todo.get_nowait()
-                except queue.Empty:
-                    return
-                s = self.call(stub, q, Sample(self.stack.name, concurrency, block))
-                with lock:
-                    samples.append(s)
-
-        threads = [threading.Thread(target=loop, args=(stub,), daemon=True)
-                   for stub in self.stubs[:concurrency]]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        return samples
+            for client in clients.values():
+                await client.ready(timeout=30)
+            warm = queries.take(args.warmup)
+            for name in TREES:
+                bad = [s.status for s in await run_block(clients[name], stacks[name], warm, c, -1)
+                       if s.status != "OK"]
+                if bad:
+                    raise RuntimeError(f"{name}: warm-up calls failed: {bad}")
+            order = block_order(args.blocks, TREES[i % 2])
+            texts: list[str] = []
+            for b, name in enumerate(order):
+                if b % 2 == 0:  # both trees of a pair get the same queries
+                    texts = queries.take(args.block_size)
+                la = os.getloadavg()
+                meter = cpu_meter(stacks[name])
+                cpu0 = meter.snapshot()
+                t0 = time.monotonic()
+                got = await run_block(clients[name], stacks[name], texts, c, b)
+                seconds = time.monotonic() - t0
+                cpu_s = CpuMeter.used(cpu0, meter.snapshot())
+                samples += got
+                ok = [s.overhead_ms for s in got if s.status == "OK"]
+                blocks.append({"concurrency": c, "block": b, "tree": name,
+                               "seconds": seconds, "load_average_start": la,
+                               "answered": len(ok), "overhead_p50_ms": percentile(ok, 50),
+                               "cpu_s": cpu_s})
+                print(f"clients {c} block {b:2d} {name:6s}: {len(ok)}/{len(got)} ok, "
+                      f"overhead p50 {_f(percentile(ok, 50))} ms, {blocks[-1]['seconds']:.1f} s, "
+                      f"load {la[0]:.2f}", flush=True)
+        finally:
+            for client in clients.values():
+                await client.close()
+    route: dict[str, Any] = {}
+    for name in TREES:  # the decision-only RPC, single stream, distinct queries
+        async with LoadClient(stacks[name].listen, stacks[name].key) as client:
+            route[name] = await route_latencies(client, queries.take(args.route_calls))
+    return samples, blocks, route
 
 
 def block_order(blocks: int, first: str) -> list[str]:
@@ -533,42 +511,6 @@ def block_order(blocks: int, first: str) -> list[str]:
 
 
 # --- statistics -------------------------------------------------------------------------------------
-
-def pct(values: list[float], q: float) -> float | None:
-    import numpy as np
-
-    return float(np.percentile(values, q)) if values else None
-
-
-def block_bootstrap(before: list[Any], after: list[Any], statistic: Callable[[list[Any]], float],
-                    n: int, rng: Any) -> tuple[float, float]:
-    """95 % percentile interval of statistic(after) / statistic(before), each tree's blocks
-    resampled with replacement (independently): requests of one block share its moment's
-    machine noise, so the block is the unit that varies."""
-    import numpy as np
-
-    ratios = []
-    for _ in range(n):
-        picked = [[blocks[i] for i in rng.integers(0, len(blocks), len(blocks))]
-                  for blocks in (before, after)]
-        ratios.append(statistic(picked[1]) / statistic(picked[0]))
-    lo, hi = np.percentile(ratios, [2.5, 97.5])
-    return float(lo), float(hi)
-
-
-def bootstrap_ratio(before: list[list[float]], after: list[list[float]], n: int,
-                    seed: int) -> tuple[float, float]:
-    """95 % interval of median(after) / median(before) over the requests of resampled blocks
-    (lists of each block's values); resampling requests one by one gave intervals too narrow
-    (an A/A run showed 0.90x [0.86, 0.94] that way)."""
-    import numpy as np
-
-    def median(blocks: list[Any]) -> float:
-        return float(np.median(np.concatenate(blocks)))
-
-    return block_bootstrap([np.asarray(b) for b in before if b], [np.asarray(a) for a in after if a],
-                           median, n, np.random.default_rng(seed))
-
 
 def by_block(samples: list[Sample]) -> list[list[float]]:
     """The answered calls' overhead, one list per block."""
@@ -595,16 +537,16 @@ def summarize(samples: list[Sample], concurrencies: list[int], n_boot: int, seed
             rows.append({
                 "tree": tree, "concurrency": c, "sent": len(mine), "answered": len(ok),
                 "errors": errors,
-                "overhead_p50_ms": pct(over, 50), "overhead_p95_ms": pct(over, 95),
-                "overhead_p99_ms": pct(over, 99),
-                "classify_p50_ms": pct([s.classify_ms for s in ok], 50),
-                "overhead_p50_by_tier_ms": {t: pct([s.overhead_ms for s in ok if s.tier == t], 50)
+                "overhead_p50_ms": percentile(over, 50), "overhead_p95_ms": percentile(over, 95),
+                "overhead_p99_ms": percentile(over, 99),
+                "classify_p50_ms": percentile([s.classify_ms for s in ok], 50),
+                "overhead_p50_by_tier_ms": {t: percentile([s.overhead_ms for s in ok if s.tier == t], 50)
                                             for t in ("A", "B", "C")},
-                "total_p50_ms": pct([s.total_ms for s in ok], 50),
-                "client_p50_ms": pct([s.client_ms for s in mine], 50),
-                "client_p95_ms": pct([s.client_ms for s in mine], 95),
-                "queue_wait_p50_ms": pct([s.queue_wait_ms for s in ok], 50),
-                "strategy_p50_ms": pct([s.strategy_ms for s in ok], 50),
+                "total_p50_ms": percentile([s.total_ms for s in ok], 50),
+                "client_p50_ms": percentile([s.client_ms for s in mine], 50),
+                "client_p95_ms": percentile([s.client_ms for s in mine], 95),
+                "queue_wait_p50_ms": percentile([s.queue_wait_ms for s in ok], 50),
+                "strategy_p50_ms": percentile([s.strategy_ms for s in ok], 50),
                 "tiers": {t: sum(1 for s in ok if s.tier == t) for t in ("A", "B", "C")},
                 "fallback_routed": sum(1 for s in ok if s.fallback),
                 "model_versions": sorted({s.model_version for s in ok if s.model_version is not None}),
@@ -612,13 +554,13 @@ def summarize(samples: list[Sample], concurrencies: list[int], n_boot: int, seed
         ob = [s.overhead_ms for s in per["before"] if s.status == "OK"]
         oa = [s.overhead_ms for s in per["after"] if s.status == "OK"]
         if ob and oa:
-            lo, hi = bootstrap_ratio(by_block(per["before"]), by_block(per["after"]), n_boot, seed + c)
+            ci = ratio_of_medians_interval(by_block(per["after"]), by_block(per["before"]), n_boot, seed + c)
             ratios.append({
                 "concurrency": c,
-                "p50": pct(oa, 50) / pct(ob, 50), "p50_ci95": [lo, hi],
-                "p95": pct(oa, 95) / pct(ob, 95), "p99": pct(oa, 99) / pct(ob, 99),
-                "client_p50": (pct([s.client_ms for s in per["after"]], 50)
-                               / pct([s.client_ms for s in per["before"]], 50)),
+                "p50": percentile(oa, 50) / percentile(ob, 50), "p50_ci95": list(ci) if ci else None,
+                "p95": percentile(oa, 95) / percentile(ob, 95), "p99": percentile(oa, 99) / percentile(ob, 99),
+                "client_p50": (percentile([s.client_ms for s in per["after"]], 50)
+                               / percentile([s.client_ms for s in per["before"]], 50)),
             })
     return {"rows": rows, "ratios": ratios}
 
@@ -630,8 +572,6 @@ def cpu_summary(blocks: list[dict[str, Any]], concurrencies: list[int], n_boot: 
 
     CPU per Answer is what decides a machine's ceiling; measured in the same interleaved blocks
     as the latency, it compares two trees far more tightly than two ceiling runs can."""
-    import numpy as np
-
     rows, ratios = [], []
     for c in concurrencies:
         per = {t: [b for b in blocks if b["concurrency"] == c and b["tree"] == t and b.get("cpu_s")
@@ -651,10 +591,9 @@ def cpu_summary(blocks: list[dict[str, Any]], concurrencies: list[int], n_boot: 
         def per_answer(blocks: list[tuple[float, int]]) -> float:
             return sum(cpu for cpu, _ in blocks) / sum(answered for _, answered in blocks)
 
-        lo, hi = block_bootstrap(cost["before"], cost["after"], per_answer, n_boot,
-                                 np.random.default_rng(seed + 100 + c))
+        ci = block_bootstrap_ratio(cost["after"], cost["before"], per_answer, n_boot, seed + 100 + c)
         point = per_answer(cost["after"]) / per_answer(cost["before"])
-        ratios.append({"concurrency": c, "total": point, "total_ci95": [lo, hi]})
+        ratios.append({"concurrency": c, "total": point, "total_ci95": list(ci) if ci else None})
     return {"rows": rows, "ratios": ratios}
 
 
@@ -681,13 +620,16 @@ def table_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _interval(ci: list[float] | None) -> str:
+    return f"{ci[0]:.2f}x - {ci[1]:.2f}x" if ci else "- (fewer than two blocks)"
+
+
 def ratio_lines(summary: dict[str, Any]) -> list[str]:
     lines = ["| clients | after/before p50 | 95 % interval (bootstrap) | p95 | p99 | client p50 |",
              "| ---: | ---: | --- | ---: | ---: | ---: |"]
     for r in summary["ratios"]:
-        lines.append(f"| {r['concurrency']} | {r['p50']:.2f}x | {r['p50_ci95'][0]:.2f}x - "
-                     f"{r['p50_ci95'][1]:.2f}x | {r['p95']:.2f}x | {r['p99']:.2f}x | "
-                     f"{r['client_p50']:.2f}x |")
+        lines.append(f"| {r['concurrency']} | {r['p50']:.2f}x | {_interval(r['p50_ci95'])} | "
+                     f"{r['p95']:.2f}x | {r['p99']:.2f}x | {r['client_p50']:.2f}x |")
     return lines
 
 
@@ -704,7 +646,7 @@ def cpu_lines(cpu: dict[str, Any] | None) -> list[str]:
             f"| {r['concurrency']} | {r['tree']} | {r['answered']} | "
             + " | ".join(_f(r["cpu_ms_per_answer"].get(role), 2) for role in roles)
             + f" | {_f(r['total_ms'], 2)} | "
-            + (f"{q['total']:.2f}x ({q['total_ci95'][0]:.2f}x - {q['total_ci95'][1]:.2f}x)" if q else "")
+            + (f"{q['total']:.2f}x ({_interval(q['total_ci95'])})" if q else "")
             + " |")
     return lines
 
@@ -825,16 +767,6 @@ def _interrupt(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-@contextmanager
-def instant_llm(procs: Processes, logs: Path) -> Iterator[str]:
-    port = free_port()
-    started = procs.start("instant LLM", [str(PYTHON), "-m", "lab.harness.instant_llm",
-                                          "--port", str(port)],
-                          cwd=REPO, env=tree_env(REPO, {}), log=logs / "instant_llm.log")
-    procs.wait_for(started, READY, 30)
-    yield f"http://127.0.0.1:{port}/v1"
-
-
 def git(args: list[str], cwd: Path) -> str:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True).stdout.strip()
 
@@ -906,12 +838,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     index_dir = build_index(args.workdir / "index", logs / "setup.log")
 
-    from infra.local.servers import local_postgres, local_redis
-    from services.classifier.local import TritonProcess
+    from lab.harness.stack import Parts, lab_stack
 
     procs = Processes()
     samples: list[Sample] = []
     blocks: list[dict[str, Any]] = []
+    route: dict[str, Any] = {}
     stacks: dict[str, TreeStack] = {}
     left: list[int] = []
     redis_db = {"before": 1, "after": 2}
@@ -919,17 +851,19 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = []
     try:
         with ExitStack() as stack:
-            redis_url = stack.enter_context(local_redis())
-            postgres_url = stack.enter_context(local_postgres())
+            # the servers only: Redis, PostgreSQL, Triton (the before tree's repository) and the
+            # instant LLM endpoint; no pools, front door or tenant of its own
+            servers = stack.enter_context(lab_stack(
+                args.workdir / "servers", Parts(broker="redis", records="postgres", classifier="triton", llm="instant"),
+                pools=(), frontdoor=False, tenants=(), model_repository=repositories["before"]))
+            redis_url, postgres_url = servers.redis.url, servers.settings.library.database_url
             print(f"redis {redis_url}, postgres {postgres_url}", flush=True)
-            tritons: dict[str, Any] = {}
+            triton_of = {"before": servers.triton,
+                         "after": (servers.start_triton("triton-after", repositories["after"])
+                                   if args.triton_per_tree else servers.triton)}
             for name in TREES:
-                if name not in tritons and (args.triton_per_tree or not tritons):
-                    log = logs / (f"triton-{name}.log" if args.triton_per_tree else "triton.log")
-                    tritons[name] = stack.enter_context(TritonProcess(repositories[name], log))
-                    print(f"triton {tritons[name].url} ({repositories[name]})", flush=True)
-            triton_of = {name: tritons.get(name) or next(iter(tritons.values())) for name in TREES}
-            llm_url = stack.enter_context(instant_llm(procs, logs))
+                print(f"{name}: triton {triton_of[name].url} ({repositories[name]})", flush=True)
+            llm_url = servers.llm.url
             stack.callback(lambda: left.extend(procs.stop_all()))  # before the servers stop
             shared = {
                 "ARAG_INDEX_DIR": str(index_dir), "ARAG_KB_DIR": str(args.workdir / "kb"),
@@ -948,46 +882,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}: front door on {stacks[name].listen}, modules from "
                       f"{Path(stacks[name].modules['adaptive_rag']).parents[1]}", flush=True)
 
-            queries = Queries()
-            for i, c in enumerate(concurrencies):
-                clients = {name: Client(stacks[name], c) for name in TREES}
-                try:
-                    warm = queries.take(args.warmup)
-                    for name in TREES:
-                        bad = [s.status for s in clients[name].run(warm, c, -1) if s.status != "OK"]
-                        if bad:
-                            raise RuntimeError(f"{name}: warm-up calls failed: {bad}")
-                    order = block_order(args.blocks, TREES[i % 2])
-                    texts: list[str] = []
-                    for b, name in enumerate(order):
-                        if b % 2 == 0:  # both trees of a pair get the same queries
-                            texts = queries.take(args.block_size)
-                        la = os.getloadavg()
-                        groups = cpu_groups(stacks[name])
-                        cpu0 = {role: cpu_seconds(pids) for role, pids in groups.items()}
-                        t0 = time.monotonic()
-                        got = clients[name].run(texts, c, b)
-                        seconds = time.monotonic() - t0
-                        cpu_s = {role: cpu_seconds(pids) - cpu0[role] for role, pids in groups.items()}
-                        samples += got
-                        ok = [s.overhead_ms for s in got if s.status == "OK"]
-                        blocks.append({"concurrency": c, "block": b, "tree": name,
-                                       "seconds": seconds, "load_average_start": la,
-                                       "answered": len(ok), "overhead_p50_ms": pct(ok, 50),
-                                       "cpu_s": cpu_s})
-                        print(f"clients {c} block {b:2d} {name:6s}: {len(ok)}/{len(got)} ok, "
-                              f"overhead p50 {_f(pct(ok, 50))} ms, {blocks[-1]['seconds']:.1f} s, "
-                              f"load {la[0]:.2f}", flush=True)
-                finally:
-                    for client in clients.values():
-                        client.close()
-            route: dict[str, Any] = {}
-            for name in TREES:  # the decision-only RPC, single stream, distinct queries
-                client = Client(stacks[name], 1)
-                try:
-                    route[name] = client.route_latencies(queries.take(args.route_calls))
-                finally:
-                    client.close()
+            samples, blocks, route = asyncio.run(measure(stacks, concurrencies, args, Queries()))
             stages = {name: stage_means(stacks[name].env) for name in TREES}
             for name in TREES:  # still alive at the end? (a crashed pool would show here)
                 pids = stacks[name].worker_pids

@@ -12,7 +12,7 @@ stack. Every case passes only with an expected status and a status message that 
 query must be answered (or get a precise status): never INTERNAL or UNKNOWN. Most cases are
 refused before anything runs; the few marked `answers` cost a real LLM answer.
 
-`__main__` starts `services.demo.local.local_stack` on its embedded defaults (SQLite, the
+`__main__` starts the lab's stack (`lab.harness.stack`) on the demo's embedded defaults (SQLite, the
 filesystem broker, tantivy, the embedded reader, Triton when a classifier version is published),
 makes the keys the cases need in its records and writes the report.
 """
@@ -48,7 +48,7 @@ from services.frontdoor.stubs import KB_SERVICE_NAME, SERVICE_NAME, pb2
 if TYPE_CHECKING:
     from adaptive_rag.storage import RecordStore
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ANSWER = f"/{SERVICE_NAME}/Answer"
 GET_RESULT = f"/{SERVICE_NAME}/GetResult"
 SUBMIT_FEEDBACK = f"/{SERVICE_NAME}/SubmitFeedback"
@@ -823,12 +823,13 @@ def main(argv: list[str] | None = None) -> int:
         write_report(args.out, rows, Aftermath(**saved["after"]), saved["info"])
         return 0
 
-    from services.demo.local import install_stop_signals, local_stack
+    from lab.harness.stack import TIER_POOLS, lab_stack
+    from services.demo.local import install_stop_signals
 
     install_stop_signals()
     tenant, other_tenant = "hostile", "hostile-other"
     load_before = [round(x, 2) for x in os.getloadavg()]
-    with local_stack(args.workdir, tenants=(tenant,), pools=("A", "B", "C")) as running:
+    with lab_stack(args.workdir, tenants=(tenant,), pools=TIER_POOLS) as running:
         keys = make_keys(running.store, tenant, other_tenant)
         with grpc.insecure_channel(running.address) as channel:
             target = Target(channel, running.address, keys, running.settings.library.max_query_chars)
@@ -841,7 +842,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, "
                        f"grpcio {grpc.__version__}",
             "load_before": load_before, "load_after": [round(x, 2) for x in os.getloadavg()],
-            "stack": "; ".join(f"{part}: {what}" for part, what in running.plan.using.items()),
+            "stack": "; ".join(f"{part}: {what}" for part, what in running.using.items()),
             "max_query_chars": target.max_query_chars,
             "failed_rpcs_in_log": failed_rpcs_in_log(log_text),
         }

@@ -40,7 +40,6 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import threading
@@ -53,8 +52,9 @@ from typing import Any
 
 from adaptive_rag.domain import Passage
 from adaptive_rag.prompts import format_passages, no_retrieval, single_step
+from lab.harness.stats import median, percentile
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SETUPS = ("embedded-t2", "embedded-t1", "server")
 WORKLOADS = ("A", "B")
 CONCURRENCY = (1, 2, 4, 8)
@@ -281,13 +281,12 @@ def summarize(setup: str, clients: int, workload: str, rnd: int, window: float,
     cut = [r for r in records if r["end"] is None]
     credit = sum(_credit(r["start"], r["end"], window) for r in done)
     credit += sum(_credit(r["start"], r["cut"], window) for r in cut)
-    latencies = sorted(r["end"] - r["start"] for r in done)
-    p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))] if latencies else None
+    latencies = [r["end"] - r["start"] for r in done]
     return Cell(
         setup=setup, clients=clients, workload=workload, round=rnd, window_s=window,
         answers=len(done), cut=len(cut), answers_per_s=credit / window,
-        latency_p50_s=statistics.median(latencies) if latencies else None, latency_p95_s=p95,
-        prompt_tokens_p50=statistics.median(r["prompt_tokens"] for r in done) if done else None,
+        latency_p50_s=median(latencies), latency_p95_s=percentile(latencies, 95),
+        prompt_tokens_p50=median(r["prompt_tokens"] for r in done),
         texts={r["prompt"]: r["text"] for r in done},
     )
 
@@ -331,11 +330,6 @@ def parity(model: Path, base_url: str, prompts: dict[str, list[Prompt]]) -> dict
 
 # --- report -------------------------------------------------------------------------------------------
 
-def _median(values: list[float]) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
 def aggregate(cells: list[Cell]) -> dict[str, dict[str, dict[int, dict[str, Any]]]]:
     table: dict[str, dict[str, dict[int, dict[str, Any]]]] = {}
     for workload in WORKLOADS:
@@ -345,13 +339,13 @@ def aggregate(cells: list[Cell]) -> dict[str, dict[str, dict[int, dict[str, Any]
                 if not mine:
                     continue
                 table.setdefault(workload, {}).setdefault(setup, {})[n] = {
-                    "answers_per_s": _median([c.answers_per_s for c in mine]),
+                    "answers_per_s": median([c.answers_per_s for c in mine]),
                     "answers_per_s_rounds": [round(c.answers_per_s, 3) for c in mine],
                     "answers": sum(c.answers for c in mine),
                     "cut": sum(c.cut for c in mine),
-                    "latency_p50_s": _median([c.latency_p50_s for c in mine]),
-                    "latency_p95_s": _median([c.latency_p95_s for c in mine]),
-                    "prompt_tokens_p50": _median([c.prompt_tokens_p50 for c in mine]),
+                    "latency_p50_s": median([c.latency_p50_s for c in mine]),
+                    "latency_p95_s": median([c.latency_p95_s for c in mine]),
+                    "prompt_tokens_p50": median([c.prompt_tokens_p50 for c in mine]),
                 }
     return table
 
@@ -450,7 +444,7 @@ def render_markdown(out: Path, payload: dict[str, Any]) -> None:
         title = {"A": "Tier-A-like (no-retrieval few-shot prompt)",
                  "B": "Tier-B-like (five-passage reader prompt)"}[workload]
         rows = table.get(workload, {})
-        ptoks = _median([rows[s][n]["prompt_tokens_p50"] for s in rows for n in rows[s]])
+        ptoks = median([rows[s][n]["prompt_tokens_p50"] for s in rows for n in rows[s]])
         lines += [f"## {title}, ~{_fmt(ptoks, 0)} prompt tokens", "",
                   "Answers/s (median over rounds); in brackets: median latency p50 / p95 in s.", "",
                   "| setup | " + " | ".join(f"{n} client{'s' if n > 1 else ''}" for n in ns)

@@ -1,9 +1,10 @@
 """Queue isolation: does a backlog of slow C tasks delay tier A?
 
-Everything real except the LLM: redis-server (broker + result backend) and PostgreSQL (records)
-started on loopback by `infra.local.servers`, the real Triton (`services/classifier/serve.py`),
-real `celery worker` pools over the tantivy index of the demo help center, and the front door
-(`python -m services.frontdoor`) reached through a real gRPC channel. The LLM is the instant
+Everything real except the LLM, two lab stacks (`lab.harness.stack`): redis-server (broker +
+result backend) and PostgreSQL (records) started on loopback, the real Triton
+(`services/classifier/serve.py`), real `celery worker` pools over the tantivy index of the demo
+help center, and the front door (`python -m services.frontdoor`) reached through a real gRPC
+channel. The LLM is the instant
 OpenAI-compatible endpoint of `lab/harness/instant_llm.py` with a fixed per-completion latency
 (`--llm-latency-ms`): a measurement device standing for a remote inference endpoint with its own
 capacity (it sleeps, it uses no CPU of this machine), so a task's service time is set by the
@@ -51,6 +52,7 @@ them small talk, which would skip the LLM) bucketed by that rule.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import math
 import os
@@ -59,44 +61,38 @@ import random
 import shlex
 import shutil
 import signal
-import statistics
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import grpc
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from adaptive_rag.contracts import SHARED_QUEUE, AnswerTask, RequestStatus, RoutingDecision, Tier
-from adaptive_rag.knowledge.importers import import_path
-from adaptive_rag.knowledge.service import open_knowledge_service
-from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
+from adaptive_rag.storage import RecordStore
 from adaptive_rag.strategies import strategy_for_tier
-from lab.experiments.fair_share import bootstrap_ratio, fixed_latency_llm, pct
 from lab.harness.instant_llm import cpu_model, mem_total_gb
-from infra.local.servers import free_port, local_postgres, local_redis
-from services.classifier.local import TritonProcess
-from services.demo.stack import FrontDoorProcess, StackSettings
-from services.frontdoor.stubs import pb2, pb2_grpc
+from lab.harness.load_client import CallRecord, LoadClient, open_loop
 from lab.harness.models import minilm_tokenizer_path, publish_length_router
+from lab.harness.stack import LabStack, Parts, lab_stack
+from lab.harness.stats import median, percentile, percentile_ranks, percentile_ratio_interval
+from services.demo.stack import FrontDoorProcess, StackSettings
 from workers.celery_app import QUEUES, create_app
 from workers.client import CeleryTaskQueue
 from workers.pools import WorkerPools
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "demo"
 TIERS = tuple(t.value for t in Tier)
+T = TypeVar("T")
 MODES = ("separate", "shared")
 PHASES = ("steady", "backlog")
-TIER_NAME = {pb2.TIER_A: "A", pb2.TIER_B: "B", pb2.TIER_C: "C"}
 # Short general questions: the demo has few A questions of 8 tokens or less. No greetings: the
 # front door answers small talk without the LLM, which would make A's service time bimodal.
 EXTRA_A_QUERIES = ("capital of France?", "What is H2O?", "who wrote Hamlet?", "speed of light?",
@@ -204,6 +200,12 @@ class Sample:
     def answered(self) -> bool:
         return self.status == "OK" and self.total_ms is not None
 
+    @classmethod
+    def of(cls, call: CallRecord, planned_tier: str, late_ms: float = 0.0) -> Sample:
+        """The sample of one Answer call of the shared load client."""
+        return cls(planned_tier, call.client_request_id or "", call.start, late_ms, call.code, call.tier,
+                   call.queue_wait_ms, False, call.strategy_ms, call.total_ms, call.classify_ms)
+
 
 def summarize(samples: list[Sample]) -> dict[str, dict[str, Any]]:
     """Per routed tier: counts, queue wait p50/p95 (censored ones as lower bounds), strategy time,
@@ -220,13 +222,13 @@ def summarize(samples: list[Sample]) -> dict[str, dict[str, Any]]:
             "sent": len(mine), "answered": len(answered), "censored": len(censored),
             "errors": {code: sum(1 for s in mine if s.status == code)
                        for code in sorted({s.status for s in mine} - {"OK"})},
-            "strategy_p50_ms": pct([s.strategy_ms for s in answered], 50),
+            "strategy_p50_ms": percentile([s.strategy_ms for s in answered], 50),
         }
         for q in (50, 95):
-            row[f"queue_wait_p{q}_ms"] = pct(waits, q)
+            row[f"queue_wait_p{q}_ms"] = percentile(waits, q)
             row[f"queue_wait_p{q}_lower_bound"] = lower_bound(waits, censored, q)
-            row[f"total_minus_strategy_p{q}_ms"] = pct(over, q)
-            row[f"own_overhead_p{q}_ms"] = pct(own, q)
+            row[f"total_minus_strategy_p{q}_ms"] = percentile(over, q)
+            row[f"own_overhead_p{q}_ms"] = percentile(own, q)
         out[tier] = row
     return out
 
@@ -238,7 +240,7 @@ def lower_bound(values: Sequence[float], censored: Sequence[float], q: float) ->
     if not values or not censored:
         return False
     ordered = sorted(values)
-    upper = ordered[math.ceil((len(ordered) - 1) * q / 100)]
+    upper = ordered[percentile_ranks(len(ordered), q)[1]]
     return min(censored) <= upper
 
 
@@ -248,11 +250,11 @@ def waits_of(samples: list[Sample], tier: str) -> list[float]:
 
 def wait_ratio(shared: list[float], separate: list[float], q: float, resamples: int,
                rng: np.random.Generator) -> dict[str, Any]:
-    """pctl_q(shared) / pctl_q(separate floored at FLOOR_MS), with the bootstrap interval of
-    `lab.experiments.fair_share` (each setup's requests resampled on their own)."""
+    """pctl_q(shared) / pctl_q(separate floored at FLOOR_MS), with its bootstrap interval (each
+    setup's requests resampled on their own)."""
     floored = [max(w, FLOOR_MS) for w in separate]
-    num, den = pct(shared, q), pct(floored, q)
-    ci = bootstrap_ratio(shared, floored, q, resamples, rng)
+    num, den = percentile(shared, q), percentile(floored, q)
+    ci = percentile_ratio_interval(shared, floored, q, resamples, rng)
     return {"ratio": None if num is None or den is None else num / den,
             "ci95": list(ci) if ci else None, "n_shared": len(shared), "n_separate": len(separate)}
 
@@ -300,8 +302,8 @@ class Stack:
     store: RecordStore
     pools: WorkerPools
     frontdoor: FrontDoorProcess
-    stub: pb2_grpc.AdaptiveRagStub
-    auth: tuple[tuple[str, str], ...]
+    address: str
+    key: str
     tenant: str
     queue: CeleryTaskQueue = field(repr=False, default=None)
 
@@ -318,50 +320,37 @@ class Stack:
         return {name: self.settings.workers.pool_concurrency(name) for name in self.pools.pool_names}
 
 
+# Real servers and Triton (the length router), the fixed-latency LLM endpoint.
+PARTS = Parts(broker="redis", records="postgres", classifier="triton", retriever="tantivy", llm="instant")
+
+
 @contextmanager
-def running_stack(mode: str, base: StackSettings, workdir: Path) -> Iterator[Stack]:
-    settings = base.updated(shared_queue=mode == "shared", grpc_listen=f"127.0.0.1:{free_port()}",
-                            metrics_port=free_port())
-    pools_wanted = ("shared",) if mode == "shared" else TIERS
-    store = RecordStore(make_engine(settings.library.database_url))
-    with ExitStack() as stack:
-        pools = WorkerPools(settings.workers, pools=pools_wanted, library=settings.library,
-                            log_dir=workdir / mode / "workers")
-        stack.callback(pools.stop)
-        pools.start()
-        listen = settings.frontdoor.grpc_listen
-        frontdoor = stack.enter_context(
-            FrontDoorProcess(settings.env(), workdir / mode / "frontdoor.log", listen)
-        )
-        channel = grpc.insecure_channel(listen)
-        stack.callback(channel.close)
-        tenant = f"bench-{mode}"
-        key = store.create_api_key(tenant)
-        knowledge = open_knowledge_service(settings.library, store.engine)
-        for owner in (tenant, BACKLOG_TENANT):
-            knowledge.upsert(owner, import_path(DEMO / "knowledge_base.jsonl"))
-        yield Stack(mode, settings, store, pools, frontdoor, pb2_grpc.AdaptiveRagStub(channel),
-                    (("authorization", f"Bearer {key}"),), tenant,
-                    CeleryTaskQueue(create_app(settings.workers)))
+def running_stack(mode: str, workdir: Path, settings: dict[str, Any], llm_latency_ms: float,
+                  model_repository: Path) -> Iterator[tuple[Stack, LabStack]]:
+    """One setup's lab stack (its own front door and pools; the servers `settings` names, or
+    started here)."""
+    tenant = f"bench-{mode}"
+    with lab_stack(workdir / mode, PARTS, pools=("shared",) if mode == "shared" else TIERS,
+                   settings={**settings, "shared_queue": mode == "shared"}, tenants=(tenant, BACKLOG_TENANT),
+                   model_repository=model_repository, llm_latency_ms=llm_latency_ms) as lab:
+        yield Stack(mode, lab.settings, lab.store, lab.pools, lab.frontdoor, lab.address, lab.api_key(tenant),
+                    tenant, CeleryTaskQueue(create_app(lab.settings.workers))), lab
 
 
-def send(stack: Stack, query: str, planned: str, cutoff: float, late_ms: float = 0.0) -> Sample:
+async def send(client: LoadClient, query: str, planned: str, cutoff: float, late_ms: float = 0.0) -> Sample:
     """One Answer within the block's cutoff (monotonic); the reply fills the sample."""
-    cid = uuid.uuid4().hex
-    sample = Sample(planned, cid, time.time(), late_ms)
-    timeout = max(0.5, cutoff - time.monotonic())
-    try:
-        reply = stack.stub.Answer(pb2.AnswerRequest(query=query.encode(), client_request_id=cid),
-                                  metadata=stack.auth, timeout=timeout)
-    except grpc.RpcError as exc:
-        sample.status = exc.code().name
-        return sample
-    sample.tier = TIER_NAME.get(reply.tier)
-    sample.queue_wait_ms = reply.timings.queue_wait_ms
-    sample.strategy_ms = reply.timings.strategy_ms
-    sample.total_ms = reply.timings.total_ms
-    sample.classify_ms = reply.timings.classify_ms
-    return sample
+    call = await client.answer(query, timeout=max(0.5, cutoff - time.monotonic()))
+    return Sample.of(call, planned, late_ms)
+
+
+def sending(stack: Stack, load: Callable[[LoadClient], Awaitable[T]]) -> T:
+    """`load` run on a load client of the stack's front door (connected first)."""
+    async def run() -> T:
+        async with LoadClient(stack.address, stack.key) as client:
+            await client.ready()
+            return await load(client)
+
+    return asyncio.run(run())
 
 
 def complete_from_records(stack: Stack, samples: list[Sample], phase_end_wall: float) -> None:
@@ -391,21 +380,17 @@ def complete_from_records(stack: Stack, samples: list[Sample], phase_end_wall: f
 def run_load(stack: Stack, plan: list[tuple[str, str]], rate: float, drain_s: float) -> list[Sample]:
     """Open loop: send `plan[i]` at start + i / `rate`, whatever the earlier ones are doing; each
     may wait until `drain_s` after the last is due."""
-    start = time.monotonic()
-    cutoff = start + len(plan) / rate + drain_s
-    futures = []
-    pool = ThreadPoolExecutor(max_workers=min(512, len(plan) + 1), thread_name_prefix="load")
-    try:
-        for i, (tier, query) in enumerate(plan):
-            due = start + i / rate
-            delay = due - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            late_ms = 1000 * max(0.0, time.monotonic() - due)
-            futures.append(pool.submit(send, stack, query, tier, cutoff, late_ms))
-        return [f.result() for f in futures]
-    finally:  # interrupted: calls still in flight end when the stack closes the channel
-        pool.shutdown(wait=False, cancel_futures=True)
+    async def load(client: LoadClient) -> list[Sample]:
+        start = time.monotonic()
+        cutoff = start + len(plan) / rate + drain_s
+
+        async def one(i: int) -> Sample:
+            tier, query = plan[i]
+            return await send(client, query, tier, cutoff, 1000 * max(0.0, time.monotonic() - (start + i / rate)))
+
+        return (await open_loop(one, rate, count=len(plan), start=start)).results
+
+    return sending(stack, load)
 
 
 def enqueue_backlog(stack: Stack, queries: list[str], n: int) -> list[str]:
@@ -452,10 +437,12 @@ def warm_up(stack: Stack, queries: dict[str, list[str]], timeout_s: float) -> fl
     started = time.monotonic()
     cutoff = started + timeout_s
     n = {tier: stack.settings.workers.pool_concurrency(tier) for tier in TIERS}
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        futures = [pool.submit(send, stack, queries[tier][i % len(queries[tier])], tier, cutoff)
-                   for tier in TIERS for i in range(n[tier])]
-        bad = [f.result().status for f in futures if not f.result().answered]
+
+    async def load(client: LoadClient) -> list[Sample]:
+        return list(await asyncio.gather(*(send(client, queries[tier][i % len(queries[tier])], tier, cutoff)
+                                           for tier in TIERS for i in range(n[tier]))))
+
+    bad = [s.status for s in sending(stack, load) if not s.answered]
     if bad:
         raise RuntimeError(f"warm-up queries failed: {bad}")
     return time.monotonic() - started
@@ -463,15 +450,18 @@ def warm_up(stack: Stack, queries: dict[str, list[str]], timeout_s: float) -> fl
 
 def service_times(stack: Stack, queries: dict[str, list[str]], per_tier: int) -> dict[str, list[float]]:
     """Strategy time (ms) of `per_tier` sequential queries per tier on an idle stack."""
-    out: dict[str, list[float]] = {}
-    for tier in TIERS:
-        out[tier] = []
-        for i in range(per_tier):
-            s = send(stack, queries[tier][i % len(queries[tier])], tier, time.monotonic() + 60)
-            if not s.answered or s.tier != tier:
-                raise RuntimeError(f"service-time query for {tier} failed: {s}")
-            out[tier].append(s.strategy_ms)
-    return out
+    async def load(client: LoadClient) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for tier in TIERS:
+            out[tier] = []
+            for i in range(per_tier):
+                s = await send(client, queries[tier][i % len(queries[tier])], tier, time.monotonic() + 60)
+                if not s.answered or s.tier != tier:
+                    raise RuntimeError(f"service-time query for {tier} failed: {s}")
+                out[tier].append(s.strategy_ms)
+        return out
+
+    return sending(stack, load)
 
 
 def run_block(
@@ -553,7 +543,7 @@ def cell_facts(blocks: list[dict[str, Any]], cells: dict[tuple[str, str], list[S
             "blocks": len(mine), "sent": sent,
             # n sends span (n - 1) intervals of 1/rate
             "achieved_rate": (sent - len(mine)) / span if span else None,
-            "late_p95_ms": pct(late, 95), "late_max_ms": max(late) if late else None,
+            "late_p95_ms": percentile(late, 95), "late_max_ms": max(late) if late else None,
         }
         if phase == "steady":
             window = duration_s * len(mine)
@@ -616,7 +606,7 @@ def markdown(report: dict[str, Any]) -> str:
         "endpoint with its own capacity. A task's service time is then set by the number of "
         "completions its tier makes, not by two shared CPU cores running a model, so the figure "
         "measures queues. Measured strategy time, sequential on the idle `separate` stack (ms, "
-        "median): " + ", ".join(f"{t} {statistics.median(v):,.0f}" for t, v in
+        "median): " + ", ".join(f"{t} {median(v):,.0f}" for t, v in
                                  report["service_times_ms"].items()) + ".",
         "",
         "| setup | queues | pools: processes, prefetch multiplier | total processes |",
@@ -828,18 +818,9 @@ def main(argv: list[str] | None = None) -> int:
     blocks: list[dict[str, Any]] = []
     setups: dict[str, dict[str, Any]] = {}
     with ExitStack() as stack:
-        redis_url = stack.enter_context(local_redis())
-        postgres_url = stack.enter_context(local_postgres())
-        upgrade_database(postgres_url)
-        llm_url = stack.enter_context(fixed_latency_llm(args.llm_latency_ms, workdir / "llm.log"))
-        console.print(f"fixed-latency LLM endpoint (measurement device, {args.llm_latency_ms:g} ms per "
-                      f"completion, no CPU) on {llm_url}")
         repository = length_router_repository(workdir / "model_repository")
-        triton = stack.enter_context(TritonProcess(repository, workdir / "triton.log"))
-        base = StackSettings().updated(
-            database_url=postgres_url, kb_dir=workdir / "kb",
-            model_repository=repository, triton_grpc_url=triton.url, classifier_timeout_s=2.0,
-            llm_base_url=llm_url, multi_step="ircot",
+        settings: dict[str, Any] = dict(
+            classifier_timeout_s=2.0, multi_step="ircot",
             concurrency={t: concurrency[t] for t in TIERS},
             prefetch={t: args.prefetch for t in TIERS},
             top_k=3, max_passages=4, max_steps=2,
@@ -850,9 +831,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         running: dict[str, Stack] = {}
         for db, mode in enumerate(MODES):
-            settings = base.updated(redis_url=f"{redis_url.rsplit('/', 1)[0]}/{db}")
-            running[mode] = stack.enter_context(running_stack(mode, settings, workdir))
-            r = running[mode]
+            r, lab = stack.enter_context(running_stack(mode, workdir, settings, args.llm_latency_ms, repository))
+            running[mode] = r
+            if db == 0:  # the first setup's servers, Triton and LLM endpoint serve the second too
+                console.print(f"fixed-latency LLM endpoint: {lab.using['llm']}")
+                shared = lab.settings
+                settings.update(database_url=shared.library.database_url, llm_base_url=shared.library.llm_base_url,
+                                triton_grpc_url=shared.classifier.triton_grpc_url,
+                                redis_url=f"{shared.workers.redis_url.rsplit('/', 1)[0]}/{db + 1}")
             setups[mode] = {
                 "redis_db": db, "queues": [SHARED_QUEUE] if mode == "shared" else
                 [r.queue.queue_name(Tier(t)) for t in TIERS],
@@ -868,10 +854,10 @@ def main(argv: list[str] | None = None) -> int:
         for mode, r in running.items():
             console.print(f"{mode}: pools ready, warm-up {warm_up(r, queries, timeout_s=600.0):.1f} s")
         service = service_times(running["separate"], queries, args.service_queries)
-        c_service_s = statistics.median(service["C"]) / 1000
+        c_service_s = median(service["C"]) / 1000
         window_s = args.duration + args.drain
         backlog = args.backlog or backlog_size(totals["shared"], window_s, c_service_s, args.backlog_margin)
-        console.print(f"service times (ms, median): { {t: round(statistics.median(v)) for t, v in service.items()} }; "
+        console.print(f"service times (ms, median): { {t: round(median(v)) for t, v in service.items()} }; "
                       f"backlog {backlog} C tasks")
         for round_, mode, phase in schedule:
             block, _ = run_block(running[mode], round_, phase, plans[round_], args, queries, backlog)

@@ -13,8 +13,8 @@ Builds both backends from `load_corpus(data_dir)` and measures, per backend:
 
 It prints a table with the OpenSearch / tantivy ratio and writes `results.json` and `results.md`
 to `--out`. OpenSearch is the cluster at `--opensearch-url` (or `OPENSEARCH_URL`); without one a
-local node is started with `infra/opensearch/start.sh` on a free loopback port and stopped at the
-end. `--limit-corpus N` and `--limit-questions N` make a quick smoke run.
+local node (`infra.local.opensearch.OpenSearchNode`) is started on a free loopback port and stopped
+at the end. `--limit-corpus N` and `--limit-questions N` make a quick smoke run.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import json
 import os
 import platform
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,13 +36,12 @@ from typing import Any
 from adaptive_rag.domain import Passage
 from adaptive_rag.evaluation.corpus import load_corpus
 from adaptive_rag.evaluation.datasets import Question, load_questions
-from adaptive_rag.evaluation.retrieval_eval import percentile, recall_at_k
+from adaptive_rag.evaluation.retrieval_eval import recall_at_k
 from adaptive_rag.ports import Retriever
 from adaptive_rag.settings import Settings
-from infra.local.servers import free_port
+from infra.local.opensearch import OpenSearchNode
+from lab.harness.stats import percentiles
 
-REPO = Path(__file__).resolve().parents[1]
-OPENSEARCH_DIR = REPO / "infra" / "opensearch"
 RECALL_DATASETS = ("hotpotqa", "2wiki", "musique")
 KS = (2, 5, 10)
 BACKENDS = ("tantivy", "opensearch")
@@ -69,12 +67,7 @@ class BackendResult:
 
 def _summary(latencies_s: Sequence[float]) -> dict[str, float]:
     ms = [x * 1000 for x in latencies_s]
-    return {
-        "p50": percentile(ms, 50),
-        "p95": percentile(ms, 95),
-        "p99": percentile(ms, 99),
-        "mean": sum(ms) / len(ms) if ms else 0.0,
-    }
+    return {**percentiles(ms), "mean": sum(ms) / len(ms) if ms else 0.0}
 
 
 def _timed_search(retriever: Retriever, query: str, k: int) -> float:
@@ -131,39 +124,6 @@ def run_backend(
     result.recall = recall_at_k(retriever, recall_questions, KS)
     result.recall_s = time.perf_counter() - start
     return result, retriever
-
-
-# ---- backends ------------------------------------------------------------------------------------
-
-
-class LocalNode:
-    """A local OpenSearch node from infra/opensearch/start.sh, for the length of the run."""
-
-    def __init__(self, base: Path) -> None:
-        self.base = base
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.start_s = 0.0
-
-    def __enter__(self) -> LocalNode:
-        print(f"starting a local OpenSearch node on {self.url} ...", flush=True)
-        start = time.perf_counter()
-        subprocess.run([str(OPENSEARCH_DIR / "start.sh"), str(self.port), str(self.base)], check=True)
-        self.start_s = time.perf_counter() - start
-        return self
-
-    def rss_mb(self) -> float | None:
-        try:
-            pid = (self.base / "opensearch.pid").read_text().strip()
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        except OSError:
-            return None
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        subprocess.run([str(OPENSEARCH_DIR / "stop.sh"), str(self.base)], check=False)
 
 
 # ---- report --------------------------------------------------------------------------------------
@@ -268,11 +228,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "opensearch" in backends:
             from adaptive_rag.retrieval.opensearch import OpenSearchRetriever
 
-            node = None if args.opensearch_url else LocalNode(work / "opensearch")
+            node = None if args.opensearch_url else OpenSearchNode(work / "opensearch")
+            node_start_s = 0.0
             try:
                 url = args.opensearch_url
                 if node is not None:
-                    node.__enter__()
+                    print(f"starting a local OpenSearch node on {node.url} ...", flush=True)
+                    started = time.perf_counter()
+                    node.start()
+                    node_start_s = time.perf_counter() - started
                     url = node.url
                 result, retriever = run_backend(
                     "opensearch",
@@ -284,14 +248,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 result.notes["url"] = "local node (infra/opensearch)" if node else "external cluster"
                 if node is not None:
-                    result.notes["node_start_s"] = round(node.start_s, 1)
+                    result.notes["node_start_s"] = round(node_start_s, 1)
                     result.notes["node_rss_mb"] = node.rss_mb()
                 if not args.keep_index:
                     retriever.delete_index()  # type: ignore[attr-defined]
                 results["opensearch"] = result
             finally:
                 if node is not None:
-                    node.__exit__(None, None, None)
+                    node.close()
 
     md_table = table(results, args.threads)
     print()

@@ -35,13 +35,13 @@ from pathlib import Path
 import numpy as np
 
 from adaptive_rag.contracts import CLASSIFIER_INPUTS, CLASSIFIER_MODEL, CLASSIFIER_OUTPUT
-from adaptive_rag.evaluation.retrieval_eval import percentile
 from adaptive_rag.routing.classifier_client import QueryTokenizer, TritonClassifier, softmax_rows
 from adaptive_rag.routing.model_repository import open_version
 from adaptive_rag.routing.policy import RoutingPolicy
+from lab.harness.stats import percentiles
 from services.classifier.local import TritonProcess
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = {"p50": 9.3, "p99": 11.6}  # ms, single stream, untrained MiniLM via PyTriton, measured 2026-11-30
 
 
@@ -61,10 +61,7 @@ def load_queries(data_dir: Path, n: int) -> list[str]:
 
 def summary(latencies_s: list[float], wall_s: float | None = None) -> dict[str, float]:
     ms = [1000 * x for x in latencies_s]
-    out = {
-        "n": len(ms), "p50": percentile(ms, 50), "p95": percentile(ms, 95),
-        "p99": percentile(ms, 99), "mean": float(np.mean(ms)) if ms else 0.0,
-    }
+    out = {"n": len(ms), **percentiles(ms), "mean": float(np.mean(ms)) if ms else 0.0}
     if wall_s:
         out["throughput_qps"] = len(ms) / wall_s
     return out

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # What an editable install of the project needs, plus the code the smoke imports load.
 SOURCES = ["pyproject.toml", "README.md", "adaptive_rag", "services", "workers", "proto", "infra"]
 

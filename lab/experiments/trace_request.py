@@ -1,7 +1,7 @@
 """One tier-C request through the real local stack, printed as its trace tree.
 
-Starts `local_stack` (front door, worker pools on the filesystem broker, SQLite, the demo help
-centre; the rules route without a published classifier) with the instant LLM endpoint as its
+Starts the lab's stack (`lab.harness.stack`: front door, worker pools on the filesystem broker,
+SQLite, the demo help centre; the rules route without a published classifier) with the instant LLM endpoint as its
 LLM (`--instant-llm`, the default; `--embedded` keeps the configured embedded reader), traces to
 files (`ARAG_TRACES=file`), asks one multi-part question through gRPC, reads the reply's
 `trace-id` trailer and prints the tree `infra.local.trace_tree` draws from the files:
@@ -12,13 +12,11 @@ files (`ARAG_TRACES=file`), asks one multi-part question through gRPC, reads the
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
-from contextlib import ExitStack
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 QUESTION = "Which plan supports more devices, Lumora Plus or Lumora Pro?"
 
 
@@ -32,21 +30,17 @@ def main(argv: list[str] | None = None) -> int:
 
     import grpc
 
-    from lab.harness.instant_llm import running_instant_llm
     from infra.local.trace_tree import find_trace, read_spans, render
-    from services.demo.local import local_stack
+    from lab.harness.stack import TIER_POOLS, Parts, lab_stack
     from services.frontdoor.stubs import pb2, pb2_grpc
 
     traces = (args.workdir / "traces").resolve()
     for old in traces.glob("*.jsonl"):
         old.unlink()
-    os.environ.update(ARAG_TRACES="file", ARAG_TRACES_DIR=str(traces))
-    with ExitStack() as stack:
-        if not args.embedded:
-            os.environ["LLM_BASE_URL"] = stack.enter_context(running_instant_llm(args.workdir / "instant_llm.log"))
-            os.environ.setdefault("LLM_API", "completions")
-        running = stack.enter_context(local_stack(args.workdir, pools=("A", "B", "C")))
-        key = running.create_api_key("demo")
+    parts = Parts(llm="embedded" if args.embedded else "instant")
+    with lab_stack(args.workdir, parts, pools=TIER_POOLS, defaults={"llm_api": "completions"},
+                   env={"ARAG_TRACES": "file", "ARAG_TRACES_DIR": str(traces)}) as running:
+        key = running.api_key("demo")
         with grpc.insecure_channel(running.address) as channel:
             reply, call = pb2_grpc.AdaptiveRagStub(channel).Answer.with_call(
                 pb2.AnswerRequest(query_text=args.question),

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STAGES = ("authenticate", "validate", "knowledge", "classify", "record", "admit", "enqueue", "wait", "reply")
 
 

@@ -13,7 +13,7 @@ hop of each kind the front door and the workers make:
   backend's round trip to its stub and the model's run).
 
 Each call is made after a pause of `gap` ms (0: back to back). Every gap is measured in blocks
-that alternate between no limit and a held PM QoS limit of 0 us (`lab.harness.cpu_latency`:
+that alternate between no limit and a held PM QoS limit of 0 us (`lab.harness.stats.hold_cpu_latency`:
 idle CPUs poll instead of halting), so a change of the machine's load touches both alike.
 
     .venv/bin/python -m lab.experiments.wakeup_latency --out reports/load/wakeup-latency
@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -37,10 +36,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from adaptive_rag.evaluation.retrieval_eval import percentile
-from lab.harness.cpu_latency import CpuLatencyUnavailable, hold_cpu_latency
+from lab.harness.stats import CpuLatencyUnavailable, hold_cpu_latency, median, percentile
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SETTINGS = ("no limit", "PM QoS 0 us")
 
 
@@ -63,8 +61,8 @@ PHASES = ("success", "queue", "compute_infer")
 
 
 def service_calls(stack: ExitStack, workdir: Path) -> tuple[dict[str, Callable[[], object]], ServerStats]:
-    """One round-trip call per service, on servers started here on loopback, and Triton's
-    statistics."""
+    """One round-trip call per service, on servers the lab's stack starts on loopback (its servers
+    only), and Triton's statistics."""
     import numpy as np
     import psycopg
     import redis
@@ -72,16 +70,17 @@ def service_calls(stack: ExitStack, workdir: Path) -> tuple[dict[str, Callable[[
 
     from adaptive_rag.contracts import CLASSIFIER_MODEL
     from lab.experiments.frontdoor_overhead import model_repository
-    from infra.local.servers import local_postgres, local_redis
-    from services.classifier.local import TritonProcess
+    from lab.harness.stack import Parts, lab_stack
 
     workdir.mkdir(parents=True, exist_ok=True)
-    client = redis.Redis.from_url(stack.enter_context(local_redis()))
-    url = stack.enter_context(local_postgres(durable=True)).replace("postgresql+psycopg://", "postgresql://")
-    conn = stack.enter_context(psycopg.connect(url, autocommit=True))
     repository = model_repository(workdir / "model_repositories", "shipped", workdir / "setup.log")
-    server = stack.enter_context(TritonProcess(repository, workdir / "triton.log"))
-    infer = triton.InferenceServerClient(server.url)
+    servers = stack.enter_context(lab_stack(
+        workdir / "servers", Parts(broker="redis", records="postgres", classifier="triton"), pools=(),
+        frontdoor=False, tenants=(), model_repository=repository, postgres_durability="full"))
+    client = redis.Redis.from_url(servers.redis.url)
+    url = servers.settings.library.database_url.replace("postgresql+psycopg://", "postgresql://")
+    conn = stack.enter_context(psycopg.connect(url, autocommit=True))
+    infer = triton.InferenceServerClient(servers.triton.url)
     ids = np.array([[5, 17, 300, 42, 9, 1000, 7, 8]], dtype=np.int64)
 
     def classify() -> object:
@@ -127,7 +126,7 @@ def measure(calls: dict[str, Callable[[], object]], gaps_ms: list[float], blocks
                             seen[k] = (seen[k][0] + after[k][0] - before[k][0], seen[k][1] + after[k][1] - before[k][1])
             row = samples[name][str(gap)]
             print(f"{name:36s} gap {gap:5g} ms: " + "  ".join(
-                f"{s} p50 {statistics.median(v):.3f} ms" for s, v in row.items() if v), flush=True)
+                f"{s} p50 {median(v):.3f} ms" for s, v in row.items() if v), flush=True)
     triton = {g: {s: {k: (ns / n / 1e6 if n else None) for k, (n, ns) in by.items()} for s, by in row.items()}
               for g, row in totals.items()} if server_stats is not None else {}
     return samples, triton
@@ -154,9 +153,9 @@ def markdown(report: dict[str, Any]) -> str:
                 if not values:
                     cells += ["-", "-"]
                     continue
-                p50 = statistics.median(values)
+                p50 = median(values)
                 cells += [f"{p50:.3f} / {percentile(values, 90):.3f} / {percentile(values, 99):.3f}",
-                          f"{p50 / statistics.median(base[s]):.1f}x" if base[s] else "-"]
+                          f"{p50 / median(base[s]):.1f}x" if base[s] else "-"]
             lines.append(f"| {name} | {gap:g} | " + " | ".join(cells) + " |")
     if report.get("triton"):
         lines += ["", "Triton's own split of the same inferences (its inference statistics, mean ms per "

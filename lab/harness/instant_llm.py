@@ -5,8 +5,8 @@ prompt with the same short text, at once or after a fixed wait that uses no CPU 
 remote inference endpoint with its own capacity). Benchmarks and load runs put it behind
 `LLM_BASE_URL` to measure the serving path without the model's cost; reports name it as such.
 
-`python -m lab.harness.instant_llm --port P [--latency-ms L]` serves it; `running_instant_llm`
-starts that process and yields its base URL.
+`python -m lab.harness.instant_llm --port P [--latency-ms L]` serves it; `InstantLLM` runs that
+process (restartable on its port), `running_instant_llm` yields its base URL.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 from infra.local.servers import free_port, stop_process
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LLM_ANSWER = "Lumora."
 READY = "READY instant LLM"
 
@@ -97,26 +97,56 @@ def serve_instant_llm(port: int, latency_ms: float = 0.0) -> int:
 
 
 
+class InstantLLM:
+    """The endpoint as its own process on a fixed loopback port: `start()` (returns once it
+    serves), `stop()`, and `start()` again on the same port, so workers pointed at `url` lose it
+    and get it back (a fault a test or the lab injects)."""
+
+    def __init__(self, log_path: Path, latency_ms: float = 0.0, port: int | None = None) -> None:
+        self.log_path = log_path
+        self.latency_ms = latency_ms
+        self.port = port or free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        """The OpenAI-compatible base URL, for `LLM_BASE_URL`."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> InstantLLM:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with self.log_path.open("a") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "lab.harness.instant_llm", "--port", str(self.port),
+                 "--latency-ms", str(self.latency_ms)],
+                cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        deadline = time.monotonic() + 60
+        while READY not in self.log_path.read_text(errors="replace")[offset:]:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the instant LLM did not start:\n{self.log_path.read_text()[-2000:]}")
+            time.sleep(0.1)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc, signal.SIGTERM, 10.0)
+            self.proc = None
+
+    def __enter__(self) -> InstantLLM:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
 @contextmanager
 def running_instant_llm(log_path: Path, latency_ms: float = 0.0) -> Iterator[str]:
     """The endpoint as its own process on a free port; yields its base URL (`.../v1`)."""
-    port = free_port()
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lab.harness.instant_llm", "--port", str(port),
-             "--latency-ms", str(latency_ms)],
-            cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while READY not in log_path.read_text(errors="replace"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the instant LLM did not start:\n{log_path.read_text()[-2000:]}")
-            time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        stop_process(proc, signal.SIGTERM, 10.0)
+    with InstantLLM(log_path, latency_ms) as llm:
+        yield llm.url
 
 
 def cpu_model() -> str:

@@ -1,13 +1,13 @@
 """`python -m lab.loadtest` (`make loadtest`): one headless locust run against the service, with its
 report.
 
-Without `--host` it starts the local stack first, the same parts `make demo` starts
-(`services.demo.local.local_stack`: embedded defaults, or the servers that REDIS_URL,
-DATABASE_URL, OPENSEARCH_URL, TRITON_GRPC_URL/TRITON_URL, LLM_BASE_URL point at), creates an API
-key, runs locust (`lab/loadtest/locustfile.py`) with the chosen profile, and stops everything; with
-`--host` (and `ARAG_API_KEY`) it only loads that front door. `--instant-llm` starts the instant
-OpenAI-compatible endpoint of `lab/experiments/frontdoor_overhead.py` as the LLM (a measurement device:
-the service without the model's cost).
+Without `--host` it starts the lab's stack first (`lab.harness.stack.lab_stack`) with the parts
+`make demo` starts (embedded defaults, or the servers that REDIS_URL, DATABASE_URL,
+OPENSEARCH_URL, TRITON_GRPC_URL/TRITON_URL, LLM_BASE_URL point at), creates an API key, runs
+locust (`lab/loadtest/locustfile.py`) with the chosen profile, and stops everything; with `--host`
+(and `ARAG_API_KEY`) it only loads that front door. `--instant-llm` starts the instant
+OpenAI-compatible endpoint of `lab/harness/instant_llm.py` as the LLM (a measurement device: the
+service without the model's cost), `--llm-server` one llama-server every worker calls.
 
 Output, one folder per run: `var/loadtest/<run>/` (scratch, git-ignored) or, with `--publish`,
 `reports/load/<run>/`: locust's CSV (`locust_stats.csv`, `_stats_history.csv`, `_failures.csv`)
@@ -30,10 +30,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from lab.harness.instant_llm import running_instant_llm
 from infra.local.servers import stop_process
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LOCUSTFILE = REPO / "loadtest" / "locustfile.py"
 PROFILES = ("steady", "step", "spike", "soak")
 DEFAULT_USERS = 4
@@ -171,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
-    from services.demo.local import Interrupted, install_stop_signals, local_stack
+    from lab.harness.stack import TIER_POOLS, Parts, lab_stack
+    from services.demo.local import Interrupted, install_stop_signals
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     started_at = datetime.now(timezone.utc)
@@ -207,35 +207,19 @@ def main(argv: list[str] | None = None) -> int:
                 info["target"] = f"front door {host} (running already)"
             else:
                 console.rule(f"[bold]load test {name}: starting the local stack")
-                if args.instant_llm:
-                    llm_url = stack.enter_context(running_instant_llm(out / "instant_llm.log"))
-                    os.environ["LLM_BASE_URL"] = llm_url
-                    console.print(f"instant LLM endpoint (measurement device) on {llm_url}")
-                elif args.llm_server:
-                    from infra.local.llama_server import LlamaServerProcess
-
-                    server = stack.enter_context(LlamaServerProcess(log_path=out / "llama_server.log"))
-                    # The project's prompts are few-shot completions: the completions API keeps
-                    # the embedded model's answers (the chat template would wrap them).
-                    os.environ.update(LLM_BASE_URL=server.base_url, LLM_API="completions")
-                    # Workers are now HTTP clients, not model copies: enough of them to fill the
-                    # server's slots (unless configured).
-                    os.environ.setdefault("ARAG_CONCURRENCY", json.dumps(
-                        {"A": server.parallel, "B": 2, "C": 2, "shadow": 1}))
-                    console.print(f"shared llama-server on {server.base_url} (-np {server.parallel} "
-                                  f"-t {server.threads})")
-                # The run measures the service, not one tenant's rate limit (unless configured):
-                # the load-test tenant gets no token bucket; its tier shares still apply.
-                os.environ.setdefault("ARAG_TENANT_LIMITS", json.dumps({"loadtest": {"rate_per_s": 0}}))
-                running = stack.enter_context(local_stack(
-                    args.workdir, knowledge_base=args.knowledge_base, tenants=("loadtest",),
-                    console=console, pools=("A", "B", "C", *(("shadow",) if _shadow_share() > 0 else ())),
+                parts = Parts(llm="instant" if args.instant_llm else "llama-server" if args.llm_server else None)
+                running = stack.enter_context(lab_stack(
+                    args.workdir, parts, knowledge_base=args.knowledge_base, tenants=("loadtest",),
+                    console=console, pools=(*TIER_POOLS, *(("shadow",) if _shadow_share() > 0 else ())),
+                    # The run measures the service, not one tenant's rate limit (unless configured):
+                    # the load-test tenant gets no token bucket; its tier shares still apply.
+                    defaults={"tenant_limits": {"loadtest": {"rate_per_s": 0}}},
                 ))
-                info["stack"] = running.plan.using
+                info["stack"] = running.using
                 host, metrics_url = running.address, running.metrics_url
                 redis_url = running.settings.workers.redis_url
                 broker_dir = None if redis_url else running.settings.workers.broker_dir
-                env = {**os.environ, "ARAG_API_KEY": running.create_api_key("loadtest")}
+                env = {**os.environ, "ARAG_API_KEY": running.api_key("loadtest")}
                 info["target"] = f"local stack, front door {host}"
             cmd = locust_command(args, out, host, metrics_url, redis_url, broker_dir)
             info["locust_command"] = shlex.join(cmd)

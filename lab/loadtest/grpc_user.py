@@ -7,7 +7,9 @@ used inside locust (its asyncio loop would block the gevent hub).
 
 Names: a successful `Answer` is recorded as `Answer tier=<tier of the reply>`, so locust's stats
 table and CSV have a row per tier; a failed one as `Answer` with the exception `CODE: details`
-(request ids and numbers masked), so the failures table groups by gRPC status code.
+(request ids and numbers masked), so the failures table groups by gRPC status code. What a call's
+event carries of its reply or its status (tier, timings, request id, retry-after) is what the lab's
+load client records of a call (`lab.harness.load_client.reply_fields` / `error_fields`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import grpc
 from locust import User
 from locust.exception import LocustError
 
-TIER_NAME = {1: "A", 2: "B", 3: "C"}
+from lab.harness.load_client import error_fields, reply_fields, tier_name
+
 _MASKS = (
     (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), "<id>"),
     (re.compile(r"\b[0-9a-f]{16,}\b", re.I), "<id>"),
@@ -51,33 +54,11 @@ def status_error(exc: grpc.RpcError) -> GrpcStatusError:
     return GrpcStatusError(code.name if code is not None else "UNKNOWN", details or "")
 
 
-def _trailer(call: Any, key: str) -> str | None:
-    try:
-        for name, value in call.trailing_metadata() or ():
-            if name == key:
-                return value
-    except Exception:  # noqa: BLE001 - no metadata on a call that never reached the server
-        return None
-    return None
-
-
-def reply_facts(reply: Any) -> dict[str, Any]:
-    """What the load test keeps of an AnswerReply (for the per-request log)."""
-    timings = reply.timings
-    return {
-        "request_id": reply.request_id, "tier": TIER_NAME.get(reply.tier, "?"), "strategy": reply.strategy,
-        "steps": reply.steps, "fallback": reply.classifier.fallback,
-        "model_version": reply.classifier.model_version, "replayed": reply.replayed,
-        "classify_ms": timings.classify_ms, "queue_wait_ms": timings.queue_wait_ms,
-        "strategy_ms": timings.strategy_ms, "total_ms": timings.total_ms,
-    }
-
-
 def request_name(method: str, reply: Any) -> str:
     """`Answer tier=A` for a reply that carries a tier, the bare method name otherwise."""
     tier = getattr(reply, "tier", None)
     if reply is not None and tier:
-        return f"{method} tier={TIER_NAME.get(tier, tier)}"
+        return f"{method} tier={tier_name(tier)}"
     return method
 
 
@@ -101,13 +82,12 @@ class LocustInterceptor(grpc.UnaryUnaryClientInterceptor):
             length = response.ByteSize()
         except grpc.RpcError as exc:
             exception = status_error(exc)
-            context.update(code=exception.code, details=exc.details() if hasattr(exc, "details") else "",
-                           request_id=_trailer(call, "x-request-id"))
+            context.update(error_fields(exc))
         response_time = (time.perf_counter() - started) * 1000.0
         if response is not None:
             context["code"] = "OK"
             if hasattr(response, "timings"):
-                context.update(reply_facts(response))
+                context.update(reply_fields(response), steps=response.steps)
         self.environment.events.request.fire(
             request_type="grpc", name=request_name(short, response), response_time=response_time,
             response_length=length, response=response, exception=exception, context=context,

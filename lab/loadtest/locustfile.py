@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # `locust -f lab/loadtest/locustfile.py` from anywhere
     sys.path.insert(0, str(REPO))
 

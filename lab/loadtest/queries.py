@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO_QUESTIONS = REPO / "demo" / "questions.json"
 TIERS = ("A", "B", "C")
 DEFAULT_MIX = "A=60,B=30,C=10"

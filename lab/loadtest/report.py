@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import sys
 from bisect import bisect_right
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
+
+from lab.harness.stats import percentile
 
 TIERS = ("A", "B", "C")
 PREFIX = "locust"
@@ -45,15 +46,6 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
         return []
     with path.open(newline="", encoding="utf-8") as handle:
         return list(csv.DictReader(handle))
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
 
 
 def _f(value: Any, digits: int = 0) -> str:

@@ -5,21 +5,26 @@ from __future__ import annotations
 
 import pytest
 
-from lab.experiments.chaos import (
-    Attempt, Outcome, Record, account_window, goals, per_second, percentile, recovery, serving_at,
-    window_of,
-)
+from lab.experiments.chaos import Record, account_window, goals, per_second, recovery, serving_at, window_of
+from lab.harness.load_client import CallRecord, Outcome
 
 W = "w01-redis-restart-r1"
 
 
+def attempt(cid: str, n: int, method: str, start: float, end: float, code: str, tier: str | None = None,
+            rid: str | None = None, retry_after: float | None = None, detail: str = "") -> CallRecord:
+    """One call of the load client's log, as the accounting reads it."""
+    return CallRecord(method, cid, start, end, code, request_id=rid, tier=tier, attempt=n,
+                      retry_after_s=retry_after, detail=detail)
+
+
 def steady(start: float, end: float, rate: float = 5.0, code: str = "OK", latency: float = 0.2,
-           window: str = W) -> list[Attempt]:
+           window: str = W) -> list[CallRecord]:
     """Calls sent every 1/rate s in [start, end), each ending `latency` later with `code`."""
     out, t, n = [], start, 0
     while t < end:
         n += 1
-        out.append(Attempt(f"{window}.{n:05d}", 1, "Answer", t, t + latency, code))
+        out.append(attempt(f"{window}.{n:05d}", 1, "Answer", t, t + latency, code))
         t += 1.0 / rate
     return out
 
@@ -65,21 +70,21 @@ def test_two_primary_results_or_two_request_ids_for_one_client_id_are_duplicates
 def test_a_request_id_that_was_never_recorded_is_not_a_duplicate() -> None:
     """UNAVAILABLE while the records are away names a request id it could not write."""
     records = [Record("r2", f"{W}.00001", "done", 1, 1)]
-    attempts = [Attempt(f"{W}.00001", 1, "Answer", 0.0, 0.1, "UNAVAILABLE", rid="r1"),
-                Attempt(f"{W}.00001", 2, "Answer", 2.0, 2.5, "OK", "B", "r2")]
+    attempts = [attempt(f"{W}.00001", 1, "Answer", 0.0, 0.1, "UNAVAILABLE", rid="r1"),
+                attempt(f"{W}.00001", 2, "Answer", 2.0, 2.5, "OK", "B", "r2")]
     outcomes = [Outcome(f"{W}.00001", 0.0, 2.5, "OK", 2, "B", ["r1", "r2"])]
     assert account_window(W, records, outcomes, attempts)["duplicates"] == 0
     # answered under two ids (e.g. an Answer replay and a GetResult of another id): a duplicate
-    attempts.append(Attempt(f"{W}.00001", 3, "GetResult", 3.0, 3.1, "OK", "B", "r1"))
+    attempts.append(attempt(f"{W}.00001", 3, "GetResult", 3.0, 3.1, "OK", "B", "r1"))
     assert account_window(W, records, outcomes, attempts)["duplicates"] == 1
 
 
 def test_internal_and_unknown_are_wrong_codes_unavailable_is_not() -> None:
     attempts = [
-        Attempt(f"{W}.00001", 1, "Answer", 0.0, 1.0, "UNAVAILABLE", retry_after=2.0),
-        Attempt(f"{W}.00001", 2, "Answer", 3.0, 3.5, "OK", "A", "r1"),
-        Attempt(f"{W}.00002", 1, "Answer", 0.0, 1.0, "INTERNAL"),
-        Attempt(f"{W}.00003", 1, "Answer", 0.0, 1.0, "UNKNOWN"),
+        attempt(f"{W}.00001", 1, "Answer", 0.0, 1.0, "UNAVAILABLE", retry_after=2.0),
+        attempt(f"{W}.00001", 2, "Answer", 3.0, 3.5, "OK", "A", "r1"),
+        attempt(f"{W}.00002", 1, "Answer", 0.0, 1.0, "INTERNAL"),
+        attempt(f"{W}.00003", 1, "Answer", 0.0, 1.0, "UNKNOWN"),
     ]
     records = [Record("r4", f"{W}.00004", "error", 1, 1, error_code="internal"),
                Record("r5", f"{W}.00005", "error", 1, 1, error_code="dependency_unavailable")]
@@ -97,7 +102,6 @@ def test_latency_percentiles_are_over_the_requests_answered_from_first_send() ->
     assert row["p50_ms"] == pytest.approx(550.0)
     assert row["p95_ms"] == pytest.approx(955.0)
     assert row["client_ok"] == 10 and row["client_not_ok"] == 1
-    assert percentile([], 50) is None
 
 
 def test_no_disturbance_recovers_at_once() -> None:
@@ -148,7 +152,7 @@ def test_a_slow_recovery_fails_the_goal() -> None:
 
 def test_still_running_polls_are_neither_successes_nor_failures() -> None:
     attempts = steady(0, 120)
-    attempts += [Attempt(f"{W}.9{i:04d}", 2, "GetResult", 60.0 + i * 0.1, 60.0 + i * 0.1 + 0.01,
+    attempts += [attempt(f"{W}.9{i:04d}", 2, "GetResult", 60.0 + i * 0.1, 60.0 + i * 0.1 + 0.01,
                          "FAILED_PRECONDITION", detail="request x is still running; call GetResult again later")
                  for i in range(100)]
     rec = recovery(attempts, [], injected=50.0, end=110.0, pre_s=15.0)
@@ -159,6 +163,6 @@ def test_still_running_polls_are_neither_successes_nor_failures() -> None:
 
 
 def test_per_second_counts_ok_and_failed_calls() -> None:
-    attempts = [Attempt("a.1", 1, "Answer", 0.0, 0.5, "OK"), Attempt("a.2", 1, "Answer", 0.0, 1.5, "UNAVAILABLE"),
-                Attempt("a.3", 1, "Answer", 0.0, 1.7, "OK")]
+    attempts = [attempt("a.1", 1, "Answer", 0.0, 0.5, "OK"), attempt("a.2", 1, "Answer", 0.0, 1.5, "UNAVAILABLE"),
+                attempt("a.3", 1, "Answer", 0.0, 1.7, "OK")]
     assert per_second(attempts, 0.0, 3.0) == {"ok": [1, 1, 0], "failed": [0, 1, 0]}

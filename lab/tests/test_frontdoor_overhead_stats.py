@@ -1,52 +1,12 @@
-"""The side-by-side overhead benchmark's statistics: the block bootstrap of the latency ratio and
-the CPU per Answer table (no services)."""
+"""The side-by-side overhead benchmark's statistics: the overhead per block, the CPU per Answer
+table (no services); the interval itself is `lab.harness.stats`' (lab/tests/test_stats.py)."""
 
 from __future__ import annotations
 
-import os
-import time
-
-import numpy as np
 import pytest
 
-from lab.experiments.frontdoor_overhead import (
-    Sample,
-    bootstrap_ratio,
-    by_block,
-    cpu_lines,
-    cpu_seconds,
-    cpu_summary,
-)
-
-
-def blocks_of(rng: np.random.Generator, scale: float, n_blocks: int = 10,
-              size: int = 50) -> list[list[float]]:
-    """Blocks whose level moves from block to block (the machine's noise), as in a real run."""
-    return [list(rng.lognormal(np.log(10 * scale) + rng.normal(0, 0.15), 0.3, size))
-            for _ in range(n_blocks)]
-
-
-def test_same_code_gives_an_interval_around_one() -> None:
-    rng = np.random.default_rng(1)
-    lo, hi = bootstrap_ratio(blocks_of(rng, 1.0), blocks_of(rng, 1.0), 500, seed=3)
-    assert lo < 1.0 < hi
-
-
-def test_a_real_halving_is_found() -> None:
-    rng = np.random.default_rng(2)
-    lo, hi = bootstrap_ratio(blocks_of(rng, 1.0), blocks_of(rng, 0.5), 500, seed=3)
-    assert 0.35 < lo < hi < 0.7
-
-
-def test_resampling_blocks_is_wider_than_resampling_requests() -> None:
-    """Requests of one block share its level: pooling them as independent understates the
-    spread, which is why the interval resamples blocks."""
-    rng = np.random.default_rng(4)
-    before, after = blocks_of(rng, 1.0), blocks_of(rng, 1.0)
-    lo, hi = bootstrap_ratio(before, after, 500, seed=5)
-    flat_lo, flat_hi = bootstrap_ratio([[x] for b in before for x in b],
-                                       [[x] for a in after for x in a], 500, seed=5)
-    assert (hi - lo) > 1.5 * (flat_hi - flat_lo)
+from lab.experiments.frontdoor_overhead import Sample, by_block, cpu_lines, cpu_summary, summarize
+from lab.harness.load_client import CallRecord
 
 
 def test_by_block_keeps_answered_calls_per_block() -> None:
@@ -59,6 +19,23 @@ def test_by_block_keeps_answered_calls_per_block() -> None:
     assert by_block(samples) == [[7.0, 8.0], [6.0]]
 
 
+def test_a_sample_is_the_load_client_s_record_of_one_answer() -> None:
+    call = CallRecord("Answer", "c1", 10.0, 10.025, "OK", request_id="r1", tier="B", total_ms=20.0,
+                      queue_wait_ms=2.0, strategy_ms=8.0, classify_ms=1.0, fallback=False, model_version=3)
+    sample = Sample.of(call, "after", 4, 7)
+    assert (sample.tree, sample.concurrency, sample.block, sample.status, sample.tier) == ("after", 4, 7, "OK", "B")
+    assert sample.client_ms == pytest.approx(25.0)
+    assert sample.overhead_ms == pytest.approx(10.0)
+    refused = Sample.of(CallRecord("Answer", "c2", 10.0, 10.001, "UNAVAILABLE"), "after", 4, 7)
+    assert refused.status == "UNAVAILABLE" and refused.overhead_ms is None
+
+
+def test_the_ratio_of_medians_is_after_over_before_with_its_block_interval() -> None:
+    samples = [Sample(tree, 1, b, client_ms=12.0, total_ms=level * (10.0 + i % 3), queue_wait_ms=0.0, strategy_ms=0.0)
+               for tree, level in (("before", 1.0), ("after", 0.5)) for b in range(6) for i in range(10)]
+    (ratio,) = summarize(samples, [1], 200, seed=1)["ratios"]
+    assert ratio["p50"] == pytest.approx(0.5)
+    assert ratio["p50_ci95"] == pytest.approx([0.5, 0.5])
 def block(tree: str, cpu_fd: float, cpu_pools: float, answered: int, concurrency: int = 4) -> dict:
     return {"concurrency": concurrency, "tree": tree, "answered": answered,
             "cpu_s": {"front door": cpu_fd, "worker pools": cpu_pools}}
@@ -83,12 +60,3 @@ def test_cpu_summary_skips_a_level_without_cpu_readings() -> None:
     blocks = [{"concurrency": 1, "tree": t, "answered": 50} for t in ("before", "after")]
     assert cpu_summary(blocks, [1], 100, seed=1) == {"rows": [], "ratios": []}
     assert cpu_lines(cpu_summary(blocks, [1], 100, seed=1)) == []
-
-
-def test_cpu_seconds_counts_this_process_s_work() -> None:
-    before = cpu_seconds([os.getpid()])
-    end = time.process_time() + 0.05
-    while time.process_time() < end:
-        pass
-    assert cpu_seconds([os.getpid()]) - before >= 0.04
-    assert cpu_seconds([2**22 + 1]) == 0.0  # no such process: nothing counted

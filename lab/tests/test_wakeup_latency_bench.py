@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
-from benchmarks import cpu_latency
 from lab.experiments.wakeup_latency import SETTINGS, TRITON, markdown, measure
 
 
@@ -17,24 +14,6 @@ def test_without_the_limit_only_the_machine_as_it_is_is_measured():
               "blocks": 2, "block_size": 3, "samples": samples}
     text = markdown(report)
     assert "| noop | 0 |" in text and "| noop | 1 |" in text and "1.0x" in text
-
-
-def test_a_held_limit_is_written_and_dropped_with_the_block(tmp_path):
-    device = tmp_path / "cpu_dma_latency"
-    device.write_bytes(b"")
-    with cpu_latency.hold_cpu_latency(0, device) as held:
-        assert held == 0 and device.read_bytes() == b"\x00\x00\x00\x00"
-    with cpu_latency.hold_cpu_latency(None, device) as held:
-        assert held is None
-
-
-def test_a_limit_that_cannot_be_held_says_why(tmp_path):
-    with pytest.raises(cpu_latency.CpuLatencyUnavailable, match="needs root"):
-        with cpu_latency.hold_cpu_latency(0, tmp_path / "missing"):
-            pass
-    with pytest.raises(ValueError):
-        with cpu_latency.hold_cpu_latency(-1, tmp_path / "missing"):
-            pass
 
 
 def test_tritons_own_split_covers_only_the_triton_calls():

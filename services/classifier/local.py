@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from infra.local.servers import free_port
@@ -23,11 +24,12 @@ READY_LINE = re.compile(r"^READY model ", re.MULTILINE)
 class TritonProcess:
     """`serve.py` on `repository` (EXPLICIT model control: the versions config.pbtxt names, or
     exactly `version`); ready when it prints its READY line. `threads`: ONNX Runtime intra-op
-    threads of each loaded version."""
+    threads of each loaded version; `extra_env`: added to its environment."""
 
     def __init__(
         self, repository: Path, log_path: Path, timeout_s: float = START_TIMEOUT_S,
         grpc_port: int | None = None, version: int | None = None, threads: int | None = None,
+        extra_env: Mapping[str, str] | None = None,
     ) -> None:
         # A given gRPC port restarts Triton where its clients already point (new model version).
         self.grpc_port = grpc_port or free_port()
@@ -40,7 +42,7 @@ class TritonProcess:
              *(["--version", str(version)] if version is not None else []),
              *(["--threads", str(threads)] if threads is not None else [])],
             stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO_ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, **(extra_env or {}), "PYTHONUNBUFFERED": "1"},
         )
         deadline = time.monotonic() + timeout_s
         while not READY_LINE.search(log_path.read_text()):

@@ -1,12 +1,14 @@
 """The whole service on this machine as one context manager, `local_stack`: what `make demo`
-(`python -m services.demo`) and `make loadtest` (`python -m lab.loadtest`) both start.
+(`python -m services.demo`) starts, and the core the lab's stack (`lab/harness/stack.py`: backing
+servers, measurement devices, fault handles) is built on.
 
 Embedded defaults unless the environment configures a server (`plan`): each tenant's knowledge
 base (tantivy, or OpenSearch with `OPENSEARCH_URL`), filled through the KnowledgeBase gRPC API, the local Triton serving the newest published
 classifier version (none published: the front door routes with the rules), SQLite (or
 `DATABASE_URL`), the tier worker pools on the server-less filesystem broker (or `REDIS_URL`), the
-gRPC front door as a subprocess. Everything it starts carries `ARAG_DEMO_RUN=<marker>` in its
-environment; leaving the block stops it all (also on an error or Ctrl-C) and kills whatever is
+gRPC front door as a subprocess. A caller may hand it the settings instead (`settings=`: what it
+configures is used, the rest is planned as above). Everything it starts carries
+`ARAG_DEMO_RUN=<marker>` in its environment; leaving the block stops it all (also on an error or Ctrl-C) and kills whatever is
 still marked, recording it in `LocalStack.leftovers`.
 """
 
@@ -17,7 +19,7 @@ import shutil
 import signal
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,16 +69,17 @@ class Plan:
     using: dict[str, str] = field(default_factory=dict)
 
 
-def plan(workdir: Path) -> Plan:
-    """Settings for this run: the environment's servers where set, embedded parts otherwise."""
-    stack = StackSettings()
+def plan(workdir: Path, base: StackSettings | None = None) -> Plan:
+    """Settings for this run: the servers `base` configures (default: the environment's), embedded
+    parts otherwise."""
+    stack = base or StackSettings()
     library = stack.library
     overrides: dict[str, Any] = {
         "grpc_listen": f"127.0.0.1:{free_port()}",
         "metrics_port": stack.frontdoor.metrics_port if stack.configured("metrics_port") else free_port(),
     }
     using: dict[str, str] = {}
-    if stack.configured("redis_url"):
+    if stack.workers.redis_url:
         using["broker"] = f"Redis {stack.workers.redis_url}"
     else:
         overrides["broker_dir"] = workdir / "broker"
@@ -168,6 +171,9 @@ class LocalStack:
     settings: StackSettings
     marker: str
     workdir: Path
+    # What every process the stack starts gets in its environment besides its settings: the run
+    # marker, where traces go, and the caller's `extra_env`.
+    child_env: dict[str, str] = field(default_factory=dict)
     pools: Any = None  # workers.pools.WorkerPools
     frontdoor: FrontDoorProcess | None = None
     triton: Any = None  # services.classifier.local.TritonProcess, when started here
@@ -183,8 +189,28 @@ class LocalStack:
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.settings.frontdoor.metrics_port}/metrics"
 
+    @property
+    def logs(self) -> Path:
+        return self.workdir / "logs"
+
     def create_api_key(self, tenant: str, scopes: frozenset[Scope] = DEFAULT_SCOPES) -> str:
         return self.store.create_api_key(tenant, scopes)
+
+    def start_frontdoor(self, log_path: Path, settings: StackSettings | None = None,
+                        **env: str) -> FrontDoorProcess:
+        """A front door (`python -m services.frontdoor`) on `settings` (default: the stack's),
+        marked as this run's; the caller stops it."""
+        settings = settings or self.settings
+        return FrontDoorProcess(settings.env(**self.child_env, **env), log_path, settings.frontdoor.grpc_listen)
+
+    def start_triton(self, log_path: Path, repository: Path | None = None,
+                     grpc_port: int | None = None) -> Any:
+        """The local Triton serving `repository` (default: the stack's model repository), on
+        `grpc_port` when given (where clients already point); the caller stops it."""
+        from services.classifier.local import TritonProcess
+
+        return TritonProcess(repository or self.settings.classifier.model_repository, log_path,
+                             grpc_port=grpc_port, extra_env=self.child_env)
 
     def import_knowledge(self, tenant: str, path: Path) -> Any:
         """Import the documents of `path` into `tenant`'s knowledge base the way a client does:
@@ -199,64 +225,56 @@ class LocalStack:
             return upload_documents(channel, key, import_path(path))
 
 
-@contextmanager
-def _traces_in(folder: Path) -> Iterator[None]:
+def traces_env(folder: Path) -> dict[str, str]:
     """Every started process writes its spans under `folder` (`python -m infra.local.trace_tree
     <folder> --last`), unless the environment already chose (`ARAG_TRACES=off`, or `otlp` with a
-    collector); the variables are this block's only. Costs about 0.7 ms of CPU per request
-    (`reports/tracing/overhead.md`)."""
+    collector). Costs about 0.7 ms of CPU per request (`reports/tracing/overhead.md`)."""
     if "ARAG_TRACES" in os.environ:
-        yield
-        return
-    chosen_dir = os.environ.get("ARAG_TRACES_DIR")
-    os.environ.update(ARAG_TRACES="file", ARAG_TRACES_DIR=chosen_dir or str(folder))
-    try:
-        yield
-    finally:
-        os.environ.pop("ARAG_TRACES", None)
-        if chosen_dir is None:
-            os.environ.pop("ARAG_TRACES_DIR", None)
+        return {}
+    return {"ARAG_TRACES": "file", "ARAG_TRACES_DIR": os.environ.get("ARAG_TRACES_DIR") or str(folder)}
 
 
 @contextmanager
 def local_stack(
     workdir: Path,
     *,
+    settings: StackSettings | None = None,
     knowledge_base: Path = DEMO / "knowledge_base.jsonl",
     tenants: Iterable[str] = ("demo",),
     pools: Iterable[str] = ALL_POOLS,
+    frontdoor: bool = True,
+    extra_env: Mapping[str, str] | None = None,
     console: Any = None,
     marker: str | None = None,
 ) -> Iterator[LocalStack]:
-    """Start the stack `plan(workdir)` describes (printing each step on `console`, a rich Console),
-    import `knowledge_base` into each of `tenants` through the KnowledgeBase API, yield it, then
-    stop everything it started and any marked leftover."""
+    """Start the stack `plan(workdir, settings)` describes (printing each step on `console`, a rich
+    Console): Triton when a classifier version is published, the worker `pools`, the front door
+    (unless `frontdoor` is False); import `knowledge_base` into each of `tenants` through the
+    KnowledgeBase API; yield it, then stop everything it started and any marked leftover.
+    `extra_env` goes to every process it starts, on top of the settings."""
     console = console or _Quiet()
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     marker = marker or os.environ.get(RUN_MARKER) or uuid.uuid4().hex  # a caller may choose it (tests)
-    os.environ[RUN_MARKER] = marker  # inherited by every child process
-    p = plan(workdir)
+    p = plan(workdir, settings)
     settings = p.settings
-    running = LocalStack(plan=p, settings=settings, marker=marker, workdir=workdir)
+    child_env = {**traces_env(workdir / "traces"), **(extra_env or {}), RUN_MARKER: marker}
+    running = LocalStack(plan=p, settings=settings, marker=marker, workdir=workdir, child_env=child_env)
     with ExitStack() as stack:
-        stack.enter_context(_traces_in(workdir / "traces"))
         stack.callback(lambda: running.leftovers.extend(stop_leftovers(marker)))
         for part, what in p.using.items():
             console.print(f"  {part:<10} {what}")
-        if not settings.configured("redis_url"):
+        if not settings.workers.redis_url:
             shutil.rmtree(settings.workers.broker_dir, ignore_errors=True)  # messages of an earlier run
 
         if p.start_triton:
-            from services.classifier.local import TritonProcess
-
             classifier = settings.classifier
             newest = open_version(classifier.model_repository, classifier.classifier_model)
             version, untrained = newest.version, newest.untrained
             with console.status(f"starting Triton (classifier version {version})"):
-                triton = stack.enter_context(TritonProcess(classifier.model_repository, workdir / "triton.log"))
+                triton = stack.enter_context(running.start_triton(workdir / "triton.log"))
             running.triton = triton
-            settings = settings.updated(triton_grpc_url=triton.url)
+            settings = running.settings = settings.updated(triton_grpc_url=triton.url)
             console.print(f"Triton serving {classifier.classifier_model} v{version} from "
                           f"{classifier.model_repository} on {triton.url} (pid {triton.proc.pid})")
             console.print(f"router: {describe_version(newest)}")
@@ -271,7 +289,7 @@ def local_stack(
         from workers.pools import WorkerPools
 
         worker_pools = WorkerPools(settings.workers, pools=tuple(pools), library=settings.library,
-                                   log_dir=workdir / "logs" / "workers", extra_env={RUN_MARKER: marker})
+                                   log_dir=running.logs / "workers", extra_env=child_env)
         stack.callback(worker_pools.stop)
         running.pools = worker_pools
         with console.status("applying migrations and starting the worker pools (each loads the LLM)"):
@@ -280,15 +298,13 @@ def local_stack(
             console.print(f"pool {name:<6} queue {pool.queue:<7} pid {pool.pid} concurrency "
                           f"{settings.workers.pool_concurrency(name)} prefetch {settings.workers.pool_prefetch(name)}")
 
-        with console.status("starting the gRPC front door"):
-            frontdoor = stack.enter_context(
-                FrontDoorProcess(settings.env(**{RUN_MARKER: marker}), workdir / "logs" / "frontdoor.log",
-                                 settings.frontdoor.grpc_listen)
-            )
-        running.frontdoor = frontdoor
-        running.settings = settings
-        console.print(f"front door on {settings.frontdoor.grpc_listen} (pid {frontdoor.pid}), metrics on "
-                      f"{running.metrics_url}")
+        if frontdoor:
+            with console.status("starting the gRPC front door"):
+                running.frontdoor = running.start_frontdoor(running.logs / "frontdoor.log")
+            # the one running now (a caller may replace it: a restart after a fault)
+            stack.callback(lambda: running.frontdoor.stop())
+            console.print(f"front door on {settings.frontdoor.grpc_listen} (pid {running.frontdoor.pid}), "
+                          f"metrics on {running.metrics_url}")
 
         from adaptive_rag.storage import RecordStore, make_engine
 

@@ -5,8 +5,9 @@ raises, the aio server ends the call with UNKNOWN and "Unexpected <class
 'google.protobuf.message.DecodeError'>: ..." (an internal class name, and the wrong code: the
 client sent a bad request). `UndecodableRequestGuard` wraps every method handler's deserializer
 so a body that does not parse becomes an `Undecodable` marker instead of an exception, and the
-wrapped handler answers it with INVALID_ARGUMENT and a neutral message before the servicer sees
-it. Client-streaming methods are guarded per message, for the message that does not parse.
+wrapped handler answers it with INVALID_ARGUMENT and a stable message (`CallError`
+UNDECODABLE_REQUEST, or REQUEST_TOO_LARGE; sizes and the message type go to the log) before the
+servicer sees it. Client-streaming methods are guarded per message, for the message that does not parse.
 
 The same guard bounds a method's request size where its fields are bounded (`max_bytes`): an
 Answer or Route request larger than the longest valid query could be is rejected the same way,
@@ -22,6 +23,10 @@ from typing import Any
 
 import grpc
 import structlog
+
+from adaptive_rag.contracts import CALL_ERROR_MESSAGES, CallError
+
+from services.frontdoor.stubs import ERROR_CODE_METADATA
 
 LOG = structlog.get_logger("frontdoor")
 
@@ -71,9 +76,11 @@ def rejection(request: Undecodable) -> str:
 
 
 async def _reject(context: grpc.aio.ServicerContext, request: Undecodable, method: str) -> None:
+    reason = CallError.UNDECODABLE_REQUEST if request.limit is None else CallError.REQUEST_TOO_LARGE
     LOG.warning("rpc", method=method, code=grpc.StatusCode.INVALID_ARGUMENT.name,
-                detail=rejection(request))
-    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, rejection(request))
+                error_code=reason.value, detail=rejection(request))
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, CALL_ERROR_MESSAGES[reason],
+                        trailing_metadata=((ERROR_CODE_METADATA, reason.value),))
 
 
 def _checked_stream(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext,

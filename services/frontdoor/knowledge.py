@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
-from adaptive_rag.contracts import Scope
+from adaptive_rag.contracts import CallError, Scope
 from adaptive_rag.errors import InvalidRequestError
 from adaptive_rag.knowledge.documents import Document, Section
 from adaptive_rag.knowledge.service import ChangeSummary, KnowledgeBaseService
@@ -87,7 +87,8 @@ class KnowledgeBaseServicer(pb2_grpc.KnowledgeBaseServicer):
             if len(request.documents) > MAX_BATCH_DOCUMENTS:
                 raise InvalidRequestError(
                     f"{len(request.documents)} documents in one call; send at most "
-                    f"{MAX_BATCH_DOCUMENTS} per UpsertDocuments, or use StreamDocuments"
+                    f"{MAX_BATCH_DOCUMENTS} per UpsertDocuments, or use StreamDocuments",
+                    reason=CallError.TOO_MANY_DOCUMENTS,
                 )
             documents = [document_from_message(m) for m in request.documents]
             with progress.stage("knowledge"):
@@ -104,13 +105,18 @@ class KnowledgeBaseServicer(pb2_grpc.KnowledgeBaseServicer):
             async for message in request_iterator:
                 batch.append(document_from_message(message))
                 if len(batch) >= STREAM_BATCH_DOCUMENTS:
-                    total = total.plus(await self._blocking(self.knowledge.upsert, tenant, batch))
+                    total = total.plus(await self._blocking(self._upsert_uncalibrated, tenant, batch))
                     batch = []
             if batch:
-                total = total.plus(await self._blocking(self.knowledge.upsert, tenant, batch))
+                total = total.plus(await self._blocking(self._upsert_uncalibrated, tenant, batch))
+            if total.chunks_written or total.chunks_removed:  # the threshold, once for the stream
+                await self._blocking(self.knowledge.calibrate, tenant)
             return change_reply(total)
 
         return await self.front.run_call("StreamDocuments", context, body)
+
+    def _upsert_uncalibrated(self, tenant: str, documents: list[Document]) -> ChangeSummary:
+        return self.knowledge.upsert(tenant, documents, calibrate=False)
 
     async def DeleteDocuments(self, request, context):  # noqa: N802
         async def body(progress: CallProgress) -> pb2.ChangeReply:
@@ -128,7 +134,9 @@ class KnowledgeBaseServicer(pb2_grpc.KnowledgeBaseServicer):
             return pb2.KnowledgeBaseInfo(
                 documents=info.documents, chunks=info.chunks, generation=info.generation,
                 updated_at=info.updated_at.isoformat() if info.updated_at else "",
-                backend=info.backend,
+                backend=info.backend, abstain_threshold=info.abstention.value,
+                abstain_threshold_source=info.abstention.source.value,
+                automatic_abstain_threshold=info.abstention.automatic,
             )
 
         return await self.front.run_call("DescribeKnowledgeBase", context, body)

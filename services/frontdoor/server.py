@@ -1,8 +1,11 @@
 """The `AdaptiveRag` gRPC service on `grpc.aio`: the gRPC edge of `adaptive_rag.serving`.
 
 Each method reads its request and metadata, calls the matching `AnswerService` use case and turns
-the outcome into a reply, or an exception into a status through the one table below. Metrics, logs
-and the `x-request-id` and `trace-id` trailers are added here, for every outcome. Every call except
+the outcome into a reply, or an exception into a status through the one table below. A failed
+call's client gets the status, the stable message of the error's `CallError` (with the request id
+when there is one) and its code in the `x-error-code` trailer; the exception's own text (hosts,
+paths, class names) goes to the log only. Metrics, logs and the `x-request-id` and `trace-id`
+trailers are added here, for every outcome. Every call except
 health and reflection is a server span of its trace (OpenTelemetry's aio server interceptor,
 continuing a client's `traceparent`); the port is plaintext or TLS / mutual TLS (`start_server`).
 """
@@ -23,11 +26,14 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from opentelemetry.instrumentation.grpc.filters import any_of, health_check, negate, service_prefix
 
-from adaptive_rag.contracts import SHADOW_QUEUE, TIERS, ErrorCode, RoutingDecision, Tier
+from adaptive_rag.contracts import (
+    CALL_ERROR_MESSAGES, SHADOW_QUEUE, TIERS, CallError, ErrorCode, RoutingDecision, Tier,
+)
 from adaptive_rag.errors import (
-    AnswerFailedError, AnswerTimeoutError, DependencyUnavailableError, ClientRequestIdReusedError, InvalidRequestError,
-    KnowledgeBaseBusyError, KnowledgeBaseMissingError, OverShareError, PermissionDeniedError,
-    QueueFullError, RequestNotFinishedError, RequestNotFoundError, UnauthenticatedError,
+    AdaptiveRagError, AnswerFailedError, AnswerTimeoutError, DependencyUnavailableError,
+    ClientRequestIdReusedError, InvalidRequestError, KnowledgeBaseBusyError, KnowledgeBaseMissingError,
+    OverShareError, PermissionDeniedError, QueueFullError, RequestNotFinishedError, RequestNotFoundError,
+    UnauthenticatedError, short_error,
 )
 from adaptive_rag.knowledge.service import KnowledgeBaseService
 from adaptive_rag.routing.hot_swap import ClassifierRouter, FixedRouter
@@ -48,7 +54,7 @@ from services.frontdoor.knowledge import KnowledgeBaseServicer
 from services.frontdoor.metrics import FrontDoorMetrics
 from services.frontdoor.settings import FrontDoorSettings
 from services.frontdoor.stubs import (
-    KB_SERVICE_NAME, LIVENESS_SERVICE, READINESS_SERVICES, SERVICE_NAME, pb2, pb2_grpc,
+    ERROR_CODE_METADATA, KB_SERVICE_NAME, LIVENESS_SERVICE, READINESS_SERVICES, SERVICE_NAME, pb2, pb2_grpc,
 )
 
 LOG = structlog.get_logger("frontdoor")
@@ -57,8 +63,9 @@ RETRY_AFTER_METADATA = "retry-after"  # seconds, for a tenant over its share
 TRACE_ID_METADATA = "trace-id"  # the call's OpenTelemetry trace (when this process exports traces)
 TIER_ENUM = {Tier.A: pb2.TIER_A, Tier.B: pb2.TIER_B, Tier.C: pb2.TIER_C}  # the wire's names
 
-# The one exception -> status table of this boundary (first match wins: subclasses first).
-STATUS_FOR_ERROR: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
+# The one exception -> status table of this boundary (first match wins: subclasses first). What
+# the client reads is the exception's `reason` (`CALL_ERROR_MESSAGES`), never its text.
+STATUS_FOR_ERROR: tuple[tuple[type[AdaptiveRagError], grpc.StatusCode], ...] = (
     (UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
@@ -77,10 +84,12 @@ STATUS_FOR_CODE: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.TIME_LIMIT: grpc.StatusCode.DEADLINE_EXCEEDED,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
 }
-INTERNAL_MESSAGE = "internal error in the front door (see its logs)"
 # A status message travels in a header (grpc-message): one that repeats a huge input would exceed
 # the client's header limit (the client then sees RESOURCE_EXHAUSTED instead of the real status).
+# The stable messages are far shorter; `clip` bounds what a log or health line repeats.
 MAX_STATUS_MESSAGE_CHARS = 512
+# How much of a failed call's exception text its log line keeps.
+MAX_LOGGED_DETAIL_CHARS = 2000
 # Knowledge-base batches are larger than queries: 32 MB per message, the server's limit. The
 # query-carrying methods are bounded far lower by the guard (`request_limits`).
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
@@ -120,14 +129,21 @@ def server_credentials(settings: FrontDoorSettings) -> grpc.ServerCredentials | 
     )
 
 
-def status_for(exc: Exception) -> tuple[grpc.StatusCode, str]:
-    """The status and message a failed call ends with."""
+def status_for(exc: Exception) -> tuple[grpc.StatusCode, CallError]:
+    """The status a failed call ends with and what its client is told of it (a stable
+    `CallError`: the exception's text stays in the log)."""
     if isinstance(exc, AnswerFailedError):
-        return STATUS_FOR_CODE.get(exc.code, grpc.StatusCode.INTERNAL), clip(str(exc))
+        return STATUS_FOR_CODE.get(exc.code, grpc.StatusCode.INTERNAL), exc.reason
     for error_type, code in STATUS_FOR_ERROR:
         if isinstance(exc, error_type):
-            return code, clip(str(exc))
-    return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE
+            return code, exc.reason
+    return grpc.StatusCode.INTERNAL, CallError.INTERNAL
+
+
+def client_message(reason: CallError, request_id: str | None = None) -> str:
+    """The status message of `reason`: its stable text, and the request id when the call has one."""
+    message = CALL_ERROR_MESSAGES[reason]
+    return f"{message} (request {request_id})" if request_id else message
 
 
 def query_input(request: Any) -> bytes:
@@ -227,23 +243,25 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
         progress = CallProgress()
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(method=method)
-        code, message, reply = grpc.StatusCode.OK, "", None
+        code, detail, reply = grpc.StatusCode.OK, "", None
+        reason: CallError | None = None
         retry_after: float | None = None
         try:
             reply = await body(progress)
         except asyncio.CancelledError:
-            code, message = grpc.StatusCode.CANCELLED, "client went away"
+            code, detail = grpc.StatusCode.CANCELLED, "client went away"
             raise
         except grpc.aio.AbortError:  # the request guard rejected a message of a client stream
-            code, message = grpc.StatusCode.INVALID_ARGUMENT, "undecodable request message"
+            code, detail = grpc.StatusCode.INVALID_ARGUMENT, "undecodable request message"
             raise
         except Exception as exc:  # noqa: BLE001 - every failure becomes a precise status
-            code, message = status_for(exc)
+            code, reason = status_for(exc)
+            detail = short_error(exc, MAX_LOGGED_DETAIL_CHARS, with_type=True)
             if isinstance(exc, OverShareError):
                 retry_after = exc.retry_after_s
             elif code is grpc.StatusCode.UNAVAILABLE:
                 retry_after = self.settings.unavailable_retry_s
-            if message == INTERNAL_MESSAGE:
+            if reason is CallError.INTERNAL:
                 LOG.exception("rpc_failed")
         finally:
             elapsed = time.perf_counter() - started
@@ -253,10 +271,13 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
             log = LOG.info if code is grpc.StatusCode.OK else LOG.warning
             log("rpc", code=code.name, tier=tier, ms=round(1000 * elapsed, 2),
                 stages_ms={k: round(v, 2) for k, v in progress.stages.items()},
-                **({"detail": message} if message else {}))
+                **({"error_code": reason.value} if reason else {}),
+                **({"detail": detail} if detail else {}))
         trailing: tuple[tuple[str, str], ...] = (
             ((REQUEST_ID_METADATA, progress.request_id),) if progress.request_id else ()
         )
+        if reason is not None:
+            trailing += ((ERROR_CODE_METADATA, reason.value),)
         trace_id = current_trace_id()
         if trace_id:
             trailing += ((TRACE_ID_METADATA, trace_id),)
@@ -266,7 +287,8 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
             if trailing:
                 context.set_trailing_metadata(trailing)
             return reply
-        await context.abort(code, message, trailing_metadata=trailing)
+        assert reason is not None  # a call that failed in its body (cancelled and aborted ones re-raised)
+        await context.abort(code, client_message(reason, progress.request_id), trailing_metadata=trailing)
 
     def _deadline(self, context: grpc.aio.ServicerContext) -> float:
         """Monotonic time by which Answer must reply, leaving the margin before the client's."""
@@ -373,8 +395,9 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
     async def every(self, interval_s: float, work: Callable[[], Awaitable[object]], name: str) -> None:
         """Run an upkeep pass now and then every `interval_s`: the expiry sweep
         (`AnswerService.expire_stale`; on PostgreSQL one replica sweeps at a time), the relay of
-        unpublished tasks (`AnswerService.relay_unpublished`; replicas take disjoint rows). A
-        failed pass (the records or the broker away) is tried again on the next cycle."""
+        unpublished tasks (`AnswerService.relay_unpublished`; replicas take disjoint rows), the
+        revocation watch (`AnswerService.drop_revoked_keys`). A failed pass (the records or the
+        broker away) is tried again on the next cycle."""
         while True:
             try:
                 await work()
@@ -457,6 +480,9 @@ async def start_server(
     if settings.relay_every_s:  # its first pass at start-up: what a dead front door left
         tasks.append(asyncio.create_task(servicer.every(
             settings.relay_every_s, service.relay_unpublished, "relay"), name="relay"))
+    if settings.key_revocation_s and settings.key_cache_s:  # nothing cached: nothing to forget
+        tasks.append(asyncio.create_task(servicer.every(
+            settings.key_revocation_s, service.drop_revoked_keys, "key_revocation"), name="key-revocation"))
     if settings.expiry_sweep_s:
         tasks.append(asyncio.create_task(servicer.every(
             settings.expiry_sweep_s, service.expire_stale, "expiry_sweep"), name="expiry-sweep"))

@@ -90,9 +90,17 @@ class FrontDoorSettings(BaseSettings):
     router_dir: Path | None = Field(None, validation_alias=env_name("ARAG_ROUTER_DIR", "router_dir"))
     # How often the front door looks for a newly published classifier version.
     model_poll_s: float = Field(10.0, gt=0, validation_alias=env_name("ARAG_MODEL_POLL", "model_poll_s"))
-    # How long a known API key's tenant is remembered before the records are asked again (a key
-    # revoked meanwhile keeps working that long on a replica that saw it); 0 asks every time.
+    # How long a known API key's tenant is remembered before the records are asked again; 0 asks
+    # every time. A revoked key is forgotten sooner by the revocation watch below; with the watch
+    # off, or while the records do not answer it, a revoked key keeps working up to this long on a
+    # replica that saw it.
     key_cache_s: float = Field(30.0, ge=0, validation_alias=env_name("ARAG_KEY_CACHE", "key_cache_s"))
+    # How often a front door reads the key table's revision (one small aggregate query) and forgets
+    # its cached keys when a key was revoked, by whichever process: a revoked key is refused on
+    # every replica within about this long plus one query. 0 switches the watch off.
+    key_revocation_s: float = Field(
+        1.0, ge=0, validation_alias=env_name("ARAG_KEY_REVOCATION", "key_revocation_s")
+    )
     # Repeated queries routed without a Triton round trip (per model version; 0 switches it off).
     routing_cache: int = Field(10_000, ge=0, validation_alias=env_name("ARAG_ROUTING_CACHE", "routing_cache"))
     # The retry-after hint (seconds, trailing metadata) of an UNAVAILABLE reply: about how long a

@@ -25,5 +25,8 @@ KB_SERVICE_NAME = pb2.DESCRIPTOR.services_by_name["KnowledgeBase"].full_name
 # outage (a restart would not bring PostgreSQL back and would drop the calls in flight).
 READINESS_SERVICES = ("", SERVICE_NAME, KB_SERVICE_NAME)
 LIVENESS_SERVICE = "liveness"
+# The trailer naming why a call failed: an `adaptive_rag.contracts.CallError` value, stable like
+# the status message that goes with it.
+ERROR_CODE_METADATA = "x-error-code"
 
-__all__ = ["KB_SERVICE_NAME", "SERVICE_NAME", "pb2", "pb2_grpc"]
+__all__ = ["ERROR_CODE_METADATA", "KB_SERVICE_NAME", "SERVICE_NAME", "pb2", "pb2_grpc"]

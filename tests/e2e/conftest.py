@@ -1,30 +1,23 @@
 """Fixtures of the end-to-end tests: the whole serving stack (see `e2e_stack.py`) on loopback.
 
-`redis_url` / `postgres_url` come from the root conftest. `stack` (with `model_repository` and
-`triton`) is one per test module; tests must leave it as they found it. A test that needs a new
-model version or a stopped Triton starts a front door and Triton of its own with `own_frontdoor`,
-sharing only Redis, PostgreSQL and the worker pools.
+`redis_url` / `postgres_url` come from the root conftest. `lab` is the lab's stack on them, one
+per test module (Triton serving `model_repository`, pools A, B and C, the front door, the help
+centre in tenant acme's knowledge base); `stack` is a client of its front door. Tests must leave it as they found it. A test that needs a new model version or a stopped
+Triton starts a front door and Triton of its own with `own_frontdoor`, sharing only Redis,
+PostgreSQL and the worker pools.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from e2e_stack import C_QUEUE_LIMIT, REPO, Stack, frontdoor_stack, publish_version
+from e2e_stack import C_QUEUE_LIMIT, E2E_SETTINGS, Stack, client_of, publish_version
 
-from adaptive_rag.contracts import Scope
-from adaptive_rag.knowledge.importers import import_path
-from adaptive_rag.settings import ClassifierSettings, Settings
-from adaptive_rag.storage import RecordStore, make_engine
 from infra.local.servers import free_port
-from services.classifier.local import TritonProcess
-from services.demo.stack import StackSettings
-from services.frontdoor.knowledge import upload_documents
-from services.frontdoor.settings import FrontDoorSettings
-from workers.pools import WorkerPools
-from workers.settings import WorkerSettings
+from lab.harness.stack import TIER_POOLS, LabStack, Parts, lab_stack
 
 
 @pytest.fixture(scope="module")
@@ -36,45 +29,20 @@ def model_repository(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def triton(model_repository, tmp_path_factory):
-    server = TritonProcess(model_repository, tmp_path_factory.mktemp("triton") / "serve.log")
-    yield server
-    server.stop()
+def lab(redis_url, postgres_url, model_repository, tmp_path_factory) -> Iterator[LabStack]:
+    parts = Parts(broker="redis", records="postgres", classifier="triton", retriever="tantivy", llm="embedded")
+    settings = {**E2E_SETTINGS, "redis_url": redis_url, "database_url": postgres_url,
+                "max_queue_depth": {"C": C_QUEUE_LIMIT}}
+    with lab_stack(tmp_path_factory.mktemp("frontdoor-e2e"), parts, pools=TIER_POOLS, settings=settings,
+                   model_repository=model_repository, tenants=("acme",), dotenv=False) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
-def stack(redis_url, postgres_url, triton, model_repository, tmp_path_factory) -> Iterator[Stack]:
-    base = tmp_path_factory.mktemp("frontdoor-e2e")
-    ignore_dotenv = {"_env_file": None}
-    settings = StackSettings(
-        library=Settings(**ignore_dotenv), classifier=ClassifierSettings(**ignore_dotenv),
-        frontdoor=FrontDoorSettings(**ignore_dotenv), workers=WorkerSettings(**ignore_dotenv),
-    ).updated(
-        redis_url=redis_url, database_url=postgres_url,
-        kb_dir=base / "kb", model_repository=model_repository,
-        triton_grpc_url=triton.url, classifier_timeout_s=2.0, model_poll_s=1.0,
-        concurrency={"A": 1, "B": 1, "C": 1},
-        top_k=3, max_passages=4, max_steps=2, max_query_chars=500,
-        max_queue_depth={"C": C_QUEUE_LIMIT}, metrics_port=free_port(),
-        grpc_listen=f"127.0.0.1:{free_port()}", task_retry_backoff_s=0.5,
-    )
-    pools = WorkerPools(settings.workers, pools=("A", "B", "C"), library=settings.library,
-                        log_dir=base / "workers")
-    pools.start()
-    stop = None
-    try:
-        store = RecordStore(make_engine(postgres_url))
-        key = store.create_api_key("acme")
-        built, stop = frontdoor_stack(settings, pools, store, (("authorization", f"Bearer {key}"),),
-                                      base / "frontdoor.log")
-        # The help centre goes in the way a tenant's client sends it: the KnowledgeBase API.
-        writer = store.create_api_key("acme", frozenset({Scope.KB_WRITE}))
-        upload_documents(built.channel, writer, import_path(REPO / "demo" / "knowledge_base.jsonl"))
-        yield built
-    finally:
-        if stop is not None:
-            stop()
-        pools.stop()
+def stack(lab: LabStack) -> Iterator[Stack]:
+    client = client_of(lab, lab.api_key("acme"))
+    yield client
+    client.channel.close()
 
 
 @pytest.fixture
@@ -82,21 +50,22 @@ def own_frontdoor(stack: Stack, tmp_path: Path) -> Iterator[Callable[[], Stack]]
     """Factory: a second front door with its own model repository (version 1 of the length router)
     and its own Triton, on the module's Redis, PostgreSQL and worker pools. Its Triton is
     `.extra["triton"]`, its repository `.extra["model_repository"]`; all stopped afterwards."""
+    lab = stack.lab
     started: list[Callable[[], None]] = []
 
     def make() -> Stack:
-        n = len(started)
-        repo = tmp_path / f"model-repository-{n}"
+        name = f"own-{uuid.uuid4().hex[:6]}"
+        repo = tmp_path / f"model-repository-{name}"
         publish_version(repo, 1, c_bias=-20.0)
-        server = TritonProcess(repo, tmp_path / f"serve-{n}.log")
+        server = lab.start_triton(f"triton-{name}", repo)
         started.append(server.stop)
-        settings = stack.settings.updated(
-            model_repository=repo, triton_grpc_url=server.url,
-            metrics_port=free_port(), grpc_listen=f"127.0.0.1:{free_port()}",
-        )
-        built, stop = frontdoor_stack(settings, stack.pools, stack.store, stack.auth,
-                                      tmp_path / f"frontdoor-{n}.log")
-        started.append(stop)
+        settings = lab.settings.updated(model_repository=repo, triton_grpc_url=server.url,
+                                        metrics_port=free_port(), grpc_listen=f"127.0.0.1:{free_port()}")
+        door = lab.start_frontdoor(f"frontdoor-{name}", settings=settings)
+        started.append(door.stop)
+        built = client_of(lab, dict(stack.auth)["authorization"].removeprefix("Bearer "),
+                          settings=settings, log_path=door.log_path)
+        started.append(built.channel.close)
         built.extra.update(triton=server, model_repository=repo)
         built.wait_for_model_version(1)
         return built

@@ -1,31 +1,38 @@
 """Helpers of the end-to-end tests (the fixtures are in `conftest.py`).
 
-The whole serving stack on loopback: real Redis, PostgreSQL, Triton, Celery worker pools (embedded
-Gemma model, the demo help centre in tenant acme's knowledge base) and the gRPC front door
-(`python -m services.frontdoor`). The classifier served is `publish_length_router`: a real ONNX
-graph whose routing the tests can rely on (logits from the token count: short -> A, medium -> B,
-long -> C, MiniLM tokenizer).
+The whole serving stack on loopback, the lab's stack (`lab.harness.stack.lab_stack`) with real
+Redis, PostgreSQL, Triton, Celery worker pools (embedded Gemma model, the demo help centre in
+tenant acme's knowledge base) and the gRPC front door (`python -m services.frontdoor`). The
+classifier served is `publish_length_router`: a real ONNX graph whose routing the tests can rely
+on (logits from the token count: short -> A, medium -> B, long -> C, MiniLM tokenizer). `Stack`
+is a gRPC client of one of its front doors.
 """
 
 from __future__ import annotations
 
 import time
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 
 from adaptive_rag.storage import RecordStore
-from services.demo.stack import FrontDoorProcess, StackSettings
-from services.frontdoor.stubs import pb2, pb2_grpc
 from lab.harness.models import publish_length_router
+from lab.harness.stack import LabStack
+from services.demo.stack import StackSettings
+from services.frontdoor.stubs import pb2, pb2_grpc
 from workers.pools import WorkerPools
 
 REPO = Path(__file__).resolve().parents[2]
 ANSWER_TIMEOUT_S = 240.0  # the embedded model on 2 shared cores
 C_QUEUE_LIMIT = 2
+# The e2e stacks' settings (besides the servers): short timeouts, small retrieval, one process per pool.
+E2E_SETTINGS: dict[str, Any] = dict(
+    classifier_timeout_s=2.0, model_poll_s=1.0, concurrency={"A": 1, "B": 1, "C": 1}, top_k=3,
+    max_passages=4, max_steps=2, max_query_chars=500, task_retry_backoff_s=0.5,
+)
 
 
 def publish_version(repo: Path, version: int, c_bias: float) -> Path:
@@ -42,6 +49,7 @@ class Stack:
     auth: tuple[tuple[str, str], ...]
     metrics_url: str
     log_path: Path
+    lab: LabStack
     extra: dict = field(default_factory=dict)
 
     def answer(self, query: str | bytes, timeout: float = ANSWER_TIMEOUT_S, auth=None, **fields):
@@ -75,18 +83,13 @@ class Stack:
             time.sleep(0.5)
 
 
-def frontdoor_stack(
-    settings: StackSettings, pools: WorkerPools, store: RecordStore, auth, log_path: Path,
-) -> tuple[Stack, Callable[[], None]]:
-    """A front door for `settings` (its own process, channel and metrics port) as a `Stack`."""
-    listen = settings.frontdoor.grpc_listen
-    frontdoor = FrontDoorProcess(settings.env(), log_path, listen)
-    channel = grpc.insecure_channel(listen)
-
-    def stop() -> None:
-        channel.close()
-        frontdoor.stop()
-
-    stack = Stack(settings, store, pools, pb2_grpc.AdaptiveRagStub(channel), channel, auth,
-                  f"http://127.0.0.1:{settings.frontdoor.metrics_port}/metrics", frontdoor.log_path)
-    return stack, stop
+def client_of(lab: LabStack, key: str, *, settings: StackSettings | None = None,
+              log_path: Path | None = None) -> Stack:
+    """A `Stack` on a front door of `lab` (default: the stack's own; else the one started on
+    `settings`, logging to `log_path`), authenticated with `key`; close its `channel` after."""
+    settings = settings or lab.settings
+    channel = grpc.insecure_channel(settings.frontdoor.grpc_listen)
+    return Stack(settings, lab.store, lab.pools, pb2_grpc.AdaptiveRagStub(channel), channel,
+                 (("authorization", f"Bearer {key}"),),
+                 f"http://127.0.0.1:{settings.frontdoor.metrics_port}/metrics",
+                 log_path or lab.frontdoor.log_path, lab)

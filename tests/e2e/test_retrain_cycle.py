@@ -31,7 +31,6 @@ from e2e_stack import Stack  # the stack, Triton and model repository fixtures: 
 
 from adaptive_rag.routing.model_repository import versions
 from adaptive_rag.storage import LabelStore, TrainingLabel
-from services.classifier.local import TritonProcess
 from services.frontdoor.stubs import pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.model]
@@ -72,7 +71,7 @@ def arag(*args: str, env: dict[str, str]) -> str:
 
 
 def test_feedback_relabel_retrain_publishes_version_2_used_by_the_next_query(
-    stack: Stack, triton, model_repository, tmp_path
+    stack: Stack, model_repository, tmp_path
 ) -> None:
     labels = LabelStore(stack.store.engine)
     for text, tier in labelled_questions():
@@ -109,15 +108,10 @@ def test_feedback_relabel_retrain_publishes_version_2_used_by_the_next_query(
     assert versions(model_repository / "complexity") == [1, 2]
 
     # Roll Triton onto version 2 on the same port; the front door finds it by polling.
-    port = triton.grpc_port
-    triton.stop()
-    new_triton = TritonProcess(model_repository, tmp_path / "serve-v2.log", grpc_port=port)
-    try:
-        stack.wait_for_model_version(2)
-        reply, _ = stack.answer("Compare the Hub H2 and the Bridge Mini.")
-        assert reply.classifier.model_version == 2 and not reply.classifier.fallback
-        assert reply.answer.strip()
-        decision = stack.store.decision_for(reply.request_id)
-        assert decision.model_version == 2 and not decision.fallback
-    finally:
-        new_triton.stop()
+    stack.lab.restart_triton()
+    stack.wait_for_model_version(2)
+    reply, _ = stack.answer("Compare the Hub H2 and the Bridge Mini.")
+    assert reply.classifier.model_version == 2 and not reply.classifier.fallback
+    assert reply.answer.strip()
+    decision = stack.store.decision_for(reply.request_id)
+    assert decision.model_version == 2 and not decision.fallback

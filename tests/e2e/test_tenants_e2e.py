@@ -1,11 +1,14 @@
 """Tenants on the real stack, through gRPC, on both retrieval backends (embedded tantivy and a real
-OpenSearch): each tenant brings its knowledge base through the KnowledgeBase API; retrieval never
-crosses tenants, even for a query quoting another tenant's text word for word; no tenant reads,
-rates or deletes another's requests or documents; a key without the write scope changes nothing;
-a full rebuild swaps the index while queries keep being answered (zero errors).
+OpenSearch): each tenant brings its knowledge base through the KnowledgeBase API, which derives its
+own abstention threshold, and a question the knowledge base does not cover is answered
+`answerable = false` with the closest sources; retrieval never crosses tenants, even for a query
+quoting another tenant's text word for word; no tenant reads, rates or deletes another's requests
+or documents; a key without the write scope changes nothing; a full rebuild swaps the index while
+queries keep being answered (zero errors).
 
-Real Redis, PostgreSQL, Triton (the length router), Celery worker pools with the embedded model,
-the front door as its own process; OpenSearch from the root conftest.
+The lab's stack (`lab.harness.stack`): real Redis, PostgreSQL, Triton (the length router), Celery
+worker pools with the embedded model, the front door as its own process; OpenSearch from the root
+conftest.
 """
 
 from __future__ import annotations
@@ -17,21 +20,17 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from e2e_stack import REPO, Stack, frontdoor_stack
+from e2e_stack import E2E_SETTINGS, REPO, Stack, client_of
 
 from adaptive_rag.contracts import Scope
+from adaptive_rag.knowledge.calibration import FLOOR
 from adaptive_rag.knowledge.documents import Document, Section
 from adaptive_rag.knowledge.importers import import_path
 from adaptive_rag.knowledge.service import open_knowledge_service
-from adaptive_rag.settings import ClassifierSettings, Settings
-from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
-from infra.local.servers import free_port
-from services.demo.stack import StackSettings
+from adaptive_rag.strategies.abstention import NO_PASSAGE
+from lab.harness.stack import TIER_POOLS, Parts, lab_stack
 from services.frontdoor.knowledge import upload_documents
-from services.frontdoor.settings import FrontDoorSettings
 from services.frontdoor.stubs import pb2, pb2_grpc
-from workers.pools import WorkerPools
-from workers.settings import WorkerSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.model]
 
@@ -60,41 +59,27 @@ class Tenants:
 
 
 @pytest.fixture(scope="module", params=["tantivy", "opensearch"])
-def tenants(request, redis_url, postgres_url, triton, model_repository,
-            tmp_path_factory) -> Iterator[Tenants]:
+def tenants(request, redis_url, postgres_url, model_repository, tmp_path_factory) -> Iterator[Tenants]:
     backend = request.param
-    base = tmp_path_factory.mktemp(f"tenants-{backend}")
-    no_env = {"_env_file": None}
-    library: dict = {"retriever": backend, "kb_dir": base / "kb"}
+    settings = {**E2E_SETTINGS, "redis_url": redis_url, "database_url": postgres_url}
     if backend == "opensearch":
-        library.update(opensearch_url=request.getfixturevalue("opensearch_url"),
-                       kb_index_prefix=f"e2e-{uuid.uuid4().hex[:8]}")
-    settings = StackSettings(
-        library=Settings(**no_env), classifier=ClassifierSettings(**no_env),
-        frontdoor=FrontDoorSettings(**no_env), workers=WorkerSettings(**no_env),
-    ).updated(
-        redis_url=redis_url, database_url=postgres_url, model_repository=model_repository,
-        triton_grpc_url=triton.url, classifier_timeout_s=2.0, concurrency={"A": 1, "B": 1, "C": 1},
-        top_k=3, max_passages=4, max_steps=2, max_query_chars=500, metrics_port=free_port(),
-        grpc_listen=f"127.0.0.1:{free_port()}", task_retry_backoff_s=0.5, **library,
-    )
-    upgrade_database(postgres_url)
-    store = RecordStore(make_engine(postgres_url))
-    run = uuid.uuid4().hex[:6]
-    names = {"acme": f"acme-{run}", "globex": f"globex-{run}"}
-    keys = {}
-    for short, tenant in names.items():
-        keys[short] = store.create_api_key(tenant)
-        keys[f"{short}-writer"] = store.create_api_key(tenant, frozenset({Scope.KB_WRITE}))
-    with WorkerPools(settings.workers, pools=("A", "B", "C"), library=settings.library,
-                     log_dir=base / "workers") as _pools:
-        built, stop = frontdoor_stack(settings, _pools, store, (("authorization", f"Bearer {keys['acme']}"),),
-                                      base / "frontdoor.log")
+        settings.update(opensearch_url=request.getfixturevalue("opensearch_url"),
+                        kb_index_prefix=f"e2e-{uuid.uuid4().hex[:8]}")
+    parts = Parts(broker="redis", records="postgres", classifier="triton", retriever=backend, llm="embedded")
+    with lab_stack(tmp_path_factory.mktemp(f"tenants-{backend}"), parts, pools=TIER_POOLS, settings=settings,
+                   model_repository=model_repository, tenants=(), dotenv=False) as lab:
+        run = uuid.uuid4().hex[:6]
+        names = {"acme": f"acme-{run}", "globex": f"globex-{run}"}
+        keys = {}
+        for short, tenant in names.items():
+            keys[short] = lab.api_key(tenant)
+            keys[f"{short}-writer"] = lab.api_key(tenant, frozenset({Scope.KB_WRITE}))
+        built = client_of(lab, keys["acme"])
         try:
             built.extra["tenants"] = names
             yield Tenants(built, keys)
         finally:
-            stop()
+            built.channel.close()
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +99,23 @@ def test_a_tenant_without_a_knowledge_base_gets_failed_precondition(tenants: Ten
         tenants.stack.answer("How long is the warranty?", auth=(("authorization", f"Bearer {newcomer}"),))
     assert info.value.code() is grpc.StatusCode.FAILED_PRECONDITION
     assert "has no knowledge base yet" in info.value.details()
+
+
+def test_an_imported_knowledge_base_gets_its_own_threshold_and_abstains_on_what_it_does_not_cover(
+    filled: Tenants,
+) -> None:
+    info = filled.kb.DescribeKnowledgeBase(pb2.DescribeKnowledgeBaseRequest(), metadata=filled.auth("acme"))
+    assert info.abstain_threshold_source == "automatic" and info.HasField("automatic_abstain_threshold")
+    assert info.abstain_threshold == info.automatic_abstain_threshold >= FLOOR
+    # shares only common words with the help centre: the closest passages go to the human agent
+    uncovered = filled.answer("acme", "How do I remove a red wine stain from a carpet?")
+    assert uncovered.tier in (pb2.TIER_B, pb2.TIER_C) and not uncovered.answerable and uncovered.answer == ""
+    assert "does not cover the question" in uncovered.unanswerable_reason and uncovered.sources
+    # shares no word with it at all: nothing retrieved, whatever the threshold
+    nothing = filled.answer("acme", "Who won the football world cup in 2018?")
+    assert (nothing.answerable, nothing.unanswerable_reason, list(nothing.sources)) == (False, NO_PASSAGE, [])
+    covered = filled.answer("acme", "How long is the Lumora Hub H2 warranty?")
+    assert covered.tier == pb2.TIER_B and covered.answerable and covered.answer.strip()
 
 
 def test_retrieval_never_crosses_tenants_even_for_a_word_for_word_quote(filled: Tenants) -> None:

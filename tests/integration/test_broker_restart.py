@@ -2,7 +2,8 @@
 (`infra.local.servers.LocalRedis`, stopped and started again on the same port), PostgreSQL
 records, real `celery worker` pools started by `workers.pools`, the real gRPC front door, and the
 instant LLM endpoint (`lab/harness/instant_llm.py`, a fixed wait per completion) so that tasks are
-in flight when Redis goes away without the embedded model's cost.
+in flight when Redis goes away without the embedded model's cost. The stack is the lab's
+(`lab.harness.stack`), its Redis its own.
 
 Run: `.venv/bin/python -m pytest -q tests/integration/test_broker_restart.py`
 """
@@ -26,16 +27,13 @@ import redis
 
 from adaptive_rag.contracts import AnswerResult
 from adaptive_rag.errors import DependencyUnavailableError
-from adaptive_rag.settings import Settings
-from lab.harness.instant_llm import LLM_ANSWER, running_instant_llm
-from infra.local.servers import LocalRedis, local_redis_server
-from workers.client import (
-    CeleryTaskQueue, RedisResultWaiter, open_result_waiter, stored_results,
-)
-from workers.pools import RestartPolicy, WorkerPools
-from workers.settings import WorkerSettings
-from tests.support.frontdoor import EveryTenantHasKnowledge, FixedRouter
-from tests.support.pools import PoolStack, answered, submit
+from infra.local.servers import LocalRedis
+from lab.harness.instant_llm import LLM_ANSWER
+from lab.harness.stack import lab_stack
+from tests.support.frontdoor import in_process_front_door
+from tests.support.pools import POOL_PARTS, PoolStack, answered, submit
+from workers.client import CeleryTaskQueue, RedisResultWaiter, open_result_waiter
+from workers.pools import RestartPolicy
 
 pytestmark = pytest.mark.integration
 
@@ -44,30 +42,21 @@ DOWN_S = 3.0  # how long Redis stays away in each restart
 ANSWER_S = 60.0  # generous: two shared cores, another job beside the tests
 
 
-@pytest.fixture(scope="module")
-def broker() -> Iterator[LocalRedis]:
-    with local_redis_server() as server:
-        yield server
-
-
 @dataclass
 class Stack(PoolStack):
     broker: LocalRedis | None = None
 
 
 @pytest.fixture(scope="module")
-def stack(broker, store, postgres_url, tmp_path_factory) -> Iterator[Stack]:
-    """Pools A and B (one process each, A reserving 3 tasks ahead), supervised."""
-    logs = tmp_path_factory.mktemp("broker-restart")
-    with running_instant_llm(logs / "instant_llm.log", latency_ms=LLM_LATENCY_MS) as llm_url:
-        library = Settings(_env_file=None, database_url=postgres_url, llm_base_url=llm_url,
-                           llm_api="completions", llm_max_retries=0)
-        workers = WorkerSettings(_env_file=None, redis_url=broker.url, task_max_retries=1,
-                                 task_retry_backoff_s=0.2, concurrency={"A": 1, "B": 1},
-                                 prefetch={"A": 3, "B": 1})
-        with WorkerPools(workers, pools=("A", "B"), library=library, log_dir=logs, migrate=False) as pools:
-            pools.start_supervisor(poll_s=0.2, policy=RestartPolicy(first_backoff_s=0.5))
-            yield Stack(store, library, workers, pools, broker)
+def stack(postgres_url, tmp_path_factory) -> Iterator[Stack]:
+    """Pools A and B (one process each, A reserving 3 tasks ahead), supervised, on a Redis of
+    their own (the tests restart it)."""
+    settings = dict(database_url=postgres_url, llm_api="completions", llm_max_retries=0, task_max_retries=1,
+                    task_retry_backoff_s=0.2, concurrency={"A": 1, "B": 1}, prefetch={"A": 3, "B": 1})
+    with lab_stack(tmp_path_factory.mktemp("broker-restart"), POOL_PARTS, pools=("A", "B"), settings=settings,
+                   llm_latency_ms=LLM_LATENCY_MS, frontdoor=False, tenants=(), dotenv=False,
+                   supervise=RestartPolicy(first_backoff_s=0.5), supervise_poll_s=0.2) as lab:
+        yield Stack(**vars(PoolStack.of(lab)), broker=lab.redis)
 
 
 def pool_log(stack: Stack, name: str) -> str:
@@ -257,32 +246,11 @@ def test_a_result_wait_survives_a_redis_restart(tmp_path):
 
 @pytest.fixture
 def front_door(stack):
-    from services.frontdoor.metrics import FrontDoorMetrics
-    from services.frontdoor.server import start_server
-    from services.frontdoor.settings import FrontDoorSettings
-
     app = stack.app()
     queue = CeleryTaskQueue(app)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    settings = FrontDoorSettings(_env_file=None, metrics_port=0, deadline_margin_s=0.5)
-    running = asyncio.run_coroutine_threadsafe(start_server(
-        stack.library, settings, stack.store, queue,
-        open_result_waiter(app, stored=stored_results(stack.store)), FixedRouter(),
-        EveryTenantHasKnowledge(), FrontDoorMetrics(), listen="127.0.0.1:0", poll_models=False,
-        queue_watch_s=None, health_watch_s=0.5,
-        worker_probe=functools.partial(queue.workers_alive, 0.5),
-    ), loop).result(30)
-    channel = grpc.insecure_channel(f"127.0.0.1:{running.port}")
-    key = stack.store.create_api_key("acme")
-    try:
-        yield channel, (("authorization", f"Bearer {key}"),)
-    finally:
-        channel.close()
-        asyncio.run_coroutine_threadsafe(running.stop(0), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
+    with in_process_front_door(stack.store, stack.library, queue, app, health_watch_s=0.5,
+                               worker_probe=functools.partial(queue.workers_alive, 0.5)) as client:
+        yield client.channel, client.auth
 
 
 def test_the_front_door_answers_across_a_redis_restart_and_never_says_internal(stack, front_door):

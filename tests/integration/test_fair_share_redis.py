@@ -10,21 +10,18 @@ Run: `.venv/bin/python -m pytest tests/integration/test_fair_share_redis.py -q`
 from __future__ import annotations
 
 import logging
-import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 import redis
 
 from adaptive_rag.contracts import Tier
 from adaptive_rag.errors import OverShareError
-from infra.local.servers import REDIS_SERVER, free_port
+from infra.local.servers import LocalRedis, free_port
 from services.frontdoor.fair_share import (
     FairShareConfig, FairShareLimits, InMemoryFairShare, RedisFairShare,
 )
@@ -282,42 +279,16 @@ def test_redis_unreachable_fails_open_and_warns_once(caplog):
     strict.release("t", C, "r1")  # never raises: the lease would expire anyway
 
 
-@contextmanager
-def redis_on(port: int, workdir: Path) -> Iterator[str]:
-    """A redis-server on a given port (restartable on the same port, unlike `local_redis`)."""
-    proc = subprocess.Popen(
-        [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
-         "--save", "", "--appendonly", "no", "--daemonize", "no"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                client_for(url).ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.05)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 def test_limits_apply_again_when_redis_comes_back(tmp_path, caplog):
-    port = free_port()
-    fs = RedisFairShare(client_for(f"redis://127.0.0.1:{port}/0"),
-                        FairShareConfig(limits(rate=SLOW, burst=1)))
+    server = LocalRedis(tmp_path, persistent=False)
+    fs = RedisFairShare(client_for(server.url), FairShareConfig(limits(rate=SLOW, burst=1)))
     with caplog.at_level(logging.WARNING, logger="services.frontdoor.fair_share"):
-        with redis_on(port, tmp_path):
+        with server:
             fs.acquire("t", A, "r1")
             assert outcome(fs, "t", A, "r2") == "rate"
         fs.acquire("t", A, "r3")  # the server is gone: admitted
         assert "admitting without limits" in caplog.text
-        with redis_on(port, tmp_path):  # back, empty (no persistence), script cache empty too
+        with server:  # back on its port, empty (no persistence), script cache empty too
             fs.acquire("t", A, "r4")
             assert outcome(fs, "t", A, "r5") == "rate"
     assert "Redis answers again" in caplog.text

@@ -126,6 +126,22 @@ def test_upsert_then_search_finds_it_with_doc_id_and_section(kb: KnowledgeIndex)
     assert ids(retriever.search("refunds", 3)) == [REFUND.id]
 
 
+def test_a_tenants_retriever_weighs_queries_by_the_idf_of_their_terms(kb: KnowledgeIndex) -> None:
+    """The weight relevance divides by (`retrieval.relevance`), through the tenant's alias too:
+    "invoices" is in one chunk of three (text and heading), "refunds" in one, "zeppelin" in none."""
+    from adaptive_rag.ports import QueryWeigher
+    from adaptive_rag.retrieval.relevance import bm25_idf, relevance
+
+    kb.upsert("acme", [RESET, INVOICE, REFUND])
+    retriever = kb.retriever("acme")
+    assert isinstance(retriever, QueryWeigher)
+    expected = 2 * bm25_idf(1, 3) + bm25_idf(0, 3)
+    assert retriever.query_weight("invoices refunds zeppelin") == pytest.approx(expected, rel=1e-3)
+    assert retriever.query_weight("the and of") == 0.0 and retriever.query_weight("") == 0.0
+    hits = retriever.search("when are invoices emailed", 3)
+    assert 0 < relevance(retriever, "when are invoices emailed", hits) < 3
+
+
 def test_section_heading_alone_matches(kb: KnowledgeIndex) -> None:
     only_in_heading = chunk("kb-sso", 0, "Single sign-on", "Okta", "Add the app in your provider.")
     kb.upsert("acme", [only_in_heading, INVOICE])

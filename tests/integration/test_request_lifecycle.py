@@ -1,7 +1,8 @@
 """No request left queued forever, and no task killing its worker forever, with real parts: a
 redis-server (broker and result backend), PostgreSQL records, real `celery worker` pools started
 by `workers.pools` under their supervisor, the real gRPC front door with its expiry sweep, and the
-instant LLM endpoint (`lab/harness/instant_llm.py`) instead of the embedded model.
+instant LLM endpoint (`lab/harness/instant_llm.py`) instead of the embedded model; the lab's stack
+(`lab.harness.stack`) without a front door of its own.
 
 Run: `.venv/bin/python -m pytest -q tests/integration/test_request_lifecycle.py`
 """
@@ -12,13 +13,9 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,42 +24,36 @@ import pytest
 from sqlalchemy import update
 
 from adaptive_rag.contracts import (
-    AnswerResult, AnswerTask, ErrorCode, RequestStatus, RoutingDecision, Tier,
+    CALL_ERROR_MESSAGES, AnswerResult, AnswerTask, CallError, ErrorCode, RequestStatus, RoutingDecision, Tier,
 )
-from adaptive_rag.settings import Settings
 from adaptive_rag.storage import QueryRequest, RecordStore
-from lab.harness.instant_llm import LLM_ANSWER, READY, running_instant_llm
-from infra.local.servers import free_port, stop_process
-from workers.celery_app import create_app
-from workers.client import CeleryTaskQueue, open_result_waiter, stored_results
-from workers.pools import RestartPolicy, WorkerPools
-from workers.settings import WorkerSettings
-from tests.support.frontdoor import EveryTenantHasKnowledge, FixedRouter
-from tests.support.pools import QUERY, PoolStack, answered, send, submit
+from lab.harness.instant_llm import LLM_ANSWER
+from lab.harness.stack import lab_stack
+from tests.support.frontdoor import in_process_front_door
+from tests.support.pools import POOL_PARTS, QUERY, PoolStack, answered, send, submit
 from tests.support.redis import redis_db
+from workers.celery_app import create_app
+from workers.client import CeleryTaskQueue, open_result_waiter
+from workers.pools import RestartPolicy, WorkerPools
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 LLM_LATENCY_MS = 4000.0  # each answer takes 4 s: a run is still going when its worker is killed
 MAX_DELIVERIES = 2
 ANSWER_S = 90.0  # generous: two shared cores, another job beside the tests
 
 
 @pytest.fixture(scope="module")
-def stack(redis_url, store, postgres_url, tmp_path_factory) -> Iterator[PoolStack]:
+def stack(redis_url, postgres_url, tmp_path_factory) -> Iterator[PoolStack]:
     """Pool A (one prefork process, supervised: restarted at once and its reserved messages put
     back when it dies); pool B is started by the test that needs it."""
-    logs = tmp_path_factory.mktemp("request-lifecycle")
-    with running_instant_llm(logs / "instant_llm.log", latency_ms=LLM_LATENCY_MS) as llm_url:
-        library = Settings(_env_file=None, database_url=postgres_url, llm_base_url=llm_url,
-                           llm_api="completions", llm_max_retries=0)
-        workers = WorkerSettings(_env_file=None, redis_url=redis_db(redis_url, 7), task_max_retries=1,
-                                 task_retry_backoff_s=0.2, concurrency={"A": 1, "B": 1},
-                                 prefetch={"A": 1, "B": 1}, task_max_deliveries=MAX_DELIVERIES)
-        with WorkerPools(workers, pools=("A",), library=library, log_dir=logs, migrate=False) as pools:
-            pools.start_supervisor(poll_s=0.2, policy=RestartPolicy(first_backoff_s=0.2))
-            yield PoolStack(store, library, workers, pools)
+    settings = dict(database_url=postgres_url, redis_url=redis_db(redis_url, 7), llm_api="completions",
+                    llm_max_retries=0, task_max_retries=1, task_retry_backoff_s=0.2, concurrency={"A": 1, "B": 1},
+                    prefetch={"A": 1, "B": 1}, task_max_deliveries=MAX_DELIVERIES)
+    with lab_stack(tmp_path_factory.mktemp("request-lifecycle"), POOL_PARTS, pools=("A",), settings=settings,
+                   llm_latency_ms=LLM_LATENCY_MS, frontdoor=False, tenants=(), dotenv=False,
+                   supervise=RestartPolicy(first_backoff_s=0.2), supervise_poll_s=0.2) as lab:
+        yield PoolStack.of(lab)
 
 
 def recorded(store: RecordStore, request_id: str, timeout: float = ANSWER_S) -> AnswerResult:
@@ -193,45 +184,6 @@ class LosingFirstMessage:
         return getattr(self.queue, name)
 
 
-@dataclass
-class FrontDoorClient:
-    stub: Any
-    auth: tuple
-    metrics: Any
-    pb2: Any
-
-
-def start_front_door(store: RecordStore, library: Settings, queue: Any, app, **settings: Any):
-    """The real front door on its own event loop thread; returns (client, stop)."""
-    from services.frontdoor.metrics import FrontDoorMetrics
-    from services.frontdoor.server import start_server
-    from services.frontdoor.settings import FrontDoorSettings
-    from services.frontdoor.stubs import pb2, pb2_grpc
-
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    metrics = FrontDoorMetrics()
-    running = asyncio.run_coroutine_threadsafe(start_server(
-        library, FrontDoorSettings(_env_file=None, metrics_port=0, deadline_margin_s=0.5, **settings),
-        store, queue, open_result_waiter(app, stored=stored_results(store)), FixedRouter(),
-        EveryTenantHasKnowledge(), metrics, listen="127.0.0.1:0", poll_models=False,
-        queue_watch_s=None, health_watch_s=None,
-    ), loop).result(30)
-    channel = grpc.insecure_channel(f"127.0.0.1:{running.port}")
-    key = store.create_api_key("acme")
-
-    def stop() -> None:
-        channel.close()
-        asyncio.run_coroutine_threadsafe(running.stop(0), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-
-    client = FrontDoorClient(pb2_grpc.AdaptiveRagStub(channel), (("authorization", f"Bearer {key}"),),
-                             metrics, pb2)
-    return client, stop
-
-
 def rpc_error(call, *args, **kwargs) -> grpc.RpcError:
     with pytest.raises(grpc.RpcError) as info:
         call(*args, **kwargs)
@@ -241,9 +193,8 @@ def rpc_error(call, *args, **kwargs) -> grpc.RpcError:
 def test_a_lost_message_expires_in_the_sweep_and_the_resend_runs_under_its_request_id(stack):
     app = stack.app()
     queue = LosingFirstMessage(CeleryTaskQueue(app))
-    client, stop = start_front_door(stack.store, stack.library, queue, app,
-                                    queued_expiry_s=2.0, expiry_sweep_s=0.2)
-    try:
+    with in_process_front_door(stack.store, stack.library, queue, app, queued_expiry_s=2.0,
+                               expiry_sweep_s=0.2) as client:
         pb2, cid = client.pb2, f"lost-{uuid.uuid4().hex[:8]}"
         ask = pb2.AnswerRequest(query_text=QUERY, client_request_id=cid)
         error = rpc_error(client.stub.Answer, ask, metadata=client.auth, timeout=1.5)
@@ -252,58 +203,41 @@ def test_a_lost_message_expires_in_the_sweep_and_the_resend_runs_under_its_reque
         assert [t.request_id for t in queue.lost] == [request_id]
         get = pb2.GetResultRequest(request_id=request_id)
         waiting = rpc_error(client.stub.GetResult, get, metadata=client.auth)
-        assert "still queued; call GetResult again later" in waiting.details()
+        assert dict(waiting.trailing_metadata())["x-error-code"] == CallError.NOT_FINISHED
         wait_until(lambda: stack.store.get_request(request_id).status == "expired", "the sweep expired it", 30)
         never = rpc_error(client.stub.GetResult, get, metadata=client.auth)
         assert never.code() is grpc.StatusCode.FAILED_PRECONDITION
-        assert f"request {request_id} was expired and never ran; send the Answer again" in never.details()
+        assert dict(never.trailing_metadata())["x-error-code"] == CallError.NEVER_RAN
+        assert never.details() == f"{CALL_ERROR_MESSAGES[CallError.NEVER_RAN]} (request {request_id})"
         assert client.metrics.registry.get_sample_value("arag_requests_expired_total") == 1.0
         reply = client.stub.Answer(ask, metadata=client.auth, timeout=ANSWER_S)
         assert reply.request_id == request_id and not reply.replayed
         assert reply.answer == LLM_ANSWER.rstrip(".")
         assert stack.store.get_request(request_id).status is RequestStatus.DONE
         assert stack.store.count_results(request_id) == 1
-    finally:
-        stop()
 
 
-def instant_llm_on(port: int, log_path: Path) -> subprocess.Popen:
-    """The instant LLM endpoint, started on `port` (the one a running pool was told to use)."""
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lab.harness.instant_llm", "--port", str(port)], cwd=REPO,
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while READY not in log_path.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop_process(proc)
-            raise RuntimeError(f"the instant LLM did not start:\n{log_path.read_text()[-2000:]}")
-        time.sleep(0.1)
-    return proc
-
-
-def test_a_run_that_failed_for_a_dependency_runs_again_when_resent(redis_url, store, postgres_url, tmp_path):
+def test_a_run_that_failed_for_a_dependency_runs_again_when_resent(redis_url, postgres_url, tmp_path):
     """The LLM endpoint is down: the run ends `dependency_unavailable` (UNAVAILABLE). Once it is
     up, the resend of the same client_request_id runs again under the same request id: its old
     error answers neither the records (one row) nor the Redis result the front door waits on."""
-    port = free_port()
-    library = Settings(_env_file=None, database_url=postgres_url, llm_base_url=f"http://127.0.0.1:{port}/v1",
-                       llm_api="completions", llm_max_retries=0, llm_timeout_s=5.0)
-    workers = WorkerSettings(_env_file=None, redis_url=redis_db(redis_url, 8), task_max_retries=0,
-                             concurrency={"A": 1})
-    app = create_app(workers)
-    llm: subprocess.Popen | None = None
-    with WorkerPools(workers, pools=("A",), library=library, log_dir=tmp_path, migrate=False):
-        client, stop = start_front_door(store, library, CeleryTaskQueue(app), app, expiry_sweep_s=0)
-        try:
+    settings = dict(database_url=postgres_url, redis_url=redis_db(redis_url, 8), llm_api="completions",
+                    llm_max_retries=0, llm_timeout_s=5.0, task_max_retries=0, concurrency={"A": 1})
+    with lab_stack(tmp_path, POOL_PARTS, pools=("A",), settings=settings, frontdoor=False, tenants=(),
+                   dotenv=False) as lab:
+        lab.llm.stop()  # down before the first call; started again on its port below
+        store, app = lab.store, create_app(lab.settings.workers)
+        with in_process_front_door(store, lab.settings.library, CeleryTaskQueue(app), app,
+                                   expiry_sweep_s=0) as client:
             ask = client.pb2.AnswerRequest(query_text=QUERY, client_request_id=f"dep-{uuid.uuid4().hex[:8]}")
             error = rpc_error(client.stub.Answer, ask, metadata=client.auth, timeout=ANSWER_S)
             assert error.code() is grpc.StatusCode.UNAVAILABLE, error.details()
+            assert dict(error.trailing_metadata())["x-error-code"] == CallError.ANSWER_DEPENDENCY_UNAVAILABLE
             assert "send the Answer again with the same client_request_id" in error.details()
             request_id = dict(error.trailing_metadata())["x-request-id"]
             assert store.get_result(request_id).error_code is ErrorCode.DEPENDENCY_UNAVAILABLE
             assert app_state_of(app, request_id) == "SUCCESS"  # the error result, in Redis
-            llm = instant_llm_on(port, tmp_path / "instant_llm.log")
+            lab.llm.start()
             reply = client.stub.Answer(ask, metadata=client.auth, timeout=ANSWER_S)
             assert reply.request_id == request_id and not reply.replayed
             assert reply.answer == LLM_ANSWER.rstrip(".")
@@ -311,10 +245,6 @@ def test_a_run_that_failed_for_a_dependency_runs_again_when_resent(redis_url, st
             assert store.count_results(request_id) == 1 and store.get_result(request_id).ok
             again = client.stub.Answer(ask, metadata=client.auth, timeout=ANSWER_S)
             assert again.replayed and again.answer == reply.answer
-        finally:
-            stop()
-            if llm is not None:
-                stop_process(llm)
 
 
 def app_state_of(app, task_id: str) -> str:

@@ -2,7 +2,8 @@
 front door as its own process (`python -m services.frontdoor`), made to exit right after the
 request's row is committed and before its task is enqueued (`ARAG_FAULT_EXIT_AFTER_RECORD`, a
 test-only setting), then started again without it; a redis-server (broker, result backend, fair
-share), PostgreSQL records, a real `celery worker` pool for tier A and the instant LLM endpoint.
+share), PostgreSQL records, a real `celery worker` pool for tier A and the instant LLM endpoint:
+the lab's stack (`lab.harness.stack`) without a front door of its own.
 
 - the relay of the restarted front door publishes the stranded request: GetResult returns it
   DONE within 30 s of the restart, and its resend (same client_request_id) is answered;
@@ -24,22 +25,19 @@ from pathlib import Path
 import grpc
 import pytest
 
-from adaptive_rag.contracts import RequestStatus
+from adaptive_rag.contracts import CallError, RequestStatus
 from adaptive_rag.knowledge.documents import Document, Section
 from adaptive_rag.knowledge.service import open_knowledge_service
-from adaptive_rag.settings import ClassifierSettings, Settings
 from adaptive_rag.storage import RecordStore
-from lab.harness.instant_llm import LLM_ANSWER, running_instant_llm
-from infra.local.servers import free_port
-from services.demo.stack import FrontDoorProcess, StackSettings
+from lab.harness.instant_llm import LLM_ANSWER
+from lab.harness.stack import LabStack, lab_stack
+from services.demo.stack import FrontDoorProcess
 from services.frontdoor.faults import FAULT_EXIT_STATUS
-from services.frontdoor.settings import FrontDoorSettings
 from services.frontdoor.stubs import pb2, pb2_grpc
+from tests.support.pools import POOL_PARTS
 from tests.support.redis import redis_db
 from workers.celery_app import create_app
 from workers.client import CeleryTaskQueue
-from workers.pools import WorkerPools
-from workers.settings import WorkerSettings
 
 pytestmark = pytest.mark.integration
 
@@ -51,15 +49,24 @@ DEADLINE_S, MARGIN_S = 3.0, 0.5  # a client's deadline and the server's margin b
 
 @dataclass
 class Stack:
-    settings: StackSettings
-    store: RecordStore
+    lab: LabStack
     key: str
-    logs: Path
+
+    @property
+    def settings(self):
+        return self.lab.settings
+
+    @property
+    def store(self) -> RecordStore:
+        return self.lab.store
+
+    @property
+    def logs(self) -> Path:
+        return self.lab.core.logs
 
     def front_door(self, name: str, **env: str) -> tuple[FrontDoorProcess, pb2_grpc.AdaptiveRagStub, grpc.Channel]:
-        listen = f"127.0.0.1:{free_port()}"
-        process = FrontDoorProcess(self.settings.env(**env), self.logs / f"{name}.log", listen)
-        channel = grpc.insecure_channel(listen)
+        process = self.lab.start_frontdoor(name, **env)
+        channel = grpc.insecure_channel(process.listen)
         return process, pb2_grpc.AdaptiveRagStub(channel), channel
 
     @property
@@ -68,21 +75,17 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(redis_url, store, postgres_url, tmp_path_factory) -> Iterator[Stack]:
-    logs = tmp_path_factory.mktemp("stranded-request")
-    with running_instant_llm(logs / "instant_llm.log") as llm_url:
-        library = Settings(_env_file=None, database_url=postgres_url, llm_base_url=llm_url,
-                           llm_api="completions", llm_max_retries=0, index_dir=logs / "index")
-        workers = WorkerSettings(_env_file=None, redis_url=redis_db(redis_url, 12), concurrency={"A": 1})
-        frontdoor = FrontDoorSettings(_env_file=None, router="rules", metrics_port=0,
-                                      redis_url=workers.redis_url, deadline_margin_s=MARGIN_S)
-        settings = StackSettings(library=library, classifier=ClassifierSettings(_env_file=None),
-                                 frontdoor=frontdoor, workers=workers)
+def stack(redis_url, postgres_url, tmp_path_factory) -> Iterator[Stack]:
+    workdir = tmp_path_factory.mktemp("stranded-request")
+    settings = dict(database_url=postgres_url, redis_url=redis_db(redis_url, 12), llm_api="completions",
+                    llm_max_retries=0, index_dir=workdir / "index", concurrency={"A": 1}, router="rules",
+                    deadline_margin_s=MARGIN_S)
+    with lab_stack(workdir, POOL_PARTS, pools=("A",), settings=settings, frontdoor=False, tenants=(),
+                   dotenv=False) as lab:
         # The front door answers only a tenant with a knowledge base.
-        open_knowledge_service(library, store.engine).upsert("acme", [Document(
+        open_knowledge_service(lab.settings.library, lab.store.engine).upsert("acme", [Document(
             "kb-1", "Lumora bulbs", (Section("Pairing", "Hold the button of a Lumora bulb for ten seconds."),))])
-        with WorkerPools(workers, pools=("A",), library=library, log_dir=logs, migrate=False):
-            yield Stack(settings, store, store.create_api_key("acme"), logs)
+        yield Stack(lab, lab.api_key("acme"))
 
 
 def dies_after_recording(stack: Stack, client_request_id: str) -> str:
@@ -126,7 +129,7 @@ def test_the_restarted_front_door_publishes_the_stranded_request_and_its_resend_
                 break
             except grpc.RpcError as exc:
                 assert exc.code() is grpc.StatusCode.FAILED_PRECONDITION, exc.details()
-                assert "still queued" in exc.details() or "still running" in exc.details(), exc.details()
+                assert dict(exc.trailing_metadata())["x-error-code"] == CallError.NOT_FINISHED, exc.details()
                 assert time.monotonic() - restarted < ANSWERED_WITHIN_S, "not answered within 30 s of the restart"
                 time.sleep(0.1)
         took = time.monotonic() - restarted

@@ -1,6 +1,7 @@
 """Real `celery worker` pools over a real broker and PostgreSQL records, as the integration tests
-of the worker lifecycle drive them: what the front door would record and enqueue, and the wait
-for the result row (the records, not Redis, are asked)."""
+of the worker lifecycle drive them: the lab's stack with the parts they need (`POOL_PARTS`, no
+front door: the tests start their own), what the front door would record and enqueue, and the
+wait for the result row (the records, not Redis, are asked)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,16 @@ from dataclasses import dataclass
 from adaptive_rag.contracts import AnswerResult, AnswerTask, RoutingDecision, Tier
 from adaptive_rag.settings import Settings
 from adaptive_rag.storage import RecordStore
+from lab.harness.stack import LabStack, Parts
 from workers.celery_app import create_app
 from workers.client import CeleryTaskQueue
 from workers.pools import WorkerPools
 from workers.settings import WorkerSettings
 
 QUERY = "What is the capital of France?"
+# Redis and PostgreSQL (the tests give their addresses: the session's servers), no classifier, the
+# instant LLM endpoint instead of the model (tasks take the time the tests ask for, no CPU).
+POOL_PARTS = Parts(broker="redis", records="postgres", classifier="rules", retriever="tantivy", llm="instant")
 
 
 @dataclass
@@ -26,6 +31,10 @@ class PoolStack:
     library: Settings
     workers: WorkerSettings
     pools: WorkerPools
+
+    @classmethod
+    def of(cls, lab: LabStack) -> PoolStack:
+        return cls(lab.store, lab.settings.library, lab.settings.workers, lab.pools)
 
     def app(self):
         return create_app(self.workers)

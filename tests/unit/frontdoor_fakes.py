@@ -37,7 +37,8 @@ class FakeStore:
     """Dict-backed records with the RecordStore contract (duplicates, tenants, statuses)."""
 
     def __init__(self) -> None:
-        self.keys: dict[str, str] = {}
+        self.keys: dict[str, Principal] = {}
+        self.key_changes = 0  # the key table's revision
         self.requests: dict[str, Request] = {}
         self.decisions: dict[str, RoutingDecision] = {}
         self.results: dict[tuple[str, ResultKind, Tier], AnswerResult] = {}
@@ -52,9 +53,17 @@ class FakeStore:
 
     def add_key(self, key: str, tenant: str, scopes: frozenset[Scope] = DEFAULT_SCOPES) -> None:
         self.keys[hashlib.sha256(key.encode()).hexdigest()] = Principal(tenant=tenant, scopes=scopes)
+        self.key_changes += 1
+
+    def revoke_key(self, key: str) -> None:
+        del self.keys[hashlib.sha256(key.encode()).hexdigest()]
+        self.key_changes += 1
 
     def principal_for_key(self, key: str) -> Principal | None:
         return self.keys.get(hashlib.sha256(key.encode()).hexdigest())
+
+    def api_keys_revision(self) -> int:
+        return self.key_changes
 
     def find_request(self, tenant, client_request_id):
         return self._find(tenant, client_request_id)
@@ -277,8 +286,29 @@ class FakeRouter:
         return None
 
 
+class WordOverlapRetriever:
+    """Search by shared lower-cased words, each worth 1 (`ports.QueryWeigher` too: a query weighs
+    its distinct words, so relevance is the share of them the best chunk has)."""
+
+    def __init__(self, chunks: dict[str, Passage]) -> None:
+        self.chunks = chunks
+
+    @staticmethod
+    def _words(text: str) -> set[str]:
+        return set(text.lower().split())
+
+    def search(self, query: str, k: int) -> list[Passage]:
+        asked = self._words(query)
+        scored = [(len(asked & self._words(f"{c.title} {c.text}")), c) for c in self.chunks.values()]
+        ranked = sorted((s for s in scored if s[0] > 0), key=lambda s: (-s[0], s[1].id))
+        return [replace(chunk, score=float(score)) for score, chunk in ranked[:k]]
+
+    def query_weight(self, query: str) -> float:
+        return float(len(self._words(query)))
+
+
 class FakeKnowledgeIndex:
-    """Per-tenant dicts of chunks with the KnowledgeIndex contract (no BM25: substring match)."""
+    """Per-tenant dicts of chunks with the KnowledgeIndex contract (no BM25: word overlap)."""
 
     def __init__(self) -> None:
         self.chunks: dict[str, dict[str, Passage]] = {}
@@ -303,8 +333,8 @@ class FakeKnowledgeIndex:
     def count(self, tenant: str) -> int:
         return len(self.chunks.get(tenant, {}))
 
-    def retriever(self, tenant: str):
-        raise NotImplementedError("the front door never searches")
+    def retriever(self, tenant: str) -> WordOverlapRetriever:
+        return WordOverlapRetriever(self.chunks.setdefault(tenant, {}))
 
 
 def knowledge_service(tenants_with_kb=("acme", "globex")):

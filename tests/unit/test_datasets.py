@@ -16,12 +16,14 @@ from adaptive_rag.evaluation.corpus import load_corpus, passage_id
 from adaptive_rag.evaluation.datasets import (
     DATASETS,
     FILES,
-    LOADERS,
+    HOTPOTQA_FULLWIKI_FILE,
     MULTI_HOP,
     SINGLE_HOP,
     SQUAD_DEV_TITLES,
     TRAIN_SHARE,
     Question,
+    load_dataset,
+    load_hotpotqa,
     load_questions,
     split_of,
 )
@@ -29,14 +31,15 @@ from adaptive_rag.evaluation.datasets import (
 REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO / ".." / "shared" / "data"
 
-DATA_PRESENT = all((DATA_DIR / name).is_file() for name in FILES.values())
+DATA_PRESENT = all((DATA_DIR / name).is_file() for names in FILES.values() for name in names) and (
+    DATA_DIR / HOTPOTQA_FULLWIKI_FILE).is_file()
 
 
 @pytest.fixture(scope="module")
 def questions() -> dict[str, list[Question]]:
     if not DATA_PRESENT:
         pytest.skip(f"benchmark data not found in {DATA_DIR}")
-    return {name: list(LOADERS[name](DATA_DIR / FILES[name])) for name in DATASETS}
+    return {name: load_dataset(DATA_DIR, name) for name in DATASETS}
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +88,9 @@ def test_split_is_stable_across_processes(questions) -> None:
     script = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from adaptive_rag.evaluation.datasets import DATASETS, FILES, LOADERS\n"
+        "from adaptive_rag.evaluation.datasets import DATASETS, load_dataset\n"
         "d = Path(sys.argv[1])\n"
-        "print(json.dumps({n: {q.id: q.split for q in LOADERS[n](d / FILES[n])} for n in DATASETS}))\n"
+        "print(json.dumps({n: {q.id: q.split for q in load_dataset(d, n)} for n in DATASETS}))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script, str(DATA_DIR)], capture_output=True, text=True, timeout=300,
@@ -130,7 +133,7 @@ def test_load_questions_defaults_to_all_six(questions) -> None:
 def test_squad_only_dev_titles(questions) -> None:
     titles = {q.supporting_titles for q in questions["squad"]}
     assert titles == {(t.replace("_", " "),) for t in SQUAD_DEV_TITLES}
-    raw = json.loads((DATA_DIR / FILES["squad"]).read_text(encoding="utf-8"))["data"]
+    raw = json.loads((DATA_DIR / FILES["squad"][0]).read_text(encoding="utf-8"))["data"]
     dev_count = sum(
         len(p["qas"]) for a in raw if a["title"] in SQUAD_DEV_TITLES for p in a["paragraphs"]
     )
@@ -141,7 +144,7 @@ def test_squad_only_dev_titles(questions) -> None:
 def test_trivia_csv_quotes_unwrapped(questions) -> None:
     raw = {
         row["id"]: row["question"].strip()
-        for row in map(json.loads, (DATA_DIR / FILES["trivia"]).read_text().splitlines())
+        for row in map(json.loads, (DATA_DIR / FILES["trivia"][0]).read_text().splitlines())
     }
     wrapped = {i for i, q in raw.items() if q.startswith('"') and q.endswith('"') and '""' in q}
     assert wrapped, "the file is known to hold CSV-style quoted questions"
@@ -153,13 +156,49 @@ def test_trivia_csv_quotes_unwrapped(questions) -> None:
     assert lookup == ['What philosopher said "God is dead"?']
 
 
-def test_hotpotqa_records_without_context_are_skipped(questions) -> None:
-    rows = [json.loads(line) for line in (DATA_DIR / FILES["hotpotqa"]).read_text().splitlines()]
-    empty = {r["_id"] for r in rows if not r.get("context")}
-    assert len(empty) == 2
-    loaded = {q.id for q in questions["hotpotqa"]}
-    assert not empty & loaded
-    assert len(loaded) == len(rows) - 2
+def _rows(name: str) -> list[dict]:
+    return [json.loads(line) for line in (DATA_DIR / name).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_hotpotqa_reads_both_distractor_files_once_per_question(questions) -> None:
+    hf_layout, original_layout = (_rows(name) for name in FILES["hotpotqa"])
+    ids = [r["id"] for r in hf_layout] + [r["_id"] for r in original_layout]
+    loaded = [q.id for q in questions["hotpotqa"]]
+    assert len(loaded) == len(set(loaded)) == len(set(ids)) < len(ids)  # ids in both files: once
+    assert set(loaded) == set(ids)
+    # the fullwiki file's questions are not asked (unless a distractor file has them too)
+    fullwiki = {r["_id"] for r in _rows(HOTPOTQA_FULLWIKI_FILE)}
+    assert not (fullwiki - set(ids)) & set(loaded)
+
+
+def test_hotpotqa_both_layouts_give_the_same_question(tmp_path) -> None:
+    hf_row = {
+        "id": "x1", "question": " Who? ", "answer": "Ann", "type": "bridge", "level": "hard",
+        "supporting_facts": {"title": ["A", "B", "A"], "sent_id": [0, 1, 2]},
+        "context": {"title": ["A", "B"], "sentences": [["A is.", " Yes."], ["B was."]]},
+    }
+    original_row = {
+        "_id": "x1", "question": "Who?", "answer": "Ann", "type": "bridge", "level": "hard",
+        "supporting_facts": [["A", 0], ["B", 1], ["A", 2]],
+        "context": [["A", ["A is.", " Yes."]], ["B", ["B was."]]],
+    }
+    empty_row = {**original_row, "_id": "x2", "context": []}
+    loaded = []
+    for number, rows in enumerate(([hf_row], [original_row, empty_row])):
+        path = tmp_path / f"{number}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        loaded.append(list(load_hotpotqa(path)))
+    expected = Question(id="x1", dataset="hotpotqa", question="Who?", answers=("Ann",),
+                        supporting_titles=("A", "B"))
+    assert loaded == [[expected], [expected]]  # the record without paragraphs is skipped
+
+
+def test_corpus_keeps_the_fullwiki_paragraphs_as_distractors(corpus) -> None:
+    ids = {p.id for p in corpus}
+    fullwiki = [(title, "".join(sentences)) for row in _rows(HOTPOTQA_FULLWIKI_FILE)
+                for title, sentences in row.get("context") or [] if "".join(sentences).strip()]
+    assert fullwiki
+    assert all(passage_id(t.strip(), " ".join(x.split())) in ids for t, x in fullwiki)
 
 
 def test_corpus_is_deduplicated(corpus) -> None:
@@ -174,7 +213,7 @@ def test_corpus_is_deduplicated(corpus) -> None:
 
 def test_corpus_contains_supporting_titles(corpus, questions) -> None:
     titles = {p.title for p in corpus}
-    for name in ("2wiki", "musique", "squad"):
+    for name in ("2wiki", "musique", "squad", "hotpotqa"):
         missing = {t for q in questions[name] for t in q.supporting_titles} - titles
         assert not missing, (name, sorted(missing)[:5])
 

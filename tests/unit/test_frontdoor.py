@@ -16,7 +16,9 @@ from frontdoor_fakes import FakeQueue, FakeRouter, FakeStore, FakeWaiter, knowle
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from adaptive_rag.contracts import AnswerResult, ErrorCode, RequestStatus, ResultKind, Scope, Tier
+from adaptive_rag.contracts import (
+    CALL_ERROR_MESSAGES, AnswerResult, CallError, ErrorCode, RequestStatus, ResultKind, Scope, Tier,
+)
 from adaptive_rag.errors import AnswerFailedError
 from adaptive_rag.logs import configure_logging
 from adaptive_rag.settings import Settings
@@ -98,6 +100,18 @@ def trailing(metadata) -> dict[str, str]:
     return {k: v for k, v in metadata}
 
 
+def error_code(error: grpc.RpcError) -> CallError:
+    """The failed call's `x-error-code` trailer."""
+    return CallError(trailing(error.trailing_metadata())["x-error-code"])
+
+
+def told(error: grpc.RpcError, reason: CallError) -> bool:
+    """The call failed for `reason`, with its stable message (and the request id, if it has one)."""
+    request_id = trailing(error.trailing_metadata()).get("x-request-id")
+    message = CALL_ERROR_MESSAGES[reason] + (f" (request {request_id})" if request_id else "")
+    return error_code(error) is reason and error.details() == message
+
+
 def test_answer_carries_tier_strategy_sources_classifier_and_timings(harness):
     for query, tier in TIERS.items():
         reply, call = harness.answer(query)
@@ -123,37 +137,53 @@ def test_answer_carries_tier_strategy_sources_classifier_and_timings(harness):
         assert observed == len(TIERS), stage
 
 
-@pytest.mark.parametrize(("query", "message"), [
-    ("", "query is empty"),
-    ("   \n ", "query is empty"),
-    ("x" * 201, "query is 201 characters; the limit is 200"),
-    (b"caf\xc3 lamp", "query is not valid UTF-8: byte 0xC3 at offset 3"),
-    ("lamp\x00 colour", "query contains control character U+0000 at position 4"),
-    ("lamp\x1b[31m", "query contains control character U+001B at position 4"),
+@pytest.mark.parametrize(("query", "reason"), [
+    ("", CallError.QUERY_EMPTY),
+    ("   \n ", CallError.QUERY_EMPTY),
+    ("x" * 201, CallError.QUERY_TOO_LONG),
+    (b"caf\xc3 lamp", CallError.QUERY_NOT_UTF8),
+    ("lamp\x00 colour", CallError.QUERY_CONTROL_CHARACTER),
+    ("lamp\x1b[31m", CallError.QUERY_CONTROL_CHARACTER),
 ])
-def test_invalid_queries_get_invalid_argument_with_a_precise_message(harness, query, message):
+def test_invalid_queries_get_invalid_argument_with_the_code_of_what_is_wrong(harness, query, reason):
     error = status_of(harness.answer, query)
-    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
-    assert message in error.details()
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and told(error, reason)
     assert harness.store.requests == {} and harness.queue.tasks == []
 
 
 def test_bad_client_request_ids_are_invalid_arguments(harness):
-    for value, message in [("", "client_request_id is empty"), ("a b", "U+0020 at position 1"),
-                           ("k" * 129, "129 characters; the limit is 128")]:
+    for value in ("", "a b", "k" * 129):
         error = status_of(harness.answer, "What is 2+2?", client_request_id=value)
-        assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and message in error.details()
+        assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert told(error, CallError.INVALID_CLIENT_REQUEST_ID)
 
 
-@pytest.mark.parametrize(("metadata", "message"), [
-    ((), "missing `authorization: Bearer <api key>` metadata"),
-    ((("authorization", KEY),), "must be `Bearer <api key>`"),
-    ((("authorization", "Bearer arag_not-a-key"),), "unknown or revoked API key"),
+@pytest.mark.parametrize("metadata", [
+    (), (("authorization", KEY),), (("authorization", "Bearer arag_not-a-key"),),
 ])
-def test_missing_or_wrong_keys_are_unauthenticated(harness, metadata, message):
+def test_missing_or_wrong_keys_are_unauthenticated(harness, metadata):
     error = status_of(harness.answer, "What is 2+2?", metadata=metadata)
-    assert error.code() is grpc.StatusCode.UNAUTHENTICATED and message in error.details()
+    assert error.code() is grpc.StatusCode.UNAUTHENTICATED and told(error, CallError.UNAUTHENTICATED)
     assert KEY not in error.details()
+
+
+def test_a_revoked_key_is_refused_once_the_revocation_watch_sees_the_key_table_change():
+    h = Harness(make_settings(key_cache_s=600.0, key_revocation_s=0))  # the test runs the watch
+    try:
+        assert asyncio.run_coroutine_threadsafe(h.running.servicer.service.drop_revoked_keys(),
+                                                h.loop).result(5)  # the first look drops all
+        h.answer("What is 2+2?")  # the key is cached now
+        h.store.revoke_key(KEY)
+        assert h.answer("What is 2+2?")[0].answer  # the cache still holds it
+        watch = asyncio.run_coroutine_threadsafe(h.running.servicer.service.drop_revoked_keys(), h.loop)
+        assert watch.result(5)
+        error = status_of(h.answer, "What is 2+2?")
+        assert error.code() is grpc.StatusCode.UNAUTHENTICATED
+        assert h.answer("What is 2+2?", metadata=OTHER_AUTH)[0].answer  # other keys: looked up again
+        again = asyncio.run_coroutine_threadsafe(h.running.servicer.service.drop_revoked_keys(), h.loop)
+        assert not again.result(5)  # nothing changed since: the cache is kept
+    finally:
+        h.close()
 
 
 def test_repeated_client_request_id_replays_the_stored_reply(harness):
@@ -169,7 +199,8 @@ def test_repeated_client_request_id_replays_the_stored_reply(harness):
         metadata=OTHER_AUTH)
     assert other.request_id != first.request_id and not other.replayed
     error = status_of(harness.answer, "What is 2+2?", client_request_id="order-1")
-    assert error.code() is grpc.StatusCode.ALREADY_EXISTS and "different query" in error.details()
+    assert error.code() is grpc.StatusCode.ALREADY_EXISTS and told(error, CallError.CLIENT_REQUEST_ID_REUSED)
+    assert first.request_id in error.details()
 
 
 def test_replay_of_a_request_still_running_waits_for_it():
@@ -201,10 +232,10 @@ def test_deadline_exceeded_then_get_result_returns_the_answer():
         assert time.monotonic() - started < 1.0
         assert error.code() is grpc.StatusCode.DEADLINE_EXCEEDED
         request_id = trailing(error.trailing_metadata())["x-request-id"]
-        assert f'GetResult(request_id="{request_id}")' in error.details()
+        assert told(error, CallError.DEADLINE_EXCEEDED) and request_id in error.details()
         running = status_of(h.stub.GetResult, pb2.GetResultRequest(request_id=request_id), metadata=AUTH)
         assert running.code() is grpc.StatusCode.FAILED_PRECONDITION
-        assert "still queued" in running.details()
+        assert told(running, CallError.NOT_FINISHED)
         time.sleep(1.0)
         reply = h.stub.GetResult(pb2.GetResultRequest(request_id=request_id), metadata=AUTH)
         assert reply.request_id == request_id and reply.replayed and reply.tier == pb2.TIER_C
@@ -230,7 +261,7 @@ def test_a_request_whose_message_was_lost_is_expired_by_the_sweep_and_the_resend
             time.sleep(0.05)
         never = status_of(h.stub.GetResult, pb2.GetResultRequest(request_id=request_id), metadata=AUTH)
         assert never.code() is grpc.StatusCode.FAILED_PRECONDITION
-        assert f"request {request_id} was expired and never ran; send the Answer again" in never.details()
+        assert told(never, CallError.NEVER_RAN) and request_id in never.details()
         assert h.metrics.registry.get_sample_value("arag_requests_expired_total") == 1.0
         reply, _ = h.answer("Which is older, X or Y?", client_request_id="c-lost")
         assert reply.request_id == request_id and not reply.replayed and reply.answer
@@ -243,7 +274,7 @@ def test_get_result_is_not_found_for_unknown_ids_and_other_tenants(harness):
     reply, _ = harness.answer("What is 2+2?")
     for request_id, metadata in [("0" * 32, AUTH), (reply.request_id, OTHER_AUTH)]:
         error = status_of(harness.stub.GetResult, pb2.GetResultRequest(request_id=request_id), metadata=metadata)
-        assert error.code() is grpc.StatusCode.NOT_FOUND and request_id in error.details()
+        assert error.code() is grpc.StatusCode.NOT_FOUND and told(error, CallError.REQUEST_NOT_FOUND)
     error = status_of(harness.stub.GetResult, pb2.GetResultRequest(request_id=" "), metadata=AUTH)
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
 
@@ -252,12 +283,12 @@ def test_full_queue_is_resource_exhausted_and_the_same_key_retries_later(harness
     harness.queue.depths["tier-c"] = 3
     error = status_of(harness.answer, "Which is older, X or Y?", client_request_id="c-1")
     assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert "tier C queue 'tier-c' holds 3 tasks (limit 3)" in error.details()
+    assert told(error, CallError.QUEUE_FULL)
     request_id = trailing(error.trailing_metadata())["x-request-id"]
     assert harness.store.requests[request_id].status is RequestStatus.REJECTED
     assert harness.queue.tasks == []
     rejected = status_of(harness.stub.GetResult, pb2.GetResultRequest(request_id=request_id), metadata=AUTH)
-    assert rejected.code() is grpc.StatusCode.FAILED_PRECONDITION and "rejected" in rejected.details()
+    assert rejected.code() is grpc.StatusCode.FAILED_PRECONDITION and told(rejected, CallError.NEVER_RAN)
     # Tier A is not held back by C's backlog.
     assert harness.answer("What is 2+2?")[0].tier == pb2.TIER_A
     harness.queue.depths["tier-c"] = 0
@@ -276,18 +307,18 @@ def test_recorded_worker_errors_map_to_their_status():
     h = Harness(make_settings(), work=fail)
     try:
         error = status_of(h.answer, "llm down")
-        assert error.code() is grpc.StatusCode.UNAVAILABLE and "endpoint refused" in error.details()
-        assert "send the Answer again with the same client_request_id" in error.details()
+        assert error.code() is grpc.StatusCode.UNAVAILABLE and "endpoint refused" not in error.details()
+        assert told(error, CallError.ANSWER_DEPENDENCY_UNAVAILABLE)
         request_id = trailing(error.trailing_metadata())["x-request-id"]
         stored = status_of(h.stub.GetResult, pb2.GetResultRequest(request_id=request_id), metadata=AUTH)
         assert stored.code() is grpc.StatusCode.UNAVAILABLE
-        assert status_of(h.answer, "other failure").code() is grpc.StatusCode.INTERNAL
+        other = status_of(h.answer, "other failure")
+        assert other.code() is grpc.StatusCode.INTERNAL and told(other, CallError.ANSWER_FAILED)
     finally:
         h.close()
-    code, _ = status_for(AnswerFailedError("worker hit its time limit", ErrorCode.TIME_LIMIT))
-    assert code is grpc.StatusCode.DEADLINE_EXCEEDED
-    code, message = status_for(KeyError("a bug"))
-    assert code is grpc.StatusCode.INTERNAL and "a bug" not in message
+    code, reason = status_for(AnswerFailedError("worker hit its time limit", ErrorCode.TIME_LIMIT))
+    assert code is grpc.StatusCode.DEADLINE_EXCEEDED and reason is CallError.ANSWER_TIME_LIMIT
+    assert status_for(KeyError("a bug")) == (grpc.StatusCode.INTERNAL, CallError.INTERNAL)
 
 
 def test_shadow_runs_go_to_the_neighbouring_tier_for_the_sampled_share():
@@ -329,7 +360,7 @@ def test_feedback_is_stored_for_the_tenants_own_requests(harness):
     assert harness.store.feedback[-1]["correct_answer"] is None
     bad = status_of(harness.stub.SubmitFeedback, pb2.FeedbackRequest(request_id=reply.request_id, rating=5),
                     metadata=AUTH)
-    assert bad.code() is grpc.StatusCode.INVALID_ARGUMENT and "got 5" in bad.details()
+    assert bad.code() is grpc.StatusCode.INVALID_ARGUMENT and told(bad, CallError.INVALID_FEEDBACK)
     for request_id, metadata in [("f" * 32, AUTH), (reply.request_id, OTHER_AUTH)]:
         missing = status_of(harness.stub.SubmitFeedback,
                             pb2.FeedbackRequest(request_id=request_id, rating=1), metadata=metadata)
@@ -423,7 +454,7 @@ def test_a_tenant_brings_its_knowledge_base_through_the_api_and_can_then_ask(har
     harness.store.add_key("arag_reader-of-initech", "initech")
     missing = status_of(harness.answer, "What is 2+2?", metadata=INITECH_READER)
     assert missing.code() is grpc.StatusCode.FAILED_PRECONDITION
-    assert "'initech' has no knowledge base" in missing.details() and harness.queue.tasks == []
+    assert told(missing, CallError.KNOWLEDGE_BASE_MISSING) and harness.queue.tasks == []
     assert status_of(harness.kb.DescribeKnowledgeBase, pb2.DescribeKnowledgeBaseRequest(),
                      metadata=INITECH_READER).code() is grpc.StatusCode.FAILED_PRECONDITION
     docs = [pb2.Document(id="warranty", title="Warranty", text="Two years on every Initech stapler."),
@@ -439,6 +470,9 @@ def test_a_tenant_brings_its_knowledge_base_through_the_api_and_can_then_ask(har
     assert {c.section for c in chunks.values() if c.doc_id == "setup"} == {"Unboxing", "Loading"}
     info = harness.kb.DescribeKnowledgeBase(pb2.DescribeKnowledgeBaseRequest(), metadata=INITECH_READER)
     assert (info.documents, info.chunks, info.generation, info.backend) == (2, 3, 1, "fake") and info.updated_at
+    # the knowledge base's own abstention threshold, derived on import
+    assert info.abstain_threshold_source == "automatic" and info.HasField("automatic_abstain_threshold")
+    assert info.abstain_threshold == info.automatic_abstain_threshold > 0
     assert harness.answer("What is 2+2?", metadata=INITECH_READER)[0].answer
     assert harness.queue.tasks[-1].tenant == "initech"
     streamed = harness.kb.StreamDocuments(iter(
@@ -454,7 +488,7 @@ def test_a_tenant_brings_its_knowledge_base_through_the_api_and_can_then_ask(har
 def test_writes_need_the_write_scope_and_never_touch_another_tenant(harness):
     doc = pb2.Document(id="x", title="X", text="x")
     denied = status_of(harness.kb.UpsertDocuments, pb2.UpsertDocumentsRequest(documents=[doc]), metadata=AUTH)
-    assert denied.code() is grpc.StatusCode.PERMISSION_DENIED and "'kb:write'" in denied.details()
+    assert denied.code() is grpc.StatusCode.PERMISSION_DENIED and told(denied, CallError.PERMISSION_DENIED)
     assert status_of(harness.kb.DeleteDocuments, pb2.DeleteDocumentsRequest(document_ids=["welcome"]),
                      metadata=AUTH).code() is grpc.StatusCode.PERMISSION_DENIED
     harness.store.add_key(WRITER_KEY, "initech", frozenset({Scope.KB_WRITE}))
@@ -465,17 +499,17 @@ def test_writes_need_the_write_scope_and_never_touch_another_tenant(harness):
     assert writer_cannot_answer.code() is grpc.StatusCode.PERMISSION_DENIED
 
 
-@pytest.mark.parametrize("doc, message", [
-    (pb2.Document(id="", title="T", text="t"), "non-empty id"),
-    (pb2.Document(id="a#1", title="T", text="t"), "contains '#'"),
-    (pb2.Document(id="a", title="", text=""), "neither title nor text"),
-    (pb2.Document(id="x" * 300, title="T", text="t"), "longer than 256"),
+@pytest.mark.parametrize("doc", [
+    pb2.Document(id="", title="T", text="t"),
+    pb2.Document(id="a#1", title="T", text="t"),
+    pb2.Document(id="a", title="", text=""),
+    pb2.Document(id="x" * 300, title="T", text="t"),
 ])
-def test_bad_documents_are_invalid_arguments_and_change_nothing(harness, doc, message):
+def test_bad_documents_are_invalid_arguments_and_change_nothing(harness, doc):
     harness.store.add_key(WRITER_KEY, "acme", frozenset({Scope.KB_WRITE}))
     good = pb2.Document(id="good", title="Good", text="fine")
     error = status_of(harness.kb.UpsertDocuments, pb2.UpsertDocumentsRequest(documents=[good, doc]), metadata=WRITER)
-    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and message in error.details()
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and told(error, CallError.INVALID_DOCUMENT)
     assert "good#0" not in harness.knowledge.index.chunks["acme"]
 
 
@@ -501,7 +535,7 @@ def test_a_tenant_over_its_share_gets_resource_exhausted_with_a_retry_after_hint
         first.join(5)
         second = results["second"]
         assert isinstance(second, grpc.RpcError) and second.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "share of tier C (1 of 1 slots in use)" in second.details()
+        assert told(second, CallError.OVER_SHARE)
         assert 0 < float(trailing(second.trailing_metadata())["retry-after"]) <= 60
         assert results["first"].answer and results["other tenant"].answer  # globex is not held back
         assert h.answer("Which is older, X or Y?")[0].answer  # the slot came back with the answer
@@ -514,7 +548,8 @@ def test_a_broker_that_is_away_is_unavailable_and_the_resend_runs(harness):
 
     harness.queue.down = DependencyUnavailableError("the task queue is unreachable (depth: ConnectionError)")
     error = status_of(harness.answer, "Which is older, X or Y?", client_request_id="c-down")
-    assert error.code() is grpc.StatusCode.UNAVAILABLE and "did not run: send it again" in error.details()
+    assert error.code() is grpc.StatusCode.UNAVAILABLE and told(error, CallError.DEPENDENCY_UNAVAILABLE)
+    assert "ConnectionError" not in error.details()
     request_id = trailing(error.trailing_metadata())["x-request-id"]
     assert harness.store.requests[request_id].status is RequestStatus.REJECTED
     harness.queue.down = None
@@ -596,11 +631,12 @@ def test_a_result_backend_that_stays_away_is_unavailable_not_internal(harness):
 
     class AwayWaiter:
         async def wait(self, task_id: str, timeout: float):
-            raise DependencyUnavailableError(f"the result backend is unreachable; task {task_id} keeps running")
+            raise DependencyUnavailableError(f"the result backend is unreachable; task {task_id} keeps running",
+                                             reason=CallError.RESULT_STORE_UNAVAILABLE)
 
     harness.running.servicer.service.waiter = AwayWaiter()
     error = status_of(harness.answer, "Who makes Lumora lamps?")
-    assert error.code() is grpc.StatusCode.UNAVAILABLE and "keeps running" in error.details()
+    assert error.code() is grpc.StatusCode.UNAVAILABLE and told(error, CallError.RESULT_STORE_UNAVAILABLE)
     assert "retry-after" in trailing(error.trailing_metadata())
 
 

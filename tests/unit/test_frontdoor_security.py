@@ -24,7 +24,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from otel_support import recorded
 from test_frontdoor import LIBRARY, Harness, make_settings, status_of
 
-from adaptive_rag.contracts import Principal
+from adaptive_rag.contracts import CallError, Principal
 from adaptive_rag.logs import configure_logging
 from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
 from services.frontdoor.server import request_limits
@@ -154,13 +154,14 @@ def test_the_request_size_follows_the_query_limit():
         # the longest query of 4-byte characters still reaches the precise validation
         assert harness.answer("😀" * LIBRARY.max_query_chars)[0].answer
         over = status_of(harness.answer, "x" * (LIBRARY.max_query_chars + 1))
-        assert "query is 201 characters; the limit is 200" in over.details()
+        assert test_frontdoor.told(over, CallError.QUERY_TOO_LONG)
         huge = status_of(harness.answer, "x" * (limit + 1))
         assert huge.code() is grpc.StatusCode.INVALID_ARGUMENT
-        assert f"larger than a adaptive_rag.v1.AnswerRequest may be ({limit} bytes" in huge.details()
+        assert test_frontdoor.told(huge, CallError.REQUEST_TOO_LARGE)
         route = status_of(harness.stub.Route, pb2.RouteRequest(query_text="x" * (limit + 1)),
                           metadata=test_frontdoor.AUTH, timeout=5)
-        assert route.code() is grpc.StatusCode.INVALID_ARGUMENT and "bytes" in route.details()
+        assert route.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert test_frontdoor.told(route, CallError.REQUEST_TOO_LARGE)
         assert len(harness.store.requests) == 1  # only the valid query was recorded
     finally:
         harness.close()

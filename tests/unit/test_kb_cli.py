@@ -1,7 +1,7 @@
 """`arag kb` on embedded defaults (tantivy per tenant under ARAG_KB_DIR, SQLite records), as an
 operator runs it: the COVID FAQ file imports as is, a re-import changes nothing, a changed file
-updates in place and drops what it no longer has, a rebuild switches generations, and bad input
-is one clear line."""
+updates in place and drops what it no longer has, a rebuild switches generations, the abstention
+threshold is derived on import, shown, overridden and restored, and bad input is one clear line."""
 
 from __future__ import annotations
 
@@ -60,7 +60,27 @@ def test_a_changed_file_updates_in_place_and_drops_what_it_no_longer_has(tmp_pat
     assert deleted.returncode == 0 and "1 of the ids were not in the knowledge base" in flat(deleted.stdout)
 
 
+def test_the_abstention_threshold_is_derived_on_import_shown_and_overridden(tmp_path: Path) -> None:
+    imported = arag(tmp_path, "import", "--tenant", "health", str(COVID_FAQ))
+    assert imported.returncode == 0, imported.stderr
+    shown = flat(imported.stdout)
+    assert "abstains when nothing is retrieved, or on relevance below" in shown and "(automatic)" in shown
+    assert "automatic threshold" in shown and "of 160 reference questions reach), derived at" in shown
+    overridden = arag(tmp_path, "threshold", "--tenant", "health", "0.9")
+    assert overridden.returncode == 0, overridden.stderr
+    assert "relevance below 0.9 (tenant override; automatic would be" in flat(overridden.stdout)
+    described = arag(tmp_path, "describe", "--tenant", "health")
+    assert "(tenant override; automatic would be" in flat(described.stdout)
+    back = arag(tmp_path, "threshold", "--tenant", "health", "--auto")
+    assert back.returncode == 0 and "(automatic)" in flat(back.stdout)
+    again = arag(tmp_path, "calibrate", "--tenant", "health")
+    assert again.returncode == 0 and "(automatic)" in flat(again.stdout)
+
+
 @pytest.mark.parametrize(("args", "message"), [
+    (["threshold", "--tenant", "t"], "give a threshold, or --auto"),
+    (["threshold", "--tenant", "t", "-1"], "-1"),
+    (["threshold", "--tenant", "nobody", "0.5"], "'nobody' has no knowledge base yet"),
     (["import", "--tenant", "t", "/nonexistent.csv"], "/nonexistent.csv does not exist"),
     (["import", "--tenant", "t", "README.txt"], "unsupported"),
     (["describe", "--tenant", "nobody"], "'nobody' has no knowledge base yet"),

@@ -99,6 +99,18 @@ def test_revoked_key_no_longer_authenticates(store):
     assert store.tenant_for_key(other) == "globex"
 
 
+def test_the_key_tables_revision_changes_with_every_revocation_and_new_key(store):
+    empty = store.api_keys_revision()
+    store.create_api_key("acme")
+    created = store.api_keys_revision()
+    store.create_api_key("globex")
+    assert len({empty, created, store.api_keys_revision()}) == 3
+    before = store.api_keys_revision()
+    assert store.revoke_api_key(store.list_api_keys()[0].id)
+    revoked = store.api_keys_revision()
+    assert revoked != before and store.api_keys_revision() == revoked  # a read changes nothing
+
+
 def test_create_find_and_get_request(store):
     request_id = uuid.uuid4().hex
     created = store.create_request(request_id, "acme", "client-1", "What is Lumora?")

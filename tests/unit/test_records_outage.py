@@ -14,6 +14,7 @@ from adaptive_rag.contracts import AnswerTask, ErrorCode, RequestStatus, Tier
 from adaptive_rag.errors import DatabaseUnavailableError, RetrieverUnavailableError
 from adaptive_rag.serving.answering import Delivery, RecordsUnavailable, RetryLater, answer_task
 from adaptive_rag.settings import Settings
+from adaptive_rag.strategies import Abstention
 
 
 def db_down() -> DatabaseUnavailableError:
@@ -59,6 +60,9 @@ class Resources:
         if isinstance(self._retriever, Exception):
             raise self._retriever
         return self._retriever
+
+    def abstention(self, tenant: str) -> Abstention:
+        return Abstention()
 
     def llm(self):
         return self._llm

@@ -12,6 +12,7 @@ from adaptive_rag.settings import Settings
 from adaptive_rag.strategies import (
     ALL_STRATEGY_NAMES,
     STRATEGY_NAMES,
+    Abstention,
     SelfRoute,
     SingleStep,
     build_strategy,
@@ -71,7 +72,7 @@ def test_an_abstaining_reader_escalates_and_costs_are_summed(reply: str) -> None
 
 def test_a_retrieval_threshold_abstention_escalates_too() -> None:
     llm, multi = FakeLLM([]), FixedMulti()  # the reader is never called
-    single = SingleStep(FakeRetriever(make_passages(2)), llm, min_score=5.0, reader_abstains=True)
+    single = SingleStep(FakeRetriever(make_passages(2)), llm, abstention=Abstention(min_score=5.0), reader_abstains=True)
     result = SelfRoute(single, multi).run("q?")
     assert result.trace[0] == ESCALATED and result.steps == 3 and llm.calls == []
 

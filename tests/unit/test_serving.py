@@ -24,6 +24,7 @@ from adaptive_rag.serving.context import AdmissionConfig, CallProgress
 from adaptive_rag.serving.service import AnswerService
 from adaptive_rag.serving.answering import Delivery, NotRunnable, RetryLater, answer_task
 from adaptive_rag.settings import Settings
+from adaptive_rag.strategies import Abstention
 
 KEY = "arag_key"
 STRATEGY = {Tier.A: "no_retrieval", Tier.B: "single_step", Tier.C: "decompose"}
@@ -213,6 +214,9 @@ class Resources:
             raise self._retriever
         return self._retriever
 
+    def abstention(self, tenant: str) -> Abstention:
+        return Abstention()
+
     def llm(self):
         return self._llm
 
@@ -322,6 +326,51 @@ def test_with_a_key_cache_the_records_are_asked_once_per_key():
     with pytest.raises(UnauthenticatedError):
         run(svc.answer(Answer("arag_unknown", b"What is 2+2?", None, soon()), CallProgress()))
     assert asked == [KEY, "arag_unknown", "arag_unknown"]  # unknown keys are never cached
+
+
+def test_a_cleared_cache_drops_a_value_looked_up_before_the_clear():
+    from adaptive_rag.serving.context import TtlCache
+
+    keys = TtlCache(ttl_s=30.0)
+    keys.put("k1", "acme")
+    looked_up_at = keys.generation  # a look-up of k2 starts
+    keys.clear()  # a revocation is seen meanwhile
+    keys.put("k2", "acme", looked_up_at)  # the look-up ends: its answer may predate the revocation
+    assert keys.get("k1") is None and keys.get("k2") is None
+    keys.put("k2", "acme", keys.generation)
+    assert keys.get("k2") == "acme"
+
+
+def test_a_revoked_key_is_dropped_from_the_cache_when_the_key_tables_revision_changes():
+    svc, store, _, _ = service()
+    svc._keys.ttl_s = 600.0
+    assert run(svc.drop_revoked_keys())  # the first look: nothing cached is trusted
+    run(svc.answer(Answer(KEY, b"What is 2+2?", None, soon()), CallProgress()))  # cached now
+    store.revoke_key(KEY)
+    assert run(svc.answer(Answer(KEY, b"What is 2+2?", None, soon()), CallProgress())).result.answer
+    assert run(svc.drop_revoked_keys())  # the mark: the table changed
+    with pytest.raises(UnauthenticatedError):
+        run(svc.answer(Answer(KEY, b"What is 2+2?", None, soon()), CallProgress()))
+    assert not run(svc.drop_revoked_keys())  # no change since: the cache is kept
+
+
+def test_a_look_up_racing_a_revocation_cannot_put_the_revoked_key_back():
+    svc, store, _, _ = service()
+    svc._keys.ttl_s = 600.0
+    original = store.principal_for_key
+
+    def principal_then_revoked(key):
+        principal = original(key)  # read while the key was valid ...
+        store.revoke_key(KEY)  # ... revoked before the front door caches it,
+        assert run(svc.drop_revoked_keys())  # and the watch sees the revocation at once
+        store.principal_for_key = original
+        return principal
+
+    run(svc.drop_revoked_keys())
+    store.principal_for_key = principal_then_revoked
+    run(svc.answer(Answer(KEY, b"What is 2+2?", None, soon()), CallProgress()))  # in flight: answered
+    with pytest.raises(UnauthenticatedError):  # not served from the cache afterwards
+        run(svc.answer(Answer(KEY, b"What is 2+2?", None, soon()), CallProgress()))
 
 
 # --- scopes, knowledge bases, fair share --------------------------------------------------------------

@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings
 
+from adaptive_rag.contracts import CallError
 from adaptive_rag.settings_docs import TABLE, render, settings_table, stale_tables
 from services.frontdoor.server import STATUS_FOR_CODE, STATUS_FOR_ERROR
 
@@ -59,9 +60,13 @@ def test_a_changed_class_makes_its_table_stale(monkeypatch):
     assert stale_tables(fresh) == [f"{__name__}:Example"]
 
 
-def status_rows(page: str) -> dict[str, str]:
+def status_section(page: str) -> str:
     section = page[page.index("## Status codes"):]
-    section = section[:section.index("\n## ", 1)]
+    return section[:section.index("\n## ", 1)]
+
+
+def status_rows(page: str) -> dict[str, str]:
+    section = status_section(page)
     return dict(re.findall(r"^\| (?:worker code )?`(\w+)` \| `([A-Z_]+)` \|", section, flags=re.MULTILINE))
 
 
@@ -69,3 +74,8 @@ def test_the_status_code_table_is_the_front_doors():
     expected = {error.__name__: status.name for error, status in STATUS_FOR_ERROR}
     expected |= {code.value: status.name for code, status in STATUS_FOR_CODE.items()}
     assert status_rows(PAGE.read_text(encoding="utf-8")) == expected
+
+
+def test_the_status_code_table_names_every_error_code_a_client_can_get():
+    section = status_section(PAGE.read_text(encoding="utf-8"))
+    assert [code.value for code in CallError if f"`{code.value}`" not in section] == []

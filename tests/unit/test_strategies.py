@@ -175,10 +175,11 @@ def test_single_step() -> None:
     assert_timings(result, {"retrieve", "generate"})
 
 
-def test_single_step_with_no_passages_still_answers() -> None:
-    llm = FakeLLM(["unknown"])
+def test_single_step_with_no_passages_abstains_without_the_reader() -> None:
+    llm = FakeLLM([])
     result = SingleStep(FakeRetriever([]), llm, top_k=5).run("Who?")
-    assert result.passages == [] and result.answer == "unknown" and result.steps == 1
+    assert result.passages == [] and result.answer == "" and result.steps == 1
+    assert not result.answerable and llm.calls == []
 
 
 def test_passages_are_cut_in_prompts() -> None:
@@ -388,7 +389,8 @@ def test_decompose_can_keep_the_questions_own_hits_whole() -> None:
     llm = FakeLLM(["Who directed the film Heat?\nWho is the mother of Michael Mann?", "Esther"])
     retriever = FakeRetriever(per_query_passages(5))
     result = Decompose(retriever, llm, top_k=5, max_passages=9, question_hits_first=True).run(HEAT)
-    assert [k for _, k in retriever.queries] == [5, 2, 2]
+    # the question first, as many as it could keep (its top_k + 1), before the split
+    assert [k for _, k in retriever.queries] == [6, 2, 2]
     assert result.passages[:5] == per_query_passages(5)(HEAT, 5)
     assert len(result.passages) == 9
 
@@ -406,7 +408,8 @@ def test_decompose_runs_one_search_per_subquestion() -> None:
     assert result.steps == 3
     assert retriever.query_texts == [HEAT, *result.trace]
     per_query = max(2, 5 // 3 + 1)
-    assert {k for _, k in retriever.queries} == {per_query}
+    assert [k for _, k in retriever.queries] == [6, per_query, per_query]
+    assert result.passages[:per_query] == per_query_passages(5)(HEAT, 5)[:per_query]
     assert result.answer == "Esther Mann"
     assert len(llm.calls) == 2
     assert DECOMPOSE_MARK in llm.prompts[0]

@@ -41,7 +41,7 @@ from adaptive_rag.evaluation.support import (
 )
 from adaptive_rag.knowledge.documents import derived_document_id, normalise_title
 from adaptive_rag.settings import Settings, multi_step_strategy
-from adaptive_rag.strategies import SingleStep
+from adaptive_rag.strategies import Abstention, SingleStep
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO / ".." / "shared" / "data"
@@ -253,7 +253,7 @@ def run_hand_made(settings: Settings, tmp_path: Path, llm: FakeLLM):
 
     retriever = kb_retriever()
     strategies = {
-        "single_step": SingleStep(retriever, llm, min_score=5.0),
+        "single_step": SingleStep(retriever, llm, abstention=Abstention(min_score=5.0)),
         "decompose": build_strategy("decompose", retriever, llm, settings),
     }
     queries = hand_made_queries()
@@ -353,7 +353,8 @@ def test_cli_runs_the_support_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     report = json.loads((out / "report.json").read_text())
     assert report["meta"]["rows"] == ["router", "always_b"]
     assert report["meta"]["queries_per_kind"] == {kind: 1 for kind in KINDS}
-    assert "auto" in report["meta"]["abstain_min_score"]
+    assert report["meta"]["abstain_min_relevance"].split(" (")[1].startswith("automatic: max(floor")
+    assert report["meta"]["abstain_min_score"] == "0 (settings)"
     assert (out / "support.png").exists() and not (out / "kb_index").exists()  # index in a temp dir
     assert f"Command: `arag eval --suite support --limit 1 --out {out}" in (out / "report.md").read_text()
 

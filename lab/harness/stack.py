@@ -1,0 +1,373 @@
+"""The lab's local stack: the whole service on loopback with the parts an experiment or a test
+chooses, the servers it needs started here, and a handle on every process for fault injection.
+
+    with lab_stack(workdir, Parts(broker="redis", records="postgres", llm="instant"),
+                   pools=("A", "B", "C"), settings={"tenant_rate_per_s": 0}, tenants=("acme",)) as stack:
+        key = stack.api_key("acme")          # then gRPC to stack.address, /metrics at stack.metrics_url
+        stack.redis.restart(down_s=5)        # a fault: the broker away for 5 s
+        stack.restart_frontdoor()            # SIGKILL, then a new front door on the same address
+
+It is `services.demo.local.local_stack` (what `make demo` runs: Triton when a classifier version
+is published, the worker pools, the front door, each tenant's knowledge base imported through the
+KnowledgeBase API, everything it started stopped on exit) with, in front of it, what only the lab
+needs:
+
+- `Parts` names each part's implementation: broker Redis or the server-less filesystem broker;
+  records PostgreSQL or SQLite; classifier the local Triton or the rules; retriever tantivy or
+  OpenSearch (one node, or a two-node cluster); LLM the instant endpoint (a measurement device,
+  `lab.harness.instant_llm`), one shared llama-server, or the embedded model in every worker. A
+  part left None is what `make demo` would use (the environment's server, else the embedded one).
+  A server part named here is started here, unless `settings` gives its address (tests share
+  one Redis and PostgreSQL across modules; two stacks of one experiment share servers).
+- `settings`: values of the components' settings (`StackSettings.updated` names), over the
+  environment and over what the parts chose; `defaults`: values used only where the environment
+  sets none; `concurrency`: processes per pool; `env`: more environment for every process started.
+- handles: `redis`, `postgres`, `opensearch`, `llm` (each stops and starts again on its port),
+  `triton` and `frontdoor` (`restart_triton`, `restart_frontdoor`), `pools` (`workers.pools`:
+  kill a pool or a child; `supervise=` restarts what dies), extra front doors and Tritons
+  (`start_frontdoor`, `start_triton`, stopped with the stack).
+
+Layout under `workdir`: `logs/` (workers/, frontdoor*.log, the LLM's, the servers'), `redis/`,
+`opensearch/`, `kb/`, `broker/`, `traces/`, `triton*.log`; `stack_logs(workdir)` lists the logs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from adaptive_rag.contracts import DEFAULT_SCOPES, Scope
+from infra.local.servers import free_port
+from services.demo.local import ALL_POOLS, LocalStack, local_stack
+from services.demo.stack import FrontDoorProcess, StackSettings
+from workers.pools import RestartPolicy
+
+if TYPE_CHECKING:
+    from infra.local.servers import Durability
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_KNOWLEDGE_BASE = REPO / "demo" / "knowledge_base.jsonl"
+TIER_POOLS = ("A", "B", "C")
+
+
+@dataclass(frozen=True)
+class Parts:
+    """Which implementation of each part runs. None: what `make demo` would use (the server the
+    environment configures, else the embedded default)."""
+
+    broker: Literal["redis", "filesystem"] | None = None
+    records: Literal["postgres", "sqlite"] | None = None
+    # triton: the model repository's newest classifier version (one must be published);
+    # rules: no classifier (an empty repository): every decision is the flagged rules fallback
+    classifier: Literal["triton", "rules"] | None = None
+    retriever: Literal["tantivy", "opensearch", "opensearch-cluster"] | None = None
+    llm: Literal["instant", "llama-server", "embedded"] | None = None
+
+
+# Real servers for what production runs on servers; the model's cost left out.
+SERVERS = Parts(broker="redis", records="postgres", llm="instant")
+
+
+def environment_settings(dotenv: bool = True) -> StackSettings:
+    """Every component's settings from the environment (and the `.env` file unless `dotenv` is
+    False: tests must not depend on a developer's file)."""
+    if dotenv:
+        return StackSettings()
+    from adaptive_rag.settings import ClassifierSettings, Settings
+    from services.frontdoor.settings import FrontDoorSettings
+    from workers.settings import WorkerSettings
+
+    no_file = {"_env_file": None}
+    return StackSettings(library=Settings(**no_file), classifier=ClassifierSettings(**no_file),
+                         frontdoor=FrontDoorSettings(**no_file), workers=WorkerSettings(**no_file))
+
+
+def stack_logs(workdir: Path) -> list[Path]:
+    """The logs of a stack that ran in `workdir`: the workers' first (where a request's run is
+    told), then the front doors', Triton's, the LLM's and the servers'."""
+    logs = workdir / "logs"
+    workers = sorted((logs / "workers").glob("*.log"))
+    others = sorted(logs.glob("*.log")) + sorted(workdir.glob("triton*.log"))
+    servers = sorted((workdir / "redis").glob("*.log")) + sorted((workdir / "opensearch").glob("*.log"))
+    return workers + others + servers
+
+
+@dataclass
+class LabStack:
+    """A running lab stack (inside `lab_stack`): addresses, keys, and a handle on every process."""
+
+    core: LocalStack
+    parts: Parts
+    # the servers started here (each stops, or crashes, and starts again on its port and data):
+    redis: Any = None  # infra.local.servers.LocalRedis
+    postgres: Any = None  # infra.local.servers.LocalPostgres
+    opensearch: Any = None  # infra.local.opensearch.OpenSearchNode or OpenSearchCluster
+    llm: Any = None  # lab.harness.instant_llm.InstantLLM or infra.local.llama_server.LlamaServerProcess
+    # what the parts are, in words, for reports
+    using: dict[str, str] = field(default_factory=dict)
+    # what stops with the stack (more front doors and Tritons join it)
+    _started: ExitStack = field(default_factory=ExitStack, repr=False)
+    _restarts: Counter = field(default_factory=Counter, repr=False)
+
+    # --- where it is --------------------------------------------------------------------------
+    @property
+    def settings(self) -> StackSettings:
+        return self.core.settings
+
+    @property
+    def workdir(self) -> Path:
+        return self.core.workdir
+
+    @property
+    def address(self) -> str:
+        """The front door's gRPC address (HOST:PORT)."""
+        return self.core.address
+
+    @property
+    def metrics_url(self) -> str:
+        return self.core.metrics_url
+
+    @property
+    def store(self) -> Any:
+        """The records (`adaptive_rag.storage.RecordStore`)."""
+        return self.core.store
+
+    @property
+    def pools(self) -> Any:
+        """The worker pools (`workers.pools.WorkerPools`)."""
+        return self.core.pools
+
+    @property
+    def frontdoor(self) -> FrontDoorProcess | None:
+        return self.core.frontdoor
+
+    @property
+    def triton(self) -> Any:
+        """The local Triton (`services.classifier.local.TritonProcess`), None when the rules route."""
+        return self.core.triton
+
+    @property
+    def leftovers(self) -> list[tuple[int, str]]:
+        """Processes still alive after the orderly stop (killed then); filled on exit."""
+        return self.core.leftovers
+
+    def api_key(self, tenant: str, scopes: frozenset[Scope] = DEFAULT_SCOPES) -> str:
+        return self.core.create_api_key(tenant, scopes)
+
+    def logs(self) -> list[Path]:
+        return stack_logs(self.workdir)
+
+    # --- more processes, and restarts ---------------------------------------------------------
+    def start_frontdoor(self, name: str, *, settings: StackSettings | None = None, **env: str) -> FrontDoorProcess:
+        """Another front door (log `logs/<name>.log`) on the stack's settings with a fresh address
+        and metrics port (or on `settings`), `env` added; stopped with the stack at the latest."""
+        if settings is None:
+            settings = self.settings.updated(grpc_listen=f"127.0.0.1:{free_port()}", metrics_port=free_port())
+        door = self.core.start_frontdoor(self.core.logs / f"{name}.log", settings, **env)
+        self._started.callback(door.stop)
+        return door
+
+    def restart_frontdoor(self, sig: int = signal.SIGKILL) -> FrontDoorProcess:
+        """The stack's front door killed with `sig` (its whole process group) and started again on
+        the same address; returns the new one."""
+        import os
+
+        old = self.core.frontdoor
+        assert old is not None, "this stack runs no front door"
+        try:
+            os.killpg(old.pid, sig)
+        except ProcessLookupError:
+            pass
+        old.process.wait(timeout=30)
+        old.stop()
+        self._restarts["frontdoor"] += 1
+        self.core.frontdoor = self.core.start_frontdoor(
+            self.core.logs / f"frontdoor-{self._restarts['frontdoor'] + 1}.log")
+        return self.core.frontdoor
+
+    def start_triton(self, name: str, repository: Path | None = None, grpc_port: int | None = None) -> Any:
+        """Another local Triton (log `<name>.log` in the work directory) serving `repository`
+        (default: the stack's); stopped with the stack at the latest."""
+        server = self.core.start_triton(self.workdir / f"{name}.log", repository, grpc_port)
+        self._started.callback(server.stop)
+        return server
+
+    def restart_triton(self, down_s: float = 0.0) -> Any:
+        """The stack's Triton stopped, away `down_s` seconds, then serving the model repository
+        again on the same port (a new version published meanwhile is what it serves); returns it."""
+        import time
+
+        old = self.core.triton
+        assert old is not None, "this stack runs no Triton"
+        old.stop()
+        time.sleep(down_s)
+        self._restarts["triton"] += 1
+        self.core.triton = self.start_triton(f"triton-{self._restarts['triton']}", grpc_port=old.grpc_port)
+        return self.core.triton
+
+    # --- what it is, for reports --------------------------------------------------------------
+    def facts(self) -> dict[str, Any]:
+        """The stack's parts and the settings a report states (pool sizes, queue limits, ...)."""
+        workers, frontdoor = self.settings.workers, self.settings.frontdoor
+        names = list(self.pools.pool_names) if self.pools is not None else []
+        return {
+            "stack": dict(self.using),
+            "concurrency": {p: workers.pool_concurrency(p) for p in names},
+            "prefetch": {p: workers.pool_prefetch(p) for p in names},
+            "queue_limits": {str(getattr(k, "value", k)): v for k, v in frontdoor.max_queue_depth.items()},
+            "visibility_timeout_s": workers.visibility_timeout_s,
+            "task_max_retries": workers.task_max_retries,
+            "task_retry_backoff_s": workers.task_retry_backoff_s,
+            "unavailable_retry_s": frontdoor.unavailable_retry_s,
+        }
+
+    def processes(self) -> dict[int, str]:
+        """pid -> role of the stack's long-running processes (for CPU accounting)."""
+        found: dict[int, str] = {}
+        if self.frontdoor is not None:
+            found[self.frontdoor.pid] = "front door"
+        for name, pool in (self.pools.pools.items() if self.pools is not None else ()):
+            found[pool.pid] = f"worker pool {name}"
+        if self.triton is not None:
+            found[self.triton.proc.pid] = "triton"
+        return found
+
+
+def _describe_llm(parts: Parts, llm: Any, latency_ms: float) -> str | None:
+    if parts.llm == "instant" and llm is not None:
+        return (f"instant LLM endpoint (a measurement device, {latency_ms:g} ms per completion, no CPU) "
+                f"{llm.url}")
+    if parts.llm == "llama-server" and llm is not None:
+        return f"one shared llama-server -np {llm.parallel} -t {llm.threads} ({llm.base_url})"
+    return None
+
+
+@contextmanager
+def lab_stack(
+    workdir: Path,
+    parts: Parts = Parts(),
+    *,
+    pools: Iterable[str] = ALL_POOLS,
+    concurrency: Mapping[str, int] | None = None,
+    settings: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    tenants: Iterable[str] = ("demo",),
+    knowledge_base: Path = DEMO_KNOWLEDGE_BASE,
+    model_repository: Path | None = None,
+    frontdoor: bool = True,
+    supervise: RestartPolicy | None = None,
+    supervise_poll_s: float = 0.5,
+    llm_latency_ms: float = 0.0,
+    llama_parallel: int = 4,
+    llama_threads: int = 2,
+    postgres_durability: Durability = "off",
+    opensearch_heap: str = "512m",
+    dotenv: bool = True,
+    console: Any = None,
+    marker: str | None = None,
+) -> Iterator[LabStack]:
+    """Start the servers `parts` asks for, then the stack on them (see the module docstring);
+    yield it; stop everything on exit (also on an error or Ctrl-C)."""
+    workdir = workdir.resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    logs = workdir / "logs"
+    say = console.print if console is not None else (lambda *_: None)
+    base = environment_settings(dotenv)
+    if defaults:
+        base = base.updated(**{k: v for k, v in defaults.items() if not base.configured(k)})
+    given = dict(settings or {})
+    if concurrency:
+        given["concurrency"] = dict(concurrency)
+    chosen: dict[str, Any] = {}
+    servers: dict[str, Any] = {}
+    with ExitStack() as started:
+        logs.mkdir(exist_ok=True)
+        if parts.broker == "redis" and "redis_url" not in given:
+            from infra.local.servers import LocalRedis
+
+            shutil.rmtree(workdir / "redis", ignore_errors=True)  # an earlier run's queued messages
+            redis = servers["redis"] = started.enter_context(LocalRedis(workdir / "redis"))
+            chosen["redis_url"] = redis.url
+            say(f"redis-server on {redis.url}")
+        elif parts.broker == "filesystem":
+            chosen["redis_url"] = None
+
+        if parts.records == "postgres" and "database_url" not in given:
+            from infra.local.servers import LocalPostgres
+
+            # a temporary data directory: under root the server runs as its own account, which must enter it
+            postgres = servers["postgres"] = started.enter_context(LocalPostgres(
+                durability=postgres_durability, max_connections=300, log=logs / "postgres.log"))
+            chosen["database_url"] = postgres.url
+            say(f"PostgreSQL on {postgres.url} (durability {postgres_durability})")
+        elif parts.records == "sqlite":
+            chosen["database_url"] = f"sqlite:///{workdir / 'arag.db'}"
+
+        if model_repository is not None:
+            chosen["model_repository"] = model_repository.resolve()
+        if parts.classifier == "rules":  # no version: every decision is the flagged rules fallback
+            (workdir / "no-classifier").mkdir(exist_ok=True)
+            chosen["model_repository"] = workdir / "no-classifier"
+        elif parts.classifier == "triton":
+            from adaptive_rag.routing.model_repository import versions
+
+            classifier = base.updated(**{**chosen, **given}).classifier
+            if not versions(classifier.model_repository / classifier.classifier_model):
+                raise ValueError(f"no classifier version in {classifier.model_repository} for Triton to serve "
+                                 "(`arag model ship --repository ...` publishes the shipped router)")
+
+        if parts.retriever == "tantivy":
+            chosen["retriever"] = "tantivy"
+        elif parts.retriever in ("opensearch", "opensearch-cluster"):
+            chosen["retriever"] = "opensearch"
+            if "opensearch_url" not in given:
+                from infra.local.opensearch import OpenSearchCluster, OpenSearchNode
+
+                shutil.rmtree(workdir / "opensearch", ignore_errors=True)  # a node would rejoin an earlier cluster
+                opensearch = servers["opensearch"] = started.enter_context(
+                    OpenSearchNode(workdir / "opensearch", heap=opensearch_heap, log=logs / "opensearch.log")
+                    if parts.retriever == "opensearch" else
+                    OpenSearchCluster(workdir / "opensearch", heap=opensearch_heap, name="lab"))
+                chosen["opensearch_url"] = opensearch.url
+                say(f"OpenSearch ({parts.retriever}) on {opensearch.url}")
+
+        llm = None
+        if parts.llm == "instant" and "llm_base_url" not in given:
+            from lab.harness.instant_llm import InstantLLM
+
+            llm = started.enter_context(InstantLLM(logs / "instant_llm.log", llm_latency_ms))
+            chosen["llm_base_url"] = llm.url
+        elif parts.llm == "llama-server" and "llm_base_url" not in given:
+            from infra.local.llama_server import LlamaServerProcess
+
+            llm = started.enter_context(LlamaServerProcess(
+                parallel=llama_parallel, threads=llama_threads, log_path=logs / "llama_server.log"))
+            # The project's prompts are few-shot completions: the completions API keeps the
+            # embedded model's answers (a chat template would wrap them).
+            chosen.update(llm_base_url=llm.base_url, llm_api="completions")
+            if not base.configured("concurrency"):
+                # workers are HTTP clients now, not model copies: enough of them to fill the slots
+                chosen["concurrency"] = {"A": llama_parallel, "B": 2, "C": 2, "shadow": 1}
+        elif parts.llm == "embedded":
+            chosen["llm_base_url"] = None
+        described = _describe_llm(parts, llm, llm_latency_ms)
+        if described:
+            say(f"LLM: {described}")
+
+        core = started.enter_context(local_stack(
+            workdir, settings=base.updated(**{**chosen, **given}), knowledge_base=knowledge_base,
+            tenants=tenants, pools=pools, frontdoor=frontdoor, extra_env=env, console=console, marker=marker))
+        running = LabStack(core, parts, redis=servers.get("redis"), postgres=servers.get("postgres"),
+                           opensearch=servers.get("opensearch"), llm=llm,
+                           using={**core.plan.using, **({"llm": described} if described else {})},
+                           _started=started)
+        if supervise is not None:
+            running.pools.start_supervisor(poll_s=supervise_poll_s, policy=supervise)
+        yield running

@@ -1,0 +1,77 @@
+"""The lab's stack (`lab.harness.stack`) with real processes: the parts it is asked for, what it
+hands every process, its restart handles, and nothing left running after it.
+
+One stack on the server-less parts (filesystem broker, SQLite, no classifier, the instant LLM
+endpoint), pool A only: a short question the rules send to A is answered before and after the
+front door is killed and started again, and after the LLM endpoint went away and came back on
+its port.
+
+Run: `.venv/bin/python -m pytest -q lab/tests/test_stack.py`
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+
+from lab.harness.instant_llm import LLM_ANSWER
+from lab.harness.stack import LabStack, Parts, lab_stack, stack_logs
+from services.demo.local import RUN_MARKER, processes_with_marker
+from services.frontdoor.stubs import pb2, pb2_grpc
+
+pytestmark = pytest.mark.integration
+
+QUERY = "capital of France"  # short, no question mark: the rules send it to tier A
+PARTS = Parts(broker="filesystem", records="sqlite", classifier="rules", retriever="tantivy", llm="instant")
+
+
+def answer(stack: LabStack, key: str) -> pb2.AnswerReply:
+    with grpc.insecure_channel(stack.address) as channel:
+        return pb2_grpc.AdaptiveRagStub(channel).Answer(
+            pb2.AnswerRequest(query_text=QUERY), metadata=(("authorization", f"Bearer {key}"),), timeout=60)
+
+
+def environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
+    return dict(item.split("=", 1) for item in raw if "=" in item)
+
+
+def test_a_lab_stack_runs_its_parts_restarts_them_and_leaves_nothing(tmp_path: Path) -> None:
+    settings = {"llm_api": "completions", "llm_max_retries": 0, "tenant_rate_per_s": 0.0}
+    with lab_stack(tmp_path / "stack", PARTS, pools=("A",), settings=settings, env={"ARAG_LAB_PROBE": "seen"},
+                   tenants=("acme",), dotenv=False) as stack:
+        marker = stack.core.marker
+        key = stack.api_key("acme")
+        assert answer(stack, key).answer == LLM_ANSWER.rstrip(".")
+        # the parts asked for, the settings given over them
+        assert stack.settings.workers.redis_url is None and stack.redis is None
+        assert stack.settings.library.database_url == f"sqlite:///{stack.workdir / 'arag.db'}"
+        assert stack.triton is None and "rules" in stack.using["classifier"]
+        assert stack.settings.library.llm_base_url == stack.llm.url and "instant" in stack.using["llm"]
+        assert stack.settings.frontdoor.tenant_rate_per_s == 0.0
+        # every process it started reads the settings and the extra environment back, marked
+        for pid in (stack.frontdoor.pid, stack.pools.pools["A"].pid):
+            seen = environ(pid)
+            assert seen["ARAG_LAB_PROBE"] == "seen" and seen[RUN_MARKER] == marker
+            assert seen["LLM_BASE_URL"] == stack.llm.url
+        assert environ(stack.frontdoor.pid)["ARAG_TENANT_RATE"] == "0.0"
+        assert set(stack.processes().values()) == {"front door", "worker pool A"}
+
+        killed = stack.frontdoor.pid
+        stack.restart_frontdoor()
+        assert stack.frontdoor.pid != killed and stack.frontdoor.process.poll() is None
+        assert answer(stack, key).answer == LLM_ANSWER.rstrip(".")
+
+        stack.llm.stop()
+        stack.llm.start()  # the same port: the workers' setting still points at it
+        assert answer(stack, key).answer == LLM_ANSWER.rstrip(".")
+
+        extra = stack.start_frontdoor("second")
+        assert extra.listen != stack.address and extra.process.poll() is None
+    assert not stack.leftovers, stack.leftovers
+    assert not processes_with_marker(marker)
+    assert extra.process.poll() is not None and stack.llm.proc is None
+    logs = {path.name for path in stack_logs(stack.workdir)}
+    assert {"tier-a.log", "frontdoor.log", "frontdoor-2.log", "second.log", "instant_llm.log"} <= logs
