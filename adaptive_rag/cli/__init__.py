@@ -34,7 +34,7 @@ app.add_typer(keys.keys_app, name="keys", help="API keys of tenants: create, lis
 app.add_typer(reader.reader_app, name="reader", help="embedded readers: list, fetch, assemble")
 app.add_typer(kb.kb_app, name="kb", help="tenants' knowledge bases: import, describe, delete")
 app.add_typer(routers.routers_app, name="routers", help="learned routers (lr, knn, reward): train, route, fetch-base")
-app.add_typer(smalltalk.smalltalk_app, name="smalltalk", help="the learned small-talk detector: fit, try")
+app.add_typer(smalltalk.smalltalk_app, name="smalltalk", help="the learned small-talk detector: train, try")
 
 
 def main() -> None:

@@ -1,9 +1,11 @@
-"""`arag smalltalk fit | try`: the learned small-talk detector (`adaptive_rag.routing.small_talk_model`).
+"""`arag smalltalk train | try`: the learned small-talk detector (`adaptive_rag.routing.small_talk_model`).
 
-`fit` rebuilds the shipped detector from the committed phrase banks (`models/small_talk/`) and the
-data directory's `train` questions (needs the `train` extras: scikit-learn), choosing C on a
-validation split, and writes `adaptive_rag/routing/small_talk_detector.npz` (or `--out`). `try`
-shows what the detector and the phrase rules make of some utterances.
+`train` rebuilds the shipped detector from the committed phrase banks (`models/small_talk/`) and
+the data directory's `train` questions (needs the `train` extras: scikit-learn), choosing C and the
+confidence floor on a validation split of those, and writes the package data file
+`adaptive_rag/routing/small_talk_detector.npz` (or `--out`): package data because the front door's
+image ships the package, not the repository's `models/`. `try` shows what the detector and the
+phrase rules make of some utterances.
 """
 
 from __future__ import annotations
@@ -18,16 +20,16 @@ from adaptive_rag.cli.common import DataDir, console, load_settings, progress_ba
 
 smalltalk_app = typer.Typer(
     add_completion=False, no_args_is_help=True,
-    help="The learned small-talk detector: fit it, try it on utterances.",
+    help="The learned small-talk detector: train it, try it on utterances.",
 )
 
 
 @smalltalk_app.command()
-def fit(
+def train(
     data_dir: DataDir = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="default: the shipped model file")] = None,
 ) -> None:
-    """Fit the detector on the phrase banks and the data directory's `train` questions."""
+    """Train the detector on the phrase banks and the data directory's `train` questions."""
     from contextlib import ExitStack
 
     from adaptive_rag.routing.small_talk_model import DEFAULT_MODEL
@@ -41,11 +43,13 @@ def fit(
         _, card = fit_detector(Path(data_dir or settings.data_dir), Path(out or DEFAULT_MODEL),
                                log=console.print, progress=progress)
     table = Table(title="validation split (held-out phrase lines and real questions)")
-    for column in ("C", "recall", "intent accuracy", "false positives", "chosen"):
+    for column in ("C", "floor", "recall", "intent accuracy", "FP real", "FP written", "chosen"):
         table.add_column(column)
     for row in card["validation"]:
-        table.add_row(f"{row['c']:g}", f"{100 * row['recall']:.1f} %", f"{100 * row['intent_accuracy']:.1f} %",
-                      f"{100 * row['false_positive_rate']:.2f} %", "*" if row == card["chosen_validation"] else "")
+        table.add_row(f"{row['c']:g}", f"{row['min_confidence']:g}", f"{100 * row['recall']:.1f} %",
+                      f"{100 * row['intent_accuracy']:.1f} %", f"{100 * row['real_false_positive_rate']:.2f} %",
+                      f"{100 * row['written_false_positive_rate']:.2f} %",
+                      "*" if row == card["chosen_validation"] else "")
     console.print(table)
 
 

@@ -5,7 +5,7 @@ Two detectors, one contract (`small_talk_intent`: the intent and its reply, or N
 request):
 
 - the learned detector (`small_talk_model`, the default): a linear model over n-grams fitted on a
-  phrase bank written for it and on real questions (`arag smalltalk fit`), shipped as package data;
+  phrase bank written for it and on real questions (`arag smalltalk train`), shipped as package data;
 - the phrase rules below, used when the learned model cannot be loaded (said once in the logs) and
   kept as the measured baseline (`rule_intent`).
 
@@ -259,7 +259,7 @@ def shipped_model() -> SmallTalkModel | None:
         return None
     LOG.info("small talk: learned detector loaded", path=str(DEFAULT_MODEL),
              classes=len(model.classes), features=len(model.index),
-             fitted=model.info.get("fitted"))
+             hyperparameters=model.info.get("hyperparameters"))
     return model
 
 

@@ -5,7 +5,7 @@ Why n-grams and not sentence embeddings: the detector runs in the front door bef
 classifier, and the front door installs neither ONNX Runtime nor an exported encoder (see
 `pyproject.toml`'s `frontdoor` extra); a linear model over n-grams needs numpy only, scores a
 query in tens of microseconds, and is small enough to ship as package data
-(`small_talk_detector.npz`). It is fitted by `arag smalltalk fit`
+(`small_talk_detector.npz`). It is fitted by `arag smalltalk train`
 (`adaptive_rag.training.small_talk`), which uses this module's `features`, so fitting and
 serving see the same features.
 
