@@ -236,10 +236,25 @@ def rule_intent(query: str) -> SmallTalk | None:
     return SmallTalk(intent=intent, reply=REPLIES[intent])
 
 
+# Question guards in front of the learned detector: shapes that always carry a request, however
+# chatty their words. A follow-up about something ("what about masks?", "and how about refunds")
+# is a question about a topic the model may never have seen, and short enough for the model's
+# confidence to rest on "what" and "about" alone; about the assistant ("what about you?") it is
+# small talk.
+_FOLLOW_UP = re.compile(r"^(?:(?:ok|okay|so|and|but|then|well)\s+)*(?:what|how)\s+about\s+(?!(?:you|u|yourself)\b)\S")
+
+
+def is_guarded_request(clauses: list[str]) -> bool:
+    """True when a clause has the shape of a request whatever the model says (see `_FOLLOW_UP`)."""
+    return any(_FOLLOW_UP.match(clause) for clause in clauses)
+
+
 def learned_intent(query: str, model: SmallTalkModel) -> SmallTalk | None:
-    """The learned detector's answer for the whole utterance `query` (see `small_talk_model`)."""
+    """The learned detector's answer for the whole utterance `query` (see `small_talk_model`):
+    None for more than `MAX_WORDS` words or a guarded request shape, else the model's decision
+    (its confidence floor and clause veto)."""
     clauses = normalise(query)
-    if not clauses or sum(len(c.split()) for c in clauses) > MAX_WORDS:
+    if not clauses or sum(len(c.split()) for c in clauses) > MAX_WORDS or is_guarded_request(clauses):
         return None
     intent = model.decide(clauses)
     if intent is None or intent not in REPLIES:
@@ -271,6 +286,6 @@ def small_talk_intent(query: str) -> SmallTalk | None:
 
 
 __all__ = [
-    "INTENTS", "REPLIES", "SmallTalk", "learned_intent", "normalise", "rule_intent", "shipped_model",
+    "INTENTS", "REPLIES", "SmallTalk", "is_guarded_request", "learned_intent", "normalise", "rule_intent", "shipped_model",
     "small_talk_intent",
 ]

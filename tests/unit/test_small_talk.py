@@ -25,10 +25,9 @@ POSITIVE = {
         "take care", "have a nice day", "Have a great weekend!", "ok bye", "thanks, bye!",
         "that's all for now, thanks", "good night", "Tschüss!",
     ],
-    "identity": [
-        "who are you?", "What are you?", "who are u", "what's your name?", "what is your name",
-        "who am I talking to?", "introduce yourself",
-    ],
+    "identity": ["who are you?", "What are you?", "who are u", "introduce yourself"],
+    "name": ["what's your name?", "what is your name", "do you have a name"],
+    "creator": ["who made you?", "who built you", "Who created you?"],
     "capabilities": ["what can you do?", "how can you help me?", "can you help me?", "help", "I need help"],
     "wellbeing": [
         "how are you?", "How are you doing today?", "hi, how are you?", "how's it going?",
