@@ -244,9 +244,56 @@ def rule_intent(query: str) -> SmallTalk | None:
 _FOLLOW_UP = re.compile(r"^(?:(?:ok|okay|so|and|but|then|well)\s+)*(?:what|how)\s+about\s+(?!(?:you|u|yourself)\b)\S")
 
 
+# A question about a named thing other than the assistant is a request: "what does acme do?",
+# "what is the premium plan", "who is the author of dune", "how does klarna work", "can you tell
+# me what stripe does", "explain bitcoin". About the assistant ("what is your name", "what does
+# this bot do", "who are you", "tell me about yourself") the model decides. Each shape captures
+# its thing as `x`; `_about_assistant` tells whether that thing is the assistant or a word that
+# makes the phrase chat ("what's up", "who is there", "what is going on").
+_THING_SHAPES = tuple(re.compile(p) for p in (
+    r"\b(?:what|who)(?:'s|\s+(?:is|are|was|were|r))\s+(?P<x>.+)",
+    r"\bwhat\s+(?:does|did)\s+(?P<x>.+?)\s+(?:do|mean|offer|sell|make|include|cost|stand\s+for)\b",
+    r"\bhow\s+(?:does|did|do)\s+(?P<x>.+?)\s+work",
+    r"\bwhat\s+can\s+(?P<x>.+?)\s+do\b",
+    r"\bwhat\s+can\s+(?:i|we)\s+do\s+with\s+(?P<x>.+)",
+    r"\b(?:what|who)\s+(?P<x>.+?)\s+(?:does|is)$",
+    r"\bhow\s+(?P<x>.+?)\s+works$",
+    r"\b(?:explain|describe)\s+(?P<x>.+)",
+    r"\b(?:tell\s+(?:me|us)|know|learn|hear|brief\s+me)\s+(?:more\s+|a\s+(?:bit|little)\s+(?:more\s+)?)?(?:about|abt|on)\s+(?P<x>.+)",
+))
+# Words that make the thing the assistant itself (or the one asking: "what can i do" is chat).
+_ASSISTANT_WORDS = frozenset(
+    "you u ya ye yall y'all your ur yer yo yours yourself urself yourselves bot chatbot assistant robot i we options"
+    .split())
+# A thing that is only a pronoun, a place word or a chat word: the model decides.
+_CHAT_THINGS = frozenset(
+    "this that it these those there here up new good sup poppin crackin happenin cookin goin possible behind "
+    "responsible".split())
+_ASSISTANT_ROLES = re.compile(
+    r"(?:the\s+)?(?:(?:real\s+|full\s+)?names?\s+of\s+(?:the\s+)?)?"
+    r"(?:creator|maker|developer|programmer|owner|author|builder|designer|inventor|boss|name)s?")
+
+
+def _about_assistant(thing: str) -> bool:
+    """True when the captured thing is the assistant, the user, or a chat word (see above)."""
+    words = thing.split()
+    return (not words or bool(_ASSISTANT_WORDS.intersection(words)) or words[0] in _CHAT_THINGS
+            or words[0].endswith("ing") or bool(_ASSISTANT_ROLES.fullmatch(thing)))
+
+
+def asks_about_a_thing(clause: str) -> bool:
+    """True when `clause` asks what a thing other than the assistant is, does, or how it works."""
+    for shape in _THING_SHAPES:
+        found = shape.search(clause)
+        if found and not _about_assistant(found.group("x")):
+            return True
+    return False
+
+
 def is_guarded_request(clauses: list[str]) -> bool:
-    """True when a clause has the shape of a request whatever the model says (see `_FOLLOW_UP`)."""
-    return any(_FOLLOW_UP.match(clause) for clause in clauses)
+    """True when a clause has the shape of a request whatever the model says: a follow-up about a
+    topic (`_FOLLOW_UP`) or a question about a named thing (`asks_about_a_thing`)."""
+    return any(_FOLLOW_UP.match(clause) or asks_about_a_thing(clause) for clause in clauses)
 
 
 def learned_intent(query: str, model: SmallTalkModel) -> SmallTalk | None:
@@ -286,6 +333,6 @@ def small_talk_intent(query: str) -> SmallTalk | None:
 
 
 __all__ = [
-    "INTENTS", "REPLIES", "SmallTalk", "is_guarded_request", "learned_intent", "normalise", "rule_intent", "shipped_model",
+    "INTENTS", "REPLIES", "SmallTalk", "asks_about_a_thing", "is_guarded_request", "learned_intent", "normalise", "rule_intent", "shipped_model",
     "small_talk_intent",
 ]

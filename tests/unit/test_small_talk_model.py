@@ -1,5 +1,6 @@
 """The learned small-talk detector: its confidence floor, the clause veto, the question guards in
-front of it, and loading (the shipped file, a round trip, a broken file, the fallback to rules)."""
+front of it (a follow-up about a topic, a question about a named thing), and loading (the shipped
+file, a round trip, a broken file, the fallback to rules)."""
 
 from __future__ import annotations
 
@@ -116,3 +117,29 @@ def test_too_long_an_utterance_is_a_request_whatever_the_model_says() -> None:
     model = toy_model(min_confidence=0.0)
     assert learned_intent("hello " * (small_talk.MAX_WORDS + 1), model) is None
     assert learned_intent("hello", model) is not None
+
+
+@pytest.mark.parametrize("text", [
+    "What does Acme do?", "what does zendesk do", "what is the premium plan", "What's Klarna?",
+    "who is the author of dune", "Who's the CEO of Shopify?", "how does the loyalty program work",
+    "how does stripe work?", "can you tell me what acme does", "what can shopify do?",
+    "what can i do with zendesk", "hi, what is bitcoin?", "can u explain kubernetes",
+    "I would like to know about stripe",
+])
+def test_a_question_about_a_named_thing_is_guarded_whatever_the_model_says(text: str) -> None:
+    model = toy_model(min_confidence=0.0)  # would call anything small talk
+    assert small_talk.is_guarded_request(normalise(text))
+    assert learned_intent(text, model) is None
+
+
+@pytest.mark.parametrize("text", [
+    "what is your name", "whats ur name?", "what does this bot do", "what does the assistant do",
+    "who are you", "what r u", "who made you", "who is your creator", "who is the developer",
+    "how do you work", "how does this work", "what can you do", "what can u do?", "what can i do",
+    "what's up", "whats poppin", "what is going on", "what's new", "who is there", "who is it",
+    "what is this", "tell me about yourself", "explain yourself", "what can i do with you",
+    "what is the point of you", "what's the name of your maker",
+])
+def test_a_question_about_the_assistant_or_a_chat_phrase_is_left_to_the_model(text: str) -> None:
+    assert not small_talk.is_guarded_request(normalise(text))
+    assert learned_intent(text, toy_model(min_confidence=0.0)) is not None
