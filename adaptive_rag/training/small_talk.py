@@ -18,6 +18,15 @@ sha256 the model card records):
   addressed to the assistant by a name ("thanks alex"), and one typo per small-talk phrase for a
   share of them ("thnks", "helo").
 
+Decontamination: no training example may be an utterance of a held-out evaluation set
+(`HELD_OUT_FILES`, the lab's small-talk evaluation file) or a near copy of one. Both sides are
+normalised by `near_key` (NFKC, lower case, apostrophes dropped, every other character that is not
+a letter or digit a space, whitespace collapsed); an example is dropped when its key equals a
+held-out key, or their word sets have a Jaccard index >= `NEAR_JACCARD`, or difflib's character
+ratio of the two keys is >= `NEAR_RATIO`. The filter runs on the final examples (phrase-bank
+expansions, real requests and augmentations alike); the model card records the held-out files'
+sha256 and how many examples were dropped.
+
 Model selection, on a validation split of the training examples only (`VALIDATION_SHARE` of the
 phrase lines, every expansion of one line on the same side, and of the real `train` questions):
 the regularisation C and the confidence floor (`C_GRID` x `CONFIDENCE_GRID`) with the highest
@@ -29,11 +38,13 @@ evaluation set is used for fitting or selection.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import itertools
 import json
 import re
 import time
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -43,7 +54,14 @@ import numpy as np
 
 from adaptive_rag.evaluation.datasets import FILES, load_questions, split_of
 from adaptive_rag.pinned import file_sha256
-from adaptive_rag.routing.small_talk import _PRIORITY, ACKNOWLEDGEMENT, INTENTS, MAX_WORDS, normalise
+from adaptive_rag.routing.small_talk import (
+    _PRIORITY,
+    ACKNOWLEDGEMENT,
+    INTENTS,
+    MAX_WORDS,
+    is_guarded_request,
+    normalise,
+)
 from adaptive_rag.routing.small_talk_model import CLAUSE_VETO, NONE, SmallTalkModel, clause_features, vocabulary_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +70,10 @@ PHRASE_FILES = {
     "chatterbot-corpus": REPO_ROOT / "models" / "small_talk" / "chatterbot_greetings.txt",
 }
 DEMO_QUESTIONS = REPO_ROOT / "demo" / "questions.json"
+# Evaluation sets the detector is measured on: never trained on, not even near copies (module doc).
+HELD_OUT_FILES = (REPO_ROOT / "lab" / "experiments" / "small_talk_data" / "rasa_demo_nlu.jsonl",)
+NEAR_JACCARD = 0.6
+NEAR_RATIO = 0.85
 SUPPORT_FILES = {"covid-faq": "covid-faq_en_covid-qa.csv",
                  "covid-paraphrase": "covid-faq_question-similarity-en_covid-qa.csv"}
 CLASSES = (*INTENTS, NONE)
@@ -245,19 +267,96 @@ def _pick_examples(items: Sequence[Example], count: int, salt: str) -> list[Exam
     return [e for e in items if e.text in chosen][:count]
 
 
-def build_examples(data_dir: Path) -> list[Example]:
-    """Every training example: phrase banks, real requests, augmentations (de-duplicated by
-    normalised text; a text seen with two labels keeps the first, the phrase banks first)."""
+def near_key(text: str) -> str:
+    """The text compared for near copies: lower case, apostrophes dropped, punctuation, emoji and
+    symbols as spaces, whitespace collapsed ("What's up?!" -> "whats up")."""
+    text = unicodedata.normalize("NFKC", text).lower().replace("'", "").replace("\u2019", "")
+    return " ".join("".join(ch if ch.isalnum() else " " for ch in text).split())
+
+
+class NearDuplicates:
+    """The held-out utterances, indexed to tell quickly whether a text is one of them or a near
+    copy (the rule in the module doc); counts what it dropped in `removed`."""
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        self.keys = sorted({k for k in map(near_key, texts) if k})
+        self.exact = set(self.keys)
+        self.tokens = [frozenset(k.split()) for k in self.keys]
+        self.by_token: dict[str, list[int]] = {}
+        for index, tokens in enumerate(self.tokens):
+            for token in tokens:
+                self.by_token.setdefault(token, []).append(index)
+        alphabet = sorted({ch for k in self.keys for ch in k})
+        self.column = {ch: i for i, ch in enumerate(alphabet)}
+        self.counts = np.zeros((len(self.keys), len(alphabet)), dtype=np.int32)
+        for row, key in enumerate(self.keys):
+            for ch in key:
+                self.counts[row, self.column[ch]] += 1
+        self.lengths = np.array([len(k) for k in self.keys], dtype=np.int32)
+        self.removed: Counter[str] = Counter()
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def match(self, text: str) -> str | None:
+        """The held-out key `text` equals or nearly copies, or None."""
+        key = near_key(text)
+        if not key or not self.keys:
+            return None
+        if key in self.exact:
+            return key
+        tokens = frozenset(key.split())
+        for index in {i for t in tokens for i in self.by_token.get(t, ())}:
+            other = self.tokens[index]
+            if len(tokens & other) / len(tokens | other) >= NEAR_JACCARD:
+                return self.keys[index]
+        # difflib's ratio is at most 2 * (characters in common, as multisets) / (both lengths):
+        # only the held-out keys whose bound reaches NEAR_RATIO are compared in full.
+        counts = np.zeros(self.counts.shape[1], dtype=np.int32)
+        for ch in key:
+            if ch in self.column:
+                counts[self.column[ch]] += 1
+        bound = 2 * np.minimum(self.counts, counts).sum(axis=1) / (self.lengths + len(key))
+        for index in np.flatnonzero(bound >= NEAR_RATIO):
+            if difflib.SequenceMatcher(None, key, self.keys[index], autojunk=False).ratio() >= NEAR_RATIO:
+                return self.keys[index]
+        return None
+
+    def keep(self, example: Example) -> bool:
+        """False (and counted) when `example` is a held-out utterance or a near copy of one."""
+        if self.match(example.text) is None:
+            return True
+        self.removed[f"{example.source}/{example.label}"] += 1
+        return False
+
+
+def held_out_texts(paths: Iterable[Path] = HELD_OUT_FILES) -> list[str]:
+    """The utterances of the held-out evaluation files (JSON lines with a `text` field)."""
+    texts: list[str] = []
+    for path in paths:
+        for line in Path(path).read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                texts.append(json.loads(line)["text"])
+    return texts
+
+
+def build_examples(data_dir: Path | None, held_out: NearDuplicates | None = None) -> list[Example]:
+    """Every training example: phrase banks, real requests (none without `data_dir`),
+    augmentations (de-duplicated by normalised text; a text seen with two labels keeps the first,
+    the phrase banks first), less the held-out utterances and their near copies when `held_out`
+    is given."""
     examples = [e for source, path in PHRASE_FILES.items() for e in read_phrase_bank(path, source)]
     requests = [Example(text, NONE, source, f"{source}:{qid}")
-                for source, qid, text, split in real_requests(data_dir) if split == "train"]
+                for source, qid, text, split in (real_requests(data_dir) if data_dir is not None else [])
+                if split == "train"]
     everything = [*examples, *requests, *augment(examples, requests)]
     seen: dict[str, Example] = {}
     for example in everything:
         key = " | ".join(normalise(example.text))
         if key and len(key.split()) <= MAX_WORDS * 2 and key not in seen:
             seen[key] = example
-    return list(seen.values())
+    examples = list(seen.values())
+    return [e for e in examples if held_out.keep(e)] if held_out is not None else examples
 
 
 def _matrix(feature_sets: Sequence[set[str]], vocabulary: Sequence[str]):
@@ -317,7 +416,7 @@ def validate(model: SmallTalkModel, held_out: Sequence[Example], c: float,
     rows = []
     for confidence in confidences:
         model.min_confidence = confidence
-        decided = {e.text: model.decide(normalise(e.text)) for e in held_out}
+        decided = {e.text: _serve(model, e.text) for e in held_out}
         detected = [e for e in talk if decided[e.text] not in (None, ACKNOWLEDGEMENT)]
         rows.append(Validation(
             c=c, min_confidence=confidence,
@@ -328,6 +427,12 @@ def validate(model: SmallTalkModel, held_out: Sequence[Example], c: float,
             acknowledgement_handled=sum(decided[e.text] == ACKNOWLEDGEMENT for e in acks) / max(1, len(acks)),
         ))
     return rows
+
+
+def _serve(model: SmallTalkModel, text: str) -> str | None:
+    """The model's decision as served: the question guards first (`is_guarded_request`)."""
+    clauses = normalise(text)
+    return None if is_guarded_request(clauses) else model.decide(clauses)
 
 
 def select(results: Sequence[Validation]) -> Validation:
@@ -342,11 +447,20 @@ def select(results: Sequence[Validation]) -> Validation:
 def fit_detector(
     data_dir: Path, out: Path, log: Callable[[str], None] = print,
     progress: Callable[[str, int], Callable[[int], None]] | None = None,
+    held_out_files: Sequence[Path] = HELD_OUT_FILES,
 ) -> tuple[SmallTalkModel, dict]:
-    """Build the examples, choose C and the confidence floor on the validation lines, refit on
-    everything and write the model to `out`; returns the model and its card."""
+    """Build the examples (less the held-out utterances and their near copies), choose C and the
+    confidence floor on the validation lines, refit on everything and write the model to `out`;
+    returns the model and its card."""
     started = time.perf_counter()
-    examples = build_examples(data_dir)
+    missing = [str(p) for p in held_out_files if not Path(p).is_file()]
+    if missing:
+        raise FileNotFoundError(f"held-out evaluation files not found (never trained on, so needed "
+                                f"to train): {', '.join(missing)}")
+    held_out = NearDuplicates(held_out_texts(held_out_files))
+    examples = build_examples(data_dir, held_out)
+    log(f"dropped {sum(held_out.removed.values())} examples equal or near to one of {len(held_out)} "
+        f"held-out utterances: " + ", ".join(f"{k} {v}" for k, v in sorted(held_out.removed.items())))
     fitting = [e for e in examples if not e.validation]
     held_out = [e for e in examples if e.validation]
     log(f"{len(examples)} examples ({len(fitting)} fitting, {len(held_out)} validation): "
@@ -369,6 +483,13 @@ def fit_detector(
         "validation": [_row(r) for r in results],
         "chosen_validation": _row(chosen),
         "examples": dict(sorted(Counter(f"{e.source}/{e.label}" for e in examples).items())),
+        "decontamination": {
+            "rule": f"near_key equal, word Jaccard >= {NEAR_JACCARD}, or difflib ratio >= {NEAR_RATIO}",
+            "held_out": {_repo_relative(p): file_sha256(p) for p in held_out_files},
+            "held_out_utterances": len(held_out),
+            "removed": sum(held_out.removed.values()),
+            "removed_by_source": dict(sorted(held_out.removed.items())),
+        },
         "inputs": {**{f"models/small_talk/{p.name}": file_sha256(p) for p in PHRASE_FILES.values()},
                    **({"demo/questions.json": file_sha256(DEMO_QUESTIONS)} if DEMO_QUESTIONS.is_file() else {}),
                    **{f"data/{k}": v for k, v in data_files(data_dir).items()}},
@@ -383,6 +504,11 @@ def fit_detector(
     return model, card
 
 
+def _repo_relative(path: Path) -> str:
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
 def _row(result: Validation) -> dict:
     return {name: getattr(result, name) for name in Validation.__dataclass_fields__}
 
@@ -391,5 +517,5 @@ def texts_of(examples: Iterable[Example]) -> list[str]:
     return [e.text for e in examples]
 
 
-__all__ = ["CLASSES", "Example", "augment", "build_examples", "expand", "fit_detector", "read_phrase_bank",
-           "real_requests", "select", "validate"]
+__all__ = ["CLASSES", "HELD_OUT_FILES", "Example", "NearDuplicates", "augment", "build_examples", "expand",
+           "fit_detector", "held_out_texts", "near_key", "read_phrase_bank", "real_requests", "select", "validate"]
