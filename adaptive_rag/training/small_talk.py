@@ -23,9 +23,9 @@ Decontamination: no training example may be an utterance of a held-out evaluatio
 normalised by `near_key` (NFKC, lower case, apostrophes dropped, every other character that is not
 a letter or digit a space, whitespace collapsed); an example is dropped when its key equals a
 held-out key, or their word sets have a Jaccard index >= `NEAR_JACCARD`, or difflib's character
-ratio of the two keys is >= `NEAR_RATIO`. The filter runs on the final examples (phrase-bank
-expansions, real requests and augmentations alike); the model card records the held-out files'
-sha256 and how many examples were dropped.
+ratio of the two keys (either order) is >= `NEAR_RATIO`. The filter runs on the final examples
+(phrase-bank expansions, real requests and augmentations alike); the model card records the
+held-out files' sha256 and how many examples were dropped.
 
 Model selection, on a validation split of the training examples only (`VALIDATION_SHARE` of the
 phrase lines, every expansion of one line on the same side, and of the real `train` questions):
@@ -274,6 +274,13 @@ def near_key(text: str) -> str:
     return " ".join("".join(ch if ch.isalnum() else " " for ch in text).split())
 
 
+def character_ratio(a: str, b: str) -> float:
+    """difflib's similarity ratio of two keys, the larger of both orders (difflib's matching
+    blocks depend on the order, so the rule is made symmetric)."""
+    return max(difflib.SequenceMatcher(None, a, b, autojunk=False).ratio(),
+               difflib.SequenceMatcher(None, b, a, autojunk=False).ratio())
+
+
 class NearDuplicates:
     """The held-out utterances, indexed to tell quickly whether a text is one of them or a near
     copy (the rule in the module doc); counts what it dropped in `removed`."""
@@ -281,11 +288,14 @@ class NearDuplicates:
     def __init__(self, texts: Iterable[str]) -> None:
         self.keys = sorted({k for k in map(near_key, texts) if k})
         self.exact = set(self.keys)
-        self.tokens = [frozenset(k.split()) for k in self.keys]
-        self.by_token: dict[str, list[int]] = {}
-        for index, tokens in enumerate(self.tokens):
-            for token in tokens:
-                self.by_token.setdefault(token, []).append(index)
+        # Word sets and character counts as matrices (one row per held-out key), so one text is
+        # compared with every key in a few array operations.
+        words = sorted({w for k in self.keys for w in k.split()})
+        self.word_column = {w: i for i, w in enumerate(words)}
+        self.words = np.zeros((len(self.keys), len(words)), dtype=np.uint8)
+        for row, key in enumerate(self.keys):
+            self.words[row, [self.word_column[w] for w in set(key.split())]] = 1
+        self.word_counts = self.words.sum(axis=1).astype(np.int32)
         alphabet = sorted({ch for k in self.keys for ch in k})
         self.column = {ch: i for i, ch in enumerate(alphabet)}
         self.counts = np.zeros((len(self.keys), len(alphabet)), dtype=np.int32)
@@ -305,11 +315,14 @@ class NearDuplicates:
             return None
         if key in self.exact:
             return key
-        tokens = frozenset(key.split())
-        for index in {i for t in tokens for i in self.by_token.get(t, ())}:
-            other = self.tokens[index]
-            if len(tokens & other) / len(tokens | other) >= NEAR_JACCARD:
-                return self.keys[index]
+        tokens = set(key.split())
+        known = [self.word_column[t] for t in tokens if t in self.word_column]
+        if known:
+            shared = self.words[:, known].sum(axis=1, dtype=np.int32)
+            jaccard = shared / (len(tokens) + self.word_counts - shared)
+            best = int(np.argmax(jaccard))
+            if jaccard[best] >= NEAR_JACCARD:
+                return self.keys[best]
         # difflib's ratio is at most 2 * (characters in common, as multisets) / (both lengths):
         # only the held-out keys whose bound reaches NEAR_RATIO are compared in full.
         counts = np.zeros(self.counts.shape[1], dtype=np.int32)
@@ -318,7 +331,7 @@ class NearDuplicates:
                 counts[self.column[ch]] += 1
         bound = 2 * np.minimum(self.counts, counts).sum(axis=1) / (self.lengths + len(key))
         for index in np.flatnonzero(bound >= NEAR_RATIO):
-            if difflib.SequenceMatcher(None, key, self.keys[index], autojunk=False).ratio() >= NEAR_RATIO:
+            if character_ratio(key, self.keys[index]) >= NEAR_RATIO:
                 return self.keys[index]
         return None
 
@@ -457,10 +470,10 @@ def fit_detector(
     if missing:
         raise FileNotFoundError(f"held-out evaluation files not found (never trained on, so needed "
                                 f"to train): {', '.join(missing)}")
-    held_out = NearDuplicates(held_out_texts(held_out_files))
-    examples = build_examples(data_dir, held_out)
-    log(f"dropped {sum(held_out.removed.values())} examples equal or near to one of {len(held_out)} "
-        f"held-out utterances: " + ", ".join(f"{k} {v}" for k, v in sorted(held_out.removed.items())))
+    evaluation = NearDuplicates(held_out_texts(held_out_files))
+    examples = build_examples(data_dir, evaluation)
+    log(f"dropped {sum(evaluation.removed.values())} examples equal or near to one of {len(evaluation)} "
+        f"held-out utterances: " + ", ".join(f"{k} {v}" for k, v in sorted(evaluation.removed.items())))
     fitting = [e for e in examples if not e.validation]
     held_out = [e for e in examples if e.validation]
     log(f"{len(examples)} examples ({len(fitting)} fitting, {len(held_out)} validation): "
@@ -486,9 +499,9 @@ def fit_detector(
         "decontamination": {
             "rule": f"near_key equal, word Jaccard >= {NEAR_JACCARD}, or difflib ratio >= {NEAR_RATIO}",
             "held_out": {_repo_relative(p): file_sha256(p) for p in held_out_files},
-            "held_out_utterances": len(held_out),
-            "removed": sum(held_out.removed.values()),
-            "removed_by_source": dict(sorted(held_out.removed.items())),
+            "held_out_utterances": len(evaluation),
+            "removed": sum(evaluation.removed.values()),
+            "removed_by_source": dict(sorted(evaluation.removed.items())),
         },
         "inputs": {**{f"models/small_talk/{p.name}": file_sha256(p) for p in PHRASE_FILES.values()},
                    **({"demo/questions.json": file_sha256(DEMO_QUESTIONS)} if DEMO_QUESTIONS.is_file() else {}),
@@ -517,5 +530,5 @@ def texts_of(examples: Iterable[Example]) -> list[str]:
     return [e.text for e in examples]
 
 
-__all__ = ["CLASSES", "HELD_OUT_FILES", "Example", "NearDuplicates", "augment", "build_examples", "expand",
+__all__ = ["CLASSES", "HELD_OUT_FILES", "Example", "NearDuplicates", "augment", "build_examples", "character_ratio", "expand",
            "fit_detector", "held_out_texts", "near_key", "read_phrase_bank", "real_requests", "select", "validate"]

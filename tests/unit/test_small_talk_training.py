@@ -40,8 +40,12 @@ def _pairwise_near(a: str, b: str) -> bool:
     if not ka or not kb:
         return False
     ta, tb = set(ka.split()), set(kb.split())
-    return (ka == kb or len(ta & tb) / len(ta | tb) >= NEAR_JACCARD
-            or difflib.SequenceMatcher(None, ka, kb, autojunk=False).ratio() >= NEAR_RATIO)
+    if ka == kb or len(ta & tb) / len(ta | tb) >= NEAR_JACCARD:
+        return True
+    if 2 * min(len(ka), len(kb)) / (len(ka) + len(kb)) < NEAR_RATIO:  # no ratio can reach it
+        return False
+    return (difflib.SequenceMatcher(None, ka, kb, autojunk=False).ratio() >= NEAR_RATIO
+            or difflib.SequenceMatcher(None, kb, ka, autojunk=False).ratio() >= NEAR_RATIO)
 
 
 def test_the_key_drops_case_punctuation_emoji_and_extra_spaces() -> None:
@@ -61,11 +65,11 @@ def test_equal_after_normalising_word_overlap_and_character_ratio_are_each_near(
 
 
 def test_keep_drops_near_copies_and_counts_them_by_source_and_label() -> None:
-    index = NearDuplicates(["hello there friend"])
-    kept = [e for e in (Example("hello there, friend!", "greeting", "written", "g1"),
+    index = NearDuplicates(["hello there my good friend"])
+    kept = [e for e in (Example("hello there, my good friend!", "greeting", "written", "g1"),
                         Example("hello there", "greeting", "written", "g2"),
                         Example("what is my balance", "none", "nq", "q1")) if index.keep(e)]
-    assert [e.text for e in kept] == ["hello there", "what is my balance"]  # 2/3 < 0.6
+    assert [e.text for e in kept] == ["hello there", "what is my balance"]  # Jaccard 2/5
     assert index.removed == {"written/greeting": 1}
 
 
@@ -73,7 +77,7 @@ def test_the_index_agrees_with_the_plain_pairwise_rule(held_out: NearDuplicates)
     """On a fixed sample of unfiltered phrase-bank examples (some of them near copies), the
     indexed filter finds exactly the examples the pairwise rule finds."""
     texts = sorted({e.text for e in build_examples(None)},
-                   key=lambda t: hashlib.sha256(t.encode()).digest())[:150]
+                   key=lambda t: hashlib.sha256(t.encode()).digest())[:80]
     held = held_out.keys
     expected = {t for t in texts if any(_pairwise_near(t, h) for h in held)}
     found = {t for t in texts if held_out.match(t) is not None}
