@@ -299,13 +299,18 @@ def is_guarded_request(clauses: list[str]) -> bool:
 def learned_intent(query: str, model: SmallTalkModel) -> SmallTalk | None:
     """The learned detector's answer for the whole utterance `query` (see `small_talk_model`):
     None for more than `MAX_WORDS` words or a guarded request shape, else the model's decision
-    (its confidence floor and clause veto)."""
+    (its confidence floor and clause veto), with the reply of the most specific intent
+    (`_PRIORITY`) among it and the clauses the model is confident about on their own."""
     clauses = normalise(query)
     if not clauses or sum(len(c.split()) for c in clauses) > MAX_WORDS or is_guarded_request(clauses):
         return None
     intent = model.decide(clauses)
     if intent is None or intent not in REPLIES:
         return None
+    if len(clauses) > 1:  # "hello, are you a bot?": the most specific clause's reply, as the rules do
+        confident = {scored.best_talk for scored in map(model.score_clauses, ([c] for c in clauses))
+                     if scored.not_none >= model.min_confidence}
+        intent = next(i for i in _PRIORITY if i in confident | {intent})
     return SmallTalk(intent=intent, reply=REPLIES[intent])
 
 
