@@ -158,7 +158,7 @@ bench-evidence: setup-lab
 ## Central), data kept in var/opensearch; Ctrl-C stops it
 OPENSEARCH_PORT ?= 9200
 opensearch: | $(VENV)/.created
-	$(PY) -m infra.local.servers opensearch --port $(OPENSEARCH_PORT) --dir var/opensearch $(SERVER_ARGS)
+	$(PY) -m infra.local opensearch --port $(OPENSEARCH_PORT) --dir var/opensearch $(SERVER_ARGS)
 
 clean:
 	rm -rf var .pytest_cache
@@ -225,10 +225,10 @@ workers: setup-workers
 ## or SIGTERM stops it and deletes its files); SERVER_ARGS="--port 6390 --dir var/redis" keeps the
 ## port and the data for the next start
 local-redis: setup
-	$(PY) -m infra.local.servers redis $(SERVER_ARGS)
+	$(PY) -m infra.local redis $(SERVER_ARGS)
 
 local-postgres: setup
-	$(PY) -m infra.local.servers postgres $(SERVER_ARGS)
+	$(PY) -m infra.local postgres $(SERVER_ARGS)
 
 test-workers: setup
 	$(PY) -m pytest -q tests/unit/test_records.py tests/integration/test_records_postgres.py \
