@@ -15,7 +15,8 @@ Two gaps of kombu's Redis transport show when the broker restarts under a busy w
    finish). A reserved task the pool had already buffered may then run twice; the task writes
    its result once, so the second run only returns the stored result.
 
-Selected by `broker_transport` in `workers.celery_app` whenever the broker is Redis.
+Selected by `broker_transport` in `workers.celery_app` whenever the broker is Redis (`Transport`;
+`SentinelTransport` for a `sentinel://` URL).
 """
 
 from __future__ import annotations
@@ -113,3 +114,12 @@ class Channel(redis.Channel):
 
 class Transport(redis.Transport):
     Channel = Channel
+
+
+class SentinelChannel(Channel, redis.SentinelChannel):
+    """The same channel over kombu's Sentinel channel: each new connection goes to the primary
+    the Sentinels name (a failover is a lost connection, then a reconnect to the new primary)."""
+
+
+class SentinelTransport(redis.SentinelTransport):
+    Channel = SentinelChannel
