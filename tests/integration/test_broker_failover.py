@@ -97,6 +97,7 @@ def test_the_stack_follows_the_new_primary_after_the_old_one_is_killed(stack, ca
     answered_s = time.monotonic() - killed_at
     assert result.ok and result.answer == LLM_ANSWER.rstrip(".")
     assert result_via_redis(stack, after.task_id).answer == result.answer
+    assert "Unrecoverable error" not in stack.pools.pools["A"].log_path.read_text(errors="replace")
 
     tenant = f"after-{uuid.uuid4().hex}"
     try:  # a pooled connection to the dead primary fails once (admitted: fail open), then reconnects

@@ -80,6 +80,19 @@ def test_celery_takes_the_sentinel_transport_and_backend():
     assert type(app.connection_for_write().transport).__name__ == "SentinelTransport"
 
 
+def test_moving_to_the_next_sentinel_keeps_this_projects_transport():
+    """kombu re-reads the scheme of the next `sentinel://` alternate after a failed connect."""
+    import kombu
+
+    address = parse(SENTINELS)
+    connection = kombu.Connection(address.celery_url(), transport="workers.redis_broker:SentinelTransport",
+                                  transport_options=address.transport_options())
+    assert type(connection.transport).__qualname__ == "SentinelTransport"
+    connection.maybe_switch_next()
+    assert connection.hostname == "127.0.0.1" and connection.port == 26402
+    assert type(connection.transport).__module__ == "workers.redis_broker"
+
+
 def test_the_front_door_clients_follow_the_primary_through_the_sentinels():
     sync = redis_connections.sync_client(SENTINELS, socket_timeout=0.25, socket_connect_timeout=0.25, retry=None)
     pool = sync.connection_pool
