@@ -5,6 +5,7 @@ error and an exit status instead of a failure at the first request."""
 
 from __future__ import annotations
 
+import functools
 import socket
 
 import pytest
@@ -173,6 +174,16 @@ def test_a_primary_anywhere_in_the_list_passes_and_an_outage_is_no_configuration
 
 # --- the processes -------------------------------------------------------------------------------------
 
+@pytest.fixture(autouse=True)
+def logging_left_alone(monkeypatch):
+    """`main()` configures logging onto the (captured) stderr: not in a test process."""
+    import services.frontdoor.__main__ as frontdoor_main
+    import workers.pools
+
+    monkeypatch.setattr(frontdoor_main, "configure_logging", lambda *_a, **_k: None)
+    monkeypatch.setattr(workers.pools, "configure_logging", lambda *_a, **_k: None)
+
+
 @pytest.fixture
 def unreachable_sentinels(monkeypatch, tmp_path) -> str:
     url = f"sentinel://127.0.0.1:{closed_port()}/0?master_name=arag"
@@ -199,14 +210,15 @@ def test_the_worker_pools_exit_at_start_when_no_sentinel_answers(unreachable_sen
 
 
 def test_the_front_door_exits_at_start_on_a_standby_only_list(monkeypatch, tmp_path, capsys):
-    from adaptive_rag.storage import db
+    import workers.startup
     from services.frontdoor.__main__ import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DATABASE_URL", MULTI)
     monkeypatch.delenv("REDIS_URL", raising=False)
-    monkeypatch.setattr(db, "probe_host", probe_of({5433: "standby", 5434: "standby"}))
-    monkeypatch.setattr(db.check_writable, "__defaults__", (3.0, db.probe_host))
+    # two standbys, as PostgreSQL would describe them (the real ones: tests/integration/test_records_failover.py)
+    monkeypatch.setattr(workers.startup, "check_writable",
+                        functools.partial(check_writable, probe=probe_of({5433: "standby", 5434: "standby"})))
     assert main(["--listen", "127.0.0.1:0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("front door not started: DATABASE_URL: no host accepts writes")
