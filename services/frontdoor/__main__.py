@@ -84,9 +84,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
     settings = FrontDoorSettings()
+    if (problem := startup_problem(Settings().database_url, settings.redis_url)) is not None:
+        print(f"front door not started: {problem}", file=sys.stderr, flush=True)
+        return 2
     with asyncio.Runner(loop_factory=event_loop_factory(settings.event_loop)) as runner:
         runner.run(serve(args.listen, settings))
     return 0
+
+
+def startup_problem(database_url: str, redis_url: str | None) -> str | None:
+    """What makes this configuration unable to serve (a Sentinel list that names no working
+    primary, a records URL with no writable host), or None (see `workers.startup`)."""
+    from adaptive_rag.errors import ConfigurationError
+    from workers.startup import check_backing_services
+
+    try:
+        found = check_backing_services(database_url, redis_url)
+    except ConfigurationError as exc:
+        return str(exc)
+    structlog.get_logger("frontdoor").info("startup_checks", **found)
+    return None
 
 
 def event_loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
