@@ -82,7 +82,7 @@ reader:
 ## gRPC; everything stopped afterwards. REDIS_URL, DATABASE_URL, OPENSEARCH_URL, TRITON_GRPC_URL,
 ## LLM_BASE_URL point it at real servers. The in-process demo without services: `arag demo`.
 ## Installs only the demo's extras (no torch); the gRPC stubs are generated on first import.
-demo: setup-demo router
+demo: setup-demo router llama-server
 	$(PY) -m services.demo
 
 ## router: publish the router the repository ships (models/router/router.json, a linear bag-of-words
@@ -312,7 +312,7 @@ domain-adaptation: setup
 ## LOADTEST_ARGS="--profile step --max-users 8", "--publish --name NAME" (-> reports/load/NAME/),
 ## "--instant-llm" (no model cost). Any deployed front door: lab/loadtest/README.md.
 LOADTEST_ARGS ?=
-loadtest: setup-demo setup-lab
+loadtest: setup-demo setup-lab llama-server
 	$(PY) -m lab.loadtest $(LOADTEST_ARGS)
 
 # --- shared LLM inference process (llama.cpp's llama-server) -------------------------------------

@@ -6,7 +6,7 @@ embedded model served by one shared llama-server).
 
 Per mode (`instant`: `lab/harness/instant_llm.py` behind `LLM_BASE_URL`, the serving path
 without the model's cost, a measurement device; `llm-server`: `infra.local.llama_server`, as
-`python -m lab.loadtest --llm-server` does) it starts the lab's stack once
+`python -m lab.loadtest` does by default) it starts the lab's stack once
 (`lab.harness.stack.lab_stack`, the parts `python -m lab.loadtest` starts) and, per tier (mix
 `A=100`, then `B=100`, then `C=100`), runs locust (`lab/loadtest/locustfile.py`) as a subprocess
 once per point:
@@ -183,9 +183,9 @@ class Stack:
 @contextmanager
 def start_stack(mode: str, scratch: Path, console: Any, *, servers: bool = False,
                 settings: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> Iterator[Stack]:
-    """The lab's stack with the parts of `python -m lab.loadtest --instant-llm` / `--llm-server`
-    (the environment's servers or the embedded ones; with `servers`, Redis and a durable
-    PostgreSQL started here), pools A, B and C, the load-test tenant."""
+    """The lab's stack with the parts of `python -m lab.loadtest --instant-llm` or of its default
+    (the shared llama-server) (the environment's servers or the embedded ones; with `servers`,
+    Redis and a durable PostgreSQL started here), pools A, B and C, the load-test tenant."""
     from lab.harness.stack import TIER_POOLS, Parts, lab_stack
 
     parts = Parts(broker="redis" if servers else None, records="postgres" if servers else None,
