@@ -59,12 +59,19 @@ async def serve(listen: str | None = None, settings: FrontDoorSettings | None = 
         functools.partial(queue.workers_alive, settings.worker_ping_timeout_s)
         if settings.health_workers else None
     )
+    # With an LLM endpoint configured (the workers' shared server), readiness waits for it too.
+    llm_probe = None
+    if settings.health_workers and library.llm_base_url:
+        from adaptive_rag.llm.openai_compat import OpenAICompatibleLLM
+
+        llm_probe = OpenAICompatibleLLM(library.llm_base_url, library.llm_model,
+                                        api_key=library.llm_api_key, max_retries=0).readiness_problem
     running = await start_server(
         library, settings, records, queue,
         # while Redis restarts, results are read from the records (the worker writes them first)
         open_result_waiter(threads=settings.wait_threads, stored=stored_results(records)), router,
         open_knowledge_service(library, engine), metrics, listen=listen,
-        fair_share=open_fair_share(settings), worker_probe=worker_probe,
+        fair_share=open_fair_share(settings), worker_probe=worker_probe, llm_probe=llm_probe,
     )
     print(f"READY front door on port {running.port}", flush=True)
     stop = asyncio.Event()
