@@ -26,11 +26,10 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from infra.local.servers import (
-    PG_BIN, REDIS_SERVER, LocalPostgres, LocalRedis, LocalServer, ServerStartError, _run_as, free_port,
+    PG_BIN, REDIS_SERVER, LocalPostgres, LocalRedis, LocalServer, ServerStartError, Started, _run_as, free_port,
 )
 
 REDIS_SENTINEL = shutil.which("redis-sentinel") or "/usr/bin/redis-sentinel"
@@ -132,7 +131,7 @@ class LocalSentinel(LocalServer):
             client.close()
 
 
-class LocalRedisSentinel:
+class LocalRedisSentinel(Started):
     """A Redis primary, one replica and `sentinels` Sentinels (quorum `quorum`) on loopback.
 
     `url` is the `sentinel://` URL the services take as `REDIS_URL`. `kill_primary()` crashes the
@@ -219,18 +218,6 @@ class LocalRedisSentinel:
         finally:
             if self.owns_workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> LocalRedisSentinel:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     # --- who is primary ---------------------------------------------------------------------------
     def node_on(self, port: int) -> LocalRedisNode | None:

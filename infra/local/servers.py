@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 # PostgreSQL refuses to run as root; under root the server runs as one of these users.
@@ -186,7 +186,30 @@ def _wait_until(ready: Callable[[], Any], what: str, log: Path, proc: subprocess
     raise ServerStartError(f"{what} not ready after {timeout_s:.0f} s:\n{tail_of(log)}")
 
 
-class LocalServer:
+class Started:
+    """A context manager over `start()` and `close()`: started on enter (closed again when the
+    start fails part way), closed on exit."""
+
+    def start(self) -> Any:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class LocalServer(Started):
     """One server process on a fixed loopback port and data directory, restartable on both.
 
     Subclasses say how the server is started (`command`), when it serves (`ready`) and which
@@ -305,17 +328,6 @@ class LocalServer:
             return None
         return None
 
-    def __enter__(self) -> LocalServer:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
 
 # --- Redis ------------------------------------------------------------------------------------------

@@ -591,19 +591,23 @@ def test_readiness_is_not_serving_while_the_database_or_the_broker_is_away_liven
         h.close()
 
 
+def health_becomes(channel: grpc.Channel, expected: int, within_s: float = 5.0) -> bool:
+    """Whether readiness (service "") reports `expected` within `within_s`."""
+    health = health_pb2_grpc.HealthStub(channel)
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if health.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME)).status == expected:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def test_health_is_not_serving_while_no_worker_answers_a_ping():
     alive: list[str] = ["tier-a@h", "tier-b@h", "tier-c@h"]
     h = Harness(make_settings(), health_watch_s=0.05, worker_probe=lambda: list(alive))
     try:
-        health = health_pb2_grpc.HealthStub(h.channel)
-
         def becomes(expected: int) -> bool:
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:
-                if health.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME)).status == expected:
-                    return True
-                time.sleep(0.05)
-            return False
+            return health_becomes(h.channel, expected)
 
         assert becomes(health_pb2.HealthCheckResponse.SERVING)
         alive.clear()
@@ -621,15 +625,8 @@ def test_health_is_not_serving_while_the_llm_endpoint_is_not_ready():
     said: list[str | None] = ["LLM endpoint http://127.0.0.1:1/v1 not ready (HTTP 503)"]  # loading
     h = Harness(make_settings(), health_watch_s=0.05, worker_probe=lambda: ["tier-b@h"], llm_probe=lambda: said[0])
     try:
-        health = health_pb2_grpc.HealthStub(h.channel)
-
         def becomes(expected: int) -> bool:
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:
-                if health.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME)).status == expected:
-                    return True
-                time.sleep(0.05)
-            return False
+            return health_becomes(h.channel, expected)
 
         assert becomes(health_pb2.HealthCheckResponse.NOT_SERVING)
         said[0] = None  # the model is loaded
