@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import re
 import sys
 from collections import defaultdict
@@ -282,15 +283,19 @@ def fair_share_quiet_p95(reports: Path) -> str:
 def reliability(reports: Path) -> str:
     report = read_json(reports / "reliability" / "report.json")
     windows = [r for r in report["rows"] if r.get("fault")]
-    met = sum(r["lost"] == 0 and r["duplicates"] == 0 and r["wrong_codes"] == 0 and r["recovery_s"] <= 30 for r in windows)
+    met = sum(r["lost"] == 0 and r.get("stranded", 0) == 0 and r["duplicates"] == 0 and r["wrong_codes"] == 0
+              and r["recovery_s"] is not None and r["recovery_s"] <= 30 for r in windows)
     counted = [*windows, report["tail"]]  # the report's totals: the fault windows and the tail after them
     sent = sum(r["sent"] for r in counted)
     lost = sum(r["lost"] for r in counted)
     duplicates = sum(r["duplicates"] for r in counted)
     wrong = sum(r["wrong_codes"] for r in counted)
-    slowest = max(r["recovery_s"] for r in windows)
+    slowest = max(r["recovery_s"] if r["recovery_s"] is not None else math.inf for r in windows)
+    # a campaign with the client's own accounting (lost as the client saw it) also counts second runs
+    reran = (f"; {sum(r['reruns'] for r in counted)} ran more than once (+{sum(r['extra_runs'] for r in counted)} runs)"
+             if all("extra_runs" in r for r in counted) else "")
     return (f"{met} of {len(windows)} windows; {lost} lost, {duplicates} duplicated, {wrong} wrong codes "
-            f"of {sent:,} sent; slowest recovery {slowest:.0f} s")
+            f"of {sent:,} sent{reran}; slowest recovery {slowest:.0f} s")
 
 
 def tracing_extra_cpu(reports: Path) -> str:

@@ -166,7 +166,7 @@ def slope(points: Sequence[tuple[float, float]]) -> float | None:
 PROC = Path("/proc")
 
 
-def _process_table(proc: Path = PROC) -> dict[int, int]:
+def process_table(proc: Path = PROC) -> dict[int, int]:
     """pid -> parent pid of every process."""
     parents: dict[int, int] = {}
     for entry in proc.iterdir():
@@ -229,7 +229,7 @@ class CpuMeter:
 
     def snapshot(self) -> dict[int, tuple[str, float]]:
         """pid -> (role, CPU seconds so far) of every process with a role."""
-        parents = _process_table(self.proc)
+        parents = process_table(self.proc)
         out = {}
         for pid in parents:
             role = self.role_of(pid, parents)
