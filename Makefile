@@ -93,6 +93,14 @@ demo: setup-demo router llama-server
 router: setup-demo
 	$(ARAG) model ship --repository $(MODEL_REPOSITORY)
 
+## small-talk-model: refit the shipped small-talk detector (adaptive_rag/routing/small_talk_detector.npz)
+## from models/small_talk/ and DATA_DIR's train questions, never on the lab's evaluation utterances
+## (~5 min; needs the train extras)
+SMALL_TALK_HELD_OUT := lab/experiments/small_talk_data/rasa_demo_nlu.jsonl
+.PHONY: small-talk-model
+small-talk-model: setup
+	$(ARAG) smalltalk train --data-dir $(DATA_DIR) --held-out $(SMALL_TALK_HELD_OUT)
+
 ## lint-imports: the import contracts of .importlinter (library free of gRPC/Celery, workers never
 ## import services, services never import workers.tasks)
 LINT_IMPORTS := PYTHONPATH=. $(VENV)/bin/lint-imports

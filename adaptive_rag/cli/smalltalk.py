@@ -28,6 +28,9 @@ smalltalk_app = typer.Typer(
 def train(
     data_dir: DataDir = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="default: the shipped model file")] = None,
+    held_out: Annotated[Optional[list[Path]], typer.Option(
+        "--held-out", help="an evaluation file never to train on: its utterances and their near copies are "
+                           "dropped from the examples (repeatable; the shipped model: make small-talk-model)")] = None,
 ) -> None:
     """Train the detector on the phrase banks and the data directory's `train` questions."""
     from contextlib import ExitStack
@@ -41,7 +44,7 @@ def train(
             return stack.enter_context(progress_bar(description, total))
 
         _, card = fit_detector(Path(data_dir or settings.data_dir), Path(out or DEFAULT_MODEL),
-                               log=console.print, progress=progress)
+                               log=console.print, progress=progress, held_out_files=tuple(held_out or ()))
     table = Table(title="validation split (held-out phrase lines and real questions)")
     for column in ("C", "floor", "recall", "intent accuracy", "FP real", "FP written", "chosen"):
         table.add_column(column)

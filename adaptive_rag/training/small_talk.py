@@ -19,7 +19,8 @@ sha256 the model card records):
   share of them ("thnks", "helo").
 
 Decontamination: no training example may be an utterance of a held-out evaluation set
-(`HELD_OUT_FILES`, the lab's small-talk evaluation file) or a near copy of one. Both sides are
+(the files given as `held_out_files`: for the shipped model the lab's small-talk evaluation file,
+`make small-talk-model`) or a near copy of one. Both sides are
 normalised by `near_key` (NFKC, lower case, apostrophes dropped, every other character that is not
 a letter or digit a space, whitespace collapsed); an example is dropped when its key equals a
 held-out key, or their word sets have a Jaccard index >= `NEAR_JACCARD`, or difflib's character
@@ -71,7 +72,6 @@ PHRASE_FILES = {
 }
 DEMO_QUESTIONS = REPO_ROOT / "demo" / "questions.json"
 # Evaluation sets the detector is measured on: never trained on, not even near copies (module doc).
-HELD_OUT_FILES = (REPO_ROOT / "lab" / "experiments" / "small_talk_data" / "rasa_demo_nlu.jsonl",)
 NEAR_JACCARD = 0.6
 NEAR_RATIO = 0.85
 SUPPORT_FILES = {"covid-faq": "covid-faq_en_covid-qa.csv",
@@ -343,7 +343,7 @@ class NearDuplicates:
         return False
 
 
-def held_out_texts(paths: Iterable[Path] = HELD_OUT_FILES) -> list[str]:
+def held_out_texts(paths: Iterable[Path]) -> list[str]:
     """The utterances of the held-out evaluation files (JSON lines with a `text` field)."""
     texts: list[str] = []
     for path in paths:
@@ -460,7 +460,7 @@ def select(results: Sequence[Validation]) -> Validation:
 def fit_detector(
     data_dir: Path, out: Path, log: Callable[[str], None] = print,
     progress: Callable[[str, int], Callable[[int], None]] | None = None,
-    held_out_files: Sequence[Path] = HELD_OUT_FILES,
+    held_out_files: Sequence[Path] = (),
 ) -> tuple[SmallTalkModel, dict]:
     """Build the examples (less the held-out utterances and their near copies), choose C and the
     confidence floor on the validation lines, refit on everything and write the model to `out`;
@@ -489,7 +489,7 @@ def fit_detector(
         f"real questions, {100 * chosen.written_false_positive_rate:.2f} % of written hard negatives")
     refit_advance = progress("refitting on every example", 1) if progress else (lambda n=1: None)
     card = {
-        "command": "arag smalltalk train",
+        "command": "arag smalltalk train " + " ".join(f"--held-out {_repo_relative(Path(p))}" for p in held_out_files),
         "hyperparameters": {"C": chosen.c, "min_confidence": chosen.min_confidence,
                             "min_feature_count": MIN_FEATURE_COUNT, "clause_veto": CLAUSE_VETO},
         "budgets": {"max_real_false_positive_rate": MAX_REAL_FP, "max_written_false_positive_rate": MAX_WRITTEN_FP},
@@ -530,5 +530,5 @@ def texts_of(examples: Iterable[Example]) -> list[str]:
     return [e.text for e in examples]
 
 
-__all__ = ["CLASSES", "HELD_OUT_FILES", "Example", "NearDuplicates", "augment", "build_examples", "character_ratio", "expand",
+__all__ = ["CLASSES", "Example", "NearDuplicates", "augment", "build_examples", "character_ratio", "expand",
            "fit_detector", "held_out_texts", "near_key", "read_phrase_bank", "real_requests", "select", "validate"]

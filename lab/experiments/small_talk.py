@@ -11,7 +11,7 @@ Sets (none used for fitting or selection; see `small_talk_data/SOURCES.md`):
   the COVID FAQ questions and their paraphrases), the demo's `test` questions and the demo's
   coverage questions: a canned reply to any of them is a false positive.
 
-Decontamination: `arag smalltalk train` drops every training example that is a Rasa utterance or
+Decontamination: `make small-talk-model` (`arag smalltalk train --held-out` this file) drops every training example that is a Rasa utterance or
 a near copy of one (the rule in `adaptive_rag.training.small_talk`: equal after `near_key`, word
 Jaccard >= 0.6, or difflib character ratio >= 0.85 in either order); the model card records how
 many. Every Rasa record says whether a training example is still equal or near to it
