@@ -186,6 +186,21 @@ def abstention(kb: str, row: str) -> Callable[[Path], str]:
     return compute
 
 
+def small_talk(reports: Path) -> str:
+    """Real users' small talk recognised (Rasa demo utterances; an acknowledgement prompt is not a
+    recognition) and real test-split requests given any canned reply, learned detector vs rules."""
+    rows = list(read_jsonl(reports / "small_talk" / "records.jsonl.gz"))
+
+    def recall(detector: str) -> Interval:
+        return bootstrap_mean({"all": [float(r["decided"] not in (None, "acknowledgement")) for r in rows
+                                       if r["set"] == "rasa-demo" and r["kind"] == "small_talk"
+                                       and r["detector"] == detector]})
+
+    canned = [r["decided"] is not None for r in rows if r["set"] == "real-requests" and r["detector"] == "learned"]
+    return (f"{percent(recall('learned'))} (rules {100 * recall('rules').estimate:.1f} %); "
+            f"{sum(canned)} of {len(canned):,} real requests canned")
+
+
 def retrieval_recall(reports: Path) -> str:
     recall = read_json(reports / "retrieval" / "retrieval.json")["recall"]
     return " / ".join(f"{recall[d]['5']:.3f}" for d in ("hotpotqa", "2wiki", "musique"))
@@ -358,6 +373,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Abstention, support test, automatic threshold: caught / false", abstention("support", "automatic")),
     Figure("Abstention, support test, hand-tuned threshold: caught / false", abstention("support", "hand-tuned")),
     Figure("Abstention, demo help centre test, automatic threshold: caught / false", abstention("demo", "automatic")),
+    Figure("Small talk, Rasa demo recall; real requests given a canned reply", small_talk),
     Figure("Retrieval recall@5, HotpotQA / 2Wiki / MuSiQue", retrieval_recall),
     Figure("Search latency p50, tantivy vs OpenSearch", backend_latency),
     Figure("Evidence, all supporting passages among 5, chain vs B, 2Wiki / MuSiQue / HotpotQA", evidence_complete_at_5),
