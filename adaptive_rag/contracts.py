@@ -328,6 +328,7 @@ class RequestView:
     created_at: datetime
     updated_at: datetime
     deliveries: int = 0  # deliveries of the primary task that began its run (`begin_run`)
+    runs: int = 0  # primary runs begun over the request's life (a re-admission keeps counting)
 
 
 class TaskRef(NamedTuple):
