@@ -360,14 +360,14 @@ def readme(result: Mapping[str, Any]) -> str:
     if chosen and chosen in test and B in test:
         over = test[chosen]["sets"]
         diff = over.get("minus_b_mean_of_sets")
-        verdict = ("C beats B" if diff and diff["low"] > 0 else "C does not beat B" if diff and diff["high"] < 0
+        paired = {d: test[chosen][d].get("paired", 0) for d in DATASETS if d in test[chosen]}
+        partial = len(paired) < len(DATASETS) or min(paired.values(), default=0) < 2
+        verdict = ("partial: too few paired questions in some set for a verdict" if partial
+                   else "C beats B" if diff and diff["low"] > 0 else "C is below B" if diff and diff["high"] < 0
                    else "no difference shown (the interval spans 0)")
-        per_set = "; ".join(f"{LABELS[d]} {_signed(test[chosen][d].get('minus_b'))}" for d in DATASETS
-                            if d in test[chosen])
+        per_set = "; ".join(f"{LABELS[d]} {_signed(test[chosen][d].get('minus_b'))} (n {n})" for d, n in paired.items())
         parts.append(f"**Answer (`test`, {chosen} vs B, F1 points).** {verdict}: mean over the three sets "
                      f"{_signed(diff)}; {per_set}; time per question {over.get('time_ratio_b', '-')}x B's.\n")
-    else:
-        parts.append("**Answer.** `test` not read yet (see the notes).\n")
     gold = summary.get("train", {}).get("gold")
     if gold:
         parts.append("**The reader's ceiling (`train`, gold passages only, read at once, F1):** "

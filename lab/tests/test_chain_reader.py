@@ -81,7 +81,7 @@ def test_readme_says_when_c_does_not_beat_b() -> None:
     pool = {(q.dataset, q.id): q for q in questions(10)}
     worse = summarise(records(-0.1, "evidence@3"), pool, {})
     text = readme({"summary": {"train": worse, "test": worse}, "chosen_on_train": "evidence@3"})
-    assert "C does not beat B" in text and "-10.0" in text
+    assert "C is below B" in text and "-10.0" in text
     better = summarise(records(0.1, "evidence@3"), pool, {})
     assert "C beats B" in readme({"summary": {"train": better, "test": better}, "chosen_on_train": "evidence@3"})
 
@@ -96,3 +96,10 @@ def test_gold_passages_by_title_the_best_ranked_of_a_shared_title() -> None:
     gold = GoldPassages(corpus, _Search())
     found = gold.of(Question("q", "2wiki", "q?", ("a",), ("T", "U", "missing")))
     assert [p.id for p in found] == ["t2", "u"]
+
+
+def test_readme_gives_no_verdict_on_a_partial_test() -> None:
+    pool = {(q.dataset, q.id): q for q in questions(10)}
+    found = {k: v for k, v in records(0.3, "evidence@3").items() if k[0] != "hotpotqa"}
+    text = readme({"summary": {"test": summarise(found, pool, {})}, "chosen_on_train": "evidence@3"})
+    assert "partial" in text and "C beats B" not in text
