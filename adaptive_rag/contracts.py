@@ -44,6 +44,20 @@ class StrategyName(StrEnum):
         return repr(self.value)
 
 
+class AnswerStyle(StrEnum):
+    """How the reader answers: `short` is the span QA benchmarks score (a few words); `support`
+    is what a customer needs: one to a few sentences or steps from the passages, citing them
+    as [1], [2] (the reply's sources in order). Chosen per tenant; benchmarks read `short`."""
+
+    SHORT = "short"
+    SUPPORT = "support"
+
+
+# A tenant that chose no style gets the deployment's (`ARAG_ANSWER_STYLE`), `support` by default;
+# evaluation runs build their strategies with `short` unless told otherwise.
+DEFAULT_TENANT_STYLE = AnswerStyle.SUPPORT
+
+
 class RequestStatus(StrEnum):
     """Where one request is; `set_status` never moves a finished request back in flight."""
 

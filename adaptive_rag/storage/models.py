@@ -225,7 +225,8 @@ class Feedback(Base):
 class KnowledgeBaseRow(Base):
     """One tenant's knowledge base: its index generation (a rebuild makes the next one), its size
     and its abstention threshold: the one derived from the knowledge base when it was last
-    written (`knowledge.calibration`, with how it was derived) and the operator's override."""
+    written (`knowledge.calibration`, with how it was derived) and the operator's override; and
+    the answer style the operator chose for the tenant."""
 
     __tablename__ = "knowledge_bases"
 
@@ -236,6 +237,8 @@ class KnowledgeBaseRow(Base):
     abstain_threshold: Mapped[float | None] = mapped_column(Float, nullable=True)
     abstain_calibration: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
     abstain_override: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The tenant's answer style (`AnswerStyle`; NULL: the deployment's `ARAG_ANSWER_STYLE`).
+    answer_style: Mapped[str | None] = mapped_column(String(16), nullable=True)
     created_at: Mapped[datetime] = _created_at()
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, server_default=func.now()
