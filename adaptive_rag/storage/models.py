@@ -119,6 +119,7 @@ class QueryRequest(Base):
             name="ck_requests_status",
         ),
         Index("ix_requests_status_updated_at", "status", "updated_at"),
+        Index("ix_requests_tenant_conversation", "tenant", "conversation_id", "created_at"),
     )
 
     request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -135,6 +136,12 @@ class QueryRequest(Base):
     # When its task was handed to the broker; NULL until then (the row is the task's outbox:
     # `RecordStore.publish_unpublished` sends again a queued one never marked).
     enqueued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # The conversation this request is a turn of (an Answer's first turn: its own request id;
+    # NULL before conversations were recorded), the standalone question the turn was rewritten
+    # into, routed and searched (NULL: the query as sent), and how (`follow_up.RewriteMethod`).
+    conversation_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    standalone_query: Mapped[str | None] = mapped_column(Text, nullable=True)
+    rewrite: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 class RoutingDecision(Base):
