@@ -107,8 +107,9 @@ def _opening(words: list[str]) -> tuple[int, bool, bool]:
         i += 1
         if i < len(lower) and lower[i] in _AUXILIARIES:  # "how do I have to ..."
             i += 1
-    if lower and lower[0] in {"who", "what"} and i == 2 and lower[1] in _AUXILIARIES and do_support:
-        pronoun_subject = True  # "what can ...", "who should ...": a verb follows
+    if (lower and lower[0] in {"who", "what"} and i == 2 and lower[1] in _DO_AUXILIARIES
+            and lower[1] not in {"do", "does", "did"}):
+        pronoun_subject = True  # "who can get ...", "what should happen ...": a verb follows
     return i, do_support, pronoun_subject
 
 

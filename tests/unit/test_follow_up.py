@@ -84,3 +84,8 @@ def test_a_reader_that_is_away_costs_the_rewrite_not_the_turn() -> None:
 def test_without_a_reader_the_previous_topic_keeps_retrieval_on_the_subject() -> None:
     rewrite = standalone_question("is the same true for them?", [Turn("Should I wear a mask?")])
     assert (rewrite.question, rewrite.method) == ("is the same true for them? (a mask)", RewriteMethod.CONTEXT)
+
+
+def test_a_do_question_keeps_its_subject_and_drops_its_verb() -> None:
+    rewrite = standalone_question("how do I cancel it?", [Turn("What does the Lumora Plus plan include?")])
+    assert rewrite.question == "How do I cancel the Lumora Plus plan?"
