@@ -96,7 +96,7 @@ class IRCoT:
                 break
             reasoning.append(sentence)
             query = f"{question} {sentence}" if self.query_with_question else sentence
-        if self.reader_answers or not answer or self.style is AnswerStyle.SUPPORT:
+        if self.reader_answers or not answer or self.style == AnswerStyle.SUPPORT:
             with timer.phase("generate"):
                 answer = answer_in_style(self.llm, question, passages, self.style)
         return StrategyResult(

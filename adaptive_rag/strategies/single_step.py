@@ -33,7 +33,7 @@ _SUPPORT_PREFIX = re.compile(r"^\s*(answer|reply)\s*:\s*", re.IGNORECASE)
 
 def reader_prompt(style: AnswerStyle, abstains: bool) -> Prompt:
     """The reader's prompt for an answer style, with or without the no-answer marker."""
-    if style is AnswerStyle.SUPPORT:
+    if style == AnswerStyle.SUPPORT:
         return prompt.SUPPORT_ABSTAIN if abstains else prompt.SUPPORT
     return prompt.ABSTAIN if abstains else prompt.PROMPT
 
@@ -71,7 +71,7 @@ def answer_in_style(llm: LLM, question: str, passages: Sequence[Passage],
     which is returned as written (`says_no_answer` tells it)."""
     completion = ask(llm, reader_prompt(style, abstains), passages=format_passages(passages),
                      question=question)
-    if style is not AnswerStyle.SUPPORT:
+    if style != AnswerStyle.SUPPORT:
         return clean_answer(completion.text)
     answer = clean_support_answer(completion.text)
     if abstains and says_no_answer(answer, style):
@@ -94,7 +94,7 @@ def _words(text: str) -> str:
 def says_no_answer(answer: str, style: AnswerStyle = AnswerStyle.SHORT) -> bool:
     """True when the reader wrote the no-answer marker (any case or punctuation around it); a
     support answer must open with it (a full answer may mention the words in passing)."""
-    if style is AnswerStyle.SUPPORT:
+    if style == AnswerStyle.SUPPORT:
         return _words(answer).startswith(_words(prompt.NO_ANSWER_MARKER))
     return _words(prompt.NO_ANSWER_MARKER) in _words(answer)
 

@@ -138,3 +138,9 @@ def test_tenants_default_to_support_and_the_deployment_may_choose_short(monkeypa
     assert Settings(_env_file=None).answer_style is AnswerStyle.SUPPORT
     monkeypatch.setenv("ARAG_ANSWER_STYLE", "short")
     assert Settings(_env_file=None).answer_style is AnswerStyle.SHORT
+
+
+def test_a_style_given_as_its_plain_name_reads_the_same() -> None:
+    llm = FakeLLM(["Within 30 days at any post office."])
+    result = SingleStep(FakeRetriever(PASSAGES), llm, style="support").run("how do I return?")  # type: ignore[arg-type]
+    assert result.answer == "Within 30 days at any post office. [1]"
