@@ -61,10 +61,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     from adaptive_rag.retrieval.tantivy_index import TantivyRetriever
 
     llm = build_llm(settings)
-    records: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="arag-style-") as work:
+    args.out.mkdir(parents=True, exist_ok=True)
+    records_path = args.out / "records.jsonl"
+    # Records are written as they are made and a run resumes where the last one stopped.
+    records: list[dict[str, Any]] = ([json.loads(line) for line in records_path.read_text().splitlines() if line]
+                                     if records_path.exists() else [])
+    done = {r["id"] for r in records}
+    with tempfile.TemporaryDirectory(prefix="arag-style-") as work, records_path.open("a", encoding="utf-8") as sink:
         retriever = TantivyRetriever.build(Path(work) / "index", suite.passages, title_boost=settings.title_boost)
         for query in queries:
+            if query.id in done:
+                continue
             passages = retriever.search(query.query, settings.top_k)
             record: dict[str, Any] = {"id": query.id, "kind": query.kind, "query": query.query,
                                       "passages": [p.id for p in passages]}
@@ -85,6 +92,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             record["support_cited_on_its_own"] = bool(cited(own, passages))
             record["support_cites"] = bool(cited(support, passages))
             records.append(record)
+            sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+            sink.flush()
             print(json.dumps({k: record[k] for k in ("id", "support_cited_on_its_own")}), flush=True)
     summary: dict[str, Any] = {"queries": len(records), "split": args.split, "styles": {}, "differences": {}}
     for style in STYLES:
@@ -101,10 +110,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     meta = {"reader": settings.llm_base_url or settings.reader, "top_k": settings.top_k,
             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": f"{platform.machine()}, {platform.python_version()}"}
-    args.out.mkdir(parents=True, exist_ok=True)
-    with (args.out / "records.jsonl").open("w", encoding="utf-8") as out:
-        for record in records:
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
     (args.out / "summary.json").write_text(json.dumps({"summary": summary, "meta": meta, "command": command},
                                                       indent=2) + "\n")
     print(json.dumps(summary, indent=2))
