@@ -40,9 +40,10 @@ $(VENV)/.created:
 # everything (tests, training, eval); the tests also need Java/Maven (OpenSearch), Redis and PostgreSQL
 $(VENV)/.installed: pyproject.toml infra/llama/build_wheel.sh | $(VENV)/.created
 	@command -v java >/dev/null && command -v mvn >/dev/null && command -v curl >/dev/null && command -v redis-server >/dev/null \
+	  && command -v redis-sentinel >/dev/null \
 	  && command -v docker-compose >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
-	  { echo "installing Java 17, Maven, curl, Redis, PostgreSQL and docker-compose (apt)"; apt-get update -qq && \
-	    apt-get install -y -qq openjdk-17-jdk-headless maven curl redis-server postgresql docker-compose; }
+	  { echo "installing Java 17, Maven, curl, Redis (with Sentinel), PostgreSQL and docker-compose (apt)"; apt-get update -qq && \
+	    apt-get install -y -qq openjdk-17-jdk-headless maven curl redis-server redis-sentinel postgresql docker-compose; }
 	$(call INSTALL_ROLE,all)
 	PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build_server.sh $(LLAMA_CPP_VERSION)
 	touch $@
@@ -81,7 +82,7 @@ reader:
 ## gRPC; everything stopped afterwards. REDIS_URL, DATABASE_URL, OPENSEARCH_URL, TRITON_GRPC_URL,
 ## LLM_BASE_URL point it at real servers. The in-process demo without services: `arag demo`.
 ## Installs only the demo's extras (no torch); the gRPC stubs are generated on first import.
-demo: setup-demo router
+demo: setup-demo router llama-server
 	$(PY) -m services.demo
 
 ## router: publish the router the repository ships (models/router/router.json, a linear bag-of-words
@@ -91,6 +92,14 @@ demo: setup-demo router
 .PHONY: router
 router: setup-demo
 	$(ARAG) model ship --repository $(MODEL_REPOSITORY)
+
+## small-talk-model: refit the shipped small-talk detector (adaptive_rag/routing/small_talk_detector.npz)
+## from models/small_talk/ and DATA_DIR's train questions, never on the lab's evaluation utterances
+## (~5 min; needs the train extras)
+SMALL_TALK_HELD_OUT := lab/experiments/small_talk_data/rasa_demo_nlu.jsonl
+.PHONY: small-talk-model
+small-talk-model: setup
+	$(ARAG) smalltalk train --data-dir $(DATA_DIR) --held-out $(SMALL_TALK_HELD_OUT)
 
 ## lint-imports: the import contracts of .importlinter (library free of gRPC/Celery, workers never
 ## import services, services never import workers.tasks)
@@ -158,7 +167,7 @@ bench-evidence: setup-lab
 ## Central), data kept in var/opensearch; Ctrl-C stops it
 OPENSEARCH_PORT ?= 9200
 opensearch: | $(VENV)/.created
-	$(PY) -m infra.local.servers opensearch --port $(OPENSEARCH_PORT) --dir var/opensearch $(SERVER_ARGS)
+	$(PY) -m infra.local opensearch --port $(OPENSEARCH_PORT) --dir var/opensearch $(SERVER_ARGS)
 
 clean:
 	rm -rf var .pytest_cache
@@ -225,10 +234,10 @@ workers: setup-workers
 ## or SIGTERM stops it and deletes its files); SERVER_ARGS="--port 6390 --dir var/redis" keeps the
 ## port and the data for the next start
 local-redis: setup
-	$(PY) -m infra.local.servers redis $(SERVER_ARGS)
+	$(PY) -m infra.local redis $(SERVER_ARGS)
 
 local-postgres: setup
-	$(PY) -m infra.local.servers postgres $(SERVER_ARGS)
+	$(PY) -m infra.local postgres $(SERVER_ARGS)
 
 test-workers: setup
 	$(PY) -m pytest -q tests/unit/test_records.py tests/integration/test_records_postgres.py \
@@ -311,7 +320,7 @@ domain-adaptation: setup
 ## LOADTEST_ARGS="--profile step --max-users 8", "--publish --name NAME" (-> reports/load/NAME/),
 ## "--instant-llm" (no model cost). Any deployed front door: lab/loadtest/README.md.
 LOADTEST_ARGS ?=
-loadtest: setup-demo setup-lab
+loadtest: setup-demo setup-lab llama-server
 	$(PY) -m lab.loadtest $(LOADTEST_ARGS)
 
 # --- shared LLM inference process (llama.cpp's llama-server) -------------------------------------

@@ -349,6 +349,7 @@ class RequestView:
     created_at: datetime
     updated_at: datetime
     deliveries: int = 0  # deliveries of the primary task that began its run (`begin_run`)
+    runs: int = 0  # primary runs begun over the request's life (a re-admission keeps counting)
     # The conversation it is a turn of, the standalone question it was routed and searched as
     # (None: the query as sent) and how that was made (`strategies.follow_up.RewriteMethod`).
     conversation_id: str | None = None

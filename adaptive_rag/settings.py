@@ -190,6 +190,8 @@ class Settings(BaseSettings):
     cache_dir: Path = Field(CACHE_DIR, validation_alias=AliasChoices("ARAG_CACHE", "cache_dir"))
 
     # --- records ---------------------------------------------------------------------------------
+    # SQLAlchemy or libpq URL. A primary with replicas: list them all with
+    # `postgresql://user@h1:5432,h2:5432/db?target_session_attrs=read-write` (the one accepting writes).
     database_url: str = Field(
         "sqlite:///var/arag.db", validation_alias=AliasChoices("DATABASE_URL", "database_url")
     )

@@ -27,7 +27,7 @@ from kombu import Queue
 
 from adaptive_rag.contracts import QUEUE_FOR_TIER, SHADOW_QUEUE, SHARED_QUEUE, TIERS
 from adaptive_rag.logs import configure_logging
-from workers import redis_results
+from workers import redis_connections, redis_results
 from workers.settings import WorkerSettings
 
 QUEUES = (*QUEUE_FOR_TIER.values(), SHADOW_QUEUE)
@@ -94,6 +94,7 @@ def celery_config(settings: WorkerSettings) -> dict[str, Any]:
         "task_send_sent_event": False,
     }
     if settings.redis_url:
+        address = redis_connections.parse(settings.redis_url)
         visibility = settings.visibility_timeout_s
         longest = max(settings.time_limits(tier)[1] for tier in TIERS)
         if visibility <= longest:
@@ -103,12 +104,15 @@ def celery_config(settings: WorkerSettings) -> dict[str, Any]:
                 visibility, longest,
             )
         config.update(
-            broker_url=settings.redis_url,
-            # kombu's Redis transport, safe across a broker restart (see the module)
-            broker_transport="workers.redis_broker:Transport",
+            broker_url=address.celery_url(),
+            # kombu's Redis transport (Sentinel: its Sentinel transport), safe across a broker
+            # restart (see the module)
+            broker_transport=redis_broker_transport(address),
             # Celery's Redis result backend, without its read before each success (see the module)
-            result_backend=redis_results.backend_url(settings.redis_url),
+            result_backend=redis_results.backend_url(address),
             broker_transport_options={
+                # Sentinel: the primary's group name, the Sentinels' own timeouts
+                **address.transport_options(),
                 "visibility_timeout": visibility,
                 # Sweep for messages of dead workers often enough to notice them about one
                 # visibility timeout after the loss (kombu's default sweep is ~100 s).
@@ -116,7 +120,7 @@ def celery_config(settings: WorkerSettings) -> dict[str, Any]:
                 "unacked_restore_throttle": 1,
                 **REDIS_CONNECTION_OPTIONS,
             },
-            result_backend_transport_options={"visibility_timeout": visibility},
+            result_backend_transport_options={"visibility_timeout": visibility, **address.transport_options()},
             # A result written while Redis restarts is retried (about 30 s of backoff) instead
             # of being lost; the records database holds it in any case.
             result_backend_always_retry=True,
@@ -147,6 +151,11 @@ def celery_config(settings: WorkerSettings) -> dict[str, Any]:
             result_backend=f"file://{folders['results']}",
         )
     return config
+
+
+def redis_broker_transport(address: redis_connections.RedisAddress) -> str:
+    """The kombu transport for a Redis broker: one server, or a primary found by Sentinel."""
+    return "workers.redis_broker:SentinelTransport" if address.is_sentinel else "workers.redis_broker:Transport"
 
 
 def create_app(settings: WorkerSettings | None = None, results: bool = True) -> Celery:

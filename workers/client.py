@@ -31,9 +31,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import redis
-import redis.asyncio as aioredis
+import redis.asyncio
 import structlog
 from celery import Celery, states
+from celery.backends.redis import SentinelBackend
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from kombu.exceptions import KombuError
 from opentelemetry.trace import SpanKind
@@ -42,10 +43,11 @@ from adaptive_rag.contracts import (
     ANSWER_TASK, QUEUE_FOR_TIER, SHADOW_QUEUE, SHARED_QUEUE, AnswerResult, AnswerTask, CallError, ErrorCode,
     ResultKind, Tier, parse_task_id,
 )
-from adaptive_rag.errors import DependencyUnavailableError
+from adaptive_rag.errors import ConfigurationError, DependencyUnavailableError
 from adaptive_rag.serving.ports import Records
 from adaptive_rag.tracing import inject_context, span
 from workers import celery_app as _celery
+from workers import redis_connections
 from workers.celery_app import QUEUES
 from workers.failures import dead_task_error
 
@@ -228,7 +230,7 @@ class RedisResultWaiter:
         self.health_check_interval_s = health_check_interval_s
         self.connect_timeout_s = connect_timeout_s
         self._waiters: dict[str, set[asyncio.Future]] = {}
-        self._redis: aioredis.Redis | None = None
+        self._redis: redis.asyncio.Redis | None = None
         self._pubsub = None
         self._reader: asyncio.Task | None = None
         # Every result channel: the key prefix (Celery's, with any global prefix) and a wildcard.
@@ -238,12 +240,12 @@ class RedisResultWaiter:
     async def start(self) -> None:
         # Reads of finished keys share a few connections; a burst of waits queues for them
         # instead of failing with "Too many connections".
-        pool = aioredis.BlockingConnectionPool.from_url(
-            self.redis_url, max_connections=self.max_connections, timeout=None,
+        # (with Sentinel: of the current primary, asked again at every new connection)
+        self._redis = redis_connections.async_client(
+            self.redis_url, max_connections=self.max_connections,
             health_check_interval=self.health_check_interval_s,
             socket_connect_timeout=self.connect_timeout_s, socket_keepalive=True,
         )
-        self._redis = aioredis.Redis(connection_pool=pool)
         try:
             await self._connect()
         except REDIS_ERRORS as exc:  # Redis away at start: the reader keeps trying
@@ -391,7 +393,11 @@ def open_result_waiter(
     app = app or _celery.app
     backend = app.backend
     backend_url = str(getattr(backend, "url", None) or "")  # without a `<backend>+` prefix
-    if backend_url.startswith(("redis://", "rediss://", "unix://")):
+    if isinstance(backend, SentinelBackend):  # the app's own REDIS_URL names the group
+        backend_url = _celery.app_settings(app).redis_url or ""
+        if not redis_connections.parse(backend_url).is_sentinel:
+            raise ConfigurationError("a Sentinel result backend needs REDIS_URL=sentinel://...")
+    if backend_url.startswith(("redis://", "rediss://", "unix://", "sentinel://")):
         return RedisResultWaiter(
             backend_url, backend.get_key_for_task, backend.decode_result, stored=stored,
             health_check_interval_s=_celery.REDIS_CONNECTION_OPTIONS["health_check_interval"],

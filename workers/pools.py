@@ -378,6 +378,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool-impl", default="prefork", help="celery pool: prefork | solo")
     args = parser.parse_args(argv)
     configure_logging()
+    from adaptive_rag.errors import ConfigurationError
+    from workers.startup import check_backing_services
+
+    settings = WorkerSettings()
+    try:
+        found = check_backing_services(Settings().database_url, settings.redis_url)
+    except ConfigurationError as exc:
+        print(f"worker pools not started: {exc}", file=sys.stderr, flush=True)
+        return 2
+    LOG.info("startup_checks", **found)
     pools = WorkerPools(pools=[p.strip() for p in args.pools.split(",") if p.strip()],
                         pool_impl=args.pool_impl)
     stop = False

@@ -15,19 +15,28 @@ Two gaps of kombu's Redis transport show when the broker restarts under a busy w
    finish). A reserved task the pool had already buffered may then run twice; the task writes
    its result once, so the second run only returns the stored result.
 
-Selected by `broker_transport` in `workers.celery_app` whenever the broker is Redis.
+Selected by `broker_transport` in `workers.celery_app` whenever the broker is Redis (`Transport`;
+`SentinelTransport` for a `sentinel://` URL).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import redis as redis_py
-from kombu.transport import redis
+import redis.sentinel as redis_sentinel
+from kombu.transport import TRANSPORT_ALIASES, redis
+
+from workers.redis_connections import SENTINEL_SCHEME
 
 logger = logging.getLogger(__name__)
+# Sentinel: how long a new broker connection waits for the Sentinels to name a primary during a
+# failover (`MasterWaitingConnection`), asking every `MASTER_POLL_S`.
+MASTER_WAIT_S = 3.0
+MASTER_POLL_S = 0.1
 # Deliveries whose restore failed because the broker was away, per unacked hash (one per broker
 # and database): put back by the next channel of this process that connects.
 _UNRESTORED: dict[str, set[str]] = {}
@@ -113,3 +122,39 @@ class Channel(redis.Channel):
 
 class Transport(redis.Transport):
     Channel = Channel
+
+
+class MasterWaitingConnection(redis_sentinel.SentinelManagedConnection):
+    """A connection to the primary the Sentinels name that, while they name none (they have
+    found the primary down and are electing and promoting a replica), waits up to
+    `MASTER_WAIT_S` for one instead of failing at once. A worker's consumer retries a failed
+    connect after 2 s, then 4 s more (kombu's steps): without the wait, a failover that ends just
+    after an attempt costs the next 4 s."""
+
+    def _connect_retry(self) -> Any:
+        deadline = time.monotonic() + MASTER_WAIT_S
+        while True:
+            try:
+                return super()._connect_retry()
+            except redis_sentinel.MasterNotFoundError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(MASTER_POLL_S)
+
+
+class SentinelChannel(Channel, redis.SentinelChannel):
+    """The same channel over kombu's Sentinel channel: each new connection goes to the primary
+    the Sentinels name (a failover is a lost connection, then a reconnect to the new primary)."""
+
+    connection_class = MasterWaitingConnection
+
+
+class SentinelTransport(redis.SentinelTransport):
+    Channel = SentinelChannel
+
+
+# kombu takes a `sentinel://a;sentinel://b` URL as a list of alternates, and when a connection
+# attempt fails it moves to the next one by parsing that URL again, scheme included: the
+# `sentinel` scheme would then select kombu's own Sentinel transport, without the fixes above,
+# for the rest of the worker's life. Once this transport is in use, the scheme names it.
+TRANSPORT_ALIASES[SENTINEL_SCHEME] = "workers.redis_broker:SentinelTransport"

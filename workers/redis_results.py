@@ -12,7 +12,8 @@ Other states (RETRY, FAILURE) keep Celery's guard: a failing redelivery must not
 success.
 
 Selected by `result_backend` in `workers.celery_app` (`workers.redis_results:WriteOnceRedisBackend
-+redis://...`, Celery's `<backend>+<url>` form) whenever the broker is Redis.
++redis://...`, Celery's `<backend>+<url>` form; `WriteOnceSentinelBackend+sentinel://...` with
+Sentinel) whenever the broker is Redis.
 """
 
 from __future__ import annotations
@@ -20,16 +21,22 @@ from __future__ import annotations
 from typing import Any
 
 from celery import states
-from celery.backends.redis import RedisBackend
+from celery.backends.redis import RedisBackend, SentinelBackend
 from celery.exceptions import BackendStoreError
 from kombu.utils.encoding import bytes_to_str
 
+from workers.redis_connections import RedisAddress, parse
+
 BACKEND = "workers.redis_results:WriteOnceRedisBackend"
+SENTINEL_BACKEND = "workers.redis_results:WriteOnceSentinelBackend"
 
 
-def backend_url(redis_url: str) -> str:
-    """The `result_backend` setting that selects this backend on `redis_url`."""
-    return f"{BACKEND}+{redis_url}"
+def backend_url(address: RedisAddress | str) -> str:
+    """The `result_backend` setting that selects this backend on `address` (a `REDIS_URL` or
+    its parsed form; with Sentinel the group's name goes in `result_backend_transport_options`)."""
+    if isinstance(address, str):
+        address = parse(address)
+    return f"{SENTINEL_BACKEND if address.is_sentinel else BACKEND}+{address.celery_url()}"
 
 
 class WriteOnceRedisBackend(RedisBackend):
@@ -48,3 +55,7 @@ class WriteOnceRedisBackend(RedisBackend):
         except BackendStoreError as exc:
             raise BackendStoreError(str(exc), state=state, task_id=task_id) from exc
         return result
+
+
+class WriteOnceSentinelBackend(WriteOnceRedisBackend, SentinelBackend):
+    """The same on Celery's `SentinelBackend`: the primary found through Sentinel."""

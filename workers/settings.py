@@ -27,6 +27,8 @@ class WorkerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
 
     # Celery broker and result backend; unset: a filesystem broker under `broker_dir` (no server).
+    # With Sentinel: `sentinel://h1:26379,h2:26379,h3:26379/0?master_name=NAME` (the primary the
+    # Sentinels name, followed across a failover; see docs/operating.md "Failover").
     redis_url: str | None = Field(None, validation_alias=env_name("REDIS_URL", "redis_url"))
     broker_dir: Path = Field(Path("var/broker"), validation_alias=env_name("ARAG_BROKER_DIR", "broker_dir"))
     concurrency: dict[str, int] = Field(

@@ -2,7 +2,7 @@
 train, export and promote the routing classifier; manage API keys and tenants' knowledge bases.
 
 The commands live in the modules of this package (`answering`, `evaluation`, `classifier`,
-`model`, `keys`, `kb`, `reader`, `routers`); they import `common`, never this module,
+`model`, `keys`, `kb`, `reader`, `routers`, `smalltalk`); they import `common`, never this module,
 which assembles them into one Typer `app`. Heavy libraries (torch, transformers, matplotlib)
 are imported inside the commands that need them.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typer
 
-from adaptive_rag.cli import answering, capacity, classifier, evaluation, kb, keys, model, reader, routers
+from adaptive_rag.cli import answering, capacity, classifier, evaluation, kb, keys, model, reader, routers, smalltalk
 from adaptive_rag.cli.common import run_app
 
 app = typer.Typer(
@@ -34,6 +34,7 @@ app.add_typer(keys.keys_app, name="keys", help="API keys of tenants: create, lis
 app.add_typer(reader.reader_app, name="reader", help="embedded readers: list, fetch, assemble")
 app.add_typer(kb.kb_app, name="kb", help="tenants' knowledge bases: import, describe, delete")
 app.add_typer(routers.routers_app, name="routers", help="learned routers (lr, knn, reward): train, route, fetch-base")
+app.add_typer(smalltalk.smalltalk_app, name="smalltalk", help="the learned small-talk detector: train, try")
 
 
 def main() -> None:

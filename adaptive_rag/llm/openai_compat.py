@@ -39,7 +39,8 @@ class HTTPStatusError(Exception):
 class HTTPPool(Protocol):
     """What the client needs of `urllib3.PoolManager` (a unit test passes its own)."""
 
-    def request(self, method: str, url: str, *, body: bytes, headers: Mapping[str, str]) -> Any: ...
+    def request(self, method: str, url: str, *, body: bytes | None = None, headers: Mapping[str, str],
+                timeout: Any = None) -> Any: ...
 
     def clear(self) -> None: ...
 
@@ -150,6 +151,19 @@ class OpenAICompatibleLLM:
             completion_tokens=int(usage.get("completion_tokens", 0)),
             token_logprobs=_logprobs(choice.get("logprobs")),
         )
+
+    def readiness_problem(self) -> str | None:
+        """None when the endpoint serves its models now (`GET /v1/models`, which vLLM and
+        llama-server answer 200 once the model is loaded; llama-server says 503 while loading),
+        else what it said: a readiness check, not retried."""
+        url = self.base_url + "/models"
+        try:
+            response = self._http.request("GET", url, headers=self._headers, timeout=urllib3.Timeout(total=2.0))
+        except TransportError as exc:
+            return f"LLM endpoint {self.base_url} unreachable: {type(exc).__name__}"
+        if response.status != 200:
+            return f"LLM endpoint {self.base_url} not ready (HTTP {response.status})"
+        return None
 
     def close(self) -> None:
         self._closed = True

@@ -125,7 +125,7 @@ def translate_errors(
     except os_exc.ConnectionError as err:
         raise RetrieverUnavailableError(
             f"OpenSearch at {url} is unreachable ({err.error}); is it running? "
-            "A local node starts with `python -m infra.local.servers opensearch --port PORT`"
+            "A local node starts with `python -m infra.local opensearch --port PORT`"
         ) from err
     except os_exc.NotFoundError as err:
         if _error_type(err) == "index_not_found_exception":

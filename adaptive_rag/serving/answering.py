@@ -31,7 +31,8 @@ from adaptive_rag.contracts import (
 )
 from adaptive_rag.domain import StrategyResult
 from adaptive_rag.errors import (
-    DatabaseUnavailableError, IndexNotFoundError, LLMUnavailableError, RetrieverUnavailableError,
+    DatabaseUnavailableError, IndexNotFoundError, LLMUnavailableError, RequestNotFoundError,
+    RetrieverUnavailableError,
 )
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.serving.ports import Records
@@ -93,7 +94,8 @@ class RecordsUnavailable(RetryLater):
 
 class NotRunnable(Exception):
     """The task's request is not in flight: it never ran (`expired`, `rejected`) and was not
-    admitted again. Nothing runs it and nothing is recorded; a resend of the request runs it."""
+    admitted again, or it is not its tenant's (no such request for the task's tenant). Nothing
+    runs it and nothing is recorded; a resend of the request runs it."""
 
 
 # The records database's own failures (connection refused, server gone): see `RecordsUnavailable`.
@@ -136,7 +138,11 @@ def answer_task(
             if existing is not None:  # a second delivery of a task that already finished
                 log.info("task.already_done")
                 return existing
-            deliveries = records.begin_run(task.request_id, task.kind)
+            try:  # counted on the task's own tenant's request only
+                deliveries = records.begin_run(task.request_id, task.kind, tenant=task.tenant)
+            except RequestNotFoundError as exc:  # nothing to run, and no result row to write
+                log.error("task.no_such_request", tenant=task.tenant)
+                raise NotRunnable(f"request {task.request_id} of tenant {task.tenant}: not recorded") from exc
             if deliveries is None:  # not in flight: finished just now, or never ran
                 stored = records.get_result(task.request_id, task.kind, task.tier)
                 if stored is not None:

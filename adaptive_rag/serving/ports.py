@@ -53,9 +53,12 @@ class Records(Protocol):
     def record_decision(self, request_id: str, decision: RoutingDecision) -> None: ...
     def decision_for(self, request_id: str) -> RoutingDecision | None: ...
     def set_status(self, request_id: str, status: RequestStatus) -> None: ...
-    def begin_run(self, request_id: str, kind: ResultKind = ResultKind.PRIMARY) -> int | None:
-        """Count a delivery that begins the run (primary: only while in flight, now `running`);
-        the count so far, or None when the request is not in flight."""
+    def begin_run(
+        self, request_id: str, kind: ResultKind = ResultKind.PRIMARY, tenant: str | None = None,
+    ) -> int | None:
+        """Count a delivery that begins the run (primary: only while in flight, now `running`;
+        also one more of the request's `runs`); the count so far, or None when the request is
+        not in flight. With `tenant`, another tenant's request is not found."""
         ...
     def readmit(self, request_id: str) -> bool:
         """Queue again a resent request that may run again (never ran, or a retryable error)."""

@@ -106,7 +106,9 @@ class QueryRequest(Base):
     `(tenant, client_request_id)` is unique so a client's retry finds the first request instead of
     running again (NULL client ids never collide). `deliveries` / `shadow_deliveries` count the
     deliveries of its primary / shadow task that began the run, so a task whose run keeps killing
-    its whole worker is recognised after a restart (`RecordStore.begin_run`). The
+    its whole worker is recognised after a restart (`RecordStore.begin_run`); `runs` counts the
+    primary runs begun over the request's whole life (a re-admission starts `deliveries` afresh,
+    never `runs`), so a request that ran twice shows it though it has one result row. The
     `(status, updated_at)` index serves the sweep for requests queued too long, and the relay
     for queued ones whose task was never published (`enqueued_at` NULL).
     """
@@ -133,6 +135,7 @@ class QueryRequest(Base):
     )
     deliveries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     shadow_deliveries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    runs: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # When its task was handed to the broker; NULL until then (the row is the task's outbox:
     # `RecordStore.publish_unpublished` sends again a queued one never marked).
     enqueued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

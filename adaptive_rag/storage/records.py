@@ -98,15 +98,19 @@ class _HotStatements:
         self.result_and_finish = self.finish.where(exists(select(written.c.id))) \
             .returning(QueryRequest.request_id) if ctes else None
         in_flight = [s.value for s in IN_FLIGHT]
+        # The run's tenant, when the caller names it (a worker does: the task's); NULL matches any.
+        own = QueryRequest.tenant == func.coalesce(bindparam("b_tenant", type_=requests.c.tenant.type),
+                                                   QueryRequest.tenant)
         self.begin = {
             ResultKind.PRIMARY: update(QueryRequest).where(
-                QueryRequest.request_id == bindparam("b_request_id"),
+                QueryRequest.request_id == bindparam("b_request_id"), own,
                 QueryRequest.status.in_(in_flight),
             ).values(status=RequestStatus.RUNNING.value, updated_at=bindparam("b_updated_at"),
-                     deliveries=QueryRequest.deliveries + 1).returning(QueryRequest.deliveries),
+                     deliveries=QueryRequest.deliveries + 1, runs=QueryRequest.runs + 1,
+                     ).returning(QueryRequest.deliveries),
             # a shadow run leaves the request as it is (its age in the queue too)
             ResultKind.SHADOW: update(QueryRequest).where(
-                QueryRequest.request_id == bindparam("b_request_id"),
+                QueryRequest.request_id == bindparam("b_request_id"), own,
             ).values(shadow_deliveries=QueryRequest.shadow_deliveries + 1)
             .returning(QueryRequest.shadow_deliveries),
         }
@@ -400,15 +404,15 @@ class RecordStore:
                 select(
                     QueryRequest.request_id, QueryRequest.tenant, QueryRequest.client_request_id,
                     QueryRequest.query, QueryRequest.status, QueryRequest.created_at,
-                    QueryRequest.updated_at, QueryRequest.deliveries, QueryRequest.conversation_id,
-                    QueryRequest.standalone_query, QueryRequest.rewrite,
+                    QueryRequest.updated_at, QueryRequest.deliveries, QueryRequest.runs,
+                    QueryRequest.conversation_id, QueryRequest.standalone_query, QueryRequest.rewrite,
                 ).where(condition)
             ).first()
         if row is None:
             return None
         return RequestView(
             row.request_id, row.tenant, row.client_request_id, row.query, RequestStatus(row.status),
-            as_utc(row.created_at), as_utc(row.updated_at), row.deliveries or 0,
+            as_utc(row.created_at), as_utc(row.updated_at), row.deliveries or 0, row.runs or 0,
             row.conversation_id, row.standalone_query, row.rewrite,
         )
 
@@ -431,24 +435,31 @@ class RecordStore:
             ):
                 raise RequestNotFoundError(f"no request {request_id!r}")
 
-    def begin_run(self, request_id: str, kind: ResultKind = ResultKind.PRIMARY) -> int | None:
+    def begin_run(
+        self, request_id: str, kind: ResultKind = ResultKind.PRIMARY, tenant: str | None = None,
+    ) -> int | None:
         """Count one more delivery of the request's `kind` task that begins its run; returns the
-        count, with this one.
+        count, with this one. With `tenant` (a worker passes its task's), only that tenant's
+        request is counted: another tenant's request id is unknown here (`RequestNotFoundError`),
+        so a task naming a foreign id neither runs nor touches that request's counts.
 
         The primary run also moves the request to `running`, in the same conditional statement:
         only a request still in flight (`queued`, or `running` for a redelivery) begins. None
         when it is not: it never ran (`rejected`, `expired`: nothing runs it until its client
         resends it) or it finished meanwhile. A sweep expiring the request at the same moment
         and this call cannot both win. The count is durable, so a task whose run kills its
-        whole worker is recognised however often the worker restarts.
+        whole worker is recognised however often the worker restarts. The same statement counts
+        the primary run in `runs`, which nothing resets (no extra round trip).
         """
-        params = {"b_request_id": request_id, "b_updated_at": utcnow()}
+        params = {"b_request_id": request_id, "b_updated_at": utcnow(), "b_tenant": tenant}
+        mine = QueryRequest.request_id == request_id
+        if tenant is not None:
+            mine &= QueryRequest.tenant == tenant
         with self._autocommit.connect() as conn:  # the check below only explains a miss
             count = conn.execute(self._hot.begin[ResultKind(kind)], params).scalar()
-            if count is None and not conn.scalar(
-                select(exists().where(QueryRequest.request_id == request_id))
-            ):
-                raise RequestNotFoundError(f"no request {request_id!r}")
+            if count is None and not conn.scalar(select(exists().where(mine))):
+                raise RequestNotFoundError(f"no request {request_id!r}"
+                                           + (f" for tenant {tenant!r}" if tenant is not None else ""))
         return count
 
     def expire_queued(self, older_than_s: float) -> list[str] | None:
@@ -489,8 +500,9 @@ class RecordStore:
 
         One transaction, conditional on that state, so of two front doors re-admitting at once
         one wins. The retryable error's result row is deleted in it (the new run writes the one
-        row the request has), and the delivery count starts again for the new run, as does its
-        outbox mark (the caller publishes it; the relay if the caller dies first).
+        row the request has), and the delivery count starts again for the new run (`runs` keeps
+        the earlier ones), as does its outbox mark (the caller publishes it; the relay if the
+        caller dies first).
         """
         retryable = (QueryResult.request_id == request_id) & (
             QueryResult.kind == ResultKind.PRIMARY.value

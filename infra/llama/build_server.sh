@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Build llama.cpp's `llama-server` once, portably, and cache the binary; print its path.
+# Build llama.cpp's `llama-server` once, portably, and cache the binary; print its path. The same
+# build makes llama.cpp's own benchmarks, `llama-bench` and `llama-batched-bench`, cached beside it
+# (the reference the lab's reader-limit experiment measures the service against).
 #
 #   infra/llama/build_server.sh 0.3.36      # -> $ARAG_CACHE/bin/llama-server-0.3.36
+#   infra/llama/build_server.sh 0.3.36 llama-bench   # -> $ARAG_CACHE/bin/llama-bench-0.3.36
 #
 # The sources are the llama.cpp tree vendored in the llama-cpp-python sdist of that version (PyPI),
 # so the server and the embedded model (`llama_cpp`, built by build_wheel.sh) run the same
@@ -15,12 +18,16 @@
 # Environment: ARAG_CACHE (default ~/.cache/adaptive-rag), LLAMA_CPP_SDIST (an already
 # downloaded llama_cpp_python-VERSION.tar.gz, skips the download), LLAMA_BUILD_JOBS (default 2).
 set -euo pipefail
-version="${1:?usage: build_server.sh LLAMA_CPP_PYTHON_VERSION}"
+version="${1:?usage: build_server.sh LLAMA_CPP_PYTHON_VERSION [llama-server|llama-bench|llama-batched-bench]}"
+wanted="${2:-llama-server}"
+TOOLS=(llama-server llama-bench llama-batched-bench)
+[[ " ${TOOLS[*]} " == *" $wanted "* ]] || { echo "build_server.sh: unknown tool '$wanted' (${TOOLS[*]})" >&2; exit 2; }
 bindir="${ARAG_CACHE:-$HOME/.cache/adaptive-rag}/bin"
-binary="$bindir/llama-server-${version}"
+binary="$bindir/${wanted}-${version}"
 mkdir -p "$bindir"
 
-cached() { [[ -x "$binary" ]] && "$binary" --version >/dev/null 2>&1; }
+# The wanted tool is cached and runs (the server answers --version; the benchmarks --help).
+cached() { [[ -x "$binary" ]] && { "$binary" --version >/dev/null 2>&1 || "$binary" --help >/dev/null 2>&1; }; }
 
 if cached; then
   echo "$binary"
@@ -28,7 +35,7 @@ if cached; then
 fi
 
 # One build at a time per version (make llama-server and a test fixture may race).
-exec 9>"$bindir/.llama-server-${version}.lock"
+exec 9>"$bindir/.llama-tools-${version}.lock"
 flock 9
 if cached; then
   echo "$binary"
@@ -40,7 +47,7 @@ for tool in cmake c++ make; do
 done
 
 start=$SECONDS
-echo "llama-server ${version}: building from the llama-cpp-python sdist (about 5-6 minutes, once)" >&2
+echo "llama.cpp ${version} tools: building from the llama-cpp-python sdist (about 5-6 minutes, once)" >&2
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/arag-llama-server.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 
@@ -60,12 +67,14 @@ cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
   -DLLAMA_OPENSSL=OFF >"$tmp/configure.log" 2>&1 \
   || { tail -n 40 "$tmp/configure.log" >&2; exit 1; }
-nice -n 10 cmake --build "$tmp/build" --target llama-server -j "${LLAMA_BUILD_JOBS:-2}" \
+nice -n 10 cmake --build "$tmp/build" --target "${TOOLS[@]}" -j "${LLAMA_BUILD_JOBS:-2}" \
   >"$tmp/build.log" 2>&1 || { tail -n 60 "$tmp/build.log" >&2; exit 1; }
 
-built="$tmp/build/bin/llama-server"
-"$built" --version >/dev/null 2>&1 || { echo "built llama-server does not run:" >&2; "$built" --version >&2 || true; exit 1; }
-cp "$built" "$binary.partial"
-mv -f "$binary.partial" "$binary"   # atomic: a reader sees no binary or the whole one
-echo "llama-server ${version}: built in $((SECONDS - start)) s, cached" >&2
+"$tmp/build/bin/llama-server" --version >/dev/null 2>&1 \
+  || { echo "built llama-server does not run:" >&2; "$tmp/build/bin/llama-server" --version >&2 || true; exit 1; }
+for tool in "${TOOLS[@]}"; do
+  cp "$tmp/build/bin/$tool" "$bindir/${tool}-${version}.partial"
+  mv -f "$bindir/${tool}-${version}.partial" "$bindir/${tool}-${version}"  # atomic: no half binary
+done
+echo "llama.cpp ${version} (${TOOLS[*]}): built in $((SECONDS - start)) s, cached" >&2
 echo "$binary"

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
@@ -123,6 +124,7 @@ class LlamaServerProcess:
         embedded_parity: bool = True,
         extra_args: tuple[str, ...] | list[str] = (),
         start_timeout_s: float = START_TIMEOUT_S,
+        extra_env: Mapping[str, str] | None = None,
     ) -> None:
         self.model_path = Path(model_path) if model_path else default_model_path()
         self.port = port or free_port()
@@ -135,6 +137,7 @@ class LlamaServerProcess:
         self.binary = Path(binary) if binary else None
         self.extra_args = list(extra_args)
         self.start_timeout_s = start_timeout_s
+        self.extra_env = dict(extra_env or {})  # added to the server's environment (a run marker)
         if log_path is None:
             fd, name = tempfile.mkstemp(prefix="arag-llama-server-", suffix=".log")
             os.close(fd)
@@ -184,6 +187,7 @@ class LlamaServerProcess:
             self.process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: stop() reaches all of it
+                env={**os.environ, **self.extra_env},
             )
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:

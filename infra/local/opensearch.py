@@ -6,7 +6,7 @@ nodes forming one cluster (the fault campaign's: a node can be lost while the ot
 Both are `infra.local.servers.LocalServer`s: stopped cleanly ("fast": SIGTERM, the node closes)
 or crashed ("kill": SIGKILL) and started again on the same ports and data.
 
-    python -m infra.local.servers opensearch [--port N] [--dir DIR] [--heap 1g]
+    python -m infra.local opensearch [--port N] [--dir DIR] [--heap 1g]
 """
 
 from __future__ import annotations

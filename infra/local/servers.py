@@ -14,11 +14,9 @@ use (`Durability`): tests want speed, the fault campaign commits that survive a 
 server, benchmarks that speak for production PostgreSQL's defaults. OpenSearch nodes live in
 `infra.local.opensearch`.
 
-    python -m infra.local.servers redis|postgres|opensearch [--port N] [--dir DIR]
+    python -m infra.local redis|postgres|opensearch [--port N] [--dir DIR]
 
-runs one in the foreground and prints its URL; SIGTERM, SIGINT (Ctrl-C) or SIGHUP stops the
-server and deletes its temporary directory (a `--dir` is kept: the next run with the same
-`--port` and `--dir` serves the same data).
+runs one in the foreground and prints its URL (`infra/local/__main__.py`).
 """
 
 from __future__ import annotations
@@ -37,7 +35,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 # PostgreSQL refuses to run as root; under root the server runs as one of these users.
@@ -166,7 +164,7 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: flo
     _wait_gone(family, 10.0)
 
 
-def _tail(path: Path, chars: int = 3000) -> str:
+def tail_of(path: Path, chars: int = 3000) -> str:
     try:
         return path.read_text(errors="replace")[-chars:]
     except OSError:
@@ -178,17 +176,40 @@ def _wait_until(ready: Callable[[], Any], what: str, log: Path, proc: subprocess
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise ServerStartError(f"{what} exited with {proc.returncode}:\n{_tail(log)}")
+            raise ServerStartError(f"{what} exited with {proc.returncode}:\n{tail_of(log)}")
         try:
             if ready():
                 return
         except Exception:  # noqa: BLE001 - not accepting connections yet
             pass
         time.sleep(0.1)
-    raise ServerStartError(f"{what} not ready after {timeout_s:.0f} s:\n{_tail(log)}")
+    raise ServerStartError(f"{what} not ready after {timeout_s:.0f} s:\n{tail_of(log)}")
 
 
-class LocalServer:
+class Started:
+    """A context manager over `start()` and `close()`: started on enter (closed again when the
+    start fails part way), closed on exit."""
+
+    def start(self) -> Any:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class LocalServer(Started):
     """One server process on a fixed loopback port and data directory, restartable on both.
 
     Subclasses say how the server is started (`command`), when it serves (`ready`) and which
@@ -307,17 +328,6 @@ class LocalServer:
             return None
         return None
 
-    def __enter__(self) -> LocalServer:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
 
 # --- Redis ------------------------------------------------------------------------------------------
@@ -407,7 +417,7 @@ def _run_as(user: pwd.struct_passwd | None, args: Sequence[str], log: Path, atte
         if proc.returncode == 0:
             return
         if proc.returncode > 0 or attempt == attempts:
-            raise ServerStartError(f"{' '.join(args[:2])} failed ({proc.returncode}):\n{_tail(log)}")
+            raise ServerStartError(f"{' '.join(args[:2])} failed ({proc.returncode}):\n{tail_of(log)}")
 
 
 class LocalPostgres(LocalServer):
@@ -486,66 +496,3 @@ def local_postgres(database: str = "arag", *, durability: Durability = "off") ->
     `postgresql+psycopg://arag@127.0.0.1:PORT/<database>`."""
     with LocalPostgres(database=database, durability=durability) as server:
         yield server.url
-
-
-# --- the command line ---------------------------------------------------------------------------------
-
-
-class _StopRequested(Exception):
-    """A stop signal reached the helper process."""
-
-
-def _on_stop_signal(signum: int, _frame: Any) -> None:
-    for sig in STOP_SIGNALS:  # one stop: a second signal must not interrupt the clean-up
-        signal.signal(sig, signal.SIG_IGN)
-    raise _StopRequested(signal.Signals(signum).name)
-
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-def make_server(kind: str, port: int | None, workdir: Path | None, args: argparse.Namespace) -> LocalServer:
-    if kind == "redis":
-        return LocalRedis(workdir, port)
-    if kind == "postgres":
-        return LocalPostgres(workdir, port, durability=args.durability)
-    from infra.local.opensearch import OpenSearchNode
-
-    return OpenSearchNode(workdir, port, heap=args.heap)
-
-
-def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m infra.local.servers",
-        description="Run a local server in the foreground on 127.0.0.1 and print its URL. SIGTERM, SIGINT or "
-                    "SIGHUP stops it and deletes its temporary directory.")
-    parser.add_argument("kind", choices=("redis", "postgres", "opensearch"))
-    parser.add_argument("--port", type=int, default=None, help="default: a free port")
-    parser.add_argument("--dir", type=Path, default=None,
-                        help="data directory, kept after exit and reused by the next start "
-                             "(default: a temporary one, deleted on exit)")
-    parser.add_argument("--durability", choices=sorted(DURABILITY_OPTIONS), default="off",
-                        help="postgres: what a commit survives")
-    parser.add_argument("--heap", default="1g", help="opensearch: JVM heap (-Xms is half of it)")
-    args = parser.parse_args(list(argv))
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, _on_stop_signal)
-    try:
-        server = make_server(args.kind, args.port, args.dir, args)
-        with server:
-            print(server.url, flush=True)
-            print(f"{args.kind} (pid {server.pid}) on {server.url}, data in {server.workdir}"
-                  f"{'' if args.dir else ' (deleted on exit)'}, log {server.log}", file=sys.stderr, flush=True)
-            assert server.proc is not None
-            code = server.proc.wait()
-            print(f"{args.kind} exited on its own ({code}):\n{_tail(server.log)}", file=sys.stderr, flush=True)
-            return 1
-    except _StopRequested:
-        return 0
-    except ServerStartError as exc:
-        print(str(exc), file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

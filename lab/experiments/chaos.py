@@ -5,8 +5,11 @@ when its parts fail one at a time under a steady load, and how long until client
     .venv/bin/python -m lab.experiments.chaos --quick        # ~4 min smoke run: var/chaos/quick/report/
     .venv/bin/python -m lab.experiments.chaos --render DIR   # the report again from a run's scratch DIR
 
-Operator goals, checked per fault and per repetition: 0 requests lost, 0 duplicated results, 0
-INTERNAL / UNKNOWN statuses, and clients served again within 30 s of the fault's injection.
+Operator goals, checked per fault and per repetition: 0 requests lost as the client sees it (every
+request it sent answered, OK or a final status the contract allows, within 30 s (`--grace`) of its
+window's last send), 0 accepted requests stranded without a result, 0 duplicated results, 0
+INTERNAL / UNKNOWN statuses, and clients served again within 30 s of the fault's injection. A
+request whose task ran more than once (`requests.runs`) is reported per fault, not a goal.
 
 The stack is the lab's (`lab.harness.stack`), real and on loopback (started here, stopped
 afterwards): Redis as broker and result backend and PostgreSQL as the records database (a commit
@@ -35,9 +38,9 @@ OpenSearch node the workers query stopped for 10 s, Triton stopped for 30 s, the
 killed (SIGKILL) and started again, the data node of the OpenSearch cluster killed (the replica
 must keep the queries answered).
 
-Per fault window the accounting joins the PostgreSQL records (after the campaign drained) and the
-client log: accepted, answered, lost, duplicated, wrong codes, seconds to recovery, p50/p95
-latency (definitions in the report, logic in the functions below `# --- accounting`, unit-tested
+Per fault window the accounting reads the client's own log first (sent, answered in time, lost and
+why) and then the PostgreSQL records after the campaign drained (accepted, answered, stranded,
+duplicated, run more than once), with wrong codes, seconds to recovery and p50/p95 latency (definitions in the report, logic in the functions below `# --- accounting`, unit-tested
 in lab/tests/test_chaos_accounting.py). Scratch (logs of every process, the client log, the
 records) goes to `var/chaos/<run>/`.
 """
@@ -59,7 +62,7 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -67,7 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptive_rag.contracts import NEVER_RAN
-from lab.harness.load_client import CallRecord, LoadClient, Outcome, open_loop, read_jsonl
+from lab.harness.load_client import GAVE_UP, CallRecord, LoadClient, Outcome, open_loop, read_jsonl
 from lab.harness.stats import percentile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,6 +79,10 @@ WINDOW_S = 5.0  # sliding window of the recovery rule
 SHARE = 0.95  # of the pre-fault success rate that counts as recovered
 RECOVERY_GOAL_S = 30.0
 WRONG_CODES = ("INTERNAL", "UNKNOWN")
+# A request counts as answered when the client got its resolution no later than this many seconds
+# after the last request of its window was sent: the recovery goal again (clients served within
+# 30 s), so a request answered only after it was no answer for an operator.
+GRACE_S = RECOVERY_GOAL_S
 # statuses of accepted requests that never ran and that a resend runs (rejected, expired): not lost
 NEVER_RAN_STATUSES = frozenset(status.value for status in NEVER_RAN)
 
@@ -136,6 +143,13 @@ class Record:
     tier: str | None = None
     fallback: bool | None = None  # the rules routed it (the classifier did not answer)
     created: float | None = None  # when the request row was written (UNIX time)
+    runs: int | None = None  # primary runs begun over its life (`requests.runs`)
+    deliveries: int | None = None  # ... by its last message (`requests.deliveries`)
+
+    @property
+    def run_count(self) -> int:
+        """Primary runs begun (records without `runs`: the attempt that wrote the result)."""
+        return self.runs if self.runs is not None else (self.attempts or 0)
 
 
 @dataclass
@@ -241,26 +255,88 @@ def recovery(
                     grid[last_bad] - injected, horizon, reason)
 
 
+@dataclass
+class ClientRequest:
+    """One logical request as the client's own log tells it."""
+
+    cid: str
+    sent: float  # its first send
+    resolved: float | None  # end of the first call that resolved it (`CallRecord.resolves`)
+    code: str | None  # that call's status
+    final: str | None  # how the client ended it (`Outcome.final`); None: no ending in the log
+    last: CallRecord | None  # its last call
+
+
+def client_requests(window: str, outcomes: Sequence[Outcome], attempts: Sequence[CallRecord],
+                    sends: Mapping[str, float] | None = None) -> list[ClientRequest]:
+    """Every logical request sent in `window`, from the client's log: its send notes (written
+    before its first call), its outcomes and its calls; a request with a send note or calls and
+    no outcome was sent and never ended. In send order."""
+    ends = {o.client_request_id: o for o in outcomes if window_of(o.client_request_id) == window}
+    calls: dict[str, list[CallRecord]] = defaultdict(list)
+    for a in attempts:
+        if a.client_request_id and window_of(a.client_request_id) == window:
+            calls[a.client_request_id].append(a)
+    noted = {cid: t for cid, t in (sends or {}).items() if window_of(cid) == window}
+    out = []
+    for cid in ends.keys() | calls.keys() | noted.keys():
+        mine = sorted(calls.get(cid, ()), key=lambda a: a.end)
+        first = next((a for a in mine if a.resolves), None)
+        outcome = ends.get(cid)
+        sent = outcome.sent if outcome else noted.get(cid, min((a.start for a in mine), default=0.0))
+        out.append(ClientRequest(cid, sent, first.end if first else None, first.code if first else None,
+                                 outcome.final if outcome else None, mine[-1] if mine else None))
+    return sorted(out, key=lambda r: r.sent)
+
+
+def lost_reason(request: ClientRequest, deadline: float) -> str | None:
+    """Why the client has no answer to `request` by `deadline` (None: it has one)."""
+    if request.resolved is not None:
+        return None if request.resolved <= deadline else "late"
+    if request.final is None:
+        return "unfinished"
+    if request.final == GAVE_UP:
+        return "gave_up"
+    code = request.last.error_code if request.last is not None and request.last.error_code else ""
+    return f"final {request.final}" + (f" ({code})" if code else "")
+
+
 def account_window(
     window: str, records: Sequence[Record], outcomes: Sequence[Outcome], attempts: Sequence[CallRecord],
+    grace_s: float = GRACE_S, sends: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Counts of one window (every request whose client_request_id was sent in it).
 
+    As the client sees it (the headline):
+    - sent: logical requests in the client's log (`sends`: the campaign's send notes, cid -> time);
+    - client_answered: resolved (OK, or a final error of its run the contract allows:
+      `CallRecord.resolves`) no later than `grace_s` after the window's last send;
+    - lost: sent - client_answered, whatever the records say: it gave up (budget spent), ended on
+      another status, never ended, or was answered late; lost_unrecorded: those of them without
+      a request row (the front door never recorded them).
+
+    From the records (the second view):
     - accepted: request rows (the front door recorded the request);
-    - answered: rows with a primary result (answered_ok: without an error code); client_ok: the
-      client got OK eventually;
-    - lost: accepted, never marked never-run (`rejected` or `expired`) and without a primary result after the
-      drain: nobody can ever read an answer for it;
+    - answered: rows with a primary result (answered_ok: without an error code);
+    - stranded: accepted, never marked never-run (`rejected` or `expired`) and without a primary
+      result after the drain: nobody can ever read an answer for it;
     - duplicates: requests with more than one primary result row, plus client requests that were
       given more than one request id that was recorded or answered (two requests for one
       client_request_id);
+    - reruns: requests whose primary run began more than once (`requests.runs`: a message
+      delivered again, a retry, a resend after a retryable error), extra_runs the runs past the
+      first; they have one result row each, so duplicates cannot see them;
     - wrong codes: INTERNAL or UNKNOWN statuses the client got, and results stored with the
       `internal` error code.
     """
     recs = [r for r in records if window_of(r.cid) == window]
     outs = [o for o in outcomes if window_of(o.client_request_id) == window]
     atts = [a for a in attempts if window_of(a.client_request_id) == window]
-    lost = [r for r in recs if r.primary_results == 0 and r.status not in NEVER_RAN_STATUSES]
+    asked = client_requests(window, outcomes, attempts, sends)
+    deadline = max((r.sent for r in asked), default=0.0) + grace_s
+    recorded_cids = {r.cid for r in recs}
+    lost = [(r, why) for r in asked if (why := lost_reason(r, deadline)) is not None]
+    stranded = [r for r in recs if r.primary_results == 0 and r.status not in NEVER_RAN_STATUSES]
     dup_rows = [r for r in recs if r.primary_results > 1]
     # A request id counts once it was recorded or answered: a refusal's x-request-id trailer may
     # name an id whose request was never written (the records database was away).
@@ -277,26 +353,38 @@ def account_window(
     finals = Counter(o.final for o in outs)
     latency = [1000.0 * (o.done - o.sent) for o in outs if o.final == "OK"]
     codes = Counter(a.code for a in atts if not a.is_poll)
+    reran = sorted((r for r in recs if r.run_count > 1), key=lambda r: -r.run_count)
     return {
         "window": window,
-        "sent": len(outs),
-        "accepted": len(recs),
-        "answered": sum(1 for r in recs if r.primary_results > 0),
-        "answered_ok": sum(1 for r in recs if r.primary_results > 0 and not r.error_code),
+        "sent": len(asked),
+        "client_answered": len(asked) - len(lost),
         "client_ok": finals.get("OK", 0),
         "client_not_ok": len(outs) - finals.get("OK", 0),
         "finals": dict(finals),
-        "never_ran": sum(1 for r in recs if r.status in NEVER_RAN_STATUSES),
         "lost": len(lost),
-        "lost_ids": [r.request_id for r in lost],
-        "lost_status": dict(Counter(r.status for r in lost)),
+        "lost_reasons": dict(Counter(why for _, why in lost)),
+        "lost_unrecorded": sum(1 for r, _ in lost if r.cid not in recorded_cids),
+        "lost_cids": [f"{r.cid}: {why}" + ("" if r.cid in recorded_cids else ", never recorded") for r, why in lost],
+        "grace_s": grace_s,
+        "accepted": len(recs),
+        "answered": sum(1 for r in recs if r.primary_results > 0),
+        "answered_ok": sum(1 for r in recs if r.primary_results > 0 and not r.error_code),
+        "never_ran": sum(1 for r in recs if r.status in NEVER_RAN_STATUSES),
+        "stranded": len(stranded),
+        "stranded_ids": [r.request_id for r in stranded],
+        "stranded_status": dict(Counter(r.status for r in stranded)),
         "duplicates": len(dup_rows) + len(dup_ids),
         "duplicate_ids": [r.request_id for r in dup_rows] + [o.client_request_id for o in dup_ids],
         "wrong_codes": len(wrong) + len(internal_rows),
         "wrong_examples": [a.as_dict() for a in wrong[:5]],
         "internal_results": [r.request_id for r in internal_rows],
         "error_results": dict(errors),
-        "reruns": sum(1 for r in recs if (r.attempts or 1) > 1),
+        "reruns": len(reran),
+        "extra_runs": sum(r.run_count - 1 for r in reran),
+        "reruns_same_message": sum(1 for r in reran if (r.deliveries or 0) > 1),
+        "reruns_resent": sum(1 for r in reran if r.runs is not None and r.deliveries is not None
+                             and r.runs > r.deliveries),
+        "rerun_ids": [f"{r.request_id}: {r.run_count} runs" for r in reran[:5]],
         "fallbacks": sum(1 for r in recs if r.fallback),
         "last_fallback": max((r.created for r in recs if r.fallback and r.created), default=None),
         "codes": dict(codes),
@@ -312,6 +400,7 @@ def goals(row: dict[str, Any]) -> dict[str, bool]:
     rec = row.get("recovery_s")
     return {
         "lost": row["lost"] == 0,
+        "stranded": row["stranded"] == 0,
         "duplicates": row["duplicates"] == 0,
         "wrong_codes": row["wrong_codes"] == 0,
         "recovery": rec is not None and rec <= RECOVERY_GOAL_S,
@@ -353,9 +442,12 @@ class CampaignLoad:
         self._seq = itertools.count(1)
 
     async def request(self, query: Any) -> Outcome:
+        cid = f"{self.window}.{next(self._seq):05d}"
+        # In the journal before the first call: a request that never ends is still counted as sent.
+        self.client.note({"type": "send", "client_request_id": cid, "t": time.time()})
         out = await self.client.request(
             query.text, budget_s=self.budget_s, call_timeout_s=self.call_timeout_s,
-            client_request_id=f"{self.window}.{next(self._seq):05d}", tags={"query_tier": query.expected_tier})
+            client_request_id=cid, tags={"query_tier": query.expected_tier})
         self.outcomes.append(out)
         self.client.note({"type": "outcome", **asdict(out)})
         return out
@@ -634,7 +726,7 @@ def read_records(store: Any) -> list[Record]:
     from sqlalchemy import text
 
     sql = text("""
-        select r.request_id, r.client_request_id, r.status, d.tier, d.fallback, r.created_at,
+        select r.request_id, r.client_request_id, r.status, d.tier, d.fallback, r.created_at, r.runs, r.deliveries,
                (select count(*) from results q where q.request_id = r.request_id and q.kind = 'primary') as primary_results,
                (select count(*) from results q where q.request_id = r.request_id) as results,
                (select max(q.error_code) from results q where q.request_id = r.request_id and q.kind = 'primary') as error_code,
@@ -646,7 +738,8 @@ def read_records(store: Any) -> list[Record]:
     return [Record(r["request_id"], r["client_request_id"], r["status"], int(r["primary_results"]),
                    int(r["results"]), r["error_code"], r["attempts"], r["tier"],
                    None if r["fallback"] is None else bool(r["fallback"]),
-                   r["created_at"].timestamp() if r["created_at"] is not None else None) for r in rows]
+                   r["created_at"].timestamp() if r["created_at"] is not None else None,
+                   r["runs"], r["deliveries"]) for r in rows]
 
 
 # --- stack ------------------------------------------------------------------------------------------------
@@ -840,15 +933,29 @@ def read_scratch(scratch: Path) -> tuple[dict, list[CallRecord], list[Outcome], 
     return run, attempts, outcomes, sorted(health), runs, records
 
 
+def read_sends(scratch: Path) -> dict[str, float]:
+    """client_request_id -> when the campaign sent it (the journal's send notes; none in a run
+    from before them, whose requests are known by their calls and outcomes)."""
+    sends = {}
+    for line in (scratch / "client.jsonl").read_text().splitlines():
+        if '"send"' in line:
+            item = json.loads(line)
+            if item.get("type") == "send":
+                sends[item["client_request_id"]] = item["t"]
+    return sends
+
+
 def analyse(scratch: Path, quiet_s: float) -> dict[str, Any]:
     run, attempts, outcomes, health, runs, records = read_scratch(scratch)
+    sends = read_sends(scratch)
+    grace_s = run["config"].get("grace", GRACE_S)
     files = log_files(scratch)
     rows, failures = [], []
     order = {fr.window: i for i, fr in enumerate(runs)}
     order["tail"] = len(runs)
     for i, fr in enumerate(runs):
         end = fr.window_end or max((a.end for a in attempts), default=fr.restored)
-        row = account_window(fr.window, records, outcomes, attempts)
+        row = account_window(fr.window, records, outcomes, attempts, grace_s, sends)
         # the calls of requests sent from this window on: an earlier fault's stragglers are its own
         mine = [a for a in attempts if order.get(window_of(a.client_request_id) or "", -1) >= i]
         rec = recovery(mine, health, fr.injected, end, pre_s=quiet_s)
@@ -867,9 +974,15 @@ def analyse(scratch: Path, quiet_s: float) -> dict[str, Any]:
                 continue
             evidence: list[str] = []
             if goal == "lost":
+                evidence += [f"client request {c}" for c in row["lost_cids"][:5]]
+                cids = [c.split(":")[0] for c in row["lost_cids"][:3]]
+                evidence += [f"request {r.request_id} of {r.cid}: status {r.status}, {r.run_count} runs"
+                             for r in records if r.cid in cids]
+                evidence += grep_logs(files, cids, limit=6)
+            elif goal == "stranded":
                 evidence += [f"request {rid}: status {s}" for rid, s in
-                             [(r.request_id, r.status) for r in records if r.request_id in row["lost_ids"]][:5]]
-                evidence += grep_logs(files, row["lost_ids"][:3], limit=8)
+                             [(r.request_id, r.status) for r in records if r.request_id in row["stranded_ids"]][:5]]
+                evidence += grep_logs(files, row["stranded_ids"][:3], limit=8)
             elif goal == "duplicates":
                 evidence += [f"duplicate: {d}" for d in row["duplicate_ids"][:5]]
                 evidence += grep_logs(files, row["duplicate_ids"][:3], limit=6)
@@ -900,18 +1013,15 @@ def analyse(scratch: Path, quiet_s: float) -> dict[str, Any]:
                              "evidence": evidence})
     per_fault: dict[str, dict[str, Any]] = {}
     for row in rows:
-        agg = per_fault.setdefault(row["fault"], {k: 0 for k in ("sent", "accepted", "answered", "answered_ok",
-                                                                 "client_ok", "lost", "duplicates", "wrong_codes",
-                                                                 "reruns", "never_ran")} | {"recovery_s": [], "passes": 0,
-                                                                                            "runs": 0})
-        for k in ("sent", "accepted", "answered", "answered_ok", "client_ok", "lost", "duplicates", "wrong_codes",
-                  "reruns", "never_ran"):
+        agg = per_fault.setdefault(row["fault"], {k: 0 for k in SUMMED} | {"recovery_s": [], "passes": 0,
+                                                                          "windows": 0})
+        for k in SUMMED:
             agg[k] += row[k]
         agg["recovery_s"].append(row["recovery_s"])
         agg["passes"] += row["pass"]
-        agg["runs"] += 1
-    warm = account_window("warmup", records, outcomes, attempts)
-    tail = account_window("tail", records, outcomes, attempts)
+        agg["windows"] += 1
+    warm = account_window("warmup", records, outcomes, attempts, grace_s, sends)
+    tail = account_window("tail", records, outcomes, attempts, grace_s, sends)
     t0 = run["t0"]
     t_end = max([a.end for a in attempts] + [t0 + 1])
     series = per_second(attempts, t0, t_end)
@@ -919,9 +1029,13 @@ def analyse(scratch: Path, quiet_s: float) -> dict[str, Any]:
             "series": series, "health_down": health_intervals(health, t0), "totals": totals(rows, tail)}
 
 
+# The counts of a window that add up over windows (per fault, and in the totals).
+SUMMED = ("sent", "client_answered", "client_ok", "lost", "lost_unrecorded", "accepted", "answered", "answered_ok",
+          "never_ran", "stranded", "duplicates", "wrong_codes", "reruns", "extra_runs")
+
+
 def totals(rows: Sequence[dict[str, Any]], tail: dict[str, Any]) -> dict[str, int]:
-    keys = ("sent", "accepted", "answered", "answered_ok", "client_ok", "lost", "duplicates", "wrong_codes")
-    return {k: sum(r[k] for r in rows) + tail[k] for k in keys}
+    return {k: sum(r[k] for r in rows) + tail[k] for k in SUMMED}
 
 
 def health_intervals(health: Sequence[tuple[float, bool]], t0: float) -> list[tuple[float, float]]:
@@ -996,43 +1110,55 @@ def write_report(result: dict[str, Any], out: Path) -> None:
     run = result["run"]
     m = run["machine"]
     L = ["# Fault campaign: reliability of the serving stack under one fault at a time", ""]
-    L += [f"Goals (operator): **0 lost, 0 duplicates, 0 INTERNAL/UNKNOWN for a dependency outage, recovery "
-          f"<= {RECOVERY_GOAL_S:g} s for every fault, every repetition.**", "", "```", run["command"], "```", "",
+    grace = run["config"].get("grace", GRACE_S)
+    L += [f"Goals (operator): **0 lost as the client sees it (every request answered within {grace:g} s of its "
+          "window's last send), 0 stranded in the records, 0 duplicates, 0 INTERNAL/UNKNOWN for a dependency "
+          f"outage, recovery <= {RECOVERY_GOAL_S:g} s for every fault, every repetition.** Second runs of a "
+          "request are reported, not a goal.", "", "```", run["command"], "```", "",
           f"Source: `lab/experiments/chaos.py` (`make chaos`). Started {run['started']}, finished {run.get('finished', '-')}. "
           f"Scratch (every process's log, the client log, the records): `{run['scratch']}`.", ""]
     rows = result["rows"]
     passed = sum(r["pass"] for r in rows)
     L += ["## Result", "", f"**{passed} of {len(rows)} fault windows met every goal.** Totals over the fault windows "
           "and the tail: " + ", ".join(f"{k} {v}" for k, v in result["totals"].items()) + ".", ""]
-    L += ["| window | fault | rep | outage s | sent | accepted | answered (OK / error rows) | client OK | never ran | "
-          "lost | duplicates | wrong codes | recovery s | p50 ms | p95 ms | lost | dup | codes | recovery |",
-          "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- "
-          "| --- | --- | --- |"]
+    L += ["As the client sees it (its own log) and from the records (the second view):", "",
+          "| window | fault | rep | outage s | sent | answered in time | lost (why) | never recorded of them | "
+          "accepted | answered rows (OK / error) | never ran | stranded | duplicates | run twice or more (extra runs) | "
+          "wrong codes | recovery s | p50 ms | p95 ms | lost | stranded | dup | codes | recovery |",
+          "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | "
+          "---: | ---: | --- | --- | --- | --- | --- |"]
     for r in rows:
         g = r["goals"]
+        why = ", ".join(f"{k} {v}" for k, v in r["lost_reasons"].items())
         L.append(f"| {r['window']} | {FAULTS[r['fault']].title} | {r['repetition']} | {_f(r['outage_s'], 1)} | "
-                 f"{r['sent']} | {r['accepted']} | {r['answered']} ({r['answered_ok']} / "
-                 f"{r['answered'] - r['answered_ok']}) | {r['client_ok']} | {r['never_ran']} | {r['lost']} | "
-                 f"{r['duplicates']} | {r['wrong_codes']} | "
+                 f"{r['sent']} | {r['client_answered']} | {r['lost']}{f' ({why})' if why else ''} | "
+                 f"{r['lost_unrecorded']} | {r['accepted']} | {r['answered']} ({r['answered_ok']} / "
+                 f"{r['answered'] - r['answered_ok']}) | {r['never_ran']} | {r['stranded']} | {r['duplicates']} | "
+                 f"{r['reruns']} ({r['extra_runs']}) | {r['wrong_codes']} | "
                  f"{_f(r['recovery_s'], 0) if r['recovery_s'] is not None else '> ' + _f(r['recovery']['evaluated_until_s'], 0)} | "
-                 f"{_f(r['p50_ms'])} | {_f(r['p95_ms'])} | {_mark(g['lost'])} | {_mark(g['duplicates'])} | "
-                 f"{_mark(g['wrong_codes'])} | {_mark(g['recovery'])}"
+                 f"{_f(r['p50_ms'])} | {_f(r['p95_ms'])} | {_mark(g['lost'])} | {_mark(g['stranded'])} | "
+                 f"{_mark(g['duplicates'])} | {_mark(g['wrong_codes'])} | {_mark(g['recovery'])}"
                  f"{' (**fault not injected**)' if 'injected' in g else ''} |")
     L += ["", "Per fault (all repetitions):", "",
-          "| fault | runs | all goals met | accepted | answered OK | client OK | lost | duplicates | wrong codes | "
-          "re-runs | recovery s (each) |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+          "| fault | windows | all goals met | sent | answered in time | lost | never recorded | accepted | "
+          "answered OK | stranded | duplicates | wrong codes | run twice or more | extra runs | recovery s (each) |",
+          "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for name, agg in result["per_fault"].items():
         recs = ", ".join(_f(x, 0) if x is not None else "not recovered" for x in agg["recovery_s"])
-        L.append(f"| {FAULTS[name].title} | {agg['runs']} | {agg['passes']} | {agg['accepted']} | {agg['answered_ok']} | "
-                 f"{agg['client_ok']} | {agg['lost']} | {agg['duplicates']} | {agg['wrong_codes']} | {agg['reruns']} | "
-                 f"{recs} |")
+        L.append(f"| {FAULTS[name].title} | {agg['windows']} | {agg['passes']} | {agg['sent']} | "
+                 f"{agg['client_answered']} | {agg['lost']} | {agg['lost_unrecorded']} | {agg['accepted']} | "
+                 f"{agg['answered_ok']} | {agg['stranded']} | {agg['duplicates']} | {agg['wrong_codes']} | "
+                 f"{agg['reruns']} | {agg['extra_runs']} | {recs} |")
     L += ["", "Status codes the client saw per window (every Answer / GetResult except 'still running' polls):", ""]
     for r in rows:
         L.append(f"- {r['window']}: {r['codes']}; client outcomes {r['finals']}"
                  + (f"; routed by the rules fallback {r['fallbacks']} (the last "
                     f"{_f(r['last_fallback_after_restore_s'], 1)} s after the restore)" if r.get("fallbacks") else "")
                  + (f"; error results stored {r['error_results']}" if r["error_results"] else "")
-                 + (f"; re-runs (attempts > 1) {r['reruns']}" if r["reruns"] else ""))
+                 + (f"; run twice or more {r['reruns']} (its last message began more than one run, "
+                    f"a redelivery or a retry: {r['reruns_same_message']}; run again after a resend {r['reruns_resent']}; e.g. {', '.join(r['rerun_ids'][:3])})"
+                    if r["reruns"] else "")
+                 + (f"; lost: {', '.join(r['lost_cids'][:3])}" if r["lost"] else ""))
     if has_plot:
         L += ["", "![timeline](timeline.png)", ""]
     L += ["## Failures and their evidence", ""]
@@ -1064,14 +1190,25 @@ def write_report(result: dict[str, Any], out: Path) -> None:
           "restore. A request belongs to the window it was sent in (its client_request_id starts with the "
           "window's name); the recovery of a fault is evaluated until the next fault's injection, over the "
           "calls of the requests sent from its window on (an earlier fault's stragglers are left to that fault).",
-          "- From the records (PostgreSQL, read after the load stopped, every client request ended and no request "
-          f"was queued or running, at most {cfg['drain_s']:g} s of waiting): **accepted** = a request row exists; "
-          "**answered** = it has a primary result row (OK or an error result); **lost** = accepted, not marked "
-          "never-run (`rejected` or `expired`) and without a primary result row; **duplicates** = more than one primary result "
-          "row for a request, or more than one request id given to one client_request_id. From the client log: "
-          "**client OK** = the client got OK eventually; **wrong codes** = INTERNAL or UNKNOWN statuses (plus "
-          "results stored with the `internal` error code); p50/p95 = first send to OK, over the requests "
-          "answered.",
+          f"- **As the client sees it** (the headline, from the load client's own log of every call and every "
+          "logical request): **sent** = logical requests (client_request_ids) of the window; **answered in time** = "
+          "resolved by a call that ended with OK or with a final error of the request's run that the contract "
+          "allows (`DEADLINE_EXCEEDED` `answer_time_limit`, `INTERNAL` `answer_failed`: docs/operating.md, status "
+          f"codes; read from the `x-error-code` trailer), at most {grace:g} s (the grace, `--grace`) after the "
+          "window's last send; **lost** = sent - answered in time, whatever the records say: the client gave up "
+          "(its budget spent), ended on another status, never ended, or was answered late; **never recorded** = "
+          "lost requests without a request row. **client OK** = the client got OK eventually; **wrong codes** = "
+          "INTERNAL or UNKNOWN statuses (plus results stored with the `internal` error code); p50/p95 = first "
+          "send to OK, over the requests answered.",
+          "- From the records (the second view; PostgreSQL, read after the load stopped, every client request "
+          f"ended and no request was queued or running, at most {cfg['drain_s']:g} s of waiting): **accepted** = "
+          "a request row exists; **answered rows** = it has a primary result row (OK or an error result); "
+          "**stranded** = accepted, not marked never-run (`rejected` or `expired`) and without a primary result "
+          "row; **duplicates** = more than one primary result row for a request, or more than one request id "
+          "given to one client_request_id; **run twice or more** = requests whose primary run began more than "
+          "once (`requests.runs`, counted by the worker as it begins a run: a message delivered again after its "
+          "worker died, a retry, a resend after a retryable error), with the **extra runs** past the first; "
+          "the unique result key keeps one row per request, so duplicates cannot see these.",
           f"- **Recovery**: seconds from the injection until the rule holds and keeps holding until the window "
           f"ends; the rule at time t over the calls that ended in (t - {WINDOW_S:g} s, t]: OK calls/s at least "
           f"{SHARE:.0%} of the pre-fault rate (the {cfg['quiet']:g} s before the injection) minus one standard "
@@ -1184,6 +1321,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--call-timeout", type=float, default=15.0, help="gRPC deadline of one call (s)")
     parser.add_argument("--budget", type=float, default=90.0, help="s a client spends on one request at most")
     parser.add_argument("--drain-s", type=float, default=120.0, help="s to wait for queued/running requests at the end")
+    parser.add_argument("--grace", type=float, default=GRACE_S,
+                        help="s after a window's last send by which each of its requests must be answered (the "
+                             "recovery goal's 30 s by default); answered later counts as lost")
     parser.add_argument("--shadow-share", type=float, default=0.1, help="ARAG_SHADOW_SHARE of the stack")
     parser.add_argument("--opensearch-heap", default="512m", help="heap of each OpenSearch node")
     parser.add_argument("--model-repository", type=Path, default=REPO / "var" / "chaos" / "model_repository",
@@ -1224,7 +1364,7 @@ def main(argv: list[str] | None = None) -> int:
         (scratch / name).unlink(missing_ok=True)
     random.seed(args.seed)
     config = {k: getattr(args, k) for k in ("rate", "mix", "llm_latency_ms", "quiet", "observe", "call_timeout",
-                                            "budget", "drain_s", "shadow_share", "seed")}
+                                            "budget", "drain_s", "grace", "shadow_share", "seed")}
     config.update(faults=faults, repeat=repeat)
     run: dict[str, Any] = {
         "command": shlex.join([".venv/bin/python", "-m", "lab.experiments.chaos", *(sys.argv[1:] if argv is None else argv)]),
@@ -1261,8 +1401,10 @@ def main(argv: list[str] | None = None) -> int:
             result["run"]["findings"] = [line[2:] for line in findings.read_text().splitlines() if line.startswith("- ")]
         write_report(result, out)
         for row in result["rows"]:
-            log(f"{row['window']}: accepted {row['accepted']}, answered {row['answered']} (OK {row['answered_ok']}), "
-                f"client OK {row['client_ok']}/{row['sent']}, lost {row['lost']}, dup {row['duplicates']}, wrong "
+            log(f"{row['window']}: sent {row['sent']}, answered in time {row['client_answered']}, lost {row['lost']} "
+                f"{row['lost_reasons'] or ''} (never recorded {row['lost_unrecorded']}); records: accepted "
+                f"{row['accepted']}, answered {row['answered']} (OK {row['answered_ok']}), stranded {row['stranded']}, "
+                f"run twice or more {row['reruns']} (+{row['extra_runs']} runs), dup {row['duplicates']}, wrong "
                 f"{row['wrong_codes']}, recovery {row['recovery_s']} s -> {'pass' if row['pass'] else 'FAIL'}")
         log(f"report: {out / 'report.md'}")
     return code

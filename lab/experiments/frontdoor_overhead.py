@@ -60,7 +60,7 @@ from typing import Any
 from adaptive_rag.contracts import CLASSIFIER_MODEL
 from lab.harness.instant_llm import LLM_ANSWER, cpu_model
 from lab.harness.load_client import CallRecord, LoadClient, closed_loop
-from lab.harness.stats import CpuMeter, block_bootstrap_ratio, percentile, ratio_of_medians_interval
+from lab.harness.stats import CpuMeter, block_bootstrap_ratio, percentile, process_table, ratio_of_medians_interval
 from infra.local.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,15 +78,8 @@ CALL_TIMEOUT_S = 30.0
 def _children() -> dict[int, list[int]]:
     """ppid -> pids, from /proc."""
     out: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        out.setdefault(ppid, []).append(int(entry.name))
+    for pid, ppid in process_table().items():
+        out.setdefault(ppid, []).append(pid)
     return out
 
 

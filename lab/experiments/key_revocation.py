@@ -1,8 +1,8 @@
 """How long after a revocation does every front-door replica refuse the key?
 
 Two front doors (`python -m services.frontdoor`, their default key settings: `ARAG_KEY_CACHE=30`,
-`ARAG_KEY_REVOCATION=1`) on one PostgreSQL records database and one redis-server, started here
-on loopback. Each round creates a key, lets the replicas' watch see the new key (a new key also
+`ARAG_KEY_REVOCATION=1`) on one PostgreSQL records database and one redis-server: the lab's stack
+(`lab.harness.stack`) with no worker pool, started here on loopback. Each round creates a key, lets the replicas' watch see the new key (a new key also
 changes the key table's revision, which drops every cached key once), has both replicas accept
 it (so both cache it), waits a random 0-1.5 s (the revocation lands anywhere in the watch's
 cycle), revokes it in the records,
@@ -78,33 +78,19 @@ def until_refused(stub, key: str, committed: float, out: dict[str, tuple[float, 
 
 
 def measure(rounds: int, workdir: Path, seed: int) -> list[Refusal]:
-    from adaptive_rag.settings import ClassifierSettings, Settings
-    from adaptive_rag.storage import RecordStore, make_engine, upgrade_database
-    from infra.local.servers import free_port, local_postgres, local_redis
-    from services.demo.stack import FrontDoorProcess, StackSettings
-    from services.frontdoor.settings import FrontDoorSettings
+    from lab.harness.stack import Parts, lab_stack
     from services.frontdoor.stubs import pb2_grpc
-    from workers.settings import WorkerSettings
 
     rng = random.Random(seed)
     refusals: list[Refusal] = []
-    with ExitStack() as running:
-        redis_url = running.enter_context(local_redis())
-        postgres_url = running.enter_context(local_postgres())
-        upgrade_database(postgres_url)
-        store = RecordStore(make_engine(postgres_url))
-        settings = StackSettings(
-            library=Settings(_env_file=None, database_url=postgres_url, index_dir=workdir / "index"),
-            classifier=ClassifierSettings(_env_file=None),
-            frontdoor=FrontDoorSettings(_env_file=None, router="rules", metrics_port=0, health_workers=False,
-                                        redis_url=redis_url),
-            workers=WorkerSettings(_env_file=None, redis_url=redis_url),
-        )
+    parts = Parts(broker="redis", records="postgres", classifier="rules")
+    with lab_stack(workdir, parts, pools=(), frontdoor=False, tenants=(), dotenv=False,
+                   settings={"router": "rules", "health_workers": False}) as stack, ExitStack() as running:
+        store = stack.store
         stubs = {}
         for name in ("replica-1", "replica-2"):
-            listen = f"127.0.0.1:{free_port()}"
-            running.enter_context(FrontDoorProcess(settings.env(), workdir / f"{name}.log", listen))
-            stubs[name] = pb2_grpc.AdaptiveRagStub(running.enter_context(grpc.insecure_channel(listen)))
+            door = stack.start_frontdoor(name)
+            stubs[name] = pb2_grpc.AdaptiveRagStub(running.enter_context(grpc.insecure_channel(door.listen)))
         for n in range(1, rounds + 1):
             key = store.create_api_key("acme")
             key_id = max(view.id for view in store.list_api_keys())

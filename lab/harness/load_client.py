@@ -40,6 +40,11 @@ RETRYABLE = ("UNAVAILABLE", "RESOURCE_EXHAUSTED", "CANCELLED")  # the same clien
 # from before the trailer, by their message's words)
 STILL_RUNNING = (CallError.NOT_FINISHED, "still")  # work in progress: the client waits
 NEVER_RAN = (CallError.NEVER_RAN, "never ran")  # an accepted request a resend runs
+RUN_AGAIN = (CallError.ANSWER_DEPENDENCY_UNAVAILABLE, "to run it again")  # its run failed; a resend runs it
+# The final errors of a request that ran (docs/operating.md, "Status codes"): its result, which a
+# resend returns; by status, with the reason that makes it final.
+RESOLVED_ERRORS = {"DEADLINE_EXCEEDED": (CallError.ANSWER_TIME_LIMIT, "its tier's time limit"),
+                   "INTERNAL": (CallError.ANSWER_FAILED, "failed in the worker")}
 CLIENT_ERROR = "CLIENT_ERROR"  # the client itself failed (no status from the server)
 GAVE_UP = "GAVE_UP"  # a logical request whose budget was spent
 DETAIL_CHARS = 300
@@ -138,6 +143,12 @@ class CallRecord:
     def is_poll(self) -> bool:
         """A GetResult that says "still running": the client waits, nothing failed."""
         return self.method == "GetResult" and self.code == "FAILED_PRECONDITION" and self.says(STILL_RUNNING)
+
+    @property
+    def resolves(self) -> bool:
+        """The call ends its request as the contract allows: OK, or a final error of a run
+        (`RESOLVED_ERRORS`); anything else leaves the request unanswered."""
+        return self.ok or (self.code in RESOLVED_ERRORS and self.says(RESOLVED_ERRORS[self.code]))
 
     def says(self, reason: tuple[str, str]) -> bool:
         """The call failed for `reason` (its error code; a record without one: its message)."""
@@ -289,8 +300,9 @@ class LoadClient:
                       tags: Mapping[str, Any] | None = None) -> Outcome:
         """One logical request as a good client makes it: `Answer`; UNAVAILABLE / RESOURCE_EXHAUSTED /
         CANCELLED -> the same client_request_id again after the `retry-after` hint; DEADLINE_EXCEEDED
-        -> `GetResult` with the request id until the answer is there (a request that never ran is
-        sent again); until OK, another status (INTERNAL, INVALID_ARGUMENT, ...: a good client stops)
+        -> `GetResult` with the request id until the answer is there (a request that never ran, or
+        whose run failed for a dependency, is sent again); until OK, a final error of the run
+        (`RESOLVED_ERRORS`), another status (INTERNAL, INVALID_ARGUMENT, ...: a good client stops)
         or `budget_s` is spent (GAVE_UP)."""
         cid = client_request_id or uuid.uuid4().hex
         sent = time.time()
@@ -315,10 +327,12 @@ class LoadClient:
                 request_id = call.request_id
                 if call.request_id not in request_ids:
                     request_ids.append(call.request_id)
-            if call.ok:
-                final, tier = "OK", call.tier
+            if call.resolves:
+                final, tier = call.code, call.tier
                 break
             if call.code in RETRYABLE:
+                if mode == "get" and call.says(RUN_AGAIN):
+                    mode = "answer"
                 await pause(max(call.retry_after_s or 1.0, 0.2) * random.uniform(1.0, 1.2))
                 continue
             if call.code == "DEADLINE_EXCEEDED":

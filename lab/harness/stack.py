@@ -243,7 +243,7 @@ def _describe_llm(parts: Parts, llm: Any, latency_ms: float) -> str | None:
     if parts.llm == "instant" and llm is not None:
         return (f"instant LLM endpoint (a measurement device, {latency_ms:g} ms per completion, no CPU) "
                 f"{llm.url}")
-    if parts.llm == "llama-server" and llm is not None:
+    if llm is not None and hasattr(llm, "parallel"):  # the shared llama-server
         return f"one shared llama-server -np {llm.parallel} -t {llm.threads} ({llm.base_url})"
     return None
 
@@ -344,26 +344,17 @@ def lab_stack(
 
             llm = started.enter_context(InstantLLM(logs / "instant_llm.log", llm_latency_ms))
             chosen["llm_base_url"] = llm.url
-        elif parts.llm == "llama-server" and "llm_base_url" not in given:
-            from infra.local.llama_server import LlamaServerProcess
-
-            llm = started.enter_context(LlamaServerProcess(
-                parallel=llama_parallel, threads=llama_threads, log_path=logs / "llama_server.log"))
-            # The project's prompts are few-shot completions: the completions API keeps the
-            # embedded model's answers (a chat template would wrap them).
-            chosen.update(llm_base_url=llm.base_url, llm_api="completions")
-            if not base.configured("concurrency"):
-                # workers are HTTP clients now, not model copies: enough of them to fill the slots
-                chosen["concurrency"] = {"A": llama_parallel, "B": 2, "C": 2, "shadow": 1}
         elif parts.llm == "embedded":
             chosen["llm_base_url"] = None
-        described = _describe_llm(parts, llm, llm_latency_ms)
-        if described:
-            say(f"LLM: {described}")
-
+        # llama-server (or None, what `make demo` runs) without an endpoint given: the core
+        # starts the shared llama-server
+        local_llm = "embedded" if parts.llm == "embedded" else "server"
         core = started.enter_context(local_stack(
             workdir, settings=base.updated(**{**chosen, **given}), knowledge_base=knowledge_base,
-            tenants=tenants, pools=pools, frontdoor=frontdoor, extra_env=env, console=console, marker=marker))
+            tenants=tenants, pools=pools, frontdoor=frontdoor, extra_env=env, console=console, marker=marker,
+            llm=local_llm, llm_slots=llama_parallel, llm_threads=llama_threads))
+        llm = llm or core.llm_server
+        described = _describe_llm(parts, llm, llm_latency_ms)
         running = LabStack(core, parts, redis=servers.get("redis"), postgres=servers.get("postgres"),
                            opensearch=servers.get("opensearch"), llm=llm,
                            using={**core.plan.using, **({"llm": described} if described else {})},

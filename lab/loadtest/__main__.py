@@ -7,7 +7,8 @@ OPENSEARCH_URL, TRITON_GRPC_URL/TRITON_URL, LLM_BASE_URL point at), creates an A
 locust (`lab/loadtest/locustfile.py`) with the chosen profile, and stops everything; with `--host`
 (and `ARAG_API_KEY`) it only loads that front door. `--instant-llm` starts the instant
 OpenAI-compatible endpoint of `lab/harness/instant_llm.py` as the LLM (a measurement device: the
-service without the model's cost), `--llm-server` one llama-server every worker calls.
+service without the model's cost), `--embedded-llm` a model copy in every worker process instead
+of the one shared llama-server `make demo` starts.
 
 Output, one folder per run: `var/loadtest/<run>/` (scratch, git-ignored) or, with `--publish`,
 `reports/load/<run>/`: locust's CSV (`locust_stats.csv`, `_stats_history.csv`, `_failures.csv`)
@@ -152,10 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--knowledge-base", type=Path, default=REPO / "demo" / "knowledge_base.jsonl")
     parser.add_argument("--instant-llm", action="store_true",
                         help="an instant OpenAI-compatible LLM endpoint instead of the model (measures the service)")
-    parser.add_argument("--llm-server", action="store_true",
-                        help="serve the embedded model from ONE shared llama-server (parallel slots, "
-                             "continuous batching) that every worker calls, instead of a model per "
-                             "worker process (built once: make llama-server)")
+    parser.add_argument("--embedded-llm", action="store_true",
+                        help="a copy of the model in every worker process instead of the one shared "
+                             "llama-server (parallel slots, continuous batching) every worker calls")
     parser.add_argument("--host", default=None,
                         help="an already running front door (HOST:PORT): start nothing, key from ARAG_API_KEY")
     parser.add_argument("--metrics-url", default=os.environ.get("ARAG_LOAD_METRICS_URL"),
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                 info["target"] = f"front door {host} (running already)"
             else:
                 console.rule(f"[bold]load test {name}: starting the local stack")
-                parts = Parts(llm="instant" if args.instant_llm else "llama-server" if args.llm_server else None)
+                parts = Parts(llm="instant" if args.instant_llm else "embedded" if args.embedded_llm else None)
                 running = stack.enter_context(lab_stack(
                     args.workdir, parts, knowledge_base=args.knowledge_base, tenants=("loadtest",),
                     console=console, pools=(*TIER_POOLS, *(("shadow",) if _shadow_share() > 0 else ())),

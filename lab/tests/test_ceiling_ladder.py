@@ -3,7 +3,11 @@ the front door's own overhead at shares of the ceiling."""
 
 from __future__ import annotations
 
-from lab.experiments.ceiling import overhead_summary, refine, write_report
+import pytest
+
+from lab.experiments.ceiling import (
+    DEFAULT_P95_BOUND, P95Bound, in_trials, overhead_summary, refine, sustain_reasons, write_report,
+)
 
 
 def ladder_point(limit: float, tried: list[float]):
@@ -59,3 +63,95 @@ def test_the_report_shows_the_overhead_at_every_share_of_the_ceiling(tmp_path):
     assert "| B | 100.00 | 10 % | 10.00 | 10.00 | 50 | 20 | 30 | 40 | 4.5 / 9.0 / 13.5 | 1.0 | 10 | True |" in text
     assert "| B | 100.00 | 25 % |" in text and "9.5 / 19.0 / 28.5" in text
     assert (tmp_path / "ceiling_instant.png").stat().st_size > 0
+
+
+# --- the sustained verdict: a p95 bound, three trials ----------------------------------------------
+
+
+def test_a_rate_whose_p95_passes_the_bound_is_not_sustained_though_its_queue_is_stable():
+    steady = {"tier-b": [(float(t), 1.0) for t in range(20)]}
+    held = sustain_reasons(10.0, 20.0, 200, 200, {}, steady, p95_ms=300.0, p95_bound_ms=645.0)
+    assert held == []
+    late = sustain_reasons(10.0, 20.0, 200, 200, {}, steady, p95_ms=921.0, p95_bound_ms=645.0)
+    assert late == ["p95 921 ms > bound 645 ms"]
+    assert sustain_reasons(10.0, 20.0, 200, 200, {}, steady, p95_ms=921.0, p95_bound_ms=None) == []
+    assert sustain_reasons(10.0, 20.0, 0, 0, {}, {}, p95_ms=None, p95_bound_ms=645.0)[-1] == "no answer to take a p95 of"
+
+
+def test_the_bound_is_relative_to_the_light_load_p95_or_absolute():
+    assert P95Bound.parse("3x").ms_for(215.0) == 645.0
+    assert P95Bound.parse("800ms").ms_for(215.0) == 800.0 and P95Bound.parse("2s").ms_for(None) == 2000.0
+    assert P95Bound.parse("3x").ms_for(None) is None
+    assert P95Bound.parse(DEFAULT_P95_BOUND).factor == 3.0
+    for bad in ("1x", "0.5x", "-3ms", "fast", "3"):
+        with pytest.raises(ValueError):
+            P95Bound.parse(bad)
+
+
+def test_a_rate_holds_only_when_every_trial_does_and_the_first_failure_ends_it():
+    verdicts = {1: True, 2: False, 3: True}
+    ran: list[int] = []
+
+    def trial(k):
+        ran.append(k)
+        return {"rate": 5.0, "sustained": verdicts[k], "verdict": "sustained" if verdicts[k] else "p95 900 ms > bound 600 ms",
+                "latency_ms": {"p50": 100.0, "p95": 300.0 if verdicts[k] else 900.0}}
+
+    failed = in_trials(5.0, trial, 3)
+    assert ran == [1, 2] and failed["sustained"] is False and failed["trials"] == 2
+    assert failed["verdict"] == "trial 2/3: p95 900 ms > bound 600 ms"
+    assert failed["trial_p95_ms"] == [300.0, 900.0]
+    verdicts[2] = True
+    held = in_trials(5.0, trial, 3)
+    assert held["sustained"] is True and held["verdict"] == "sustained in 3 of 3 trials"
+    assert in_trials(5.0, lambda k: None, 3)["sustained"] is False  # skipped: not shown to hold
+
+
+def test_the_ceiling_is_the_highest_rate_within_the_bound_in_three_trials(monkeypatch, tmp_path):
+    """A fake tier: answers everything offered up to 40/s, but its p95 climbs with the rate
+    (a queue that stays stable while answers come later); the third trial at 32.5/s is late."""
+    import lab.experiments.ceiling as ceiling
+
+    calls: list[tuple[float, float | None]] = []
+    windows: list[float] = []
+    noisy = {"n": 0}
+
+    def fake_point(st, *, out, tier, rate, users, ramp_s, window_s, answer_timeout, ramp_cap_s=40.0,
+                   p95_bound_ms=None):
+        calls.append((rate, p95_bound_ms))
+        windows.append(window_s)
+        if rate == 0:  # the closed-loop probe
+            p95, answered = 900.0, 50.0
+        else:
+            p95, answered = 100.0 + 10.0 * rate, min(rate, 40.0)
+            if rate == 32.5:
+                noisy["n"] += 1
+                p95 += 300.0 if noisy["n"] == 3 else 0.0
+        reasons = sustain_reasons(rate, window_s, int(rate * window_s), int(answered * window_s), {}, {},
+                                  p95, p95_bound_ms) if rate else []
+        return {"tier": tier, "rate": rate, "users": users, "window_s": window_s, "offered_rps": rate,
+                "answered_rps": answered, "latency_ms": {"p50": p95 / 2, "p95": p95, "p99": p95, "n": int(answered * window_s)},
+                "cpu_pct": {},
+                "depth": {"last": 0, "slope_per_s": 0.0}, "overhead_ms": {}, "sustained": not reasons if rate else None,
+                "verdict": "; ".join(reasons) or "sustained", "replies": []}
+
+    monkeypatch.setattr(ceiling, "run_point", fake_point)
+
+    class Quiet:
+        def print(self, *args, **kwargs):
+            pass
+
+    plan = ceiling.ModePlan("instant", ramp_s=1.0)
+    tp = ceiling.TierPlan(probe_users=4, probe_window_s=10, window_s=5, max_window_s=10,
+                          fractions=(0.5, 0.8), latency_points=False)
+    res = ceiling.measure_tier(None, plan, "B", tp, tmp_path, None, Quiet(), P95Bound.parse("3x"), trials=3)
+    # reference at 10 % of the probe's 50/s: p95 150 ms -> bound 450 ms, i.e. rates up to 35/s
+    assert res["reference_p95_ms"] == 150.0 and res["p95_bound_ms"] == 450.0
+    assert calls[1] == (5.0, None)  # the reference itself is measured without a bound
+    assert windows[1] == 8.0 and res["reference_n"] == 40  # long enough for 40 answers at 5/s
+    # 25/s holds; 40/s fails its first trial; the bisection: 32.5/s holds twice, not three times
+    assert [(r["rate"], r["sustained"], r["trials"]) for r in res["rates"]] == [
+        (25.0, True, 3), (40.0, False, 1), (32.5, False, 3), (28.75, True, 3)]
+    assert res["rates"][2]["verdict"] == "trial 3/3: p95 725 ms > bound 450 ms"
+    assert res["ceiling"] == 28.75
+    assert all(bound == 450.0 for rate, bound in calls[2:])

@@ -35,22 +35,82 @@ def test_window_of_takes_the_prefix_before_the_sequence_number() -> None:
     assert window_of("no-sequence") is None
 
 
-def test_a_request_without_result_that_was_not_rejected_is_lost() -> None:
+def test_an_accepted_request_without_result_that_was_not_rejected_is_stranded() -> None:
     records = [
         Record("r1", f"{W}.00001", "done", 1, 1),
-        Record("r2", f"{W}.00002", "running", 0, 0),  # lost
-        Record("r3", f"{W}.00003", "rejected", 0, 0),  # never ran: not lost
-        Record("r4", f"{W}.00004", "queued", 0, 1),  # only a shadow result: still lost
+        Record("r2", f"{W}.00002", "running", 0, 0),  # stranded
+        Record("r3", f"{W}.00003", "rejected", 0, 0),  # never ran: a resend runs it
+        Record("r4", f"{W}.00004", "queued", 0, 1),  # only a shadow result: still stranded
         Record("r5", "w02-other-r1.00001", "queued", 0, 0),  # another window
     ]
     row = account_window(W, records, [], [])
     assert row["accepted"] == 4
     assert row["answered"] == 1
     assert row["never_ran"] == 1
-    assert row["lost"] == 2
-    assert sorted(row["lost_ids"]) == ["r2", "r4"]
-    assert row["lost_status"] == {"running": 1, "queued": 1}
+    assert row["stranded"] == 2
+    assert sorted(row["stranded_ids"]) == ["r2", "r4"]
+    assert row["stranded_status"] == {"running": 1, "queued": 1}
+    assert goals({**row, "recovery_s": 0.0})["stranded"] is False
+
+
+def test_lost_is_sent_minus_answered_in_time_as_the_client_log_tells_it() -> None:
+    """The records cannot see a request the front door never wrote, nor a client that gave up
+    on a request the records show answered: only the client's log can."""
+    calls = [
+        attempt(f"{W}.00001", 1, "Answer", 0.0, 0.2, "OK", "B", "r1"),
+        # refused until its budget ran out, never recorded
+        attempt(f"{W}.00002", 1, "Answer", 1.0, 1.1, "UNAVAILABLE", retry_after=1.0),
+        # answered in the records, but after the client gave up polling
+        attempt(f"{W}.00003", 1, "Answer", 2.0, 5.0, "DEADLINE_EXCEEDED", rid="r3"),
+        # its run's final error: resolved, not lost
+        CallRecord("Answer", f"{W}.00004", 3.0, 4.0, "DEADLINE_EXCEEDED", request_id="r4",
+                   error_code="answer_time_limit", detail="the run passed its tier's time limit"),
+        # answered, but past the grace
+        attempt(f"{W}.00005", 1, "Answer", 4.0, 4.5, "DEADLINE_EXCEEDED", rid="r5"),
+        attempt(f"{W}.00005", 2, "GetResult", 60.0, 60.1, "OK", "B", "r5"),
+        # the client's own INTERNAL: the run failed for no final reason the contract names
+        attempt(f"{W}.00007", 1, "Answer", 6.0, 6.5, "INTERNAL", rid="r7"),
+    ]
+    outcomes = [
+        Outcome(f"{W}.00001", 0.0, 0.2, "OK", 1, "B", ["r1"]),
+        Outcome(f"{W}.00002", 1.0, 91.0, "GAVE_UP", 30),
+        Outcome(f"{W}.00003", 2.0, 92.0, "GAVE_UP", 40, None, ["r3"]),
+        Outcome(f"{W}.00004", 3.0, 4.0, "DEADLINE_EXCEEDED", 1, None, ["r4"]),
+        Outcome(f"{W}.00005", 4.0, 60.1, "OK", 2, "B", ["r5"]),
+        Outcome(f"{W}.00007", 6.0, 6.5, "INTERNAL", 1, None, ["r7"]),
+    ]
+    # sent (the send note), never ended: the campaign stopped with it in flight
+    sends = {f"{W}.{i:05d}": float(i - 1) for i in range(1, 8)} | {"w02-other-r1.00001": 0.0}
+    records = [Record("r1", f"{W}.00001", "done", 1, 1), Record("r3", f"{W}.00003", "done", 1, 1),
+               Record("r4", f"{W}.00004", "error", 1, 1, error_code="time_limit"),
+               Record("r5", f"{W}.00005", "done", 1, 1), Record("r6", f"{W}.00006", "done", 1, 1),
+               Record("r7", f"{W}.00007", "error", 1, 1, error_code="internal")]
+    row = account_window(W, records, outcomes, calls, grace_s=30.0, sends=sends)
+    assert row["sent"] == 7 and row["client_answered"] == 2 and row["lost"] == 5
+    assert row["lost_reasons"] == {"gave_up": 2, "late": 1, "unfinished": 1, "final INTERNAL": 1}
+    assert row["lost_unrecorded"] == 1
+    assert f"{W}.00002: gave_up, never recorded" in row["lost_cids"]
+    assert row["stranded"] == 0  # every accepted request has its result row: the records see nothing
     assert goals({**row, "recovery_s": 0.0})["lost"] is False
+    # the grace is the operator's: a wider one takes the late answer in
+    assert account_window(W, records, outcomes, calls, grace_s=60.0, sends=sends)["lost"] == 4
+    assert account_window(W, [], [], [])["sent"] == 0 and goals(
+        {**account_window(W, [], [], []), "recovery_s": 0.0})["lost"] is True
+
+
+def test_a_request_that_ran_twice_is_reported_though_it_has_one_result_row() -> None:
+    records = [
+        Record("r1", f"{W}.00001", "done", 1, 1, runs=1, deliveries=1),
+        Record("r2", f"{W}.00002", "done", 1, 1, runs=2, deliveries=2),  # delivered again
+        Record("r3", f"{W}.00003", "done", 1, 1, runs=3, deliveries=1),  # re-admitted by resends
+        Record("r4", f"{W}.00004", "done", 1, 1, attempts=2),  # a row from before `runs`
+    ]
+    row = account_window(W, records, [], [])
+    assert row["duplicates"] == 0
+    assert row["reruns"] == 3 and row["extra_runs"] == 4
+    assert (row["reruns_same_message"], row["reruns_resent"]) == (1, 1)
+    assert row["rerun_ids"][0] == "r3: 3 runs"
+    assert all(goals({**row, "recovery_s": 0.0}).values())  # reported, not a goal
 
 
 def test_two_primary_results_or_two_request_ids_for_one_client_id_are_duplicates() -> None:
@@ -64,7 +124,7 @@ def test_two_primary_results_or_two_request_ids_for_one_client_id_are_duplicates
     row = account_window(W, records, outcomes, [])
     assert row["duplicates"] == 2
     assert set(row["duplicate_ids"]) == {"r1", f"{W}.00002"}
-    assert row["reruns"] == 0
+    assert row["reruns"] == 0 and row["extra_runs"] == 0
 
 
 def test_a_request_id_that_was_never_recorded_is_not_a_duplicate() -> None:
@@ -133,21 +193,21 @@ def test_health_not_serving_keeps_the_fault_open() -> None:
     rec = recovery(attempts, health, injected=50.0, end=110.0, pre_s=15.0)
     assert rec.seconds == pytest.approx(30.0)
     assert serving_at(health, 51.0) is True and serving_at(health, 60.0) is False
-    assert goals({"lost": 0, "duplicates": 0, "wrong_codes": 0, "recovery_s": rec.seconds})["recovery"] is True
+    assert goals({"lost": 0, "stranded": 0, "duplicates": 0, "wrong_codes": 0, "recovery_s": rec.seconds})["recovery"] is True
 
 
 def test_never_recovered_within_the_window_is_none_and_fails_the_goal() -> None:
     attempts = steady(0, 50) + steady(50, 120, code="UNAVAILABLE")
     rec = recovery(attempts, [], injected=50.0, end=110.0, pre_s=15.0)
     assert rec.seconds is None
-    assert goals({"lost": 0, "duplicates": 0, "wrong_codes": 0, "recovery_s": None})["recovery"] is False
+    assert goals({"lost": 0, "stranded": 0, "duplicates": 0, "wrong_codes": 0, "recovery_s": None})["recovery"] is False
 
 
 def test_a_slow_recovery_fails_the_goal() -> None:
     attempts = steady(0, 50) + steady(50, 85, code="UNAVAILABLE") + steady(85, 150)
     rec = recovery(attempts, [], injected=50.0, end=140.0, pre_s=15.0)
     assert rec.seconds == pytest.approx(40.0)
-    assert goals({"lost": 0, "duplicates": 0, "wrong_codes": 0, "recovery_s": rec.seconds})["recovery"] is False
+    assert goals({"lost": 0, "stranded": 0, "duplicates": 0, "wrong_codes": 0, "recovery_s": rec.seconds})["recovery"] is False
 
 
 def test_still_running_polls_are_neither_successes_nor_failures() -> None:

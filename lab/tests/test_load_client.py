@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import grpc
 import pytest
 
+from adaptive_rag.contracts import CallError
 from lab.harness.load_client import (
     GAVE_UP, NEVER_RAN, CallRecord, LoadClient, closed_loop, error_fields, open_loop, read_jsonl, reply_fields, tier_name,
 )
@@ -26,8 +27,9 @@ class ScriptedFrontDoor(pb2_grpc.AdaptiveRagServicer):
     """Answers `Answer` by the query: "busy" is refused (RESOURCE_EXHAUSTED, retry-after) the
     first `refusals` times per client_request_id, "slow" outlasts the front door's wait
     (DEADLINE_EXCEEDED, the request id in the trailer) and is then ready through GetResult after
-    `polls` "still running" replies, "broken" is INTERNAL; anything else is answered at once on
-    tier B."""
+    `polls` "still running" replies, "broken" is INTERNAL, "overran" passed its tier's time limit
+    (final), "dependency" outlasts the wait and its run then failed for a dependency (a resend
+    runs it); anything else is answered at once on tier B."""
 
     refusals: int = 1
     polls: int = 1
@@ -56,10 +58,21 @@ class ScriptedFrontDoor(pb2_grpc.AdaptiveRagServicer):
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"call GetResult(request_id=\"r-{cid}\")")
         if query == "broken":
             await context.abort(grpc.StatusCode.INTERNAL, "boom")
+        if query == "overran":
+            context.set_trailing_metadata((("x-request-id", f"r-{cid}"),
+                                           ("x-error-code", CallError.ANSWER_TIME_LIMIT.value)))
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the run passed its tier's time limit")
+        if query == "dependency" and self.seen[cid] == 1:
+            context.set_trailing_metadata((("x-request-id", f"dep-{cid}"),))
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer within the deadline")
         return self.reply(f"r-{cid}")
 
     async def GetResult(self, request, context):  # noqa: N802 - gRPC method name
         self.seen[request.request_id] = self.seen.get(request.request_id, 0) + 1
+        if request.request_id.startswith("dep-"):
+            context.set_trailing_metadata((("x-error-code", CallError.ANSWER_DEPENDENCY_UNAVAILABLE.value),
+                                           ("retry-after", "0.01")))
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "a service the answer needs stayed unreachable")
         if self.seen[request.request_id] <= self.polls:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                 f"request {request.request_id} is still running; call GetResult again later")
@@ -230,6 +243,31 @@ def test_a_good_client_stops_at_internal_and_gives_up_when_its_budget_is_spent()
     assert spent.final == GAVE_UP and spent.attempts > 1
 
 
+def test_a_final_error_of_the_run_ends_the_request_and_a_failed_dependency_is_sent_again() -> None:
+    """The contract's final errors end a request at once (no polling to the end of the budget);
+    a GetResult that says the run failed for a dependency turns into a resend of the Answer."""
+    async def go():
+        server, _, address = await started()
+        try:
+            async with LoadClient(address, KEYS["acme"]) as client:
+                overran = await client.request("overran", budget_s=10, call_timeout_s=5, client_request_id="c-5")
+                resent = await client.request("dependency", budget_s=10, call_timeout_s=5, poll_s=0.01,
+                                              client_request_id="c-6")
+                return overran, resent, client.records
+        finally:
+            await server.stop(0)
+
+    overran, resent, records = run(go())
+    assert (overran.final, overran.attempts) == ("DEADLINE_EXCEEDED", 1)
+    assert records[0].resolves and not records[0].ok
+    assert resent.final == "OK"
+    assert [(r.method, r.code) for r in records[1:]] == [
+        ("Answer", "DEADLINE_EXCEEDED"), ("GetResult", "UNAVAILABLE"), ("Answer", "OK")]
+    assert not records[1].resolves and not records[2].resolves
+    assert not CallRecord("Answer", "c", 0, 1, "INTERNAL", error_code=CallError.INTERNAL.value).resolves
+    assert CallRecord("GetResult", "c", 0, 1, "INTERNAL", error_code=CallError.ANSWER_FAILED.value).resolves
+
+
 # --- load shapes ----------------------------------------------------------------------------------
 
 
@@ -287,8 +325,6 @@ def test_a_closed_loop_keeps_its_clients_busy_one_call_each() -> None:
 
 def test_the_reason_comes_from_the_error_code_trailer() -> None:
     """A poll and a never-ran request are told by `x-error-code`, whatever the message says."""
-    from adaptive_rag.contracts import CallError
-
     class Failed:
         def code(self):
             import grpc

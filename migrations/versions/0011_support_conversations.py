@@ -8,7 +8,7 @@ set by `arag kb style`; knowledge bases written before this revision answer in t
 no conversation.
 
 Revision ID: 0011_support_conversations
-Revises: 0009_kb_abstention
+Revises: 0010_request_runs
 Create Date: 2026-12-06 10:00:00
 
 """
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0011_support_conversations"
-down_revision: Union[str, Sequence[str], None] = "0009_kb_abstention"
+down_revision: Union[str, Sequence[str], None] = "0010_request_runs"
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 

@@ -4,9 +4,11 @@ On a fresh machine, with no server running, it
 1. starts the local Triton serving the newest classifier version of the model repository; with no
    version published (a fresh clone) nothing is served and the front door routes with the rules,
    each decision flagged as a fallback (the demo install has no torch to export a model);
-2. applies the migrations to SQLite and starts the tier worker pools (tier-a, tier-b, tier-c and
-   shadow) as real `celery worker` processes on the server-less filesystem broker, each loading the
-   embedded LLM (and each tenant's index on its first query);
+2. starts one shared llama-server serving the embedded reader's GGUF (`--llm embedded`: a copy of
+   the model in every worker process instead), applies the migrations to SQLite and starts the
+   tier worker pools (tier-a, tier-b, tier-c and shadow) as real `celery worker` processes on the
+   server-less filesystem broker, each calling the server (and loading each tenant's index on its
+   first query);
 3. starts the gRPC front door (`python -m services.frontdoor`) as a subprocess;
 4. imports the demo help centre (the fictional Lumora, `demo/knowledge_base.jsonl`) into tenant
    'demo' through the KnowledgeBase gRPC API (a `kb:write` key), and creates an API key to ask;
@@ -116,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
     console.rule("[bold]Adaptive-RAG demo: the real service on this machine")
-    with local_stack(args.workdir, knowledge_base=args.knowledge_base, console=console) as running:
+    with local_stack(args.workdir, knowledge_base=args.knowledge_base, console=console, llm=args.llm) as running:
         import grpc
 
         from services.frontdoor.stubs import pb2_grpc
@@ -171,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-tier", type=int, default=None,
                         help="only the first N questions of each expected tier")
     parser.add_argument("--timeout", type=float, default=300.0, help="gRPC deadline per question (s)")
+    parser.add_argument("--llm", choices=("server", "embedded"), default="server",
+                        help="without LLM_BASE_URL: one shared llama-server (default) or the model in every worker")
     parser.add_argument("--json-out", type=Path, default=None, help="also write the rows as JSON")
     args = parser.parse_args(argv)
     install_stop_signals()

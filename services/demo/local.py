@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from adaptive_rag.contracts import DEFAULT_SCOPES, Scope
 from adaptive_rag.routing.model_repository import describe_version, open_version, versions
@@ -36,6 +36,14 @@ DEMO = REPO / "demo"
 # Every process a local stack starts carries this variable, so leftovers can be found and removed.
 RUN_MARKER = "ARAG_DEMO_RUN"
 ALL_POOLS = ("A", "B", "C", "shadow")
+# Where the reader runs when no LLM endpoint is configured: "server", one shared llama-server the
+# pools call over HTTP (the model loaded once, its slots decoded together); "embedded", a copy of
+# the model in every worker process (what `arag ask` does in one process).
+LocalLLM = Literal["server", "embedded"]
+# llama-server's parallel slots on 2 cores (reports/llm_serving/: 4 slots keep the throughput as
+# clients grow) and the pools' processes that fill them (HTTP clients, not model copies).
+LLM_SLOTS = 4
+SERVER_CONCURRENCY = {"A": 2, "B": 2, "C": 2, "shadow": 1}
 
 
 class Interrupted(Exception):
@@ -67,11 +75,12 @@ class Plan:
     settings: StackSettings
     start_triton: bool
     using: dict[str, str] = field(default_factory=dict)
+    start_llm_server: bool = False
 
 
-def plan(workdir: Path, base: StackSettings | None = None) -> Plan:
-    """Settings for this run: the servers `base` configures (default: the environment's), embedded
-    parts otherwise."""
+def plan(workdir: Path, base: StackSettings | None = None, llm: LocalLLM = "server") -> Plan:
+    """Settings for this run: the servers `base` configures (default: the environment's), local
+    parts otherwise (`llm`: where the reader runs when no endpoint is configured)."""
     stack = base or StackSettings()
     library = stack.library
     overrides: dict[str, Any] = {
@@ -99,11 +108,18 @@ def plan(workdir: Path, base: StackSettings | None = None) -> Plan:
     else:
         overrides["kb_dir"] = (workdir / "kb").resolve()
         using["retriever"] = f"embedded tantivy, one index per tenant under {workdir / 'kb'}"
-    using["llm"] = (f"OpenAI-compatible endpoint {library.llm_base_url}" if library.llm_base_url
-                    else f"embedded llama.cpp, reader {library.reader}")
-    # One process per pool unless configured: two shared cores, one LLM copy per process.
+    start_llm_server = not library.llm_base_url and llm == "server"
+    if library.llm_base_url:
+        using["llm"] = f"OpenAI-compatible endpoint {library.llm_base_url}"
+    elif start_llm_server:
+        using["llm"] = f"one shared llama-server (started here), reader {library.reader}, {LLM_SLOTS} slots"
+    else:
+        using["llm"] = f"embedded llama.cpp in every worker process, reader {library.reader}"
     if not stack.configured("concurrency"):
-        overrides["concurrency"] = {"A": 1, "B": 1, "C": 1, "shadow": 1}
+        # a model copy per process on two shared cores: one process per pool; with the shared
+        # server the processes are HTTP clients, enough of them to fill its slots
+        overrides["concurrency"] = (dict(SERVER_CONCURRENCY) if start_llm_server or library.llm_base_url
+                                    else {"A": 1, "B": 1, "C": 1, "shadow": 1})
     repository = stack.classifier.model_repository.resolve()
     if not stack.configured("model_repository"):
         overrides["model_repository"] = repository
@@ -118,7 +134,7 @@ def plan(workdir: Path, base: StackSettings | None = None) -> Plan:
             f"the rules (no classifier version in {repository}: every decision is the flagged "
             "rules fallback; `arag model ship` publishes the router the repository ships)"
         )
-    return Plan(stack.updated(**overrides), start_triton, using)
+    return Plan(stack.updated(**overrides), start_triton, using, start_llm_server)
 
 
 def processes_with_marker(marker: str) -> list[tuple[int, str]]:
@@ -177,6 +193,7 @@ class LocalStack:
     pools: Any = None  # workers.pools.WorkerPools
     frontdoor: FrontDoorProcess | None = None
     triton: Any = None  # services.classifier.local.TritonProcess, when started here
+    llm_server: Any = None  # infra.local.llama_server.LlamaServerProcess, when started here
     store: Any = None  # adaptive_rag.storage.RecordStore
     # Processes still marked after the orderly stop (killed then); filled when the block exits.
     leftovers: list[tuple[int, str]] = field(default_factory=list)
@@ -246,17 +263,22 @@ def local_stack(
     extra_env: Mapping[str, str] | None = None,
     console: Any = None,
     marker: str | None = None,
+    llm: LocalLLM = "server",
+    llm_slots: int = LLM_SLOTS,
+    llm_threads: int | None = None,
 ) -> Iterator[LocalStack]:
-    """Start the stack `plan(workdir, settings)` describes (printing each step on `console`, a rich
-    Console): Triton when a classifier version is published, the worker `pools`, the front door
-    (unless `frontdoor` is False); import `knowledge_base` into each of `tenants` through the
-    KnowledgeBase API; yield it, then stop everything it started and any marked leftover.
-    `extra_env` goes to every process it starts, on top of the settings."""
+    """Start the stack `plan(workdir, settings, llm)` describes (printing each step on `console`, a
+    rich Console): the shared llama-server (`llm_slots` slots, `llm_threads` threads: default all
+    cores) unless an LLM endpoint is configured or `llm` is "embedded", Triton when a classifier
+    version is published, the worker `pools`, the front door (unless `frontdoor` is False);
+    import `knowledge_base` into each of `tenants` through the KnowledgeBase API; yield it, then
+    stop everything it started and any marked leftover. `extra_env` goes to every process it
+    starts, on top of the settings."""
     console = console or _Quiet()
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     marker = marker or os.environ.get(RUN_MARKER) or uuid.uuid4().hex  # a caller may choose it (tests)
-    p = plan(workdir, settings)
+    p = plan(workdir, settings, llm)
     settings = p.settings
     child_env = {**traces_env(workdir / "traces"), **(extra_env or {}), RUN_MARKER: marker}
     running = LocalStack(plan=p, settings=settings, marker=marker, workdir=workdir, child_env=child_env)
@@ -266,6 +288,21 @@ def local_stack(
             console.print(f"  {part:<10} {what}")
         if not settings.workers.redis_url:
             shutil.rmtree(settings.workers.broker_dir, ignore_errors=True)  # messages of an earlier run
+
+        if p.start_llm_server:
+            from adaptive_rag.llm import embedded_model_path
+            from infra.local.llama_server import LlamaServerProcess
+
+            model = embedded_model_path(settings.library)
+            with console.status(f"starting llama-server ({model.name}, {llm_slots} slots; builds once if missing)"):
+                server = stack.enter_context(LlamaServerProcess(
+                    model, parallel=llm_slots, threads=llm_threads or os.cpu_count() or 2,
+                    log_path=running.logs / "llama_server.log", extra_env=child_env))
+            running.llm_server = server
+            # The project's prompts are few-shot completions: the completions API keeps the
+            # embedded model's answers (a chat template would wrap them).
+            settings = running.settings = settings.updated(llm_base_url=server.base_url, llm_api="completions")
+            console.print(f"llama-server on {server.base_url} (pid {server.process.pid}), {llm_slots} slots")
 
         if p.start_triton:
             classifier = settings.classifier

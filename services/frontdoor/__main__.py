@@ -59,12 +59,19 @@ async def serve(listen: str | None = None, settings: FrontDoorSettings | None = 
         functools.partial(queue.workers_alive, settings.worker_ping_timeout_s)
         if settings.health_workers else None
     )
+    # With an LLM endpoint configured (the workers' shared server), readiness waits for it too.
+    llm_probe = None
+    if settings.health_workers and library.llm_base_url:
+        from adaptive_rag.llm.openai_compat import OpenAICompatibleLLM
+
+        llm_probe = OpenAICompatibleLLM(library.llm_base_url, library.llm_model,
+                                        api_key=library.llm_api_key, max_retries=0).readiness_problem
     running = await start_server(
         library, settings, records, queue,
         # while Redis restarts, results are read from the records (the worker writes them first)
         open_result_waiter(threads=settings.wait_threads, stored=stored_results(records)), router,
         open_knowledge_service(library, engine), metrics, listen=listen,
-        fair_share=open_fair_share(settings), worker_probe=worker_probe,
+        fair_share=open_fair_share(settings), worker_probe=worker_probe, llm_probe=llm_probe,
     )
     print(f"READY front door on port {running.port}", flush=True)
     stop = asyncio.Event()
@@ -84,9 +91,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
     settings = FrontDoorSettings()
+    if (problem := startup_problem(Settings().database_url, settings.redis_url)) is not None:
+        print(f"front door not started: {problem}", file=sys.stderr, flush=True)
+        return 2
     with asyncio.Runner(loop_factory=event_loop_factory(settings.event_loop)) as runner:
         runner.run(serve(args.listen, settings))
     return 0
+
+
+def startup_problem(database_url: str, redis_url: str | None) -> str | None:
+    """What makes this configuration unable to serve (a Sentinel list that names no working
+    primary, a records URL with no writable host), or None (see `workers.startup`)."""
+    from adaptive_rag.errors import ConfigurationError
+    from workers.startup import check_backing_services
+
+    try:
+        found = check_backing_services(database_url, redis_url)
+    except ConfigurationError as exc:
+        return str(exc)
+    structlog.get_logger("frontdoor").info("startup_checks", **found)
+    return None
 
 
 def event_loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:

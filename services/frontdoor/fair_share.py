@@ -30,6 +30,7 @@ from adaptive_rag.contracts import TIERS, Tier
 from adaptive_rag.errors import ConfigurationError, OverShareError
 
 from services.frontdoor.settings import FrontDoorSettings
+from workers import redis_connections
 
 log = logging.getLogger(__name__)
 
@@ -381,6 +382,7 @@ def open_fair_share(settings: FrontDoorSettings) -> RedisFairShare | InMemoryFai
     if not settings.redis_url:
         return InMemoryFairShare(config)
     # Short timeouts and no retries: a limiter that fails open must not stall admission.
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=0.25, socket_connect_timeout=0.25,
-                                  retry=None)
+    # (with Sentinel: the current primary, asked again at every new connection)
+    client = redis_connections.sync_client(settings.redis_url, socket_timeout=0.25, socket_connect_timeout=0.25,
+                                           retry=None)
     return RedisFairShare(client, config)

@@ -240,13 +240,16 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
     `KnowledgeBase` servicer (`services.frontdoor.knowledge`) runs its calls through it too."""
 
     def __init__(self, service: AnswerService, settings: FrontDoorSettings, metrics: FrontDoorMetrics,
-                 worker_probe: Callable[[], list[str]] | None = None) -> None:
+                 worker_probe: Callable[[], list[str]] | None = None,
+                 llm_probe: Callable[[], str | None] | None = None) -> None:
         """`worker_probe`: the names of the workers that answer a ping now (health checks it;
-        None: not checked)."""
+        None: not checked). `llm_probe`: what keeps the workers' LLM endpoint from answering
+        (None: ready; the probe None: not checked)."""
         self.service = service
         self.settings = settings
         self.metrics = metrics
         self.worker_probe = worker_probe
+        self.llm_probe = llm_probe
         self.workers_seen: list[str] = []  # the last ping's answers (health cycle)
         self._missing_queues: list[str] = []
 
@@ -360,14 +363,17 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
         return sorted({self.service.queue.queue_name(tier) for tier in TIERS} | {SHADOW_QUEUE})
 
     async def watch_health(self, health_servicer: health.aio.HealthServicer, interval_s: float = 5.0) -> None:
-        """Readiness says NOT_SERVING while the records database or the task queue is away, or no
-        worker answers a ping (a load balancer then sends calls to another replica), SERVING
-        again when all answer. Liveness (`LIVENESS_SERVICE`) is left SERVING: see `stubs`."""
+        """Readiness says NOT_SERVING while the records database or the task queue is away, no
+        worker answers a ping, or the LLM endpoint the workers call is not ready (a load balancer
+        then sends calls to another replica), SERVING again when all answer. Liveness (`LIVENESS_SERVICE`) is left SERVING: see `stubs`."""
         serving = True
         while True:
             problems = await self.service.dependency_problems()
             if not problems:
                 problems = await self.worker_problems()
+            if not problems and self.llm_probe is not None:
+                problem = await asyncio.to_thread(self.llm_probe)
+                problems = [problem] if problem else []
             if serving != (not problems):
                 serving = not problems
                 status = (health_pb2.HealthCheckResponse.SERVING if serving
@@ -451,18 +457,20 @@ async def start_server(
     health_watch_s: float | None = 5.0,
     sample: Callable[[], float] = random.random, fair_share: FairShare | None = None,
     worker_probe: Callable[[], list[str]] | None = None,
+    llm_probe: Callable[[], str | None] | None = None,
 ) -> RunningServer:
     """Build, bind and start the server (health, and reflection unless switched off); `listen`
     may end in :0. TLS when the settings name a certificate and key (`server_credentials`).
 
     `waiter` is started here, on the server's event loop (the Redis waiter binds to it).
-    `worker_probe`: what health asks whether any worker runs (None: not asked).
+    `worker_probe`: what health asks whether any worker runs (None: not asked); `llm_probe`:
+    whether the workers' LLM endpoint is ready (None: not asked).
     """
     metrics = metrics or FrontDoorMetrics()
     await waiter.start()
     service = answer_service(library, settings, records, queue, waiter, router, metrics, knowledge,
                              fair_share, sample)
-    servicer = FrontDoor(service, settings, metrics, worker_probe)
+    servicer = FrontDoor(service, settings, metrics, worker_probe, llm_probe)
     server = grpc.aio.server(
         interceptors=[
             # outermost: a span per call (health checks and reflection left out)

@@ -1,6 +1,6 @@
 """A revoked API key is refused by every front-door replica, whoever revoked it, with real parts:
-two front doors as their own processes (`python -m services.frontdoor`) on one PostgreSQL records
-database and one redis-server. Each remembers keys for 10 minutes (`ARAG_KEY_CACHE=600`), so only
+two front doors as their own processes (`python -m services.frontdoor`, started by the lab's stack
+with no worker pool) on one PostgreSQL records database and one redis-server. Each remembers keys for 10 minutes (`ARAG_KEY_CACHE=600`), so only
 the revocation watch (`ARAG_KEY_REVOCATION`, its default of 1 s) can make them refuse a key they
 have just accepted: the records read by the watch, not a message one replica could miss.
 
@@ -21,14 +21,10 @@ import pytest
 from typer.testing import CliRunner
 
 from adaptive_rag.cli import app
-from adaptive_rag.settings import ClassifierSettings, Settings
 from adaptive_rag.storage import RecordStore
-from infra.local.servers import free_port
-from services.demo.stack import FrontDoorProcess, StackSettings
-from services.frontdoor.settings import FrontDoorSettings
+from lab.harness.stack import Parts, lab_stack
 from services.frontdoor.stubs import pb2, pb2_grpc
 from tests.support.redis import redis_db
-from workers.settings import WorkerSettings
 
 pytestmark = pytest.mark.integration
 
@@ -42,21 +38,15 @@ SETTLE_S = 2.5
 
 @pytest.fixture(scope="module")
 def replicas(redis_url, store: RecordStore, postgres_url, tmp_path_factory) -> Iterator[list[pb2_grpc.AdaptiveRagStub]]:
-    logs = tmp_path_factory.mktemp("key-revocation")
-    redis = redis_db(redis_url, 14)
-    settings = StackSettings(
-        library=Settings(_env_file=None, database_url=postgres_url, index_dir=logs / "index"),
-        classifier=ClassifierSettings(_env_file=None),
-        frontdoor=FrontDoorSettings(_env_file=None, router="rules", metrics_port=0, health_workers=False,
-                                    key_cache_s=KEY_CACHE_S, redis_url=redis),
-        workers=WorkerSettings(_env_file=None, redis_url=redis),
-    )
-    with ExitStack() as running:
+    settings = {"redis_url": redis_db(redis_url, 14), "database_url": postgres_url, "router": "rules",
+                "health_workers": False, "key_cache_s": KEY_CACHE_S}
+    with lab_stack(tmp_path_factory.mktemp("key-revocation"), Parts(broker="redis", records="postgres"),
+                   pools=(), frontdoor=False, tenants=(), settings=settings, dotenv=False) as stack, \
+            ExitStack() as running:
         stubs = []
         for name in ("replica-1", "replica-2"):
-            listen = f"127.0.0.1:{free_port()}"
-            running.enter_context(FrontDoorProcess(settings.env(), logs / f"{name}.log", listen))
-            stubs.append(pb2_grpc.AdaptiveRagStub(running.enter_context(grpc.insecure_channel(listen))))
+            door = stack.start_frontdoor(name)
+            stubs.append(pb2_grpc.AdaptiveRagStub(running.enter_context(grpc.insecure_channel(door.listen))))
         yield stubs
 
 

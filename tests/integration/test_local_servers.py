@@ -1,5 +1,5 @@
-"""The local-server harness (`infra.local.servers`, `infra.local.opensearch`) with real
-redis-server, PostgreSQL and an OpenSearch node: data written before a clean restart or a crash is
+"""The local-server harness (`infra.local.servers`, `infra.local.opensearch`, the command
+`python -m infra.local`) with real redis-server, PostgreSQL and an OpenSearch node: data written before a clean restart or a crash is
 there again on the same port, and the command-line helper stopped with SIGTERM leaves no server
 process and no directory behind.
 
@@ -123,7 +123,7 @@ def test_an_unknown_stop_mode_is_refused(workdir: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["redis", "postgres"])
 def test_the_helper_stopped_with_sigterm_leaves_no_server_and_no_directory(kind: str) -> None:
-    helper = subprocess.Popen([sys.executable, "-m", "infra.local.servers", kind], cwd=REPO,
+    helper = subprocess.Popen([sys.executable, "-m", "infra.local", kind], cwd=REPO,
                               env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -150,7 +150,7 @@ def test_the_helper_with_a_port_and_a_directory_keeps_them(workdir: Path) -> Non
     port = free_port()
     for run, expected in ((1, None), (2, b"first run")):
         helper = subprocess.Popen(
-            [sys.executable, "-m", "infra.local.servers", "redis", "--port", str(port), "--dir", str(workdir)],
+            [sys.executable, "-m", "infra.local", "redis", "--port", str(port), "--dir", str(workdir)],
             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:

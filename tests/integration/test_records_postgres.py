@@ -81,6 +81,25 @@ def test_migrations_downgrade_and_upgrade_again(postgres_url, migrated_engine):
     assert set(SERVING_TABLES) <= set(inspect(migrated_engine).get_table_names())
 
 
+def test_the_runs_column_starts_from_the_deliveries_known_before_it(store, postgres_url, migrated_engine):
+    """`0010_request_runs` on PostgreSQL: a row written before it counts the runs still known
+    (its `deliveries`), a new row starts at 0, and the downgrade drops the column."""
+    from alembic import command
+
+    config = alembic_config(postgres_url)
+    command.downgrade(config, "0009_kb_abstention")
+    try:
+        assert "runs" not in {c["name"] for c in inspect(migrated_engine).get_columns("requests")}
+        with migrated_engine.begin() as conn:
+            conn.execute(text("INSERT INTO requests (request_id, tenant, query, status, deliveries) "
+                              "VALUES ('old', 'acme', 'q', 'done', 3), ('older', 'acme', 'q', 'queued', 0)"))
+    finally:
+        command.upgrade(config, "head")
+    assert (store.get_request("old").runs, store.get_request("older").runs) == (3, 0)
+    assert store.begin_run("older", tenant="acme") == 1
+    assert store.get_request("older").runs == 1
+
+
 def test_one_process_sweeps_the_queued_requests_at_a_time(store):
     """A second front door finds the sweep's advisory lock held and skips its turn."""
     from adaptive_rag.storage.locks import advisory_lock

@@ -127,6 +127,7 @@ def test_a_task_that_keeps_killing_its_whole_worker_is_stopped_after_the_cap(sta
     assert f"killed its worker {MAX_DELIVERIES} times" in result.error
     view = stack.store.get_request(task.request_id)
     assert view.status is RequestStatus.ERROR and view.deliveries == MAX_DELIVERIES + 1
+    assert view.runs == MAX_DELIVERIES + 1  # every run begun, the one refused at the cap too
     assert stack.store.count_results(task.request_id) == 1
     assert stack.pools.health["A"].exit_codes[-MAX_DELIVERIES:] == [-signal.SIGKILL] * MAX_DELIVERIES
     stack.pools.wait_ready("A")
@@ -241,8 +242,11 @@ def test_a_run_that_failed_for_a_dependency_runs_again_when_resent(redis_url, po
             reply = client.stub.Answer(ask, metadata=client.auth, timeout=ANSWER_S)
             assert reply.request_id == request_id and not reply.replayed
             assert reply.answer == LLM_ANSWER.rstrip(".")
-            assert store.get_request(request_id).status is RequestStatus.DONE
+            view = store.get_request(request_id)
+            assert view.status is RequestStatus.DONE
             assert store.count_results(request_id) == 1 and store.get_result(request_id).ok
+            # one result row, two runs: the failed one's row was replaced, its run still counts
+            assert (view.runs, view.deliveries) == (2, 1)
             again = client.stub.Answer(ask, metadata=client.auth, timeout=ANSWER_S)
             assert again.replayed and again.answer == reply.answer
 

@@ -29,6 +29,7 @@ class Request:
     status: RequestStatus = RequestStatus.QUEUED
     deliveries: int = 0
     shadow_deliveries: int = 0
+    runs: int = 0
     updated_at: float = field(default_factory=time.time)  # when it last changed (expiry age)
     enqueued_at: float | None = None  # when its task was marked published (the outbox mark)
     conversation_id: str | None = None
@@ -143,10 +144,10 @@ class FakeStore:
         self.requests[request_id].updated_at = time.time()
         self.statuses.append((request_id, RequestStatus(status)))
 
-    def begin_run(self, request_id, kind=ResultKind.PRIMARY):
+    def begin_run(self, request_id, kind=ResultKind.PRIMARY, tenant=None):
         with self.lock:
             request = self.requests.get(request_id)
-            if request is None:
+            if request is None or (tenant is not None and request.tenant != tenant):
                 raise RequestNotFoundError(request_id)
             if ResultKind(kind) is ResultKind.SHADOW:
                 request.shadow_deliveries += 1
@@ -155,6 +156,7 @@ class FakeStore:
                 return None
             request.status, request.updated_at = RequestStatus.RUNNING, time.time()
             request.deliveries += 1
+            request.runs += 1
             self.statuses.append((request_id, RequestStatus.RUNNING))
             return request.deliveries
 

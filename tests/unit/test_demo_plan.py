@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from services.demo.__main__ import load_questions
-from services.demo.local import plan
+from services.demo.local import SERVER_CONCURRENCY, plan
 
 SERVER_VARIABLES = ("REDIS_URL", "DATABASE_URL", "OPENSEARCH_URL", "TRITON_URL", "TRITON_GRPC_URL",
                     "LLM_BASE_URL", "ARAG_RETRIEVER", "ARAG_OPENSEARCH_INDEX", "ARAG_CONCURRENCY")
@@ -30,12 +30,21 @@ def test_embedded_defaults_start_everything_locally(tmp_path):
     assert workers.redis_url is None and workers.broker_dir == tmp_path / "demo" / "broker"
     assert library.database_url == f"sqlite:///{(tmp_path / 'demo' / 'arag.db').resolve()}"
     assert library.retriever == "tantivy" and library.kb_dir == (tmp_path / "demo" / "kb").resolve()
-    assert {workers.pool_concurrency(p) for p in ("A", "B", "C", "shadow")} == {1}
+    # one shared llama-server, started by the stack; the pools are its HTTP clients
+    assert chosen.start_llm_server and "one shared llama-server" in chosen.using["llm"]
+    assert {p: workers.pool_concurrency(p) for p in ("A", "B", "C", "shadow")} == SERVER_CONCURRENCY
     # Child processes (pools, front door) read the same choices back from their environment.
     env = settings.env(base={})
     assert env["DATABASE_URL"] == library.database_url and env["ARAG_BROKER_DIR"] == str(workers.broker_dir)
-    assert json.loads(env["ARAG_CONCURRENCY"]) == {"A": 1, "B": 1, "C": 1, "shadow": 1}
+    assert json.loads(env["ARAG_CONCURRENCY"]) == SERVER_CONCURRENCY
     assert env["ARAG_GRPC_LISTEN"] == settings.frontdoor.grpc_listen
+
+
+def test_the_embedded_reader_is_a_model_copy_per_worker_process(tmp_path):
+    chosen = plan(tmp_path / "demo", llm="embedded")
+    assert not chosen.start_llm_server and "every worker process" in chosen.using["llm"]
+    assert chosen.settings.library.llm_base_url is None
+    assert {chosen.settings.workers.pool_concurrency(p) for p in ("A", "B", "C", "shadow")} == {1}
 
 
 def test_configured_servers_are_used_and_not_started(tmp_path, monkeypatch):
@@ -52,7 +61,7 @@ def test_configured_servers_are_used_and_not_started(tmp_path, monkeypatch):
     assert workers.redis_url == "redis://127.0.0.1:6399/0"
     assert library.database_url.startswith("postgresql+psycopg://")
     assert (library.retriever, library.kb_index_prefix) == ("opensearch", "arag-demo")
-    assert library.llm_base_url == "http://127.0.0.1:8080/v1"
+    assert library.llm_base_url == "http://127.0.0.1:8080/v1" and not chosen.start_llm_server
     assert workers.concurrency["A"] == 3 and workers.concurrency["B"] == 2  # configured: kept as is
     assert "Redis" in chosen.using["broker"] and "OpenSearch" in chosen.using["retriever"]
 

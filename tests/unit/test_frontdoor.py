@@ -38,7 +38,7 @@ class Harness:
 
     def __init__(self, settings: FrontDoorSettings, delay_s: float = 0.0, work=None,
                  fair_share=None, health_watch_s: float | None = None, worker_probe=None,
-                 library: Settings | None = None) -> None:
+                 library: Settings | None = None, llm_probe=None) -> None:
         self.store = FakeStore()
         self.store.add_key(KEY, "acme")
         self.store.add_key(OTHER_KEY, "globex")
@@ -54,7 +54,7 @@ class Harness:
             start_server(library or LIBRARY, settings, self.store, self.queue, FakeWaiter(self.queue),
                          self.router, self.knowledge, self.metrics, listen="127.0.0.1:0", poll_models=False,
                          queue_watch_s=None, sample=lambda: self.samples[0], fair_share=fair_share,
-                         health_watch_s=health_watch_s, worker_probe=worker_probe),
+                         health_watch_s=health_watch_s, worker_probe=worker_probe, llm_probe=llm_probe),
             self.loop,
         ).result(10)
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.running.port}")
@@ -591,19 +591,23 @@ def test_readiness_is_not_serving_while_the_database_or_the_broker_is_away_liven
         h.close()
 
 
+def health_becomes(channel: grpc.Channel, expected: int, within_s: float = 5.0) -> bool:
+    """Whether readiness (service "") reports `expected` within `within_s`."""
+    health = health_pb2_grpc.HealthStub(channel)
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if health.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME)).status == expected:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def test_health_is_not_serving_while_no_worker_answers_a_ping():
     alive: list[str] = ["tier-a@h", "tier-b@h", "tier-c@h"]
     h = Harness(make_settings(), health_watch_s=0.05, worker_probe=lambda: list(alive))
     try:
-        health = health_pb2_grpc.HealthStub(h.channel)
-
         def becomes(expected: int) -> bool:
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:
-                if health.Check(health_pb2.HealthCheckRequest(service=SERVICE_NAME)).status == expected:
-                    return True
-                time.sleep(0.05)
-            return False
+            return health_becomes(h.channel, expected)
 
         assert becomes(health_pb2.HealthCheckResponse.SERVING)
         alive.clear()
@@ -613,6 +617,20 @@ def test_health_is_not_serving_while_no_worker_answers_a_ping():
         gauge = h.metrics.registry.get_sample_value("arag_workers_alive", {"queue": "tier-a"})
         assert gauge == 0.0
         assert h.metrics.registry.get_sample_value("arag_workers_alive", {"queue": "tier-c"}) == 1.0
+    finally:
+        h.close()
+
+
+def test_health_is_not_serving_while_the_llm_endpoint_is_not_ready():
+    said: list[str | None] = ["LLM endpoint http://127.0.0.1:1/v1 not ready (HTTP 503)"]  # loading
+    h = Harness(make_settings(), health_watch_s=0.05, worker_probe=lambda: ["tier-b@h"], llm_probe=lambda: said[0])
+    try:
+        def becomes(expected: int) -> bool:
+            return health_becomes(h.channel, expected)
+
+        assert becomes(health_pb2.HealthCheckResponse.NOT_SERVING)
+        said[0] = None  # the model is loaded
+        assert becomes(health_pb2.HealthCheckResponse.SERVING)
     finally:
         h.close()
 

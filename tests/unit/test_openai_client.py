@@ -291,3 +291,35 @@ def test_a_refused_connection_is_llm_unavailable_after_the_retries() -> None:
     llm._post.retry.sleep = lambda seconds: None
     with pytest.raises(LLMUnavailableError, match=f"127.0.0.1:{port}"):
         llm.generate("p", 4)
+
+
+class _LoadingThenReady(BaseHTTPRequestHandler):
+    """`GET /v1/models`: 503 while `loading` (as llama-server says while it loads the model), then 200."""
+
+    loading = True
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        status = 503 if _LoadingThenReady.loading or self.path != "/v1/models" else 200
+        body = b'{"data": [{"id": "m"}]}'
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def test_readiness_says_loading_then_ready_and_unreachable_when_nothing_listens() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _LoadingThenReady)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        llm = OpenAICompatibleLLM(f"http://127.0.0.1:{server.server_port}", "m")
+        assert llm.readiness_problem() == f"LLM endpoint {llm.base_url} not ready (HTTP 503)"
+        _LoadingThenReady.loading = False
+        assert llm.readiness_problem() is None
+    finally:
+        server.shutdown()
+        server.server_close()
+    problem = llm.readiness_problem()  # the port is closed now
+    assert problem is not None and "unreachable" in problem

@@ -343,6 +343,7 @@ def test_begin_run_counts_deliveries_and_starts_only_a_request_in_flight(store):
     assert store.begin_run(request_id) == 2  # the worker died; the message came back
     assert store.get_request(request_id).deliveries == 2
     assert store.begin_run(request_id, ResultKind.SHADOW) == 1  # counted apart, status untouched
+    assert store.get_request(request_id).runs == 2  # primary runs only
     assert store.get_request(request_id).status is RequestStatus.RUNNING
     save(store, request_id)
     assert store.begin_run(request_id) is None  # finished: nothing begins again
@@ -351,9 +352,42 @@ def test_begin_run_counts_deliveries_and_starts_only_a_request_in_flight(store):
     store.set_status(never, RequestStatus.REJECTED)
     assert store.begin_run(never) is None
     assert store.get_request(never).status is RequestStatus.REJECTED
-    assert store.get_request(never).deliveries == 0
+    assert (store.get_request(never).deliveries, store.get_request(never).runs) == (0, 0)
     with pytest.raises(RequestNotFoundError):
         store.begin_run("missing")
+
+
+def test_a_run_is_counted_only_on_the_tasks_own_tenants_request(store):
+    """A worker names its task's tenant: a request id of another tenant is unknown to it, and
+    neither its status nor its counts move."""
+    theirs = new_request(store, tenant="globex")
+    with pytest.raises(RequestNotFoundError, match="for tenant 'acme'"):
+        store.begin_run(theirs, tenant="acme")
+    with pytest.raises(RequestNotFoundError):
+        store.begin_run(theirs, ResultKind.SHADOW, tenant="acme")
+    view = store.get_request(theirs)
+    assert (view.status, view.deliveries, view.runs) == (RequestStatus.QUEUED, 0, 0)
+    assert store.begin_run(theirs, tenant="globex") == 1
+    assert store.get_request(theirs).runs == 1
+    store.set_status(theirs, RequestStatus.DONE)
+    assert store.begin_run(theirs, tenant="globex") is None  # its own, not in flight: no error
+
+
+def test_runs_begun_at_once_are_each_counted(store):
+    """Deliveries of one message racing (a redelivery while the first run still goes on) each
+    count a run: the increment is one conditional statement, not a read and a write."""
+    request_id = new_request(store)
+    barrier = threading.Barrier(4)
+
+    def begin() -> int | None:
+        barrier.wait()
+        return store.begin_run(request_id, tenant="acme")
+
+    with ThreadPoolExecutor(4) as pool:
+        counts = sorted(pool.map(lambda _: begin(), range(4)))
+    assert counts == [1, 2, 3, 4]
+    view = store.get_request(request_id)
+    assert (view.deliveries, view.runs) == (4, 4)
 
 
 def test_only_requests_queued_past_the_age_expire(store):
@@ -417,6 +451,7 @@ def test_readmit_queues_again_what_never_ran_and_what_a_dependency_failed(store)
     assert store.get_result(failed) is None  # the failed run's row is gone, the shadow run's kept
     assert store.get_result(failed, ResultKind.SHADOW, Tier.C).answer == "shadow"
     assert store.begin_run(failed) == 1
+    assert store.get_request(failed).runs == 3  # every run the request began, the new one too
     assert save(store, failed, "answered this time")  # the one primary row of the request
     assert store.get_result(failed).answer == "answered this time"
     assert store.count_results(failed) == 2 and not store.readmit(failed)

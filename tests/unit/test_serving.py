@@ -654,6 +654,29 @@ def test_a_task_whose_request_expired_is_not_run_unless_its_client_resent_it():
     assert again == result and len(store.results) == 1
 
 
+def test_a_task_naming_another_tenants_request_neither_runs_nor_writes_to_it():
+    store = FakeStore()
+    recorded_task(store)  # acme's request r1
+    forged = AnswerTask(request_id="r1", tenant="globex", query="Who makes Lumora lamps?", tier=Tier.B,
+                        strategy=STRATEGY[Tier.B], enqueued_at=time.time())
+    resources = Resources(FakeRetriever(make_passages(4)))
+    with pytest.raises(NotRunnable, match="tenant globex: not recorded"):
+        answer_task(forged, store, resources, Delivery("w", 1, may_retry=True))
+    assert resources.tenants == [] and resources._llm.calls == [] and store.results == {}
+    request = store.requests["r1"]
+    assert (request.status, request.deliveries, request.runs) == (RequestStatus.QUEUED, 0, 0)
+
+
+def test_every_run_begun_is_counted_though_the_request_has_one_result():
+    store = FakeStore()
+    task = recorded_task(store)
+    resources = Resources(FakeRetriever(make_passages(4)))
+    store.begin_run("r1", tenant="acme")  # a first delivery whose worker died mid-run
+    result = answer_task(task, store, resources, Delivery("w", 2, may_retry=True))
+    assert result.ok and len(store.results) == 1
+    assert (store.requests["r1"].deliveries, store.requests["r1"].runs) == (2, 2)
+
+
 def test_a_message_begun_more_often_than_the_cap_records_an_internal_error_without_running():
     store = FakeStore()
     task = recorded_task(store)

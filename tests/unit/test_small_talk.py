@@ -11,7 +11,7 @@ POSITIVE = {
     "greeting": [
         "hi", "Hi!", "HI THERE", "hello", "Hello 👋", "hey", "heyyy", "Hey there!!", "hiya",
         "good morning", "Good Evening :)", "morning!", "hello again", "Hi everyone",
-        "hello, is anyone there?", "yo", "what's up?", "Whats up", "nice to meet you",
+        "hello, is anyone there?", "yo", "nice to meet you",
         "  hello   ", "hello...", "¡hola!",
     ],
     "thanks": [
@@ -25,12 +25,12 @@ POSITIVE = {
         "take care", "have a nice day", "Have a great weekend!", "ok bye", "thanks, bye!",
         "that's all for now, thanks", "good night", "Tschüss!",
     ],
-    "identity": [
-        "who are you?", "What are you?", "who are u", "what's your name?", "what is your name",
-        "who am I talking to?", "introduce yourself",
-    ],
+    "identity": ["who are you?", "What are you?", "who are u", "introduce yourself"],
+    "name": ["what's your name?", "what is your name", "do you have a name"],
+    "creator": ["who made you?", "who built you", "Who created you?"],
     "capabilities": ["what can you do?", "how can you help me?", "can you help me?", "help", "I need help"],
     "wellbeing": [
+        "what's up?", "Whats up",  # a greeting to the rules; "I'm doing well" answers it too
         "how are you?", "How are you doing today?", "hi, how are you?", "how's it going?",
         "Hey! How are you doing?", "you ok?",
     ],

@@ -239,9 +239,9 @@ def test_route_fixed_rows_small_talk_and_router_results(settings: Settings) -> N
     talk = route("router", "thanks!", settings)
     assert (talk.strategy, talk.tier) == (SMALL_TALK_STRATEGY, Tier.A)
     assert route("router", "Hi, how does the virus spread?", settings).strategy == "single_step"
-    as_tier = route("router", "anything at all here", settings, router=lambda q: Tier.C)
+    as_tier = route("router", "how long does the virus live on surfaces", settings, router=lambda q: Tier.C)
     assert (as_tier.strategy, as_tier.tier) == (multi_step_strategy(settings), Tier.C)
-    decision = route("router", "anything at all here", settings,
+    decision = route("router", "how long does the virus live on surfaces", settings,
                      router=lambda q: RoutingDecision(tier=Tier.A))
     assert (decision.strategy, decision.tier) == ("no_retrieval", Tier.A)
     with pytest.raises(ConfigurationError):
