@@ -45,6 +45,20 @@ class StrategyName(StrEnum):
         return repr(self.value)
 
 
+class AnswerStyle(StrEnum):
+    """How the reader answers: `short` is the span QA benchmarks score (a few words); `support`
+    is what a customer needs: one to a few sentences or steps from the passages, citing them
+    as [1], [2] (the reply's sources in order). Chosen per tenant; benchmarks read `short`."""
+
+    SHORT = "short"
+    SUPPORT = "support"
+
+
+# A tenant that chose no style gets the deployment's (`ARAG_ANSWER_STYLE`), `support` by default;
+# evaluation runs build their strategies with `short` unless told otherwise.
+DEFAULT_TENANT_STYLE = AnswerStyle.SUPPORT
+
+
 class RequestStatus(StrEnum):
     """Where one request is; `set_status` never moves a finished request back in flight."""
 
@@ -108,6 +122,7 @@ class CallError(StrEnum):
     QUERY_CONTROL_CHARACTER = "query_control_character"
     INVALID_CLIENT_REQUEST_ID = "invalid_client_request_id"
     INVALID_REQUEST_ID = "invalid_request_id"
+    INVALID_CONVERSATION_ID = "invalid_conversation_id"
     INVALID_FEEDBACK = "invalid_feedback"
     INVALID_DOCUMENT = "invalid_document"
     TOO_MANY_DOCUMENTS = "too_many_documents"
@@ -123,6 +138,7 @@ class CallError(StrEnum):
     DEADLINE_EXCEEDED = "deadline_exceeded"
     NOT_RECORDED = "not_recorded"
     REQUEST_NOT_FOUND = "request_not_found"
+    CONVERSATION_NOT_FOUND = "conversation_not_found"
     CLIENT_REQUEST_ID_REUSED = "client_request_id_reused"
     NOT_FINISHED = "not_finished"
     NEVER_RAN = "never_ran"
@@ -145,6 +161,9 @@ CALL_ERROR_MESSAGES: MappingProxyType[CallError, str] = MappingProxyType({
     CallError.INVALID_CLIENT_REQUEST_ID:
         "client_request_id must be printable text without spaces, within its length limit (omit it for none)",
     CallError.INVALID_REQUEST_ID: "request_id must be the id an Answer returned",
+    CallError.INVALID_CONVERSATION_ID:
+        "conversation_id must be the conversation_id an Answer returned (printable text without "
+        "spaces, within its length limit); omit it to start a new conversation",
     CallError.INVALID_FEEDBACK:
         "feedback needs a rating of -1, 0 or 1; correct_answer and comment must be text within "
         "their length limit, without control characters",
@@ -173,6 +192,9 @@ CALL_ERROR_MESSAGES: MappingProxyType[CallError, str] = MappingProxyType({
         "no answer within the deadline; the request keeps running: call GetResult with its request id",
     CallError.NOT_RECORDED: "the deadline passed before the request was recorded: send it again",
     CallError.REQUEST_NOT_FOUND: "no request with this id for this API key's tenant",
+    CallError.CONVERSATION_NOT_FOUND:
+        "no conversation with this id for this API key's tenant within the conversation retention: "
+        "omit conversation_id to start a new one",
     CallError.CLIENT_REQUEST_ID_REUSED: "this client_request_id was already used for a different query: choose a new one",
     CallError.NOT_FINISHED: "the request is still queued or running: call GetResult again later",
     CallError.NEVER_RAN:
@@ -329,6 +351,25 @@ class RequestView:
     updated_at: datetime
     deliveries: int = 0  # deliveries of the primary task that began its run (`begin_run`)
     runs: int = 0  # primary runs begun over the request's life (a re-admission keeps counting)
+    # The conversation it is a turn of, the standalone question it was routed and searched as
+    # (None: the query as sent) and how that was made (`strategies.follow_up.RewriteMethod`).
+    conversation_id: str | None = None
+    standalone_query: str | None = None
+    rewrite: str | None = None
+
+    @property
+    def searched_query(self) -> str:
+        """What the strategies ran on: the standalone question, else the query."""
+        return self.standalone_query or self.query
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationTurn:
+    """An earlier turn of a conversation as the records return it (oldest first)."""
+
+    request_id: str
+    question: str  # as it was searched (the standalone question)
+    answer: str  # "" while it runs, or when it failed or abstained
 
 
 class TaskRef(NamedTuple):

@@ -62,6 +62,13 @@ class RequestNotFoundError(AdaptiveRagError):
     reason = CallError.REQUEST_NOT_FOUND
 
 
+class ConversationNotFoundError(RequestNotFoundError):
+    """No such conversation for the caller's tenant: unknown, another tenant's, or every turn
+    older than the retention (all three look the same to a caller)."""
+
+    reason = CallError.CONVERSATION_NOT_FOUND
+
+
 # --- serving: what a use case can refuse; each entry point maps these to its own status table ---
 
 

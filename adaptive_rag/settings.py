@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from adaptive_rag.contracts import CLASSIFIER_MODEL, StrategyName
+from adaptive_rag.contracts import CLASSIFIER_MODEL, DEFAULT_TENANT_STYLE, AnswerStyle, StrategyName
 from adaptive_rag.readers import DEFAULT_READER, ReaderName, reader_model
 
 CACHE_DIR = Path.home() / ".cache" / "adaptive-rag"
@@ -81,6 +81,12 @@ class Settings(BaseSettings):
     )
     reader_abstains: bool = Field(
         False, validation_alias=env_name("ARAG_READER_ABSTAINS", "reader_abstains")
+    )
+    # How a tenant's answers read when its knowledge base chose no style (`arag kb style`):
+    # `support`, a full answer citing its sources, or `short`, the span QA benchmarks score.
+    # Evaluation runs read `short` unless told otherwise (`arag eval --style`).
+    answer_style: AnswerStyle = Field(
+        DEFAULT_TENANT_STYLE, validation_alias=env_name("ARAG_ANSWER_STYLE", "answer_style")
     )
 
     # --- generator LLM -------------------------------------------------------------------------

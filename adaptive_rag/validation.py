@@ -92,6 +92,24 @@ def check_request_id(value: str) -> str:
     return value
 
 
+def check_conversation_id(value: str) -> str:
+    """A conversation id: what an Answer returned (1-64 printable characters without spaces)."""
+    reason = CallError.INVALID_CONVERSATION_ID
+    if not value:
+        raise InvalidRequestError("conversation_id is empty; omit the field to start a new conversation",
+                                  reason=reason)
+    if len(value) > MAX_REQUEST_ID:
+        raise InvalidRequestError(f"conversation_id is {len(value)} characters; the limit is {MAX_REQUEST_ID}",
+                                  reason=reason)
+    for position, char in enumerate(value):
+        if not char.isprintable() or char.isspace():
+            raise InvalidRequestError(
+                f"conversation_id contains U+{ord(char):04X} at position {position}; conversation "
+                "ids are printable text without spaces", reason=reason,
+            )
+    return value
+
+
 def check_feedback(rating: int, correct_answer: str | None, comment: str | None) -> None:
     reason = CallError.INVALID_FEEDBACK
     if rating not in RATINGS:

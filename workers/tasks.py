@@ -21,7 +21,7 @@ from celery.exceptions import Ignore, SoftTimeLimitExceeded
 from celery.signals import task_failure, task_retry, worker_process_init
 from celery.utils.time import get_exponential_backoff_interval
 
-from adaptive_rag.contracts import ANSWER_TASK, AnswerResult, AnswerTask
+from adaptive_rag.contracts import ANSWER_TASK, AnswerResult, AnswerStyle, AnswerTask
 from adaptive_rag.knowledge.documents import KnowledgeIndex
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.serving.answering import (
@@ -54,7 +54,7 @@ class WorkerResources:
     failed load (a knowledge base not there yet) is tried again by the next attempt instead of
     being cached. At most `kb_open_retrievers` tenants' retrievers stay open (least recently used
     closed first); each follows its tenant's later imports and rebuilds by itself. Each tenant's
-    abstention thresholds are read from the records and kept `ABSTENTION_TTL_S`.
+    abstention thresholds and answer style are read from the records and kept `ABSTENTION_TTL_S`.
     """
 
     settings: Settings
@@ -65,6 +65,7 @@ class WorkerResources:
     _llm: LLM | None = field(default=None, repr=False)
     _abstentions: TTLCache | None = field(default=None, repr=False)
     _kb_records: KnowledgeRecords | None = field(default=None, repr=False)
+    _styles: TTLCache | None = field(default=None, repr=False)
 
     def retriever(self, tenant: str) -> Retriever:
         if self._retrievers is None:
@@ -83,6 +84,7 @@ class WorkerResources:
         its knowledge base (`knowledge.calibration.threshold_in_effect`) and the raw BM25 floor."""
         if self._abstentions is None:
             self._abstentions = TTLCache(maxsize=self.settings.kb_open_retrievers, ttl=ABSTENTION_TTL_S)
+            self._styles = TTLCache(maxsize=self.settings.kb_open_retrievers, ttl=ABSTENTION_TTL_S)
         found = self._abstentions.get(tenant)
         if found is None:
             from adaptive_rag.knowledge.calibration import threshold_in_effect
@@ -95,7 +97,16 @@ class WorkerResources:
                                             self.settings.abstain_min_relevance)
             found = self._abstentions[tenant] = Abstention(min_relevance=in_effect.value,
                                                            min_score=self.settings.abstain_min_score)
+            self._styles[tenant] = (state.answer_style if state else None) or self.settings.answer_style
         return found
+
+    def answer_style(self, tenant: str) -> AnswerStyle:
+        """How `tenant`'s answers read: its own style (`arag kb style`), else the deployment's;
+        read with its thresholds and kept as long."""
+        if self._styles is None or tenant not in self._styles:
+            self.abstention(tenant)
+        assert self._styles is not None
+        return self._styles.get(tenant, self.settings.answer_style)
 
     def llm(self) -> LLM:
         if self._llm is None:

@@ -1,6 +1,6 @@
-"""`arag kb`: a tenant's knowledge base from the operator's side: import, describe, delete, and
-the abstention threshold (derived on every import; `threshold` overrides it, `calibrate` derives
-it again).
+"""`arag kb`: a tenant's knowledge base from the operator's side: import, describe, delete, the
+abstention threshold (derived on every import; `threshold` overrides it, `calibrate` derives it
+again) and the answer style (`style`: support or short).
 
 These commands write the configured backend's index (tantivy under ARAG_KB_DIR, or OpenSearch)
 and the records of DATABASE_URL directly; clients use the KnowledgeBase gRPC service instead.
@@ -105,6 +105,26 @@ def threshold(
     _print_info(service, tenant)
 
 
+@kb_app.command("style")
+def style(
+    tenant: Tenant,
+    value: Annotated[Optional[str], typer.Argument(
+        help="support: a full answer citing its sources; short: the span QA benchmarks score")] = None,
+    default: Annotated[bool, typer.Option("--default", help="drop the tenant's choice: the deployment's ARAG_ANSWER_STYLE holds again")] = False,
+    retriever: Retr = None, kb_dir: KbDir = None, database_url: DbUrl = None,
+) -> None:
+    """Choose how TENANT's answers read (or, with --default, go back to the deployment's)."""
+    from adaptive_rag.contracts import AnswerStyle
+
+    if (value is None) == (not default):
+        raise typer.BadParameter("give a style (support or short), or --default", param_hint="VALUE")
+    if value is not None and value not in {s.value for s in AnswerStyle}:
+        raise typer.BadParameter(f"{value!r} is not a style: support or short", param_hint="VALUE")
+    service = _service(retriever, kb_dir, database_url)
+    service.set_answer_style(tenant, None if default else AnswerStyle(value))
+    _print_info(service, tenant)
+
+
 @kb_app.command("calibrate")
 def calibrate(tenant: Tenant, retriever: Retr = None, kb_dir: KbDir = None, database_url: DbUrl = None) -> None:
     """Derive TENANT's abstention threshold from its knowledge base again (every import does)."""
@@ -137,6 +157,7 @@ def _print_info(service: KnowledgeBaseService, tenant: str) -> None:
         f"{info.generation}, updated {updated} ({info.backend})", highlight=False,
     )
     console.print(f"abstains when nothing is retrieved, or on {info.abstention.describe()}", highlight=False)
+    console.print(f"answer style {info.answer_style.value} ({info.answer_style_source})", highlight=False)
     if info.calibration:
         derived = Calibration.from_record(info.calibration)
         console.print(f"automatic threshold {derived.threshold:g}: {derived.describe()}", highlight=False)

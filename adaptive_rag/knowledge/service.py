@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from adaptive_rag.contracts import DEFAULT_TENANT_STYLE, AnswerStyle
 from adaptive_rag.domain import Passage
 from adaptive_rag.errors import InvalidDocumentError, InvalidRequestError, KnowledgeBaseMissingError
 from adaptive_rag.knowledge.calibration import ThresholdInEffect, calibrate, threshold_in_effect
@@ -55,6 +56,11 @@ class ChangeSummary:
         return ChangeSummary(**counts, generation=max(self.generation, other.generation))
 
 
+# Where a tenant's answer style comes from (`style_in_effect`).
+STYLE_FROM_TENANT = "tenant"
+STYLE_FROM_DEPLOYMENT = "deployment setting"
+
+
 @dataclass(frozen=True)
 class KnowledgeBaseInfo:
     tenant: str
@@ -67,6 +73,17 @@ class KnowledgeBaseInfo:
     # automatic one was derived (None: not derived yet).
     abstention: ThresholdInEffect
     calibration: dict[str, Any] | None = None
+    # How the tenant's answers read, and whether the operator chose it for this tenant
+    # ("tenant") or it is the deployment's ("deployment setting").
+    answer_style: AnswerStyle = DEFAULT_TENANT_STYLE
+    answer_style_source: str = STYLE_FROM_DEPLOYMENT
+
+
+def style_in_effect(chosen: AnswerStyle | None, deployment: AnswerStyle) -> tuple[AnswerStyle, str]:
+    """The tenant's answer style and where it comes from: its own, else the deployment's."""
+    if chosen is not None:
+        return chosen, STYLE_FROM_TENANT
+    return deployment, STYLE_FROM_DEPLOYMENT
 
 
 def check_document_id(doc_id: str) -> None:
@@ -109,7 +126,8 @@ class KnowledgeBaseService:
 
     def __init__(self, index: KnowledgeIndex, records: KnowledgeRecords, *, chunk_words: int = 160,
                  overlap_words: int = 32, backend: str = "",
-                 deployment_threshold: float | None = None) -> None:
+                 deployment_threshold: float | None = None,
+                 default_style: AnswerStyle = DEFAULT_TENANT_STYLE) -> None:
         """`deployment_threshold`: ARAG_ABSTAIN_MIN_RELEVANCE (None: unset), which `describe`
         weighs when it says which threshold is in effect."""
         self.index = index
@@ -118,6 +136,7 @@ class KnowledgeBaseService:
         self.overlap_words = overlap_words
         self.backend = backend or type(index).__name__
         self.deployment_threshold = deployment_threshold
+        self.default_style = default_style  # ARAG_ANSWER_STYLE: a tenant's until it chooses its own
 
     # --- writes ----------------------------------------------------------------------------------
 
@@ -187,6 +206,18 @@ class KnowledgeBaseService:
         if threshold is not None and threshold < 0:
             raise InvalidRequestError(f"an abstention threshold is a relevance >= 0, not {threshold}")
         self.records.set_abstain_override(tenant, threshold)
+        return self.describe(tenant)
+
+    def set_answer_style(self, tenant: str, style: AnswerStyle | None) -> KnowledgeBaseInfo:
+        """The operator's answer style for the tenant (None: back to the deployment's)."""
+        if style is not None:
+            try:
+                style = AnswerStyle(style)
+            except ValueError:
+                raise InvalidRequestError(
+                    f"an answer style is one of {', '.join(s.value for s in AnswerStyle)}, not {style!r}"
+                ) from None
+        self.records.set_answer_style(tenant, style)
         return self.describe(tenant)
 
     def _recalibrate(self, tenant: str, summary: ChangeSummary) -> None:
@@ -277,8 +308,10 @@ class KnowledgeBaseService:
         state = self._state(tenant)
         in_effect = threshold_in_effect(state.abstain_threshold, state.abstain_override,
                                         self.deployment_threshold)
+        style, style_source = style_in_effect(state.answer_style, self.default_style)
         return KnowledgeBaseInfo(tenant, state.documents, state.chunks, state.generation,
-                                 state.updated_at, self.backend, in_effect, state.abstain_calibration)
+                                 state.updated_at, self.backend, in_effect, state.abstain_calibration,
+                                 style, style_source)
 
     def _state(self, tenant: str) -> KnowledgeBaseState:
         state = self.records.state(tenant)
@@ -329,5 +362,5 @@ def open_knowledge_service(settings: Settings, engine: Engine) -> KnowledgeBaseS
     return KnowledgeBaseService(
         open_knowledge_index(settings), KnowledgeRecords(engine), chunk_words=settings.chunk_words,
         overlap_words=settings.chunk_overlap_words, backend=settings.retriever,
-        deployment_threshold=settings.abstain_min_relevance,
+        deployment_threshold=settings.abstain_min_relevance, default_style=settings.answer_style,
     )

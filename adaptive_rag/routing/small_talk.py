@@ -254,6 +254,7 @@ _THING_SHAPES = tuple(re.compile(p) for p in (
     r"\b(?:what|who)(?:'s|\s+(?:is|are|was|were|r))\s+(?P<x>.+)",
     r"\bwhat\s+(?:does|did)\s+(?P<x>.+?)\s+(?:do|mean|offer|sell|make|include|cost|stand\s+for)\b",
     r"\bhow\s+(?:does|did|do)\s+(?P<x>.+?)\s+work",
+    r"\bwho\s+(?:\w+ed|made|makes|built|builds|wrote|writes|owns|runs|leads|started|starts|sells|won)\s+(?P<x>.+)",
     r"\bwhat\s+can\s+(?P<x>.+?)\s+do\b",
     r"\bwhat\s+can\s+(?:i|we)\s+do\s+with\s+(?P<x>.+)",
     r"\b(?:what|who)\s+(?P<x>.+?)\s+(?:does|is)$",
@@ -290,10 +291,17 @@ def asks_about_a_thing(clause: str) -> bool:
     return False
 
 
+# No word of chat is this long ("congratulations" is 15): a longer one is a code, an address, a
+# product number or noise, never small talk.
+MAX_CHAT_WORD = 24
+
+
 def is_guarded_request(clauses: list[str]) -> bool:
     """True when a clause has the shape of a request whatever the model says: a follow-up about a
-    topic (`_FOLLOW_UP`) or a question about a named thing (`asks_about_a_thing`)."""
-    return any(_FOLLOW_UP.match(clause) or asks_about_a_thing(clause) for clause in clauses)
+    topic (`_FOLLOW_UP`), a question about a named thing (`asks_about_a_thing`), or a word longer
+    than any word of chat (`MAX_CHAT_WORD`)."""
+    return any(_FOLLOW_UP.match(clause) or asks_about_a_thing(clause)
+               or any(len(word) > MAX_CHAT_WORD for word in clause.split()) for clause in clauses)
 
 
 def learned_intent(query: str, model: SmallTalkModel) -> SmallTalk | None:

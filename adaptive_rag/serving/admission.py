@@ -1,7 +1,9 @@
 """The Answer use case: admit a client's query, queue it on its tier and wait for the answer.
 
 authenticate (API key -> tenant and scopes) -> validate -> the tenant has a knowledge base
-(`KnowledgeBaseMissingError`) -> classify (router: Triton + policy, rules fallback) -> record the
+(`KnowledgeBaseMissingError`) -> a follow-up in a conversation rewritten into a standalone question
+(`Serving.follow_up`; another tenant's or an expired conversation: `ConversationNotFoundError`)
+-> classify (router: Triton + policy, rules fallback) -> record the
 request and its decision, which is also the idempotency check: the insert finds an earlier request
 with the same (tenant, client_request_id) and the call replays it -> check the tier queue's depth
 (`QueueFullError` when full) and the tenant's fair share (`OverShareError`) -> enqueue on the
@@ -48,7 +50,8 @@ from adaptive_rag.serving.queue_delay import Standing
 from adaptive_rag.serving.results import answer_or_raise, stored_result
 from adaptive_rag.serving.slots import release, release_now, release_soon, release_when_done
 from adaptive_rag.strategies import SMALL_TALK
-from adaptive_rag.validation import check_client_request_id, decode_query
+from adaptive_rag.strategies.follow_up import Rewrite, RewriteMethod
+from adaptive_rag.validation import check_client_request_id, check_conversation_id, decode_query
 
 LOG = structlog.get_logger("serving.admission")
 # A resend publishes again a queued request never marked published once it is this old; a
@@ -78,16 +81,21 @@ async def _answer(serving: Serving, command: Answer, progress: CallProgress) -> 
         query = decode_query(command.raw_query, serving.config.max_query_chars)
         client_request_id = (None if command.client_request_id is None
                              else check_client_request_id(command.client_request_id))
+        conversation_id = (None if command.conversation_id is None
+                           else check_conversation_id(command.conversation_id))
     with progress.stage("knowledge"):
         await serving.require_knowledge_base(tenant)
+    # A follow-up is rewritten into a standalone question before anything judges it: small
+    # talk, the router and the strategies all see the rewritten question.
+    rewrite = await serving.follow_up(query, tenant, conversation_id, progress)
     # Classified before the idempotency check: the request and its decision are then one
     # insert that is the check too (a resent request costs a classification it may not use;
     # a new one saves a round trip to the records).
-    decision = await serving.classify(query, tenant, progress)
+    decision = await serving.classify(rewrite.question, tenant, progress)
     request = AdmitRequest(
         request_id=uuid.uuid4().hex, tenant=tenant, query=query,
         client_request_id=client_request_id, decision=decision, deadline=command.deadline,
-        started=started, progress=progress,
+        started=started, progress=progress, conversation_id=conversation_id, rewrite=rewrite,
     )
     progress.bind(request_id=request.request_id)
     try:
@@ -129,8 +137,11 @@ def _queue_blocking(serving: Serving, request: AdmitRequest, standing: Standing 
     progress, tier, request_id = request.progress, request.tier, request.request_id
     if new:
         with progress.stage("record"):
-            serving.records.create_request(request_id, request.tenant, request.client_request_id,
-                                           request.query, RequestStatus.QUEUED, request.decision)
+            serving.records.create_request(
+                request_id, request.tenant, request.client_request_id, request.query,
+                RequestStatus.QUEUED, request.decision, conversation_id=request.conversation_id,
+                standalone_query=request.standalone_query,
+                rewrite=request.rewrite.method.value if request.standalone_query else None)
         serving.on_recorded(request_id)
         serving.routed(request.decision)
     queue = serving.queue.queue_name(tier)
@@ -160,7 +171,7 @@ def _queue_blocking(serving: Serving, request: AdmitRequest, standing: Standing 
         except OverShareError:
             _reject(serving, request)
             raise
-    task = AnswerTask(request_id=request_id, tenant=request.tenant, query=request.query, tier=tier,
+    task = AnswerTask(request_id=request_id, tenant=request.tenant, query=request.searched_query, tier=tier,
                       strategy=request.decision.strategy, enqueued_at=time.time())
     try:
         with progress.stage("enqueue"):
@@ -211,7 +222,10 @@ async def _answer_when_done(serving: Serving, request: AdmitRequest) -> Answered
         raise
     release_soon(serving, request)
     total_ms = 1000 * (time.perf_counter() - request.started)
-    return Answered(request.request_id, request.decision, result, total_ms, False)
+    return Answered(request.request_id, request.decision, result, total_ms, False,
+                    conversation_id=request.conversation_id or request.request_id,
+                    rewritten_query=request.standalone_query or "",
+                    rewrite=request.rewrite.method.value if request.standalone_query and request.rewrite else "")
 
 
 async def _maybe_shadow(serving: Serving, request: AdmitRequest) -> None:
@@ -219,7 +233,7 @@ async def _maybe_shadow(serving: Serving, request: AdmitRequest) -> None:
     if share <= 0.0 or serving.sample() >= share:
         return
     shadow = SHADOW_TIER[request.tier]
-    task = AnswerTask(request_id=request.request_id, tenant=request.tenant, query=request.query,
+    task = AnswerTask(request_id=request.request_id, tenant=request.tenant, query=request.searched_query,
                       tier=shadow, strategy=serving.config.strategy_for(shadow),
                       kind=ResultKind.SHADOW, enqueued_at=time.time())
     try:
@@ -256,7 +270,11 @@ async def _replay(serving: Serving, request: AdmitRequest, existing: RequestView
     A request that never ran (rejected because its queue was full, or the front door stopped
     before routing it) is admitted now under its original request id.
     """
-    request = replace(request, request_id=existing.request_id)
+    # The first call's conversation and rewrite hold (what it recorded is what runs).
+    rewrite = (Rewrite(existing.standalone_query, RewriteMethod(existing.rewrite or RewriteMethod.RULES))
+               if existing.standalone_query else None)
+    request = replace(request, request_id=existing.request_id, rewrite=rewrite,
+                      conversation_id=existing.conversation_id)
     request_id = request.request_id
     request.progress.bind(request_id=request_id, replay=True)
     if existing.query != request.query:
@@ -285,7 +303,7 @@ async def _replay(serving: Serving, request: AdmitRequest, existing: RequestView
     else:
         result = await _wait(serving, request)
         await release(serving, request)
-    return Answered.stored(request_id, request.decision, result)
+    return Answered.stored(request_id, request.decision, result, existing)
 
 
 async def _publish_if_stranded(serving: Serving, request_id: str) -> None:

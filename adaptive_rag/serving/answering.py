@@ -27,7 +27,7 @@ from typing import Protocol
 import structlog
 
 from adaptive_rag.contracts import (
-    AnswerResult, AnswerTask, ErrorCode, ResultKind, Source, Timings,
+    AnswerResult, AnswerStyle, AnswerTask, ErrorCode, ResultKind, Source, Timings,
 )
 from adaptive_rag.domain import StrategyResult
 from adaptive_rag.errors import (
@@ -63,6 +63,10 @@ class StrategyResources(Protocol):
 
     def abstention(self, tenant: str) -> Abstention:
         """The thresholds below which `tenant`'s retrieving strategies abstain."""
+        ...
+
+    def answer_style(self, tenant: str) -> AnswerStyle:
+        """How `tenant`'s retrieving strategies answer (its own style, else the deployment's)."""
         ...
 
     def llm(self) -> LLM: ...
@@ -162,8 +166,9 @@ def answer_task(
             retrieves = uses_retrieval(task.strategy)
             retriever = resources.retriever(task.tenant) if retrieves else None
             abstention = resources.abstention(task.tenant) if retrieves else None
+            style = resources.answer_style(task.tenant) if retrieves else AnswerStyle.SHORT
             runner = build_strategy(task.strategy, retriever, resources.llm(), resources.settings,  # type: ignore[arg-type]
-                                    abstention)
+                                    abstention, style)
         outcome = run_metered(runner, task.query)
         answerable, reason = outcome.answerable, outcome.abstain_reason or None
         if answerable and not (outcome.answer or "").strip():

@@ -9,19 +9,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from adaptive_rag.contracts import AnswerResult, RoutingDecision, Tier
+from adaptive_rag.contracts import AnswerResult, RequestView, RoutingDecision, Tier
+from adaptive_rag.strategies.follow_up import Rewrite
 from adaptive_rag.serving.context import CallProgress
 
 
 @dataclass(frozen=True, slots=True)
 class Answer:
     """Answer `raw_query` (UTF-8 bytes) for the key's tenant by `deadline`, a `time.monotonic()`
-    instant; a `client_request_id` makes a resend return (or run) the same request."""
+    instant; a `client_request_id` makes a resend return (or run) the same request; a
+    `conversation_id` (one an earlier Answer returned) makes it a turn of that conversation."""
 
     api_key: str
     raw_query: bytes
     client_request_id: str | None
     deadline: float
+    conversation_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +67,23 @@ class AdmitRequest:
     deadline: float  # time.monotonic()
     started: float  # time.perf_counter() at receipt (a live reply's total_ms)
     progress: CallProgress
+    # The conversation it continues (None: it starts its own) and the standalone question it
+    # was rewritten into (None: not a follow-up, or used as sent).
+    conversation_id: str | None = None
+    rewrite: Rewrite | None = None
 
     @property
     def tier(self) -> Tier:
         return self.decision.tier
+
+    @property
+    def searched_query(self) -> str:
+        """What is routed and what the strategies run on."""
+        return self.rewrite.question if self.rewrite is not None and self.rewrite.changed else self.query
+
+    @property
+    def standalone_query(self) -> str | None:
+        return self.searched_query if self.searched_query != self.query else None
 
 
 @dataclass(frozen=True)
@@ -87,8 +103,21 @@ class Answered:
     result: AnswerResult
     total_ms: float  # receipt to reply; for a stored reply the work's own time
     replayed: bool
+    # The conversation the request is a turn of (continue it by sending this id), the question
+    # it was rewritten into ("" when used as sent) and how (`RewriteMethod`; "" when not).
+    conversation_id: str = ""
+    rewritten_query: str = ""
+    rewrite: str = ""
 
     @classmethod
-    def stored(cls, request_id: str, decision: RoutingDecision, result: AnswerResult) -> Answered:
+    def stored(cls, request_id: str, decision: RoutingDecision, result: AnswerResult,
+               view: RequestView | None = None) -> Answered:
         work_ms = decision.classify_ms + result.timings.queue_wait_ms + result.timings.strategy_ms
-        return cls(request_id, decision, result, work_ms, replayed=True)
+        return cls(request_id, decision, result, work_ms, replayed=True,
+                   **(conversation_of(view) if view is not None else {}))
+
+
+def conversation_of(view: RequestView) -> dict[str, str]:
+    """A recorded request's conversation fields, as `Answered` carries them."""
+    return {"conversation_id": view.conversation_id or "", "rewritten_query": view.standalone_query or "",
+            "rewrite": view.rewrite or ""}

@@ -17,12 +17,17 @@ from collections.abc import Callable, Coroutine, Hashable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 import structlog
 
 from adaptive_rag.contracts import SMALL_TALK_MODEL, Principal, RoutingDecision, Scope, Tier
-from adaptive_rag.errors import KnowledgeBaseMissingError, PermissionDeniedError, UnauthenticatedError
+from adaptive_rag.errors import (
+    ConversationNotFoundError, KnowledgeBaseMissingError, PermissionDeniedError, UnauthenticatedError,
+)
+from adaptive_rag.ports import LLM
+from adaptive_rag.strategies.follow_up import Rewrite, RewriteMethod, Turn, standalone_question
 from adaptive_rag.routing.rules import escalate_two_questions
 from adaptive_rag.routing.small_talk import small_talk_intent
 from adaptive_rag.serving.ports import FairShare, Records, ResultWaiter, Router, TaskQueue
@@ -69,6 +74,10 @@ class AdmissionConfig:
     # (`queue_delay.DepthEstimate`; 0: read on every admission).
     depth_max_age_s: float = 0.0
     io_threads: int = IO_THREADS
+    # Conversations: how many earlier turns a follow-up is rewritten against, and how long a
+    # turn counts (a conversation whose turns are all older is not found: start a new one).
+    conversation_turns: int = 3
+    conversation_retention_s: float = 86_400.0
 
 
 class TtlCache(Generic[V]):
@@ -153,9 +162,11 @@ class Serving:
         on_expired: Callable[[int], None] = lambda count: None,
         on_republished: Callable[[int], None] = lambda count: None,
         on_recorded: Callable[[str], None] = lambda request_id: None,
+        rewriter: LLM | None = None,
     ) -> None:
         """`on_recorded(request_id)`: called on the I/O thread once a new request's row is
-        committed, before its task is enqueued (the front door's fault injection uses it)."""
+        committed, before its task is enqueued (the front door's fault injection uses it).
+        `rewriter`: the reader that rewrites follow-ups no rule fits (None: rules only)."""
         self.records = records
         self.queue = queue
         self.waiter = waiter
@@ -169,6 +180,7 @@ class Serving:
         self.on_expired = on_expired
         self.on_republished = on_republished
         self.on_recorded = on_recorded
+        self.rewriter = rewriter
         self._has_knowledge_base = has_knowledge_base
         self._io_pool = ThreadPoolExecutor(config.io_threads, thread_name_prefix="serving-io")
         # The outbox marks (`mark_enqueued_soon`): their own thread, which `close` lets finish.
@@ -258,6 +270,27 @@ class Serving:
                 "(KnowledgeBase.UpsertDocuments, or `arag kb import --tenant ...`)"
             )
         self._knowledge.put(tenant, True)
+
+    async def follow_up(self, query: str, tenant: str, conversation_id: str | None,
+                        progress: CallProgress) -> Rewrite:
+        """`query` as a question that stands alone within `tenant`'s conversation (as sent
+        without one); `ConversationNotFoundError` for a conversation the tenant does not have
+        within the retention. A turn that is small talk on its own is never rewritten ("thanks
+        for that" stays a thanks)."""
+        if conversation_id is None:
+            return Rewrite(query, RewriteMethod.NONE)
+        with progress.stage("conversation"):
+            since = datetime.now(UTC) - timedelta(seconds=self.config.conversation_retention_s)
+            turns = await self.io(self.records.conversation_turns, tenant, conversation_id, since,
+                                  self.config.conversation_turns)
+            if turns is None:
+                raise ConversationNotFoundError(
+                    f"no conversation {conversation_id!r} of tenant {tenant!r} in the last "
+                    f"{self.config.conversation_retention_s:g} s")
+            if self.config.small_talk and small_talk_intent(query) is not None:
+                return Rewrite(query, RewriteMethod.NONE)
+            history = [Turn(t.question, t.answer) for t in turns]
+            return await self.io(standalone_question, query, history, self.rewriter)
 
     async def classify(self, query: str, tenant: str, progress: CallProgress) -> RoutingDecision:
         """The router's decision for `tenant` (its prior, if any, shifts the classifier's) with

@@ -8,10 +8,12 @@ tests pass in-memory fakes.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from datetime import datetime
 from typing import Protocol
 
 from adaptive_rag.contracts import (
-    AnswerResult, AnswerTask, Principal, RequestStatus, RequestView, ResultKind, RoutingDecision, Tier,
+    AnswerResult, AnswerTask, ConversationTurn, Principal, RequestStatus, RequestView, ResultKind,
+    RoutingDecision, Tier,
 )
 
 
@@ -29,7 +31,14 @@ class Records(Protocol):
     def create_request(
         self, request_id: str, tenant: str, client_request_id: str | None, query: str,
         status: RequestStatus = RequestStatus.QUEUED, decision: RoutingDecision | None = None,
+        conversation_id: str | None = None, standalone_query: str | None = None,
+        rewrite: str | None = None,
     ) -> RequestView: ...
+    def conversation_turns(self, tenant: str, conversation_id: str, since: datetime,
+                           limit: int) -> list[ConversationTurn] | None:
+        """The conversation's last `limit` turns since `since`, oldest first; None when the
+        tenant has no such conversation (or none of its turns is that recent)."""
+        ...
     def mark_enqueued(self, request_id: str) -> None:
         """Mark the request's task as handed to the broker (the row is the task's outbox)."""
         ...

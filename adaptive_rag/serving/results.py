@@ -26,7 +26,7 @@ async def get_result(serving: Serving, command: GetResult, progress: CallProgres
     if decision is not None:
         progress.tier = decision.tier
     if view.status in FINISHED and decision is not None:
-        return Answered.stored(request_id, decision, await stored_result(serving, request_id))
+        return Answered.stored(request_id, decision, await stored_result(serving, request_id), view)
     if view.status is RequestStatus.ROUTED:
         raise RequestNotFinishedError(
             f"request {request_id} is a routing decision only (Route): nothing ran here",

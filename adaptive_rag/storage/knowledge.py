@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import Engine, delete, func, select, update
 
+from adaptive_rag.contracts import AnswerStyle
 from adaptive_rag.errors import KnowledgeBaseBusyError, KnowledgeBaseMissingError
 from adaptive_rag.storage.db import map_database_errors
 from adaptive_rag.storage.locks import advisory_lock
@@ -49,6 +50,8 @@ class KnowledgeBaseState:
     abstain_threshold: float | None = None
     abstain_calibration: dict[str, Any] | None = None
     abstain_override: float | None = None
+    # The operator's answer style for the tenant (None: the deployment's).
+    answer_style: AnswerStyle | None = None
 
 
 class KnowledgeRecords:
@@ -94,7 +97,8 @@ class KnowledgeRecords:
         if row is None:
             return None
         return KnowledgeBaseState(tenant, row.generation, row.documents, row.chunks, as_utc(row.updated_at),
-                                  row.abstain_threshold, row.abstain_calibration, row.abstain_override)
+                                  row.abstain_threshold, row.abstain_calibration, row.abstain_override,
+                                  AnswerStyle(row.answer_style) if row.answer_style else None)
 
     def save_calibration(self, tenant: str, threshold: float | None,
                          calibration: dict[str, Any] | None) -> None:
@@ -110,6 +114,18 @@ class KnowledgeRecords:
         with self.engine.begin() as conn:
             changed = conn.execute(update(KnowledgeBaseRow).where(KnowledgeBaseRow.tenant == tenant).values(
                 abstain_override=threshold)).rowcount
+        if not changed:
+            raise KnowledgeBaseMissingError(f"tenant {tenant!r} has no knowledge base yet; import documents first")
+        state = self.state(tenant)
+        assert state is not None
+        return state
+
+    def set_answer_style(self, tenant: str, style: AnswerStyle | None) -> KnowledgeBaseState:
+        """Set (or, with None, clear) the tenant's answer style; `KnowledgeBaseMissingError`
+        when the tenant has no knowledge base."""
+        with self.engine.begin() as conn:
+            changed = conn.execute(update(KnowledgeBaseRow).where(KnowledgeBaseRow.tenant == tenant).values(
+                answer_style=None if style is None else AnswerStyle(style).value)).rowcount
         if not changed:
             raise KnowledgeBaseMissingError(f"tenant {tenant!r} has no knowledge base yet; import documents first")
         state = self.state(tenant)

@@ -121,6 +121,7 @@ class QueryRequest(Base):
             name="ck_requests_status",
         ),
         Index("ix_requests_status_updated_at", "status", "updated_at"),
+        Index("ix_requests_tenant_conversation", "tenant", "conversation_id", "created_at"),
     )
 
     request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -138,6 +139,12 @@ class QueryRequest(Base):
     # When its task was handed to the broker; NULL until then (the row is the task's outbox:
     # `RecordStore.publish_unpublished` sends again a queued one never marked).
     enqueued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # The conversation this request is a turn of (an Answer's first turn: its own request id;
+    # NULL before conversations were recorded), the standalone question the turn was rewritten
+    # into, routed and searched (NULL: the query as sent), and how (`follow_up.RewriteMethod`).
+    conversation_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    standalone_query: Mapped[str | None] = mapped_column(Text, nullable=True)
+    rewrite: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 class RoutingDecision(Base):
@@ -228,7 +235,8 @@ class Feedback(Base):
 class KnowledgeBaseRow(Base):
     """One tenant's knowledge base: its index generation (a rebuild makes the next one), its size
     and its abstention threshold: the one derived from the knowledge base when it was last
-    written (`knowledge.calibration`, with how it was derived) and the operator's override."""
+    written (`knowledge.calibration`, with how it was derived) and the operator's override; and
+    the answer style the operator chose for the tenant."""
 
     __tablename__ = "knowledge_bases"
 
@@ -239,6 +247,8 @@ class KnowledgeBaseRow(Base):
     abstain_threshold: Mapped[float | None] = mapped_column(Float, nullable=True)
     abstain_calibration: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
     abstain_override: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The tenant's answer style (`AnswerStyle`; NULL: the deployment's `ARAG_ANSWER_STYLE`).
+    answer_style: Mapped[str | None] = mapped_column(String(16), nullable=True)
     created_at: Mapped[datetime] = _created_at()
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, server_default=func.now()

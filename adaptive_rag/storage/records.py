@@ -34,8 +34,8 @@ from sqlalchemy import Engine, Table, bindparam, delete, exists, func, select, u
 from sqlalchemy.exc import IntegrityError
 
 from adaptive_rag.contracts import (
-    DEFAULT_SCOPES, IN_FLIGHT, NEVER_RAN, RETRYABLE_ERRORS, AnswerResult, AnswerTask, ErrorCode, Principal,
-    RequestStatus, RequestView, ResultKind, RoutingDecision, Scope, Source, Tier, Timings,
+    DEFAULT_SCOPES, IN_FLIGHT, NEVER_RAN, RETRYABLE_ERRORS, AnswerResult, AnswerTask, ConversationTurn,
+    ErrorCode, Principal, RequestStatus, RequestView, ResultKind, RoutingDecision, Scope, Source, Tier, Timings,
 )
 from adaptive_rag.errors import (
     AdaptiveRagError, ConfigurationError, DuplicateRequestError, RequestNotFoundError,
@@ -55,7 +55,7 @@ RELAY_BATCH = 100
 
 
 REQUEST_COLUMNS = ("request_id", "tenant", "client_request_id", "query", "status", "created_at",
-                   "updated_at")
+                   "updated_at", "conversation_id", "standalone_query", "rewrite")
 DECISION_COLUMNS = ("request_id", "created_at", *RoutingDecision.model_fields)
 RESULT_COLUMNS = (*AnswerResult.model_fields, "attempts", "worker", "created_at")
 
@@ -253,6 +253,8 @@ class RecordStore:
     def create_request(
         self, request_id: str, tenant: str, client_request_id: str | None, query: str,
         status: RequestStatus = RequestStatus.QUEUED, decision: RoutingDecision | None = None,
+        conversation_id: str | None = None, standalone_query: str | None = None,
+        rewrite: str | None = None,
     ) -> RequestView:
         """Record a new request as `status` (`queued`; a decision-only request: `routed`), and its
         routing `decision` when given, atomically.
@@ -261,13 +263,18 @@ class RecordStore:
         already recorded (nothing is written then): this insert is the idempotency check, and the
         caller reads the existing request with `find_request`. On PostgreSQL it is one statement
         (`INSERT ... ON CONFLICT DO NOTHING` feeding the decision's insert through a CTE).
+
+        `conversation_id`: the conversation it continues (None: it starts its own, named by its
+        request id); `standalone_query`, `rewrite`: the question a follow-up was rewritten into
+        and how (None: the query as sent).
         """
         now = utcnow()
         hot = self._hot
         params: dict[str, Any] = {
             "r_request_id": request_id, "r_tenant": tenant, "r_client_request_id": client_request_id,
             "r_query": query, "r_status": RequestStatus(status).value, "r_created_at": now,
-            "r_updated_at": now,
+            "r_updated_at": now, "r_conversation_id": conversation_id or request_id,
+            "r_standalone_query": standalone_query, "r_rewrite": rewrite,
         }
         if decision is not None:
             params.update({f"d_{k}": v for k, v in decision.model_dump(mode="json").items()},
@@ -286,7 +293,31 @@ class RecordStore:
                 f"request {request_id!r} / client request id {client_request_id!r} of tenant "
                 f"{tenant!r} is already recorded"
             )
-        return RequestView(request_id, tenant, client_request_id, query, RequestStatus(status), now, now)
+        return RequestView(request_id, tenant, client_request_id, query, RequestStatus(status), now, now,
+                           conversation_id=conversation_id or request_id,
+                           standalone_query=standalone_query, rewrite=rewrite)
+
+    def conversation_turns(self, tenant: str, conversation_id: str, since: datetime,
+                           limit: int) -> list[ConversationTurn] | None:
+        """The last `limit` turns of `tenant`'s conversation recorded since `since`, oldest
+        first, with their primary answers; None when it has none (no such conversation, another
+        tenant's, or every turn older than `since`: a caller cannot tell these apart)."""
+        answers = (select(QueryResult.request_id, QueryResult.answer)
+                   .where(QueryResult.kind == ResultKind.PRIMARY.value).subquery())
+        query = (
+            select(QueryRequest.request_id, QueryRequest.query, QueryRequest.standalone_query,
+                   answers.c.answer)
+            .outerjoin(answers, answers.c.request_id == QueryRequest.request_id)
+            .where(QueryRequest.tenant == tenant, QueryRequest.conversation_id == conversation_id,
+                   QueryRequest.created_at >= since)
+            .order_by(QueryRequest.created_at.desc()).limit(limit)
+        )
+        with self._autocommit.connect() as conn:
+            rows = conn.execute(query).all()
+        if not rows:
+            return None
+        return [ConversationTurn(r.request_id, r.standalone_query or r.query, r.answer or "")
+                for r in reversed(rows)]
 
     def mark_enqueued(self, request_id: str) -> None:
         """Mark the request's task as handed to the broker (one statement; a no-op when it was
@@ -314,7 +345,8 @@ class RecordStore:
         """
         cutoff = utcnow() - timedelta(seconds=older_than_s)
         claim = (
-            select(QueryRequest.request_id, QueryRequest.tenant, QueryRequest.query,
+            select(QueryRequest.request_id, QueryRequest.tenant,
+                   func.coalesce(QueryRequest.standalone_query, QueryRequest.query).label("query"),
                    DecisionRow.tier, DecisionRow.strategy)
             .join(DecisionRow, DecisionRow.request_id == QueryRequest.request_id)
             .where(QueryRequest.status == RequestStatus.QUEUED.value,
@@ -373,6 +405,7 @@ class RecordStore:
                     QueryRequest.request_id, QueryRequest.tenant, QueryRequest.client_request_id,
                     QueryRequest.query, QueryRequest.status, QueryRequest.created_at,
                     QueryRequest.updated_at, QueryRequest.deliveries, QueryRequest.runs,
+                    QueryRequest.conversation_id, QueryRequest.standalone_query, QueryRequest.rewrite,
                 ).where(condition)
             ).first()
         if row is None:
@@ -380,6 +413,7 @@ class RecordStore:
         return RequestView(
             row.request_id, row.tenant, row.client_request_id, row.query, RequestStatus(row.status),
             as_utc(row.created_at), as_utc(row.updated_at), row.deliveries or 0, row.runs or 0,
+            row.conversation_id, row.standalone_query, row.rewrite,
         )
 
     def set_status(self, request_id: str, status: RequestStatus) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from adaptive_rag.contracts import StrategyName, Tier
+from adaptive_rag.contracts import AnswerStyle, StrategyName, Tier
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.settings import Settings, multi_step_strategy, strategy_knob
@@ -52,12 +52,14 @@ def deployment_abstention(settings: Settings) -> Abstention:
 
 
 def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings,
-                   abstention: Abstention | None = None) -> Strategy:
+                   abstention: Abstention | None = None,
+                   style: AnswerStyle = AnswerStyle.SHORT) -> Strategy:
     """Instantiate a strategy by name (`ALL_STRATEGY_NAMES` or `SMALL_TALK`) with the settings'
     bounds.
 
     `abstention`: when the retrieving strategies abstain (the worker passes the tenant's
-    thresholds in effect); None: `deployment_abstention(settings)`.
+    thresholds in effect); None: `deployment_abstention(settings)`. `style`: how the retrieving
+    strategies' reader answers (the worker passes the tenant's; evaluation reads `short`).
     `uncertainty` drafts on a log-probability generator: `llm` when it reports them, else the
     process's shared log-probability copy of the configured model (`llm.logprob_llm`).
     """
@@ -69,20 +71,21 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
     if name == StrategyName.SINGLE_STEP:
         return SingleStep(
             retriever, llm, top_k=settings.top_k, abstention=abstention,
-            reader_abstains=settings.reader_abstains,
+            reader_abstains=settings.reader_abstains, style=style,
         )
     if name == StrategyName.SELF_ROUTE:
         single = SingleStep(
             retriever, llm, top_k=settings.top_k, abstention=abstention, reader_abstains=True,
+            style=style,
         )
         return SelfRoute(single, build_strategy(multi_step_strategy(settings), retriever, llm, settings,
-                                                abstention))
+                                                abstention, style))
     if name == StrategyName.UNCERTAINTY:
         from adaptive_rag.llm import logprob_llm
 
         return Uncertainty(
             logprob_llm(settings, llm),
-            build_strategy(StrategyName.SINGLE_STEP, retriever, llm, settings, abstention),
+            build_strategy(StrategyName.SINGLE_STEP, retriever, llm, settings, abstention, style),
             threshold=settings.uncertainty_threshold, aggregate=settings.uncertainty_aggregate,
         )
     if name == StrategyName.IRCOT:
@@ -92,12 +95,13 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
             query_with_question=strategy_knob(settings, "ircot_query_with_question"),
             min_steps=strategy_knob(settings, "ircot_min_steps"),
             reader_answers=strategy_knob(settings, "ircot_reader_answers"), abstention=abstention,
+            style=style,
         )
     if name == StrategyName.DECOMPOSE:
         return Decompose(
             retriever, llm, top_k=settings.top_k, max_passages=settings.max_passages,
             question_hits_first=strategy_knob(settings, "decompose_question_hits_first"),
-            abstention=abstention,
+            abstention=abstention, style=style,
         )
     if name == StrategyName.EVIDENCE:
         from adaptive_rag.evidence.graphs import shared_graphs

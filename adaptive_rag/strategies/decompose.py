@@ -12,13 +12,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from adaptive_rag.contracts import StrategyName
+from adaptive_rag.contracts import AnswerStyle, StrategyName
 from adaptive_rag.domain import StrategyResult
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.prompts import decompose as prompt
 from adaptive_rag.strategies.abstention import Abstention, abstained
 from adaptive_rag.strategies.base import PhaseTimer, ask, merge_passages
-from adaptive_rag.strategies.single_step import read_answer
+from adaptive_rag.strategies.single_step import answer_in_style
 
 _LIST_PREFIX = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)]|q\d*[:.])\s*", re.IGNORECASE)
 
@@ -65,6 +65,7 @@ class Decompose:
     question_hits_first: bool = False
     # When to abstain, judged on the question's own retrieval before the split is generated.
     abstention: Abstention = Abstention()
+    style: AnswerStyle = AnswerStyle.SHORT
     name: str = StrategyName.DECOMPOSE
 
     def run(self, question: str) -> StrategyResult:
@@ -87,7 +88,7 @@ class Decompose:
                     passages, self.retriever.search(sub, per_query), self.max_passages
                 )
         with timer.phase("generate"):
-            answer = read_answer(self.llm, question, passages)
+            answer = answer_in_style(self.llm, question, passages, self.style)
         return StrategyResult(
             strategy=self.name, answer=answer, steps=1 + len(subquestions), passages=passages,
             timings=timer.finish(), trace=subquestions,

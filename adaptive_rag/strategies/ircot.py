@@ -15,14 +15,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from adaptive_rag.contracts import StrategyName
+from adaptive_rag.contracts import AnswerStyle, StrategyName
 from adaptive_rag.domain import Passage, StrategyResult
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.prompts import format_passages
 from adaptive_rag.prompts import ircot as prompt
 from adaptive_rag.strategies.abstention import Abstention, abstained
 from adaptive_rag.strategies.base import PhaseTimer, ask, clean_answer, merge_passages
-from adaptive_rag.strategies.single_step import read_answer
+from adaptive_rag.strategies.single_step import answer_in_style
 
 # Leading "1." / "2)" / "-" the small model likes to start a line with; not a sentence.
 _ENUMERATION = re.compile(r"^(?:\d+[.)]|[-*])\s*")
@@ -58,6 +58,8 @@ class IRCoT:
     reader_answers: bool = False
     # When to abstain, judged on round 1's retrieval (the question's own) before any generation.
     abstention: Abstention = Abstention()
+    # `support`: the shared reader always writes the final answer, in full with citations.
+    style: AnswerStyle = AnswerStyle.SHORT
     name: str = StrategyName.IRCOT
 
     def run(self, question: str) -> StrategyResult:
@@ -94,9 +96,9 @@ class IRCoT:
                 break
             reasoning.append(sentence)
             query = f"{question} {sentence}" if self.query_with_question else sentence
-        if self.reader_answers or not answer:
+        if self.reader_answers or not answer or self.style == AnswerStyle.SUPPORT:
             with timer.phase("generate"):
-                answer = read_answer(self.llm, question, passages)
+                answer = answer_in_style(self.llm, question, passages, self.style)
         return StrategyResult(
             strategy=self.name, answer=answer, steps=steps, passages=passages,
             timings=timer.finish(), trace=reasoning,

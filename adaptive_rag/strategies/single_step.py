@@ -5,6 +5,10 @@ or nothing relevant enough (`strategies.abstention`; thresholds off by default, 
 are unchanged); with `reader_abstains` the reader gets a prompt that lets it say the passages lack
 the answer, and saying so abstains too. An abstaining result has `answerable=False`, an empty
 answer, the reason and the passages found, so the caller can hand the query to a human.
+
+Answer style (`AnswerStyle`): `short` reads a span; `support` reads a full answer that cites the
+passages as [n] (`answer_in_style`), and a support answer citing none gets the top passage's [1]
+appended, so every support reply names a source it came from.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from adaptive_rag.contracts import StrategyName
+from adaptive_rag.contracts import AnswerStyle, StrategyName
 from adaptive_rag.domain import Passage, StrategyResult
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.prompts import Prompt, format_passages
@@ -23,6 +27,56 @@ from adaptive_rag.strategies.base import PhaseTimer, ask, clean_answer
 
 READER_FOUND_NONE = "the reader found no answer in the passages"
 _NON_WORD = re.compile(r"[^\w]+")
+_CITATION = re.compile(r"\[(\d{1,3})\]")
+_SUPPORT_PREFIX = re.compile(r"^\s*(answer|reply)\s*:\s*", re.IGNORECASE)
+
+
+def reader_prompt(style: AnswerStyle, abstains: bool) -> Prompt:
+    """The reader's prompt for an answer style, with or without the no-answer marker."""
+    if style == AnswerStyle.SUPPORT:
+        return prompt.SUPPORT_ABSTAIN if abstains else prompt.SUPPORT
+    return prompt.ABSTAIN if abstains else prompt.PROMPT
+
+
+def cited(answer: str, passages: Sequence[Passage]) -> list[int]:
+    """The passage numbers (1-based, in `passages`' order) a support answer cites, first
+    citation first; numbers no passage has are not citations."""
+    numbers = (int(n) for n in _CITATION.findall(answer))
+    return list(dict.fromkeys(n for n in numbers if 1 <= n <= len(passages)))
+
+
+def ensure_citation(answer: str, passages: Sequence[Passage]) -> str:
+    """`answer` citing at least one of `passages`: one that cites none (or only numbers no
+    passage has) gets the top passage's [1] appended. Without passages it is left alone."""
+    if not passages or not answer.strip() or cited(answer, passages):
+        return answer
+    return f"{answer.rstrip()} [1]"
+
+
+def clean_support_answer(text: str) -> str:
+    """A support answer as the customer reads it: every line kept (steps), an 'Answer:' prefix
+    and surrounding blank space dropped."""
+    lines = [line.rstrip() for line in text.strip().splitlines()]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if lines:
+        lines[0] = _SUPPORT_PREFIX.sub("", lines[0])
+    return "\n".join(lines).strip()
+
+
+def answer_in_style(llm: LLM, question: str, passages: Sequence[Passage],
+                    style: AnswerStyle = AnswerStyle.SHORT, abstains: bool = False) -> str:
+    """The shared reader in `style`: a span (`short`), or a full answer citing its passages
+    (`support`; see `ensure_citation`). With `abstains` it may answer the no-answer marker,
+    which is returned as written (`says_no_answer` tells it)."""
+    completion = ask(llm, reader_prompt(style, abstains), passages=format_passages(passages),
+                     question=question)
+    if style != AnswerStyle.SUPPORT:
+        return clean_answer(completion.text)
+    answer = clean_support_answer(completion.text)
+    if abstains and says_no_answer(answer, style):
+        return answer
+    return ensure_citation(answer, passages)
 
 
 def read_answer(
@@ -37,8 +91,11 @@ def _words(text: str) -> str:
     return " ".join(_NON_WORD.sub(" ", text.lower()).split())
 
 
-def says_no_answer(answer: str) -> bool:
-    """True when the reader wrote the no-answer marker (any case or punctuation around it)."""
+def says_no_answer(answer: str, style: AnswerStyle = AnswerStyle.SHORT) -> bool:
+    """True when the reader wrote the no-answer marker (any case or punctuation around it); a
+    support answer must open with it (a full answer may mention the words in passing)."""
+    if style == AnswerStyle.SUPPORT:
+        return _words(answer).startswith(_words(prompt.NO_ANSWER_MARKER))
     return _words(prompt.NO_ANSWER_MARKER) in _words(answer)
 
 
@@ -52,6 +109,7 @@ class SingleStep:
     abstention: Abstention = Abstention()
     # Let the reader abstain with `prompts.single_step.NO_ANSWER_MARKER`.
     reader_abstains: bool = False
+    style: AnswerStyle = AnswerStyle.SHORT
 
     def run(self, question: str) -> StrategyResult:
         timer = PhaseTimer()
@@ -60,10 +118,9 @@ class SingleStep:
         why = self.abstention.reason(self.retriever, question, passages)
         if why is not None:
             return abstained(self.name, passages, 1, timer.finish(), why)
-        template = prompt.ABSTAIN if self.reader_abstains else prompt.PROMPT
         with timer.phase("generate"):
-            answer = read_answer(self.llm, question, passages, template)
-        if self.reader_abstains and says_no_answer(answer):
+            answer = answer_in_style(self.llm, question, passages, self.style, self.reader_abstains)
+        if self.reader_abstains and says_no_answer(answer, self.style):
             return abstained(self.name, passages, 1, timer.finish(), READER_FOUND_NONE)
         return StrategyResult(
             strategy=self.name, answer=answer, steps=1, passages=passages, timings=timer.finish()

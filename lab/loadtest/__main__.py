@@ -34,7 +34,7 @@ from typing import Any
 from infra.local.servers import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
-LOCUSTFILE = REPO / "loadtest" / "locustfile.py"
+LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 PROFILES = ("steady", "step", "spike", "soak")
 DEFAULT_USERS = 4
 DEFAULT_RUN_TIME = "60s"

@@ -137,6 +137,7 @@ class KnowledgeBaseServicer(pb2_grpc.KnowledgeBaseServicer):
                 backend=info.backend, abstain_threshold=info.abstention.value,
                 abstain_threshold_source=info.abstention.source.value,
                 automatic_abstain_threshold=info.abstention.automatic,
+                answer_style=info.answer_style.value, answer_style_source=info.answer_style_source,
             )
 
         return await self.front.run_call("DescribeKnowledgeBase", context, body)

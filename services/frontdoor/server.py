@@ -42,10 +42,11 @@ from adaptive_rag.serving.commands import Answered, Routed
 from adaptive_rag.serving.context import AdmissionConfig, CallProgress
 from adaptive_rag.serving.ports import FairShare, Records, ResultWaiter, TaskQueue
 from adaptive_rag.serving.service import AnswerService
+from adaptive_rag.ports import LLM
 from adaptive_rag.settings import Settings
 from adaptive_rag.strategies import strategy_for_tier
 from adaptive_rag.tracing import current_trace_id
-from adaptive_rag.validation import MAX_CLIENT_REQUEST_ID
+from adaptive_rag.validation import MAX_CLIENT_REQUEST_ID, MAX_REQUEST_ID
 
 from services.frontdoor.auth import bearer_token
 from services.frontdoor.faults import after_record
@@ -109,9 +110,9 @@ def clip(text: str, limit: int = MAX_STATUS_MESSAGE_CHARS) -> str:
 
 def request_limits(max_query_chars: int) -> dict[str, int]:
     """The largest valid Answer / Route request body, per full method name: the longest query
-    allowed in UTF-8 plus a client_request_id of its longest (anything larger cannot be valid,
+    allowed in UTF-8 plus a client_request_id and a conversation_id of their longest (anything larger cannot be valid,
     so it is refused before it is parsed)."""
-    answer = _UTF8_MAX * (max_query_chars + MAX_CLIENT_REQUEST_ID) + _FRAMING_BYTES
+    answer = _UTF8_MAX * (max_query_chars + MAX_CLIENT_REQUEST_ID + MAX_REQUEST_ID) + _FRAMING_BYTES
     route = _UTF8_MAX * max_query_chars + _FRAMING_BYTES
     return {f"/{SERVICE_NAME}/Answer": answer, f"/{SERVICE_NAME}/Route": route}
 
@@ -177,6 +178,9 @@ def build_reply(answered: Answered) -> pb2.AnswerReply:
         replayed=answered.replayed,
         answerable=result.answerable,
         unanswerable_reason=result.abstain_reason or "",
+        conversation_id=answered.conversation_id,
+        rewritten_query=answered.rewritten_query,
+        rewrite=answered.rewrite,
     )
 
 
@@ -210,14 +214,25 @@ def answer_service(
         unpublished_after_s=settings.unpublished_after_s if settings.relay_every_s else None,
         queue_wait_interval_s=settings.queue_wait_interval_s,
         depth_max_age_s=settings.queue_depth_max_age_s, io_threads=settings.io_threads,
+        conversation_turns=settings.conversation_turns,
+        conversation_retention_s=settings.conversation_retention_s,
     )
     return AnswerService(
         records, queue, waiter, router, config, has_knowledge_base=knowledge.has_knowledge_base,
         fair_share=fair_share, sample=sample, on_routed=metrics.routed_decision,
         on_rejected=metrics.rejected_query, on_queue_depth=metrics.queue_depth_seen,
         on_expired=metrics.expired_requests, on_republished=metrics.republished_requests,
-        on_recorded=after_record(settings),
+        on_recorded=after_record(settings), rewriter=follow_up_rewriter(library, settings),
     )
+
+
+def follow_up_rewriter(library: Settings, settings: FrontDoorSettings) -> LLM | None:
+    """The reader that rewrites follow-ups no rule fits (`FrontDoorSettings.rewrite_with`)."""
+    if settings.rewrite_with == "rules" or (settings.rewrite_with == "auto" and not library.llm_base_url):
+        return None
+    from adaptive_rag.llm import build_llm
+
+    return build_llm(library)
 
 
 class FrontDoor(pb2_grpc.AdaptiveRagServicer):
@@ -306,6 +321,7 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
                 api_key=bearer_token(context.invocation_metadata()), raw_query=query_input(request),
                 client_request_id=optional(request, "client_request_id"),
                 deadline=self._deadline(context),
+                conversation_id=optional(request, "conversation_id"),
             ), progress)
             with progress.stage("reply"):
                 return build_reply(answered)

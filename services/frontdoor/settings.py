@@ -64,6 +64,21 @@ class FrontDoorSettings(BaseSettings):
     io_threads: int = Field(
         IO_THREADS, ge=1, le=256, validation_alias=env_name("ARAG_FRONTDOOR_IO_THREADS", "io_threads")
     )
+    # Conversations: how many earlier turns a follow-up is rewritten against.
+    conversation_turns: int = Field(
+        3, ge=1, le=20, validation_alias=env_name("ARAG_CONVERSATION_TURNS", "conversation_turns")
+    )
+    # How long (seconds) a conversation's turns count: a conversation whose turns are all older
+    # answers NOT_FOUND (the client starts a new one). The turns stay in the records.
+    conversation_retention_s: float = Field(
+        86_400.0, gt=0, validation_alias=env_name("ARAG_CONVERSATION_RETENTION", "conversation_retention_s")
+    )
+    # Who rewrites a follow-up no rule fits: "auto" the reader when it is an endpoint
+    # (LLM_BASE_URL: one HTTP call), never an embedded model loaded into the front door; "reader"
+    # the configured reader whatever it is; "rules" the rules only (the previous topic added).
+    rewrite_with: Literal["auto", "reader", "rules"] = Field(
+        "auto", validation_alias=env_name("ARAG_REWRITE_WITH", "rewrite_with")
+    )
     # The event loop the server runs on: uvloop (libuv; less work per call on the loop) or
     # asyncio's own.
     event_loop: Literal["uvloop", "asyncio"] = Field(

@@ -260,3 +260,24 @@ def test_small_talk_is_answered_briefly_at_tier_a_without_the_classifier(stack: 
     assert (reply.tier, reply.strategy, reply.steps) == (pb2.TIER_A, "small_talk", 0)
     assert reply.classifier.model_name == "small_talk" and reply.classifier.reason == "small talk (greeting)"
     assert reply.answer.startswith("Hello") and not reply.sources and reply.answerable
+
+
+def test_a_follow_up_in_a_conversation_is_rewritten_and_answered_with_its_sources(stack: Stack) -> None:
+    first, _ = stack.answer("What does the Lumora Plus plan include?")
+    assert first.conversation_id == first.request_id
+    follow, _ = stack.answer("how do I cancel it?", conversation_id=first.conversation_id)
+    assert follow.conversation_id == first.conversation_id
+    assert (follow.rewritten_query, follow.rewrite) == ("How do I cancel the Lumora Plus plan?", "rules")
+    view = stack.store.get_request(follow.request_id)
+    assert (view.query, view.standalone_query) == ("how do I cancel it?", follow.rewritten_query)
+    if follow.tier != pb2.TIER_A and follow.answerable:  # a support answer cites a source it used
+        assert follow.sources and re.search(r"\[\d\]", follow.answer)
+
+
+def test_a_conversation_of_no_one_is_not_found_and_a_malformed_one_invalid(stack: Stack) -> None:
+    with pytest.raises(grpc.RpcError) as missing:
+        stack.answer("and the Pro plan?", conversation_id="f" * 32)
+    assert missing.value.code() is grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.RpcError) as malformed:
+        stack.answer("and the Pro plan?", conversation_id="not an id")
+    assert malformed.value.code() is grpc.StatusCode.INVALID_ARGUMENT

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from adaptive_rag.contracts import (
     DEFAULT_SCOPES, IN_FLIGHT, NEVER_RAN, QUEUE_FOR_TIER, RETRYABLE_ERRORS, Principal, Scope, AnswerResult,
-    AnswerTask, RequestStatus, ResultKind, RoutingDecision, Source, Tier, Timings, parse_task_id,
+    AnswerTask, ConversationTurn, RequestStatus, ResultKind, RoutingDecision, Source, Tier, Timings, parse_task_id,
 )
 from adaptive_rag.domain import Passage
 from adaptive_rag.errors import DuplicateRequestError, RequestNotFoundError
@@ -32,6 +32,14 @@ class Request:
     runs: int = 0
     updated_at: float = field(default_factory=time.time)  # when it last changed (expiry age)
     enqueued_at: float | None = None  # when its task was marked published (the outbox mark)
+    conversation_id: str | None = None
+    standalone_query: str | None = None
+    rewrite: str | None = None
+    created_at: float = field(default_factory=time.time)
+
+    @property
+    def searched_query(self) -> str:
+        return self.standalone_query or self.query
 
 
 class FakeStore:
@@ -80,12 +88,13 @@ class FakeStore:
         return replace(r) if r else None
 
     def create_request(self, request_id, tenant, client_request_id, query, status=RequestStatus.QUEUED,
-                       decision=None):
+                       decision=None, conversation_id=None, standalone_query=None, rewrite=None):
         with self.lock:
             if client_request_id is not None and self._find(tenant, client_request_id):
                 raise DuplicateRequestError(client_request_id)
             self.requests[request_id] = Request(request_id, tenant, client_request_id, query,
-                                                RequestStatus(status))
+                                                RequestStatus(status), conversation_id=conversation_id or request_id,
+                                                standalone_query=standalone_query, rewrite=rewrite)
             if decision is not None:
                 self.decisions[request_id] = decision
             return replace(self.requests[request_id])
@@ -106,11 +115,23 @@ class FakeStore:
                         or request_id not in (None, r.request_id)):
                     continue
                 decision = self.decisions[r.request_id]
-                publish(AnswerTask(request_id=r.request_id, tenant=r.tenant, query=r.query,
+                publish(AnswerTask(request_id=r.request_id, tenant=r.tenant, query=r.searched_query,
                                    tier=decision.tier, strategy=decision.strategy, enqueued_at=time.time()))
                 r.enqueued_at = r.updated_at = time.time()
                 published.append(r.request_id)
         return published
+
+    def conversation_turns(self, tenant, conversation_id, since, limit):
+        """RecordStore's contract: the tenant's turns since `since`, oldest first; None if none."""
+        turns = sorted((r for r in self.requests.values()
+                        if r.tenant == tenant and r.conversation_id == conversation_id
+                        and r.created_at >= since.timestamp()), key=lambda r: r.created_at)[-limit:]
+        if not turns:
+            return None
+        answers = {rid: res.answer or "" for (rid, kind, _), res in self.results.items()
+                   if kind is ResultKind.PRIMARY}
+        return [ConversationTurn(r.request_id, r.searched_query, answers.get(r.request_id, ""))
+                for r in turns]
 
     def record_decision(self, request_id: str, decision: RoutingDecision) -> None:
         self.decisions[request_id] = decision

@@ -14,7 +14,7 @@ from test_frontdoor import (
     AUTH, LIBRARY, TIERS, WRITER, WRITER_KEY, Harness, make_settings, status_of, told,
 )
 
-from adaptive_rag.contracts import AnswerResult, AnswerTask, CallError, ErrorCode, Scope
+from adaptive_rag.contracts import AnswerResult, AnswerStyle, AnswerTask, CallError, ErrorCode, Scope
 from adaptive_rag.serving.answering import EMPTY_ANSWER, Delivery, answer_task
 from adaptive_rag.settings import Settings
 from adaptive_rag.strategies import Abstention
@@ -148,6 +148,9 @@ class Resources:
 
     def abstention(self, tenant: str) -> Abstention:
         return Abstention()
+
+    def answer_style(self, tenant: str) -> AnswerStyle:
+        return AnswerStyle.SHORT
 
     def llm(self):
         return self._llm

@@ -91,3 +91,21 @@ def test_bad_input_is_one_clear_line(tmp_path: Path, args: list[str], message: s
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert message in flat(result.stderr).lower() or message in flat(result.stderr)
     assert "Traceback" not in result.stderr
+
+
+def test_the_answer_style_is_shown_set_and_restored_by_the_operator(tmp_path: Path) -> None:
+    source = tmp_path / "help.jsonl"
+    source.write_text('{"id": "a", "title": "Returns", "text": "Within 30 days."}\n')
+    imported = arag(tmp_path, "import", "--tenant", "t1", str(source))
+    assert imported.returncode == 0, imported.stderr
+    assert "answer style support (deployment setting)" in flat(imported.stdout)
+    short = arag(tmp_path, "style", "--tenant", "t1", "short")
+    assert short.returncode == 0, short.stderr
+    assert "answer style short (tenant)" in flat(arag(tmp_path, "describe", "--tenant", "t1").stdout)
+    back = arag(tmp_path, "style", "--tenant", "t1", "--default")
+    assert back.returncode == 0 and "answer style support (deployment setting)" in flat(back.stdout)
+    for args, message in ((["style", "--tenant", "t1", "verbose"], "not a style"),
+                          (["style", "--tenant", "t1"], "give a style"),
+                          (["style", "--tenant", "nobody", "short"], "'nobody' has no knowledge base yet")):
+        refused = arag(tmp_path, *args)
+        assert refused.returncode == 2 and message in flat(refused.stderr), refused.stderr

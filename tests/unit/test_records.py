@@ -555,3 +555,57 @@ def test_one_pass_publishes_at_most_its_batch_oldest_first(store):
     ids = [routed_request(store, age_s=100.0 + n) for n in range(3)]
     assert store.publish_unpublished(lambda task: None, 30.0, limit=2) == [ids[2], ids[1]]
     assert store.publish_unpublished(lambda task: None, 30.0, limit=2) == [ids[0]]
+
+
+# --- conversations -------------------------------------------------------------------------------
+
+
+def turn(store: RecordStore, query: str, conversation_id: str | None = None, tenant: str = "acme",
+         standalone: str | None = None, answer: str | None = None) -> str:
+    request_id = uuid.uuid4().hex
+    view = store.create_request(request_id, tenant, None, query, conversation_id=conversation_id,
+                                standalone_query=standalone, rewrite="rules" if standalone else None)
+    assert view.conversation_id == (conversation_id or request_id)
+    if answer is not None:
+        save(store, request_id, answer=answer)
+    return request_id
+
+
+def test_a_conversations_turns_come_back_oldest_first_as_searched_with_their_answers(store):
+    from datetime import UTC, datetime, timedelta
+
+    first = turn(store, "What is a novel coronavirus?", answer="A new coronavirus [1].")
+    second = turn(store, "how does it spread?", first, standalone="How does a novel coronavirus spread?")
+    long_ago = datetime.now(UTC) - timedelta(hours=1)
+    turns = store.conversation_turns("acme", first, long_ago, 10)
+    assert [(t.request_id, t.question, t.answer) for t in turns] == [
+        (first, "What is a novel coronavirus?", "A new coronavirus [1]."),
+        (second, "How does a novel coronavirus spread?", ""),  # still running: no answer yet
+    ]
+    assert [t.request_id for t in store.conversation_turns("acme", first, long_ago, 1)] == [second]
+    view = store.get_request(second)
+    assert (view.query, view.standalone_query, view.rewrite, view.conversation_id) == (
+        "how does it spread?", "How does a novel coronavirus spread?", "rules", first)
+    assert view.searched_query == "How does a novel coronavirus spread?"
+
+
+def test_a_conversation_is_its_tenants_only_and_counts_within_the_retention(store):
+    from datetime import UTC, datetime, timedelta
+
+    first = turn(store, "What is a novel coronavirus?")
+    long_ago = datetime.now(UTC) - timedelta(hours=1)
+    assert store.conversation_turns("globex", first, long_ago, 10) is None
+    assert store.conversation_turns("acme", "f" * 32, long_ago, 10) is None
+    assert store.conversation_turns("acme", first, datetime.now(UTC) + timedelta(seconds=5), 10) is None
+
+
+def test_a_relayed_follow_up_runs_on_its_standalone_question(store):
+    request_id = uuid.uuid4().hex
+    first = turn(store, "What is a novel coronavirus?")
+    store.create_request(request_id, "acme", None, "how does it spread?", decision=RoutingDecision(
+        tier=Tier.B, fallback=True, reason="test", strategy="single_step"), conversation_id=first,
+        standalone_query="How does a novel coronavirus spread?", rewrite="rules")
+    age(store, request_id, 60.0)
+    sent = []
+    assert store.publish_unpublished(sent.append, 30.0) == [request_id]
+    assert sent[0].query == "How does a novel coronavirus spread?"

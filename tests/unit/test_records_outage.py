@@ -10,7 +10,7 @@ import pytest
 from fakes import FakeLLM, FakeRetriever, make_passages
 from frontdoor_fakes import FakeStore
 
-from adaptive_rag.contracts import AnswerTask, ErrorCode, RequestStatus, Tier
+from adaptive_rag.contracts import AnswerStyle, AnswerTask, ErrorCode, RequestStatus, Tier
 from adaptive_rag.errors import DatabaseUnavailableError, RetrieverUnavailableError
 from adaptive_rag.serving.answering import Delivery, RecordsUnavailable, RetryLater, answer_task
 from adaptive_rag.settings import Settings
@@ -63,6 +63,9 @@ class Resources:
 
     def abstention(self, tenant: str) -> Abstention:
         return Abstention()
+
+    def answer_style(self, tenant: str) -> AnswerStyle:
+        return AnswerStyle.SHORT
 
     def llm(self):
         return self._llm

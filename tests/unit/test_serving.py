@@ -11,7 +11,7 @@ from fakes import FakeLLM, FakeRetriever, make_passages
 from frontdoor_fakes import FakeQueue, FakeRouter, FakeStore, FakeWaiter, default_work
 
 from adaptive_rag.contracts import (
-    AnswerResult, AnswerTask, ErrorCode, RequestStatus, ResultKind, Scope, Tier, Timings,
+    AnswerResult, AnswerStyle, AnswerTask, ErrorCode, RequestStatus, ResultKind, Scope, Tier, Timings,
 )
 from adaptive_rag.errors import (
     DatabaseUnavailableError, DependencyUnavailableError, KnowledgeBaseMissingError, OverShareError, PermissionDeniedError,
@@ -216,6 +216,9 @@ class Resources:
 
     def abstention(self, tenant: str) -> Abstention:
         return Abstention()
+
+    def answer_style(self, tenant: str) -> AnswerStyle:
+        return AnswerStyle.SHORT
 
     def llm(self):
         return self._llm

@@ -101,8 +101,8 @@ def version_dir(tmp_path: Path) -> ModelVersion:
 
 def test_a_prior_that_routes_the_tenants_labels_better_is_kept_and_not_refitted_without_gain(tmp_path: Path) -> None:
     rows = [Row(f"faq question number {i}?", "B") for i in range(16)]
-    rows += [Row(f"plain question {i}?", "B") for i in range(6)]
-    rows += [Row(f"two questions joined {i}? and another faq {i}?", "C") for i in range(2)]
+    rows += [Row(f"how do I update the firmware to version {i}?", "B") for i in range(6)]
+    rows += [Row(f"how long is the warranty of model {i}? and which faq covers returns of model {i}?", "C") for i in range(2)]
     rows += [Row("hi there!", "A"), Row("faq in test", "B", split="test"),
              Row("faq of another dataset", "B", dataset="squad")]
     version = version_dir(tmp_path)
@@ -124,7 +124,7 @@ def test_a_prior_that_routes_the_tenants_labels_better_is_kept_and_not_refitted_
 
 
 def test_too_few_labels_are_not_fitted(tmp_path: Path) -> None:
-    rows = [Row(f"faq question {i}?", "B") for i in range(MIN_LABELS - 1)]
+    rows = [Row(f"faq: how do I return order {i}?", "B") for i in range(MIN_LABELS - 1)]
     verdict = adapt_tenants(rows, version_dir(tmp_path), probabilities=over_retrieving_router)[0]
     assert verdict.verdict == "skipped" and "fewer than" in verdict.reason
     assert not (tmp_path / "complexity" / "1" / TENANT_PRIORS_FILE).exists()
