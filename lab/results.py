@@ -206,6 +206,29 @@ def retrieval_recall(reports: Path) -> str:
     return " / ".join(f"{recall[d]['5']:.3f}" for d in ("hotpotqa", "2wiki", "musique"))
 
 
+def chain_reader_pilot(reports: Path) -> str:
+    """Tier C `evidence@5` minus always B, F1 on the pilot's `test` questions (paired per
+    question, the mean of the three sets' means), and C's time per question over B's."""
+    rows = list(read_jsonl(reports / "chain_reader" / "test.jsonl"))
+    by = {(r["strategy"], r["dataset"], r["question_id"]): r for r in rows}
+    differences: dict[str, list[float]] = defaultdict(list)
+    seconds = {"evidence@5": 0.0, "single_step": 0.0}
+    # the experiment's order (sets 2Wiki, MuSiQue, HotpotQA; questions by id): the same resamples
+    order = {"2wiki": 0, "musique": 1, "hotpotqa": 2}
+    for strategy, dataset, qid in sorted(by, key=lambda k: (order.get(k[1], 3), k[2])):
+        base = by.get(("single_step", dataset, qid))
+        if strategy == "evidence@5" and base is not None:
+            row = by[(strategy, dataset, qid)]
+            differences[dataset].append(row["f1"] - base["f1"])
+            seconds["evidence@5"] += row["seconds"]
+            seconds["single_step"] += base["seconds"]
+    n = sum(len(v) for v in differences.values())
+    interval = bootstrap_mean(dict(differences))
+    verdict = "not shown to beat B" if interval.low <= 0 else "beats B"
+    return (f"{signed_points(interval)} F1 points, n {n}; "
+            f"{seconds['evidence@5'] / seconds['single_step']:.2f}x B's time ({verdict})")
+
+
 def evidence_complete_at_5(reports: Path) -> str:
     """`test` share of questions with every supporting passage among 5: the chain chosen on
     `train` against B's retrieval, per multi-hop dataset."""
@@ -377,6 +400,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Retrieval recall@5, HotpotQA / 2Wiki / MuSiQue", retrieval_recall),
     Figure("Search latency p50, tantivy vs OpenSearch", backend_latency),
     Figure("Evidence, all supporting passages among 5, chain vs B, 2Wiki / MuSiQue / HotpotQA", evidence_complete_at_5),
+    Figure("Tier C evidence@5 minus always B, pilot test F1 (mean of 2Wiki, MuSiQue, HotpotQA)", chain_reader_pilot),
     Figure("Ceiling, distinct queries", ceiling("distinct")),
     Figure("Ceiling, repeated queries", ceiling("repeated")),
     Figure("Front-door overhead at half the ceiling, distinct, p50 / p99", overhead_at_half_ceiling("distinct")),
