@@ -77,6 +77,7 @@ def ask(stub: Any, auth: tuple, question: str, timeout_s: float) -> dict[str, An
     return {
         "status": "OK", "request_id": reply.request_id, "tier": TIER_NAME.get(reply.tier, "?"),
         "strategy": reply.strategy, "steps": reply.steps, "answer": reply.answer,
+        "answerable": reply.answerable, "unanswerable_reason": reply.unanswerable_reason,
         "sources": [{"id": s.id, "title": s.title, "score": s.score} for s in reply.sources],
         "routed_by": (f"rules fallback ({info.reason})" if info.fallback
                       else info.reason if info.model_name == SMALL_TALK_MODEL
@@ -103,7 +104,8 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
             continue
         timings = row["timings_ms"]
         sources = "\n".join(f"{s['id']} {s['title']}" for s in row["sources"][:3]) or "-"
-        answer = row["answer"] or "(empty)"
+        answer = (row["answer"] or "(empty)") if row.get("answerable", True) else \
+            f"(abstained: {row.get('unanswerable_reason') or 'no reason given'})"
         table.add_row(
             str(number), row["question"], row["expected"], row["tier"],
             f"{row['strategy']} ({row['steps']} step{'s' if row['steps'] != 1 else ''})",

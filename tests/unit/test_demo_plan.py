@@ -78,3 +78,18 @@ def test_a_published_classifier_version_is_served_by_a_local_triton(tmp_path, mo
     publish_length_router(tmp_path / "models", 1)
     chosen = plan(tmp_path / "demo")
     assert chosen.start_triton and "versions [1]" in chosen.using["classifier"]
+
+
+def test_the_results_table_says_a_reply_abstained_and_why() -> None:
+    from rich.console import Console
+
+    from services.demo.__main__ import results_table
+
+    row = {"status": "OK", "question": "What is the capital of France?", "expected": "A", "tier": "B",
+           "strategy": "single_step", "steps": 1, "routed_by": "complexity v1", "answer": "",
+           "answerable": False, "unanswerable_reason": "the knowledge base does not cover the question",
+           "sources": [{"id": "kb-025#0", "title": "Hub status", "score": 1.0}],
+           "timings_ms": {"queue_wait": 1.0, "strategy": 2.0}, "latency_s": 0.5}
+    console = Console(record=True, width=300)
+    console.print(results_table([row]))
+    assert "(abstained: the knowledge base does not cover the question)" in console.export_text()
