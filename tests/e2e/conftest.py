@@ -31,8 +31,11 @@ def model_repository(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def lab(redis_url, postgres_url, model_repository, tmp_path_factory) -> Iterator[LabStack]:
     parts = Parts(broker="redis", records="postgres", classifier="triton", retriever="tantivy", llm="embedded")
+    # The C queue's limit is checked on a fresh read of its depth: the default estimate (read at
+    # most every 50 ms, never counting fewer than this replica queued since) errs towards refusing,
+    # and tasks that abstain in a millisecond would then look queued to the tests' arithmetic.
     settings = {**E2E_SETTINGS, "redis_url": redis_url, "database_url": postgres_url,
-                "max_queue_depth": {"C": C_QUEUE_LIMIT}}
+                "max_queue_depth": {"C": C_QUEUE_LIMIT}, "queue_depth_max_age_s": 0}
     with lab_stack(tmp_path_factory.mktemp("frontdoor-e2e"), parts, pools=TIER_POOLS, settings=settings,
                    model_repository=model_repository, tenants=("acme",), dotenv=False) as running:
         yield running
