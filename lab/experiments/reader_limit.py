@@ -19,7 +19,7 @@ Triton or the rules, the demo help centre) answers the demo's tier-B questions t
    the reader processed per second (prompt + generated, from the records, answers completed in
    the window), and its ratio to `llama-batched-bench` at the same batch size.
 
-    python -m lab.experiments.reader_limit --out reports/reader_limit        # ~15 minutes
+    python -m lab.experiments.reader_limit --out reports/reader_limit        # ~35 minutes on 2 cores
 
 Writes `README.md`, `summary.json`, `answers.jsonl` (one record per answer: setup, clients,
 question, tier, latency, tokens) and `bench.jsonl` (llama.cpp's own rows).
@@ -106,19 +106,23 @@ def bench_batched(model: Path, prompt: int, gen: int, batches: list[int]) -> lis
     return [{"tool": "llama-batched-bench", **row} for row in rows]
 
 
-def questions() -> tuple[list[str], list[str]]:
-    """The demo's tier-B questions (one client), and distinct help-centre questions the knowledge
-    base covers (the closed loop: no two identical prompts, so no answer comes from a cache)."""
+def questions(one_client: int) -> tuple[str, list[str], list[str]]:
+    """A warm-up question, the one-client questions (the demo's tier-B ones, then covered
+    help-centre questions up to `one_client`), and the closed loop's: every prompt is asked once
+    per stack, so none is answered from the server's prompt cache (a repeated prompt skips its
+    prefill)."""
     demo = json.loads(DEMO_QUESTIONS.read_text())
     single = [q["question"] for q in demo if q.get("expected_tier") == "B"]
     covered = [q["question"] for q in json.loads(COVERAGE_QUESTIONS.read_text()) if q.get("kind") == "covered"]
-    return single, covered
+    warm_up, covered = covered[-1], covered[:-1]
+    extra = max(0, one_client - len(single))
+    return warm_up, single + covered[:extra], covered[extra:]
 
 
-def run_service(setup: str, workdir: Path, single: list[str], pool: list[str], repeat: int,
+def run_service(setup: str, workdir: Path, warm_up: str, single: list[str], pool: list[str],
                 clients: list[int], window_s: float, console: Any) -> list[Answer]:
-    """The stack with `setup`'s reader: one client over `single` (`repeat` times), then (shared
-    server only) each N of `clients` in a closed loop over `pool` for `window_s`."""
+    """The stack with `setup`'s reader: one client over `single`, then (shared server only) each
+    N of `clients` in a closed loop over `pool` for `window_s` (each question once)."""
     from lab.harness.load_client import LoadClient
     from lab.harness.stack import Parts, lab_stack
 
@@ -141,15 +145,14 @@ def run_service(setup: str, workdir: Path, single: list[str], pool: list[str], r
         async def go() -> None:
             async with LoadClient(stack.address, key, channels=max(clients)) as client:
                 await client.ready()
-                await ask(client, single[0], 1, 0)  # warm-up: model pages, index, first prompt
-                for _ in range(repeat):
-                    for question in single:
-                        answers.append(await ask(client, question, 1, 0))
-                        console.print(f"  {setup} 1 client {answers[-1].tier} {answers[-1].latency_s:5.2f} s {question}")
+                await ask(client, warm_up, 1, 0)  # warm-up: model pages, index, the prompt's static part
+                for question in single:
+                    answers.append(await ask(client, question, 1, 0))
+                    console.print(f"  {setup} 1 client {answers[-1].tier} {answers[-1].latency_s:5.2f} s {question}")
                 if setup != "server":
                     return
+                todo = list(reversed(pool))  # shared by the client counts: no question twice
                 for n in clients:
-                    todo = list(pool)
                     stop_at = time.time() + window_s
 
                     async def one_client(lane: int) -> None:
@@ -216,9 +219,11 @@ def render(out: Path, payload: dict[str, Any]) -> None:
         "service keep under concurrent clients?",
         "",
         f"**Setup.** {meta['reader']} ({meta['model']}), {THREADS} threads, {meta['cpus']} cores, "
-        f"llama.cpp of llama-cpp-python {meta['llama_cpp_version']}; the demo help centre, tier-B "
-        f"questions one at a time ({meta['repeat']} rounds), then {meta['clients']} clients in a closed loop "
-        f"over {meta['pool']} distinct covered questions for {meta['window_s']:.0f} s each. Measured "
+        f"llama.cpp of llama-cpp-python {meta['llama_cpp_version']}; the demo help centre: "
+        f"{meta['one_client']} distinct questions one at a time (the demo's tier-B ones, then covered "
+        f"ones; B answers counted), then {meta['clients']} clients in a closed loop over distinct covered "
+        f"questions for {meta['window_s']:.0f} s each (no question asked twice on a stack: the "
+        f"server's prompt cache never answers one). Measured "
         f"{meta['when']} on a shared machine: compare the ratios, not the absolute times.",
         "",
         "## One client: tier-B latency against the model's own time",
@@ -257,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "var" / "reader_limit")
-    parser.add_argument("--repeat", type=int, default=2, help="rounds of the one-client questions")
+    parser.add_argument("--one-client", type=int, default=10, help="distinct questions asked by one client")
     parser.add_argument("--clients", default="2,4", help="closed-loop client counts (shared server)")
     parser.add_argument("--window", type=float, default=90.0, help="seconds per client count")
     parser.add_argument("--repetitions", type=int, default=2, help="llama-bench repetitions per pair")
@@ -274,13 +279,13 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = Settings(_env_file=None)
     model = embedded_model_path(settings)
-    single, pool = questions()
+    warm_up, single, pool = questions(args.one_client)
     answers: list[Answer] = []
     with tempfile.TemporaryDirectory(prefix="arag-reader-limit-") as tmp:
         workdir = args.workdir or Path(tmp)
         for setup in args.setups.split(","):
             console.rule(f"service, reader {setup}")
-            answers += run_service(setup, workdir, single, pool, args.repeat, clients, args.window, console)
+            answers += run_service(setup, workdir, warm_up, single, pool, clients, args.window, console)
     console.rule("llama.cpp's own benchmarks")
     pairs = [(a.prompt_tokens, a.completion_tokens) for a in answers
              if a.clients == 1 and a.code == "OK" and a.tier == "B" and a.prompt_tokens]
@@ -290,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                              int(median([a.completion_tokens for a in loop])), [1, *clients]) if loop else [])
     summary = summarize(answers, pg, batched, args.window)
     meta = {"reader": settings.reader, "model": model.name, "cpus": os.cpu_count(), "threads": THREADS,
-            "llama_cpp_version": LLAMA_CPP_VERSION, "repeat": args.repeat, "clients": clients,
+            "llama_cpp_version": LLAMA_CPP_VERSION, "one_client": len(single), "clients": clients,
             "pool": len(pool), "window_s": args.window, "repetitions": args.repetitions,
             "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "host": platform.node()}
     (out / "answers.jsonl").write_text("".join(json.dumps(asdict(a)) + "\n" for a in answers))
