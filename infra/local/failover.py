@@ -293,11 +293,7 @@ class LocalPostgresReplica(LocalPostgres):
         self.primary = primary
 
     def prepare(self) -> None:
-        self.sockets.mkdir(exist_ok=True)
-        self.log.touch()
-        if self.user is not None:
-            for path in (self.workdir, self.sockets):
-                os.chown(path, self.user.pw_uid, self.user.pw_gid)
+        self.prepare_directories()
         if not (self.data / "PG_VERSION").exists():
             if not self.primary.is_running():
                 raise ServerStartError("a replica is copied from a running primary: start it first")

@@ -457,12 +457,16 @@ class LocalPostgres(LocalServer):
         """A libpq URL of the `postgres` maintenance database."""
         return f"postgresql://arag@127.0.0.1:{self.port}/postgres"
 
-    def prepare(self) -> None:
+    def prepare_directories(self) -> None:
+        """The socket folder and the log, owned by the server's account when it runs as one."""
         self.sockets.mkdir(exist_ok=True)
         self.log.touch()
         if self.user is not None:
             for path in (self.workdir, self.sockets):
                 os.chown(path, self.user.pw_uid, self.user.pw_gid)
+
+    def prepare(self) -> None:
+        self.prepare_directories()
         if not (self.data / "PG_VERSION").exists():
             _run_as(self.user, [str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "arag", "--auth=trust",
                                 "--no-sync", "-E", "UTF8"], self.log)

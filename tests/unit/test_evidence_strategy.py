@@ -20,16 +20,8 @@ from adaptive_rag.settings import Settings
 from adaptive_rag.strategies import EvidenceRead, build_strategy
 from adaptive_rag.strategies.abstention import BELOW_THRESHOLD, NO_PASSAGE, Abstention
 from adaptive_rag.strategies.single_step import READER_FOUND_NONE
+from tests.support.evidence_kb import KB, QUESTION
 
-KB = [
-    Passage("mathew", "Charles Mathew", "Charles Mathew was an English actor, the son of Henry Walcot Pemberton."),
-    Passage("pemberton", "Henry Walcot Pemberton (bookseller)", "Henry Walcot Pemberton kept a shop in Bath. His grave is in Highgate Cemetery."),
-    Passage("dickens", "Charles Dickens", "Charles Dickens was a writer; his father John was buried in London."),
-    Passage("brady", "Mathew Brady", "Mathew Brady was buried in Washington; his father was a farmer."),
-    Passage("darwin", "Charles Darwin", "Charles Darwin's father Robert was buried at Shrewsbury."),
-    Passage("bath", "Bath", "Bath is a city in Somerset with Roman baths."),
-]
-QUESTION = "Where was the father of Charles Mathew buried?"
 
 
 @pytest.fixture(scope="module")
