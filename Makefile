@@ -14,20 +14,27 @@ export ARAG_CACHE
   opensearch clean
 
 # --- setup by role ---------------------------------------------------------------------------------
-# pyproject.toml's extras: frontdoor, workers, triton (local classifier serving), demo (the three),
-# eval, train (torch), dev, all. One virtualenv, one stamp per installed set: `make setup` (all, what
-# the tests need: they train a classifier) and `make setup-demo` (no torch) can follow each other in
-# any order; a set installed after another only adds what is missing. The portable llama.cpp wheel
-# is built once into $(ARAG_CACHE)/wheels and only for the sets that run the embedded LLM.
-LLAMA_ROLES := all demo workers eval
+# pyproject.toml's extras: frontdoor, workers, triton (local classifier serving), demo (the three,
+# with the worker pools' `pools` set instead of `workers`: no embedded model), eval, train (torch),
+# dev, all. One virtualenv, one stamp per installed set: `make setup` (all, what the tests need:
+# they train a classifier) and `make setup-demo` (no torch) can follow each other in any order; a
+# set installed after another only adds what is missing. llama.cpp is built once, portably
+# (infra/llama/build.sh: the shared libraries, llama-server and the benchmarks, and the
+# llama-cpp-python wheel holding those same libraries), cached under $(ARAG_CACHE)/llama.cpp.
+# Only the sets that run the model in-process install the wheel; the demo reads through the shared
+# llama-server and needs the reader's GGUF, not the Python binding.
+LLAMA_BUILD = PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build.sh $(LLAMA_CPP_VERSION)
+LLAMA_ROLES := all workers eval lab loadtest
+MODEL_ROLES := $(LLAMA_ROLES) demo
 ROLE_SETUPS := setup-demo setup-frontdoor setup-workers setup-triton setup-eval setup-train setup-dev setup-lab
 # the configured reader (ARAG_READER, or READER=qwen-0.5b): pinned wheels fetched, GGUF assembled and verified
 ASSEMBLE_MODEL := $(if $(READER),ARAG_READER=$(READER)) $(PY) -m adaptive_rag.cli reader fetch
-# $(1): an extra of pyproject.toml
+# $(1): an extra of pyproject.toml; the build's first line builds (or finds) the wheel, the second
+# installs that very file
 define INSTALL_ROLE
-	$(if $(filter $(1),$(LLAMA_ROLES)),PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build_wheel.sh $(LLAMA_CPP_VERSION))
-	$(PY) -m pip install -q --find-links $(ARAG_CACHE)/wheels --only-binary llama-cpp-python -e ".[$(1)]"
-	$(if $(filter $(1),$(LLAMA_ROLES)),$(ASSEMBLE_MODEL))
+	$(if $(filter $(1),$(LLAMA_ROLES)),$(LLAMA_BUILD) wheel >/dev/null)
+	$(PY) -m pip install -q $(if $(filter $(1),$(LLAMA_ROLES)),"$$($(LLAMA_BUILD) wheel)" --only-binary llama-cpp-python) -e ".[$(1)]"
+	$(if $(filter $(1),$(MODEL_ROLES)),$(ASSEMBLE_MODEL))
 endef
 .PHONY: $(ROLE_SETUPS)
 
@@ -38,31 +45,31 @@ $(VENV)/.created:
 	touch $@
 
 # everything (tests, training, eval); the tests also need Java/Maven (OpenSearch), Redis and PostgreSQL
-$(VENV)/.installed: pyproject.toml infra/llama/build_wheel.sh | $(VENV)/.created
+$(VENV)/.installed: pyproject.toml infra/llama/build.sh | $(VENV)/.created
 	@command -v java >/dev/null && command -v mvn >/dev/null && command -v curl >/dev/null && command -v redis-server >/dev/null \
 	  && command -v redis-sentinel >/dev/null \
 	  && command -v docker-compose >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 	  { echo "installing Java 17, Maven, curl, Redis (with Sentinel), PostgreSQL and docker-compose (apt)"; apt-get update -qq && \
 	    apt-get install -y -qq openjdk-17-jdk-headless maven curl redis-server redis-sentinel postgresql docker-compose; }
 	$(call INSTALL_ROLE,all)
-	PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build_server.sh $(LLAMA_CPP_VERSION)
 	touch $@
 
 # one role's set: $(VENV)/.installed-demo, -frontdoor, -workers, -triton, -eval, -train, -dev
-$(VENV)/.installed-%: pyproject.toml infra/llama/build_wheel.sh | $(VENV)/.created
+$(VENV)/.installed-%: pyproject.toml infra/llama/build.sh | $(VENV)/.created
 	$(call INSTALL_ROLE,$*)
 	touch $@
 .PRECIOUS: $(VENV)/.installed-%
 
 # A role's set is already there when a set containing it is: every role is in `all` (make setup,
-# make test), the front door, workers and Triton are in `demo`. Then the role's setup is that
+# make test), the front door and Triton are in `demo` (the workers' set is not: it adds the
+# embedded model). Then the role's setup is that
 # set's stamp and runs no pip (a stale stamp, pyproject.toml changed since, reinstalls that set).
-DEMO_ROLES := frontdoor workers triton
+DEMO_ROLES := frontdoor triton
 role_stamp = $(firstword $(wildcard $(VENV)/.installed $(if $(filter $(1),$(DEMO_ROLES)),$(VENV)/.installed-demo)) \
   $(VENV)/.installed-$(1))
 
-## setup: virtualenv, portable llama.cpp wheel and llama-server (both cached), every extra (torch
-## included), embedded model, gRPC stubs
+## setup: virtualenv, one portable llama.cpp build (llama-server, the benchmarks and the
+## llama-cpp-python wheel; cached), every extra (torch included), embedded model, gRPC stubs
 PROTO_STUBS := services/frontdoor/generated/adaptive_rag_pb2.py  # (its rule: front door section)
 setup: $(VENV)/.installed $(PROTO_STUBS)
 
@@ -81,7 +88,8 @@ reader:
 ## broker, SQLite, embedded index + LLM, gRPC front door); example questions of every tier through
 ## gRPC; everything stopped afterwards. REDIS_URL, DATABASE_URL, OPENSEARCH_URL, TRITON_GRPC_URL,
 ## LLM_BASE_URL point it at real servers. The in-process demo without services: `arag demo`.
-## Installs only the demo's extras (no torch); the gRPC stubs are generated on first import.
+## Installs only the demo's extras (no torch, no llama-cpp-python: the pools read through the shared
+## llama-server; `--llm embedded` needs `make setup-workers`); the gRPC stubs are generated on first import.
 demo: setup-demo router llama-server
 	$(PY) -m services.demo
 
@@ -126,8 +134,8 @@ test-e2e: setup
 ## in a new venv under /tmp with pip's cache off (several GB of downloads: torch); reports/setup/
 BENCH_SETUP_ARGS ?=
 bench-setup: | $(VENV)/.created
-	PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build_wheel.sh $(LLAMA_CPP_VERSION)
-	nice -n 10 $(PYTHON) -m lab.experiments.setup_time --python $(PYTHON) --wheels $(ARAG_CACHE)/wheels \
+	$(LLAMA_BUILD) wheel >/dev/null
+	nice -n 10 $(PYTHON) -m lab.experiments.setup_time --python $(PYTHON) --wheels "$$(dirname "$$($(LLAMA_BUILD) wheel)")" \
 	  --out reports/setup $(BENCH_SETUP_ARGS)
 
 ## eval: the evaluation report on the test split (long: see README): the shipped router published
@@ -326,9 +334,11 @@ loadtest: setup-demo setup-lab llama-server
 # --- shared LLM inference process (llama.cpp's llama-server) -------------------------------------
 .PHONY: llama-server
 
-## llama-server: build llama.cpp's llama-server once, portably (AVX2/FMA/F16C, no AMX), from the
-## llama.cpp sources vendored in the llama-cpp-python sdist (PyPI); ~5-8 minutes on 2 cores, niced,
-## then cached in $(ARAG_CACHE)/bin (seconds); prints the binary's path. Serve the Gemma GGUF on
-## loopback with `$(PY) -m infra.local.llama_server` (prints LLM_BASE_URL; LLM_API=completions).
+## llama-server: llama.cpp's llama-server (with llama-bench and llama-batched-bench, and the
+## llama-cpp-python wheel: one build of the same sources, infra/llama/build.sh), built once,
+## portably (AVX2/FMA/F16C, no AMX), from the llama.cpp tree vendored in the pinned llama-cpp-python
+## sdist; ~5 minutes on 2 cores, then cached in $(ARAG_CACHE)/llama.cpp (milliseconds); prints the
+## binary's path. Serve the reader's GGUF on loopback with `$(PY) -m infra.local.llama_server`
+## (prints LLM_BASE_URL; LLM_API=completions).
 llama-server: | $(VENV)/.created
-	@PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build_server.sh $(LLAMA_CPP_VERSION)
+	@$(LLAMA_BUILD) llama-server

@@ -44,9 +44,13 @@ class LlamaCppLLM:
         model_path = Path(model_path)
         if not model_path.is_file():
             raise ConfigurationError(f"GGUF model not found: {model_path}")
-        from llama_cpp import (
-            Llama,  # imported here: the wheel is large and optional for clients
-        )
+        try:
+            from llama_cpp import Llama  # imported here: optional (the demo's set reads through a server)
+        except ImportError as exc:
+            raise ConfigurationError(
+                "the embedded reader needs llama-cpp-python (the `workers` extra: make setup-workers), "
+                "or point LLM_BASE_URL at an OpenAI-compatible server"
+            ) from exc
 
         self.model_path = model_path
         self.n_ctx = n_ctx

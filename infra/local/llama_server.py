@@ -11,9 +11,9 @@ production, where the workers call a vLLM endpoint.
 
     python -m infra.local.llama_server [--port 8081] [--parallel 4] [--threads 2]   # foreground
 
-The binary is built (once, cached) by `infra/llama/build_server.sh` from the llama.cpp sources
-vendored in the llama-cpp-python sdist of the version the project pins; `LLAMA_SERVER_BIN`
-points at another binary instead.
+The binary is built (once, cached) by `infra/llama/build.sh` from the llama.cpp sources vendored
+in the llama-cpp-python sdist of the version the project pins, in the same build as the
+llama-cpp-python wheel's libraries; `LLAMA_SERVER_BIN` points at another binary instead.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import httpx
 from infra.local.servers import ServerStartError, free_port
 
 REPO = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO / "infra" / "llama" / "build_server.sh"
+BUILD_SCRIPT = REPO / "infra" / "llama" / "build.sh"
 # The llama-cpp-python release whose vendored llama.cpp the server is built from (Makefile:
 # LLAMA_CPP_VERSION, pyproject.toml's pin): the server and the embedded model run the same code.
 LLAMA_CPP_VERSION = "0.3.36"
@@ -56,30 +56,25 @@ STOP_TIMEOUT_S = 10.0
 PARITY_ARGS = ("--flash-attn", "off", "--swa-full")
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("ARAG_CACHE") or Path.home() / ".cache" / "adaptive-rag")
-
-
 def server_binary(version: str = LLAMA_CPP_VERSION, *, build: bool = True) -> Path:
-    """The `llama-server` binary: `LLAMA_SERVER_BIN`, else the cached build of `version`, built
-    now with `infra/llama/build_server.sh` when missing and `build` (5-8 minutes on 2 cores,
-    once; its progress goes to this process's stderr)."""
+    """The `llama-server` binary: `LLAMA_SERVER_BIN`, else the cached build of `version` (a cache
+    hit takes milliseconds), built now with `infra/llama/build.sh` when missing and `build`
+    (about 5 minutes on 2 cores, once; its progress goes to this process's stderr); without
+    `build`, where the cached build's binary is (it may not exist)."""
     explicit = os.environ.get("LLAMA_SERVER_BIN")
     if explicit:
         return Path(explicit)
-    cached = cache_dir() / "bin" / f"llama-server-{version}"
-    if os.access(cached, os.X_OK) or not build:
-        return cached
     env = dict(os.environ)
     # the script calls `python -m pip download`: the interpreter running us (the venv's)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     proc = subprocess.run(
-        ["bash", str(BUILD_SCRIPT), version], stdout=subprocess.PIPE, text=True, env=env,
-        stdin=subprocess.DEVNULL, check=False,
+        ["bash", str(BUILD_SCRIPT), version, "llama-server" if build else "dir"], stdout=subprocess.PIPE,
+        text=True, env=env, stdin=subprocess.DEVNULL, check=False,
     )
     if proc.returncode != 0:
         raise ServerStartError(f"{BUILD_SCRIPT} {version} failed ({proc.returncode})")
-    return Path(proc.stdout.strip().splitlines()[-1])
+    path = Path(proc.stdout.strip().splitlines()[-1])
+    return path if build else path / "bin" / "llama-server"
 
 
 def default_model_path() -> Path:

@@ -1,7 +1,7 @@
 """How close does the service come to what the reader itself can do on this CPU?
 
 The reference is llama.cpp's own benchmarks, built from the same vendored sources as the server
-(`infra/llama/build_server.sh VERSION llama-bench|llama-batched-bench`), run on the same GGUF:
+(`infra/llama/build.sh VERSION llama-bench|llama-batched-bench`), run on the same GGUF:
 
 - `llama-bench -pg P,G`: the model's own time to prefill a P-token prompt and generate G tokens,
   one request, no HTTP, no service: the floor for one tier-B answer of that size;

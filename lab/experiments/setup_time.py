@@ -14,8 +14,9 @@ the project editable with its extras, as `make setup` does, with pip's cache dis
   e  full (optional)  `.[all]`, what `make setup` installs now (`--cases a,b,c,d,e`)
 
 llama-cpp-python is built from source on a fresh machine (about 5 minutes on 2 cores); every case
-that needs it takes the same portable wheel from the warm wheel cache (--wheels, built by
-infra/llama/build_wheel.sh), so that build is excluded from every number alike.
+that needs it takes the same portable wheel from the warm build cache (--wheels: the directory
+of the wheel `infra/llama/build.sh VERSION wheel` prints), so that build is excluded from every
+number alike.
 
 Measured per case: seconds for `python -m venv` + `pip install --upgrade pip` + the install
 (total) and for the install alone; size of site-packages (MB = 10^6 bytes, apparent file sizes);
@@ -216,7 +217,7 @@ def smoke(case: Case, python: Path, src: Path, env: dict[str, str]) -> dict:
 def llama_wheel(wheels: Path) -> dict:
     found = sorted(wheels.glob("llama_cpp_python-*.whl"))
     if not found:
-        raise SystemExit(f"no llama-cpp-python wheel in {wheels}: run infra/llama/build_wheel.sh")
+        raise SystemExit(f"no llama-cpp-python wheel in {wheels}: run infra/llama/build.sh VERSION wheel")
     path = found[-1]
     return {"file": path.name, "mb": round(path.stat().st_size / 1e6, 1),
             "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}

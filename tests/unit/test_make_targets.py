@@ -37,11 +37,26 @@ def test_triton_publishes_the_shipped_router_before_serving(tmp_path):
     assert plan.index("model ship") < plan.index("services/classifier/serve.py")
 
 
-@pytest.mark.parametrize("stamp", [".installed", ".installed-demo"])
-def test_workers_and_frontdoor_run_no_pip_after_a_set_containing_them(tmp_path, stamp):
-    plan = planned(installed(tmp_path / "venv", stamp), "workers", "frontdoor", "triton")
-    assert "pip install" not in plan and "build_wheel" not in plan, plan
+def test_workers_and_frontdoor_run_no_pip_after_a_set_containing_them(tmp_path):
+    plan = planned(installed(tmp_path / "venv", ".installed"), "workers", "frontdoor", "triton")
+    assert "pip install" not in plan and "build.sh" not in plan, plan
     assert "-m workers.pools" in plan and "-m services.frontdoor" in plan
+
+
+def test_the_demo_set_holds_the_front_door_not_the_embedded_model(tmp_path):
+    venv = installed(tmp_path / "venv", ".installed-demo")
+    assert "pip install" not in planned(venv, "frontdoor", "triton")
+    workers = planned(venv, "workers")  # the in-process model: the wheel of the one llama.cpp build
+    assert '-e ".[workers]"' in workers and "build.sh 0.3.36 wheel" in workers
+
+
+def test_the_demo_installs_no_python_binding_and_builds_llama_cpp_once(tmp_path):
+    plan = planned(installed(tmp_path / "venv"), "demo")
+    assert '-e ".[demo]"' in plan and "llama-cpp-python" not in plan and " wheel" not in plan, plan
+    assert plan.count("infra/llama/build.sh") == 1 and "build.sh 0.3.36 llama-server" in plan
+    setup = planned(installed(tmp_path / "full"), "setup")  # the wheel and the server: one script
+    assert "build_server" not in setup and "build_wheel" not in setup
+    assert "build.sh 0.3.36 wheel" in setup and "--only-binary llama-cpp-python" in setup
 
 
 def test_a_role_alone_installs_only_its_own_set(tmp_path):
