@@ -4,7 +4,7 @@
 #
 #   infra/llama/build.sh 0.3.36                       # -> .../bin/llama-server
 #   infra/llama/build.sh 0.3.36 llama-bench           # (or llama-batched-bench)
-#   infra/llama/build.sh 0.3.36 wheel                 # -> .../llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl
+#   infra/llama/build.sh 0.3.36 wheel                 # -> .../llama_cpp_python-0.3.36+arag.KEY-py3-none-linux_x86_64.whl
 #   infra/llama/build.sh 0.3.36 dir                   # -> the build's cache directory (nothing built)
 #
 # Why one build: llama-cpp-python's own wheel build compiles llama.cpp (~5 min on 2 cores) and the
@@ -54,7 +54,8 @@ CMAKE_FLAGS=(
   -DCMAKE_BUILD_TYPE=Release
   -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
   -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
-  -DBUILD_SHARED_LIBS=ON -DCMAKE_PLATFORM_NO_VERSIONED_SONAME=ON -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON
+  -DBUILD_SHARED_LIBS=ON -DCMAKE_PLATFORM_NO_VERSIONED_SONAME=ON
+  -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN'
   -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF
   -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF
@@ -66,7 +67,7 @@ dir="$root/${version}-${key}"
 artifact() {
   case "$wanted" in
     dir) echo "$dir" ;;
-    wheel) compgen -G "$dir/wheel/llama_cpp_python-${version}-*.whl" | head -n 1 ;;
+    wheel) compgen -G "$dir/wheel/llama_cpp_python-${version}+arag.${key}-*.whl" | head -n 1 ;;
     *) echo "$dir/bin/$wanted" ;;
   esac
 }
@@ -133,9 +134,15 @@ if (cd "$pkg/llama_cpp/lib" && ldd ./*.so | grep -q "not found"); then
   exit 1
 fi
 rm -f "$pkg/.gitignore"
+# A local version label names this build (0.3.36+arag.KEY still satisfies `==0.3.36`), so pip
+# replaces a llama-cpp-python of the same release built elsewhere (or with other flags) instead
+# of keeping it as "already installed".
+sed -i "s/^__version__ = \"${version}\"\$/__version__ = \"${version}+arag.${key}\"/" "$pkg/llama_cpp/__init__.py"
+grep -q "^__version__ = \"${version}+arag.${key}\"\$" "$pkg/llama_cpp/__init__.py" \
+  || { echo "build.sh: no __version__ = \"${version}\" in llama_cpp/__init__.py" >&2; exit 1; }
 CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" python -m pip wheel -q --no-deps --no-cache-dir "$pkg" \
   -w "$tmp/wheel" >&2
-wheel="$(compgen -G "$tmp/wheel/llama_cpp_python-${version}-*.whl")"
+wheel="$(compgen -G "$tmp/wheel/llama_cpp_python-${version}+arag.${key}-*.whl")"
 python - "$wheel" "${PY_LIBS[@]}" <<'EOF' || exit 1
 import sys, zipfile
 names = set(zipfile.ZipFile(sys.argv[1]).namelist())
