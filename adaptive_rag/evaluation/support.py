@@ -1155,7 +1155,7 @@ def _evaluate(
     full_meta = {
         **(meta or {}),
         "suite": SUITE, "split": split, "queries": len(queries),
-        "queries_per_kind": {k: counts[k] for k in KINDS},
+        "queries_per_kind": {k: counts[k] for k in KINDS if any(q.kind == k for q in suite.queries)},
         "rows": list(rows),
         "router": f"small-talk detector, then {getattr(router, '__name__', type(router).__name__)}",
         "knowledge_base": f"{suite.description}, {len(suite.passages)} passages",
