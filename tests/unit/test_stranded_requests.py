@@ -81,6 +81,26 @@ def test_the_relay_publishes_a_request_recorded_but_never_enqueued_once_and_it_i
     assert asyncio.run(svc.relay_unpublished()) == [] and len(queue.tasks) == 1
 
 
+def test_small_talk_recorded_by_a_front_door_that_died_before_answering_it_is_relayed_to_a_worker():
+    """Small talk is answered at admission; its row is an outbox row all the same."""
+    svc, store, queue, _ = service(die_after_record=True)
+    progress = CallProgress()
+    with pytest.raises(FrontDoorDied):
+        asyncio.run(svc.answer(Answer(KEY, b"thanks a lot!", None, soon()), progress))
+    time.sleep(0.06)
+    assert asyncio.run(svc.relay_unpublished()) == [progress.request_id]
+    [task] = queue.tasks
+    assert (task.tier, task.strategy, task.query) == (Tier.A, "small_talk", "thanks a lot!")
+
+
+def test_an_answered_small_talk_request_is_left_alone_by_the_relay():
+    svc, store, queue, _ = service()
+    answered = asyncio.run(svc.answer(Answer(KEY, b"hello!", None, soon()), CallProgress()))
+    assert store.requests[answered.request_id].status is RequestStatus.DONE
+    time.sleep(0.06)
+    assert asyncio.run(svc.relay_unpublished()) == [] and queue.tasks == []
+
+
 def test_an_admitted_request_is_marked_published_and_the_relay_leaves_it_alone():
     svc, store, queue, _ = service(delay_s=1.0)
     progress = CallProgress()
