@@ -156,6 +156,9 @@ class SupportSuite:
     follow_ups: list[FollowUpTurn] = field(default_factory=list)
     name: str = COVID_FAQ
     description: str = ""
+    # Never used to design or tune anything (no rule, threshold or phrase was chosen on any of its
+    # questions): every split is unseen, so its checks are also reported over all its questions.
+    held_out: bool = False
 
     def select(self, split: str | None = None, limit: int | None = None) -> list[SupportQuery]:
         """Queries of `split` (all with None), in a stable interleaved order (kinds mixed, so a
@@ -777,15 +780,28 @@ def knowledge_base_checks(suite: SupportSuite, retriever: Retriever, abstention:
     `split`): hit@k of its in-KB questions, the abstention gate's caught / false, and its
     follow-up turns with and without rewriting (on `split`, and on every turn: the rewrite rules
     were never tuned on them)."""
+    from adaptive_rag.strategies import Abstention
+
     queries = [q for q in suite.queries if q.split == split]
-    return {
+    never = Abstention()  # no threshold: abstains only when nothing at all is retrieved
+    checks = {
         "name": suite.name, "description": suite.description, "split": split,
         "documents": len(suite.entries), "passages": len(suite.passages),
         "retrieval": retriever_hits(queries, retriever, k),
         "abstention": abstention_gate(queries, retriever, abstention, k),
+        "abstention_no_threshold": abstention_gate(queries, retriever, never, k),
         "follow_ups": follow_up_hits([t for t in suite.follow_ups if t.split == split], retriever, k),
         "follow_ups_all_turns": follow_up_hits(suite.follow_ups, retriever, k),
+        "held_out": suite.held_out,
     }
+    if suite.held_out:
+        checks["all_questions"] = {
+            "n": len(suite.queries),
+            "retrieval": retriever_hits(suite.queries, retriever, k),
+            "abstention": abstention_gate(suite.queries, retriever, abstention, k),
+            "abstention_no_threshold": abstention_gate(suite.queries, retriever, never, k),
+        }
+    return checks
 
 
 def threshold_sweep(
@@ -921,6 +937,19 @@ def _knowledge_base_markdown(checks: Mapping[str, Any] | None) -> list[str]:
              f"strategy checks before its reader): caught {_estimate(gate['caught'])} of the questions it must "
              f"abstain on, false abstentions {_estimate(gate['false_abstain'])} of the in-KB ones. Per kind: "
              + ", ".join(f"{kind} {_estimate(cell)} (n {cell['n']})" for kind, cell in gate["kinds"].items()) + "."]
+    never = checks.get("abstention_no_threshold")
+    if never:
+        lines += ["", f"Without a threshold (never abstain, unless nothing at all is retrieved): caught "
+                      f"{_estimate(never['caught'])}, false abstentions {_estimate(never['false_abstain'])}."]
+    everything = checks.get("all_questions")
+    if everything:
+        pooled = (everything["retrieval"].get("in_kb") or {}).get("hit_5")
+        lines += ["", f"Held out (no rule was designed or tuned on this knowledge base, so every split is "
+                      f"unseen), all {everything['n']} questions, both splits: in-KB hit@{HIT_K} {_pct(pooled)}; "
+                      f"abstention gate caught {_estimate(everything['abstention']['caught'])}, false "
+                      f"{_estimate(everything['abstention']['false_abstain'])}; without a threshold caught "
+                      f"{_estimate(everything['abstention_no_threshold']['caught'])}, false "
+                      f"{_estimate(everything['abstention_no_threshold']['false_abstain'])}."]
     for label, key in (("the split's turns", "follow_ups"), ("every turn", "follow_ups_all_turns")):
         fu = checks.get(key) or {}
         if not fu.get("turns"):
@@ -1057,8 +1086,8 @@ def evaluate_support(
     progress: Callable[[str, int], Any] | None = None,
     knowledge_base: str = COVID_FAQ,
 ) -> SupportRun:
-    """Build the suite of `knowledge_base` (`covid-faq`, or `help-centre`:
-    `evaluation.help_centre`), index it (tantivy in a temporary directory, rebuilt each run in
+    """Build the suite of `knowledge_base` (`covid-faq`, `help-centre`: `evaluation.help_centre`,
+    or `quillbill`: `evaluation.quillbill`), index it (tantivy in a temporary directory, rebuilt each run in
     about a second, unless `retriever` is given), run `rows` on `split` (at most `limit` per
     kind) and write the report.
 
@@ -1084,7 +1113,7 @@ def evaluate_support(
                      llm, retriever, router, run, auto_threshold, meta, progress)
 
 
-KNOWLEDGE_BASES = (COVID_FAQ, "help-centre")
+KNOWLEDGE_BASES = (COVID_FAQ, "help-centre", "quillbill")
 
 
 def build_knowledge_base_suite(name: str, settings: Settings) -> SupportSuite:
@@ -1095,6 +1124,10 @@ def build_knowledge_base_suite(name: str, settings: Settings) -> SupportSuite:
         from adaptive_rag.evaluation.help_centre import build_help_centre
 
         return build_help_centre(settings)
+    if name == "quillbill":
+        from adaptive_rag.evaluation.quillbill import build_quillbill
+
+        return build_quillbill(settings)
     raise ConfigurationError(f"unknown support knowledge base {name!r}; choose {', '.join(KNOWLEDGE_BASES)}")
 
 
