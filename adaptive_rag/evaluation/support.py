@@ -728,14 +728,17 @@ def abstention_gate(queries: Iterable[SupportQuery], retriever: Retriever, abste
     in-KB questions that do, and per kind. Retrieval only: no reader runs, so every question of
     the split counts, not only the ones a reader row ran."""
     by_kind: dict[str, list[float]] = defaultdict(list)
+    pooled: dict[bool, list[float]] = defaultdict(list)  # in question order, so intervals are reproducible
     for query in queries:
         if query.kind == SMALL_TALK:
             continue
         found = retriever.search(query.query, k)
-        by_kind[query.kind].append(float(abstention.reason(retriever, query.query, found) is not None))
+        value = float(abstention.reason(retriever, query.query, found) is not None)
+        by_kind[query.kind].append(value)
+        pooled[query.kind in EXPECT_ABSTAIN].append(value)
     return {
-        "caught": _interval([v for kind in EXPECT_ABSTAIN for v in by_kind.get(kind, [])]),
-        "false_abstain": _interval([v for kind in IN_KB for v in by_kind.get(kind, [])]),
+        "caught": _interval(pooled[True]),
+        "false_abstain": _interval(pooled[False]),
         "kinds": {kind: _interval(by_kind[kind]) for kind in KINDS if by_kind.get(kind)},
     }
 
@@ -774,6 +777,24 @@ def follow_up_hits(turns: Sequence[FollowUpTurn], retriever: Retriever, k: int =
     return summary
 
 
+def question_records(queries: Iterable[SupportQuery], retriever: Retriever, gates: Mapping[str, Any],
+                     k: int = HIT_K) -> list[dict[str, Any]]:
+    """Per question of every split (small talk aside): its kind and split, whether retrieval found
+    its gold pages in the top k (in-KB ones) and whether each gate abstained; the raw records the
+    knowledge base's figures recompute from."""
+    records = []
+    for query in queries:
+        if query.kind == SMALL_TALK:
+            continue
+        found = retriever.search(query.query, k)
+        hit = retrieval_hits([doc_id_of(p.id, p.doc_id) for p in found], query.gold_groups, k)[1] if query.in_kb else None
+        records.append({
+            "id": query.id, "kind": query.kind, "split": query.split, "in_kb": query.in_kb, "hit_5": hit,
+            "abstained": {name: gate.reason(retriever, query.query, found) is not None for name, gate in gates.items()},
+        })
+    return records
+
+
 def knowledge_base_checks(suite: SupportSuite, retriever: Retriever, abstention: Any, split: str,
                           k: int = HIT_K) -> dict[str, Any]:
     """The knowledge base's own figures, from retrieval alone (no reader, every question of
@@ -794,6 +815,7 @@ def knowledge_base_checks(suite: SupportSuite, retriever: Retriever, abstention:
         "follow_ups_all_turns": follow_up_hits(suite.follow_ups, retriever, k),
         "held_out": suite.held_out,
     }
+    checks["records"] = question_records(suite.queries, retriever, {"automatic": abstention, "none": never}, k)
     if suite.held_out:
         checks["all_questions"] = {
             "n": len(suite.queries),

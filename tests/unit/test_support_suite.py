@@ -461,3 +461,19 @@ def test_a_held_out_knowledge_base_reports_every_question_and_a_no_threshold_gat
     assert everything["abstention"]["caught"]["n"] > checks["abstention"]["caught"]["n"]
     # without a threshold only a question that retrieves nothing abstains
     assert checks["abstention_no_threshold"]["false_abstain"]["estimate"] == 0.0
+
+
+def test_question_records_let_the_gate_figures_be_recomputed(tmp_path):
+    from adaptive_rag.evaluation.bootstrap import bootstrap_mean
+    from adaptive_rag.evaluation.quillbill import build_quillbill
+    from adaptive_rag.evaluation.support import knowledge_base_checks
+    from adaptive_rag.retrieval.tantivy_index import TantivyRetriever
+
+    suite = build_quillbill(Settings(_env_file=None))
+    index = TantivyRetriever.build(tmp_path / "index", suite.passages)
+    checks = knowledge_base_checks(suite, index, Abstention(min_relevance=0.45), "test")
+    test = [r for r in checks["records"] if r["split"] == "test"]
+    caught = bootstrap_mean({"all": [float(r["abstained"]["automatic"]) for r in test if not r["in_kb"]]})
+    assert caught.estimate == checks["abstention"]["caught"]["estimate"]
+    hits = [r["hit_5"] for r in test if r["in_kb"]]
+    assert sum(hits) / len(hits) == checks["retrieval"]["in_kb"]["hit_5"]["mean"]
