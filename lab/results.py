@@ -414,6 +414,16 @@ class Figure:
     compute: Callable[[Path], str]
 
 
+def small_talk_latency(reports: Path) -> str:
+    """Small talk end to end, p50, with the reader busy vs the idle stack, from the calls."""
+    calls = [c for c in read_jsonl(reports / "small_talk_latency" / "calls.jsonl")
+             if c["kind"] == "small_talk" and c["code"] == "OK"]
+    loaded = [c["latency_ms"] for c in calls if c["phase"] == "loaded"]
+    idle = [c["latency_ms"] for c in calls if c["phase"] == "idle"]
+    return (f"{percentile(loaded, 50):.1f} ms vs {percentile(idle, 50):.1f} ms idle "
+            f"(n {len(loaded)} / {len(idle)})")
+
+
 FIGURES: tuple[Figure, ...] = (
     Figure("Always A (no retrieval), F1", row_f1(lambda ev: ev.fixed("A"))),
     Figure("Always B (single step), F1", row_f1(lambda ev: ev.fixed("B"))),
@@ -450,6 +460,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Urllib3 LLM client, CPU per Answer after/before, 4 clients", cpu_per_answer_ratio("llm-client-urllib3", 4)),
     Figure("Mixed load end to end, tier A p95 at 80 % of the ceiling", mixed_tier_a_p95),
     Figure("Queue isolation, tier A queue wait p50 behind a C backlog, separate vs shared", queue_isolation_wait),
+    Figure("Small talk end to end p50, the reader busy with B and C vs idle", small_talk_latency),
     Figure("Fair share, quiet tenant p95 under a 10x flood", fair_share_quiet_p95),
     Figure("Fault campaign", reliability),
     Figure("Tracing to files, extra CPU per request", tracing_extra_cpu),

@@ -45,7 +45,7 @@ from adaptive_rag.errors import (
     AnswerFailedError, AnswerTimeoutError, ClientRequestIdReusedError, DependencyUnavailableError,
     DuplicateRequestError, OverShareError, QueueFullError,
 )
-from adaptive_rag.serving.answering import Delivery, answer_canned
+from adaptive_rag.serving.answering import canned_answer
 from adaptive_rag.serving.commands import AdmitRequest, Answer, Answered
 from adaptive_rag.serving.context import CallProgress, Serving
 from adaptive_rag.serving.queue_delay import Standing
@@ -192,10 +192,10 @@ def _queue_blocking(serving: Serving, request: AdmitRequest, standing: Standing 
 
 
 async def _answer_here(serving: Serving, request: AdmitRequest) -> Answered:
-    """A small-talk request, recorded and answered by this front door with no queue and no
-    worker (`answering.answer_canned`): a greeting does not wait behind the tier's LLM work,
-    and takes no fair-share slot. Its row is the outbox of a task all the same: should this
-    process die between the record and the reply, the relay publishes it and a worker answers."""
+    """A small-talk request, answered by this front door with no queue and no worker
+    (`answering.canned_answer`) and recorded with its answer in one write: a greeting does not
+    wait behind the tier's LLM work, takes no fair-share slot, and a crash leaves the whole
+    record or none (the client's resend then runs it anew)."""
     result = await serving.io(_answer_here_blocking, serving, request)
     total_ms = 1000 * (time.perf_counter() - request.started)
     return Answered(request.request_id, request.decision, result, total_ms, False,
@@ -204,18 +204,19 @@ async def _answer_here(serving: Serving, request: AdmitRequest) -> Answered:
 
 def _answer_here_blocking(serving: Serving, request: AdmitRequest) -> AnswerResult:
     progress, request_id = request.progress, request.request_id
+    task = AnswerTask(request_id=request_id, tenant=request.tenant, query=request.searched_query,
+                      tier=request.tier, strategy=request.decision.strategy, enqueued_at=time.time())
+    with progress.stage("answer_here"):
+        result = canned_answer(task)
     with progress.stage("record"):
-        serving.records.create_request(
-            request_id, request.tenant, request.client_request_id, request.query,
-            RequestStatus.QUEUED, request.decision, conversation_id=request.conversation_id,
+        serving.records.record_answered(
+            request_id, request.tenant, request.client_request_id, request.query, request.decision,
+            result, FRONT_DOOR, conversation_id=request.conversation_id,
             standalone_query=request.standalone_query,
             rewrite=request.rewrite.method.value if request.standalone_query and request.rewrite else None)
     serving.on_recorded(request_id)
     serving.routed(request.decision)
-    task = AnswerTask(request_id=request_id, tenant=request.tenant, query=request.searched_query,
-                      tier=request.tier, strategy=request.decision.strategy, enqueued_at=time.time())
-    with progress.stage("answer_here"):
-        return answer_canned(task, serving.records, Delivery(worker=FRONT_DOOR, attempt=1, may_retry=False))
+    return result
 
 
 def _reject(serving: Serving, request: AdmitRequest) -> None:

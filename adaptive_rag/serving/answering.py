@@ -200,23 +200,16 @@ def answer_task(
         return failed(ErrorCode.INTERNAL, exc)
 
 
-def answer_canned(task: AnswerTask, records: Records, delivery: Delivery,
-                  clock: Callable[[], float] = time.time) -> AnswerResult:
-    """Answer a small-talk `task` where it was admitted, with no worker: its reply needs neither
-    a retriever nor the LLM, and a queue would only add its wait (behind the tier's LLM work).
-    The records see what a worker's run writes (`begin_run`, one result row), so a replay,
-    GetResult and the request's status read the same; a request no longer in flight returns
-    its stored result (`NotRunnable` when it has none)."""
+def canned_answer(task: AnswerTask, clock: Callable[[], float] = time.time) -> AnswerResult:
+    """The result of a small-talk `task`, run where it was admitted with no worker: its reply
+    needs neither a retriever nor the LLM, and a queue would only add its wait (behind the
+    tier's LLM work). The caller records it with its request in one write
+    (`Records.record_answered`)."""
     if task.strategy != StrategyName.SMALL_TALK:
         raise ValueError(f"the {task.strategy} strategy needs a worker")
     started = clock()
-    if records.begin_run(task.request_id, task.kind, tenant=task.tenant) is None:
-        stored = records.get_result(task.request_id, task.kind, task.tier)
-        if stored is None:
-            raise NotRunnable(f"request {task.request_id} is not in flight: not run")
-        return stored
     outcome = SmallTalkReply().run(task.query)
-    return write_once(records, _result(task, outcome, True, None, started, clock(), cost=0.0), delivery)
+    return _result(task, outcome, True, None, started, clock(), cost=0.0)
 
 
 def _result(task: AnswerTask, outcome: StrategyResult, answerable: bool, reason: str | None,
