@@ -90,7 +90,11 @@ reader:
 ## LLM_BASE_URL point it at real servers. The in-process demo without services: `arag demo`.
 ## Installs only the demo's extras (no torch, no llama-cpp-python: the pools read through the shared
 ## llama-server; `--llm embedded` needs `make setup-workers`); the gRPC stubs are generated on first import.
-demo: setup-demo router llama-server
+## On a fresh machine the llama.cpp build (CPU) and the demo's installs (mostly network: the extras,
+## the reader's GGUF) run side by side.
+demo: | $(VENV)/.created
+	@$(MAKE) --no-print-directory -j2 setup-demo llama-server
+	@$(MAKE) --no-print-directory router
 	$(PY) -m services.demo
 
 ## router: publish the router the repository ships (models/router/router.json, a linear bag-of-words

@@ -99,7 +99,9 @@ trap 'rm -rf "$tmp"' EXIT
 
 sdist="${LLAMA_CPP_SDIST:-}"
 if [[ -z "$sdist" ]]; then
-  python -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==${version}" -d "$tmp" >&2
+  # the sdist only (--no-binary for this package alone: its build requirements come as wheels, not
+  # built from source one by one, which takes minutes without a warm pip cache)
+  python -m pip download -q --no-deps --no-binary llama-cpp-python "llama-cpp-python==${version}" -d "$tmp" >&2
   sdist="$(compgen -G "$tmp/llama_cpp_python-${version}.tar.gz")"
 fi
 echo "$sha  $sdist" | sha256sum -c --quiet - >&2 || { echo "build.sh: $sdist does not match the pinned sha256" >&2; exit 1; }

@@ -22,9 +22,9 @@ def planned(venv: Path, *targets: str) -> str:
 
 
 def installed(venv: Path, *stamps: str) -> Path:
-    """A virtualenv whose stamps say these sets are installed (newer than pyproject.toml)."""
+    """A virtualenv whose stamps say these sets are installed (newer than what they depend on)."""
     venv.mkdir()
-    newer = (REPO / "pyproject.toml").stat().st_mtime + 60
+    newer = max((REPO / name).stat().st_mtime for name in ("pyproject.toml", "infra/llama/build.sh")) + 60
     for stamp in (".created", *stamps):
         (venv / stamp).touch()
         os.utime(venv / stamp, (newer, newer))
