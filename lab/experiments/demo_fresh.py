@@ -5,8 +5,8 @@ demo` with an empty `ARAG_CACHE` (no llama.cpp build, no reader GGUF, no wheels)
 off, so every download and the one llama.cpp compilation are in the figure; then `make demo`
 again in the same clone (the warm machine: nothing may be rebuilt or reinstalled). Every output
 line is recorded with its time, so each run splits into its phases: setup (virtualenv, pip, the
-reader's GGUF), the llama.cpp build (`infra/llama/build.sh` reports its compile time), publishing
-the router, and the demo itself (`python -m services.demo`: the stack started, the questions
+reader's GGUF) and the llama.cpp build beside it (`infra/llama/build.sh` reports its compile
+time), publishing the router, and the demo itself (`python -m services.demo`: the stack started, the questions
 answered, everything stopped). The machine's load average before and after each run and the CPU
 seconds the run's processes used say how much of the wall time was contention.
 
@@ -30,13 +30,16 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# the make recipe lines that start each phase (make echoes a recipe line before running it)
-PHASES = (
+# the lines that mark each step (make echoes a recipe line before running it; the llama.cpp build
+# reports its own start and end); the demo runs the build beside the installs, so the steps overlap
+MARKS = (
     ("venv", re.compile(r"-m venv ")),
     ("pip", re.compile(r"-m pip install -q .*-e \"\.\[")),
     ("reader", re.compile(r"adaptive_rag\.cli reader fetch")),
+    ("installed", re.compile(r"touch \S*\.installed")),
+    ("llama_build", re.compile(r"llama\.cpp \S+ \(\w+\): one build")),
+    ("llama_built", re.compile(r"llama\.cpp \S+ \(\w+\): built in")),
     ("router", re.compile(r"/arag model ship")),
-    ("llama_build", re.compile(r"infra/llama/build\.sh \S+ llama-server")),
     ("demo", re.compile(r"-m services\.demo")),
 )
 COMPILED = re.compile(r"llama\.cpp \S+: compiled in (\d+) s")
@@ -71,24 +74,21 @@ def run_make(clone: Path, env: dict[str, str], target: str, record: Path) -> dic
 
 
 def phases(lines: list[dict], wall: float) -> dict:
-    """Start of each phase seen, each phase's length (to the next phase's start), the build's
-    own compile and total seconds."""
-    starts: dict[str, float] = {}
+    """When each step started (seconds from the start of `make`), the build's own compile and
+    total seconds, and the split: everything before the demo's own process, and the demo."""
+    marks: dict[str, float] = {}
     compiled = built = None
     for entry in lines:
-        for name, pattern in PHASES:
-            if name not in starts and pattern.search(entry["line"]):
-                starts[name] = entry["t"]
+        for name, pattern in MARKS:
+            if name not in marks and pattern.search(entry["line"]):
+                marks[name] = entry["t"]
         if (m := COMPILED.search(entry["line"])):
             compiled = int(m.group(1))
         if (m := BUILT.search(entry["line"])):
             built = int(m.group(1))
-    order = sorted(starts.items(), key=lambda kv: kv[1])
-    lengths = {name: round((order[i + 1][1] if i + 1 < len(order) else wall) - t, 1)
-               for i, (name, t) in enumerate(order)}
-    setup = starts.get("demo", wall)
-    return {"phase_start_s": starts, "phase_s": lengths, "before_demo_s": round(setup, 1),
-            "demo_s": round(wall - setup, 1) if "demo" in starts else None,
+    setup = marks.get("demo", wall)
+    return {"marks_s": marks, "before_demo_s": round(setup, 1),
+            "demo_s": round(wall - setup, 1) if "demo" in marks else None,
             "llama_compile_s": compiled, "llama_build_s": built}
 
 
