@@ -341,7 +341,7 @@ loadtest: setup-demo setup-lab llama-server
 ## llama-server: llama.cpp's llama-server (with llama-bench and llama-batched-bench, and the
 ## llama-cpp-python wheel: one build of the same sources, infra/llama/build.sh), built once,
 ## portably (AVX2/FMA/F16C, no AMX), from the llama.cpp tree vendored in the pinned llama-cpp-python
-## sdist; ~5 minutes on 2 cores, then cached in $(ARAG_CACHE)/llama.cpp (milliseconds); prints the
+## sdist; 6-7 minutes on 2 idle cores, then cached in $(ARAG_CACHE)/llama.cpp (milliseconds); prints the
 ## binary's path. Serve the reader's GGUF on loopback with `$(PY) -m infra.local.llama_server`
 ## (prints LLM_BASE_URL; LLM_API=completions).
 llama-server: | $(VENV)/.created

@@ -27,7 +27,8 @@
 # Cache: $ARAG_CACHE/llama.cpp/VERSION-KEY/, KEY a hash of the sdist's sha256 and the build flags,
 # so a change of either builds anew beside the old one and a warm machine never rebuilds (a hit
 # takes milliseconds). If ccache is installed, compilations are cached in $ARAG_CACHE/ccache too
-# (a build with other flags then recompiles only what they change). About 5 minutes on 2 cores.
+# (a build with other flags then recompiles only what they change). About 750 CPU-seconds: 6-7
+# minutes on 2 idle cores (reports/setup/).
 # Only the artifact's path goes to stdout; progress goes to stderr.
 #
 # Environment: ARAG_CACHE (default ~/.cache/adaptive-rag), LLAMA_CPP_SDIST (an already downloaded
@@ -93,7 +94,7 @@ for tool in cmake c++ make; do
 done
 
 start=$SECONDS
-echo "llama.cpp ${version} (${key}): one build of the libraries, ${TOOLS[*]} and the Python wheel (about 5 minutes, once)" >&2
+echo "llama.cpp ${version} (${key}): one build of the libraries, ${TOOLS[*]} and the Python wheel (6-7 minutes on 2 idle cores, once)" >&2
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/arag-llama.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 

@@ -59,7 +59,7 @@ PARITY_ARGS = ("--flash-attn", "off", "--swa-full")
 def server_binary(version: str = LLAMA_CPP_VERSION, *, build: bool = True) -> Path:
     """The `llama-server` binary: `LLAMA_SERVER_BIN`, else the cached build of `version` (a cache
     hit takes milliseconds), built now with `infra/llama/build.sh` when missing and `build`
-    (about 5 minutes on 2 cores, once; its progress goes to this process's stderr); without
+    (6-7 minutes on 2 idle cores, once; its progress goes to this process's stderr); without
     `build`, where the cached build's binary is (it may not exist)."""
     explicit = os.environ.get("LLAMA_SERVER_BIN")
     if explicit:

@@ -3,7 +3,7 @@
 The installed llama-cpp-python loads exactly the libraries the cached build's llama-server links
 (same bytes), the tools find their libraries from wherever the cache directory lies, and a
 second call is a cache hit that builds nothing. `make setup` has built it already; if not, the
-first call builds it (about 5 minutes on 2 cores), hence the timeout.
+first call builds it (6-7 minutes on 2 idle cores), hence the timeout.
 """
 
 from __future__ import annotations

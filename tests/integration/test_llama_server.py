@@ -4,7 +4,7 @@ adapter exactly as the workers reach it with `LLM_BASE_URL`.
 
 Nothing is skipped: when the binary is not in the cache yet, the fixture builds it with
 `infra/llama/build.sh` (downloads the llama-cpp-python sdist from PyPI and compiles llama.cpp:
-about 5 minutes on 2 cores the first time, cached under $ARAG_CACHE/llama.cpp afterwards; `make
+6-7 minutes on 2 idle cores the first time, cached under $ARAG_CACHE/llama.cpp afterwards; `make
 setup` has already built it), hence the long timeout of this module.
 
 Run: `.venv/bin/python -m pytest tests/integration/test_llama_server.py`
