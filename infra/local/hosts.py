@@ -158,7 +158,15 @@ def _remove_network(number: int, namespaces: Sequence[str] | None = None) -> Non
                 kill_namespace(netns)
             finally:
                 _ip("netns", "delete", netns, check=False)
+    # a deleted namespace takes its veth pairs along, but asynchronously: delete the root-side
+    # ends too and wait until they are gone, so the number can be used again at once
+    links = lambda: [p.name for p in Path("/sys/class/net").glob(f"{PREFIX}{number}v*")]  # noqa: E731
+    for link in links():
+        _ip("link", "delete", link, check=False)
     _ip("link", "delete", bridge, check=False)
+    deadline = time.monotonic() + 10
+    while (links() or Path(f"/sys/class/net/{bridge}").exists()) and time.monotonic() < deadline:
+        time.sleep(0.05)
     _state_file(number).unlink(missing_ok=True)
 
 
@@ -224,7 +232,7 @@ class HostNetwork(Started):
         """The first free network number, claimed by creating its state file exclusively."""
         for number in NETWORKS:
             bridge, _ = _names(number)
-            if Path(f"/sys/class/net/{bridge}").exists():
+            if Path(f"/sys/class/net/{bridge}").exists() or any(Path("/sys/class/net").glob(f"{PREFIX}{number}v*")):
                 continue
             try:
                 fd = os.open(_state_file(number), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
