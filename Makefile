@@ -145,7 +145,7 @@ eval: setup-eval
 	  --uncertainty-tuning $(EVAL_OUT)/uncertainty-tuning/tuning.json \
 	  --strategies no_retrieval,single_step,ircot,decompose,self_route,uncertainty
 
-## eval-support: the support suite on the test split (COVID FAQ knowledge base; ~10 min)
+## eval-support: the support suite on the test split, per knowledge base (the COVID FAQ here, the demo help centre in reports/support/help_centre; ~12 min)
 eval-support: setup-eval
 	$(ARAG) eval --suite support --data-dir $(DATA_DIR) --out reports/support
 

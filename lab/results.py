@@ -186,6 +186,21 @@ def abstention(kb: str, row: str) -> Callable[[Path], str]:
     return compute
 
 
+def follow_up_ratios(reports: Path) -> str:
+    """Per knowledge base of the support suite, every follow-up turn's hit@5 as typed and rewritten
+    by the rules, each as a ratio to the same question asked standalone (paired over turns)."""
+    from adaptive_rag.evaluation.bootstrap import ratio_interval
+
+    parts = []
+    for label, path in (("COVID FAQ", "report.json"), ("help centre", "help_centre/report.json")):
+        records = read_json(reports / "support" / "per_kb" / path)["knowledge_base"]["follow_ups_all_turns"]["records"]
+        hits = {row: {("all", r["id"]): r["hit_5"][row] for r in records} for row in ("standalone", "as_typed", "rewritten")}
+        cells = [ratio_interval(hits[row], hits["standalone"]) for row in ("as_typed", "rewritten")]
+        parts.append(f"{label} ({len(records)} turns): " + " / ".join(
+            f"{100 * c.estimate:.0f} % [{100 * c.low:.0f}, {100 * c.high:.0f}]" for c in cells))
+    return "; ".join(parts)
+
+
 def small_talk(reports: Path) -> str:
     """Real users' small talk recognised (Rasa demo utterances; an acknowledgement prompt is not a
     recognition) and real test-split requests given any canned reply, learned detector vs rules."""
@@ -396,6 +411,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Abstention, support test, automatic threshold: caught / false", abstention("support", "automatic")),
     Figure("Abstention, support test, hand-tuned threshold: caught / false", abstention("support", "hand-tuned")),
     Figure("Abstention, demo help centre test, automatic threshold: caught / false", abstention("demo", "automatic")),
+    Figure("Abstention, demo help centre test, automatic threshold or coverage below the train-picked floor: caught / false", abstention("demo", "automatic+coverage")),
+    Figure("Follow-up hit@5 vs the standalone question, as typed / rewritten by rules, all turns", follow_up_ratios),
     Figure("Small talk, Rasa demo recall; real requests given a canned reply", small_talk),
     Figure("Retrieval recall@5, HotpotQA / 2Wiki / MuSiQue", retrieval_recall),
     Figure("Search latency p50, tantivy vs OpenSearch", backend_latency),

@@ -54,6 +54,7 @@ def evaluate(
     classifier_versions: Annotated[Optional[str], typer.Option(help="further trained classifier versions shown beside \"adaptive\", comma-separated (e.g. the silver-only, binary-only and mpnet-base runs of `arag train --labels/--base`): rows \"adaptive v<N>\"")] = None,
     routers: Annotated[Optional[list[Path]], typer.Option("--routers", help="saved learned routers (`arag routers train`), each a router directory or a folder of them; repeatable (default: var/routers when it exists)")] = None,
     uncertainty_tuning: Annotated[Optional[Path], typer.Option(help="the tuning.json of `arag routers tune-uncertainty` (same reader, `train` split): the uncertainty strategy's threshold and aggregate (default: ARAG_UNCERTAINTY_THRESHOLD / ARAG_UNCERTAINTY_AGGREGATE)")] = None,
+    kb: Annotated[str, typer.Option("--kb", help="support only: covid-faq | help-centre (the demo help centre, written to OUT/help_centre) | all")] = "all",
     llm_judge: Annotated[bool, typer.Option("--llm-judge", help="add the LLM-judge router's row: the reader picks each question's tier (one LLM call per question, counted in its time); its routes are recorded and replayed by --report-only")] = False,
 ) -> None:
     """Evaluate strategies on the `test` split; writes report.json, report.md, f1_vs_time.png.
@@ -83,7 +84,7 @@ def evaluate(
     if suite == "support":
         _evaluate_support(
             out or Path("reports/support"), limit, strategies or SUPPORT_FIXED_ROWS, data_dir,
-            multi_step, report_only, split, min_score, auto_threshold, reader_abstains,
+            multi_step, report_only, split, min_score, auto_threshold, reader_abstains, kb,
         )
         return
     if split != "test":
@@ -310,13 +311,16 @@ def _describe_classifier(info: Mapping[str, Any]) -> str:
 def _evaluate_support(
     out: Path, limit: int | None, fixed: str, data_dir: Path | None, multi_step: str | None,
     report_only: bool, split: str, min_score: float | None, auto_threshold: bool,
-    reader_abstains: bool | None,
+    reader_abstains: bool | None, kb: str = "all",
 ) -> None:
-    """`arag eval --suite support`: the router and the fixed-tier rows on the support suite."""
-    from adaptive_rag.evaluation.support import FIXED_ROWS, ROUTER_ROW, evaluate_support
+    """`arag eval --suite support`: the router and the fixed-tier rows on the support suite, per
+    knowledge base (the COVID FAQ in OUT, the help centre in OUT/help_centre)."""
+    from adaptive_rag.evaluation.support import COVID_FAQ, FIXED_ROWS, KNOWLEDGE_BASES, ROUTER_ROW, evaluate_support
 
     if split not in ("train", "test"):
         raise typer.BadParameter(f"--split is train or test, not {split!r}")
+    if kb != "all" and kb not in KNOWLEDGE_BASES:
+        raise typer.BadParameter(f"--kb is {', '.join(KNOWLEDGE_BASES)} or all, not {kb!r}")
     settings = load_settings(
         data_dir=data_dir, multi_step=multi_step, abstain_min_score=min_score,
         reader_abstains=reader_abstains,
@@ -334,21 +338,34 @@ def _evaluate_support(
         "machine": f"{platform.machine()}, {platform.python_version()}",
         "date": time.strftime("%Y-%m-%d"),
     }
-    result = evaluate_support(
-        settings, out, rows, split=split, limit=limit, run=not report_only,
-        auto_threshold=auto_threshold, meta=meta, progress=progress_bar,
-    )
-    for path in result.paths:
-        console.print(f"wrote {path}")
-    table = Table(title=f"support suite ({split} split)")
-    for column in ("row", "n", "F1 in-KB", "hit@5", "false abstain", "out-of-KB abstain", "tier acc", "s/query"):
-        table.add_column(column)
-    for row, data in result.report["rows"].items():
-        o = data["overall"]
-        cells = [o["f1"], o["hit_5"], o["false_abstain"], o["out_of_kb_abstain"], o["tier_accuracy"]]
-        table.add_row(row, str(o["n"]), *("-" if c["mean"] is None else f"{100 * c['mean']:.1f}" for c in cells),
-                      f"{o['seconds']['mean']:.2f}" if o["seconds"]["mean"] is not None else "-")
-    console.print(table)
+    checks = Table(title=f"per knowledge base, retrieval alone ({split} split, every question)")
+    for column in ("knowledge base", "hit@5 in-KB", "abstained: caught", "false", "follow-up hit@5 / standalone: as typed", "rewritten"):
+        checks.add_column(column)
+    for name in (KNOWLEDGE_BASES if kb == "all" else (kb,)):
+        where = out if name == COVID_FAQ else out / name.replace("-", "_")
+        result = evaluate_support(
+            settings, where, rows, split=split, limit=limit, run=not report_only,
+            auto_threshold=auto_threshold, meta=meta, progress=progress_bar, knowledge_base=name,
+        )
+        for path in result.paths:
+            console.print(f"wrote {path}")
+        table = Table(title=f"support suite: {name} ({split} split)")
+        for column in ("row", "n", "F1 in-KB", "hit@5", "false abstain", "out-of-KB abstain", "tier acc", "s/query"):
+            table.add_column(column)
+        for row, data in result.report["rows"].items():
+            o = data["overall"]
+            cells = [o["f1"], o["hit_5"], o["false_abstain"], o["out_of_kb_abstain"], o["tier_accuracy"]]
+            table.add_row(row, str(o["n"]), *("-" if c["mean"] is None else f"{100 * c['mean']:.1f}" for c in cells),
+                          f"{o['seconds']['mean']:.2f}" if o["seconds"]["mean"] is not None else "-")
+        console.print(table)
+        found = result.report["knowledge_base"]
+        fu = found["follow_ups_all_turns"].get("vs_standalone", {})
+        pct = lambda cell: "-" if not cell else f"{100 * cell['estimate']:.1f}"  # noqa: E731
+        hit_5 = (found["retrieval"].get("in_kb") or {}).get("hit_5") or {}
+        checks.add_row(name, "-" if hit_5.get("mean") is None else f"{100 * hit_5['mean']:.1f}",
+                       pct(found["abstention"]["caught"]), pct(found["abstention"]["false_abstain"]),
+                       pct(fu.get("as_typed")), pct(fu.get("rewritten")))
+    console.print(checks)
 
 
 def _trained_classifier(version: int | None) -> tuple[LocalOnnxClassifier | None, str]:

@@ -28,12 +28,14 @@ from typing import Any
 from adaptive_rag.evaluation.bootstrap import Interval, bootstrap_mean, difference_interval
 from adaptive_rag.evaluation.datasets import split_of
 from adaptive_rag.knowledge.calibration import quantile, reference_questions
+from adaptive_rag.domain import Passage
 from adaptive_rag.knowledge.documents import Document
 from adaptive_rag.ports import Retriever
 from adaptive_rag.retrieval.relevance import relevance
 from adaptive_rag.strategies.abstention import Abstention
 
 NONE, HAND_TUNED, AUTOMATIC = "none", "hand-tuned", "automatic"
+WITH_COVERAGE = "automatic+coverage"  # the automatic threshold, or too little of the question's weight found
 PSEUDO_QUESTIONS = 200  # passage titles asked of a knowledge base as questions it covers
 
 
@@ -61,6 +63,7 @@ class GateRecord:
     relevance: float | None
     passages: int
     abstained: dict[str, bool] = field(default_factory=dict)
+    coverage: float | None = None  # `term_coverage` of the top k (None: the index cannot say)
 
 
 @dataclass
@@ -127,8 +130,34 @@ def gate(kb: str, retriever: Retriever, questions: Iterable[LabelledQuestion],
             relevance=_round(relevance(retriever, question.question, found)), passages=len(found),
             abstained={row: rule.reason(retriever, question.question, found) is not None
                        for row, rule in rows.items()},
+            coverage=_round(term_coverage(retriever, question.question, found)),
         ))
     return records
+
+
+def term_coverage(retriever: Retriever, question: str, passages: Sequence[Passage]) -> float | None:
+    """The share of the question's weight (the summed idf of its analysed terms, a term the
+    knowledge base lacks counting with the largest idf, as in `relevance`) carried by terms that
+    occur in `passages`. Unlike relevance it does not grow with how often a common term repeats
+    in a passage: "Is there a Lumora light for aquariums?" finds passages full of "Lumora" and
+    "light" (relevance 0.7) that never say "aquarium" (coverage 0.15). None when the retriever is
+    not a tantivy index (it needs the analyser and document frequencies)."""
+    from adaptive_rag.retrieval.relevance import bm25_idf
+
+    index = retriever._live() if hasattr(retriever, "_live") else retriever
+    if not all(hasattr(index, name) for name in ("query_terms", "_searcher", "_analyzer")):
+        return None
+    terms = index.query_terms(question)
+    if not terms or not passages:
+        return 0.0
+    searcher = index._searcher()
+    fields = ("title", "section", "text") if getattr(index, "_has_kb_fields", False) else ("title", "text")
+    idf = {t: bm25_idf(max(searcher.doc_freq(f, t) for f in fields), searcher.num_docs) for t in terms}
+    found: set[str] = set()
+    for passage in passages:
+        found.update(index._analyzer.analyze(" ".join((passage.title, passage.section, passage.text))))
+    total = sum(idf.values())
+    return sum(v for t, v in idf.items() if t in found) / total if total > 0 else 0.0
 
 
 def _round(value: float | None) -> float | None:
@@ -159,6 +188,8 @@ def summarise(records: Sequence[GateRecord], rows: Sequence[str]) -> dict[str, A
     pairs = [(row, NONE) for row in rows if row != NONE]
     if AUTOMATIC in rows and HAND_TUNED in rows:
         pairs.append((AUTOMATIC, HAND_TUNED))
+    if AUTOMATIC in rows and WITH_COVERAGE in rows:
+        pairs.append((WITH_COVERAGE, AUTOMATIC))
     for first, second in pairs:
         for name, covered in (("caught", False), ("false_abstain", True)):
             a = {(r.kb, r.id): float(r.abstained[first]) for r in records if r.covered is covered}
@@ -204,6 +235,33 @@ def candidate_table(records: Sequence[GateRecord], probes: Mapping[str, Knowledg
                       for kb, p in probes.items()}
         table.append({"candidate": f"{label}: best split, own titles vs reference", "thresholds": thresholds,
                       "cells": judged(signal, thresholds)})
+    return table
+
+
+def add_coverage_row(records: Sequence[GateRecord], min_coverage: float) -> None:
+    """Record the `automatic+coverage` row: the automatic threshold abstains, or the top passages
+    carry less than `min_coverage` of the question's weight."""
+    for record in records:
+        low = record.coverage is not None and record.coverage < min_coverage
+        record.abstained[WITH_COVERAGE] = record.abstained[AUTOMATIC] or low
+
+
+def coverage_candidates(records: Sequence[GateRecord], thresholds: Sequence[float]) -> list[dict[str, Any]]:
+    """One fixed coverage floor per row, added to each knowledge base's automatic threshold: caught
+    / false per knowledge base (give `train` records only). Coverage is a share of the question's
+    own weight, so one floor means the same on every knowledge base."""
+    table = []
+    kbs = sorted({r.kb for r in records})
+    for t in thresholds:
+        cells = {}
+        for kb in kbs:
+            mine = [r for r in records if r.kb == kb]
+            rule = [(r.covered, r.abstained[AUTOMATIC] or (r.coverage is not None and r.coverage < t)) for r in mine]
+            out = [a for c, a in rule if not c]
+            inside = [a for c, a in rule if c]
+            cells[kb] = (sum(out) / max(len(out), 1), sum(inside) / max(len(inside), 1))
+        table.append({"candidate": f"automatic, or coverage below {t:g}", "min_coverage": t,
+                      "thresholds": {kb: t for kb in kbs}, "cells": cells})
     return table
 
 

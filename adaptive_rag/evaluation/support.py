@@ -60,9 +60,16 @@ SIMILARITY_FILE = "covid-faq_question-similarity-en_covid-qa.csv"
 SMALL_TALK_FILE = Path(__file__).with_name("support_data") / "small_talk.txt"
 
 PARAPHRASE, FAQ, SMALL_TALK, JOINED, OUT_OF_KB = "paraphrase", "faq", "small_talk", "joined", "out_of_kb"
-KINDS = (PARAPHRASE, FAQ, SMALL_TALK, JOINED, OUT_OF_KB)
-IN_KB = frozenset({PARAPHRASE, FAQ, JOINED})
-GOLD_TIER = {PARAPHRASE: Tier.B, FAQ: Tier.B, SMALL_TALK: Tier.A, JOINED: Tier.C, OUT_OF_KB: Tier.B}
+# The help centre's kinds (`evaluation.help_centre`): a question one of its articles answers, and
+# one about its own products or services that no article answers (off-topic ones are `out_of_kb`).
+QUESTION, UNCOVERED = "question", "uncovered"
+KINDS = (PARAPHRASE, FAQ, QUESTION, SMALL_TALK, JOINED, UNCOVERED, OUT_OF_KB)
+IN_KB = frozenset({PARAPHRASE, FAQ, QUESTION, JOINED})
+EXPECT_ABSTAIN = frozenset({UNCOVERED, OUT_OF_KB})
+GOLD_TIER = {PARAPHRASE: Tier.B, FAQ: Tier.B, QUESTION: Tier.B, SMALL_TALK: Tier.A, JOINED: Tier.C,
+             UNCOVERED: Tier.B, OUT_OF_KB: Tier.B}
+COVID_FAQ = "covid-faq"
+FOLLOW_UPS_FILE = Path(__file__).with_name("support_data") / "follow_ups.jsonl"
 
 JOINED_COUNT = 60
 JOINED_SEED = 20240403
@@ -113,14 +120,32 @@ class SupportQuery:
     gold_groups: tuple[tuple[str, ...], ...] = ()
     gold_answers: tuple[str, ...] = ()
     expect_abstain: bool = False
+    split_key: str = SUITE  # the namespace of the split hash (a question set shared with another experiment keeps its own)
 
     @property
     def split(self) -> str:
-        return split_of(SUITE, self.id)
+        return split_of(self.split_key, self.id)
 
     @property
     def in_kb(self) -> bool:
         return self.kind in IN_KB
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUpTurn:
+    """A two-turn conversation: a question, a follow-up that only makes sense after it, the same
+    follow-up written to stand alone (the reference), and the documents that answer it."""
+
+    id: str
+    previous: str
+    follow_up: str
+    standalone: str
+    gold: tuple[str, ...]
+    split_key: str = SUITE
+
+    @property
+    def split(self) -> str:
+        return split_of(self.split_key, self.id)
 
 
 @dataclass
@@ -128,6 +153,9 @@ class SupportSuite:
     entries: list[FaqEntry]
     passages: list[Passage]
     queries: list[SupportQuery]
+    follow_ups: list[FollowUpTurn] = field(default_factory=list)
+    name: str = COVID_FAQ
+    description: str = ""
 
     def select(self, split: str | None = None, limit: int | None = None) -> list[SupportQuery]:
         """Queries of `split` (all with None), in a stable interleaved order (kinds mixed, so a
@@ -310,7 +338,22 @@ def build_suite(
         ))
     # (e) out-of-knowledge-base questions from the open-domain sets, drawn by a stable hash.
     queries.extend(_out_of_kb(data_dir, out_of_kb))
-    return SupportSuite(entries, kb_passages(documents, settings), queries)
+    return SupportSuite(entries, kb_passages(documents, settings), queries, covid_follow_ups(entries),
+                        COVID_FAQ, f"the COVID FAQ ({len(entries)} entries)")
+
+
+def covid_follow_ups(entries: Sequence[FaqEntry], path: Path = FOLLOW_UPS_FILE) -> list[FollowUpTurn]:
+    """The FAQ's two-turn conversations (`support_data/follow_ups.jsonl`), gold rows as documents."""
+    if not path.is_file():
+        return []
+    doc_of_row = {entry.row: entry.doc_id for entry in entries}
+    turns = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            item = json.loads(line)
+            turns.append(FollowUpTurn(item["id"], item["previous"], item["follow_up"], item["standalone"],
+                                      tuple(doc_of_row[row] for row in item["gold_rows"])))
+    return turns
 
 
 def _out_of_kb(data_dir: Path, count: int) -> list[SupportQuery]:
@@ -603,7 +646,7 @@ def summarise_row(items: Sequence[Scored]) -> dict[str, Any]:
         by_kind[item.query.kind].append(item)
     kinds = {kind: summarise_scored(by_kind[kind]) for kind in KINDS if by_kind.get(kind)}
     in_kb = [s for s in items if s.query.in_kb]
-    out = [s for s in items if s.query.kind == OUT_OF_KB]
+    out = [s for s in items if s.query.kind in EXPECT_ABSTAIN]
     talk = [s for s in items if s.query.kind == SMALL_TALK]
     overall = summarise_scored(items)
     for name in ("hit_1", "hit_5", "f1", "rouge_l"):
@@ -668,6 +711,83 @@ def retriever_hits(
     return table
 
 
+def _interval(values: Sequence[float]) -> dict[str, Any] | None:
+    from adaptive_rag.evaluation.bootstrap import bootstrap_mean
+
+    found = bootstrap_mean({"all": list(values)})
+    return found.as_dict() if found else None
+
+
+def abstention_gate(queries: Iterable[SupportQuery], retriever: Retriever, abstention: Any,
+                    k: int = HIT_K) -> dict[str, Any]:
+    """Which questions the retrieval gate before the reader hands to a human (`Abstention.reason`,
+    as every retrieving strategy calls it): caught = questions that must abstain and do, false =
+    in-KB questions that do, and per kind. Retrieval only: no reader runs, so every question of
+    the split counts, not only the ones a reader row ran."""
+    by_kind: dict[str, list[float]] = defaultdict(list)
+    for query in queries:
+        if query.kind == SMALL_TALK:
+            continue
+        found = retriever.search(query.query, k)
+        by_kind[query.kind].append(float(abstention.reason(retriever, query.query, found) is not None))
+    return {
+        "caught": _interval([v for kind in EXPECT_ABSTAIN for v in by_kind.get(kind, [])]),
+        "false_abstain": _interval([v for kind in IN_KB for v in by_kind.get(kind, [])]),
+        "kinds": {kind: _interval(by_kind[kind]) for kind in KINDS if by_kind.get(kind)},
+    }
+
+
+FOLLOW_UP_ROWS = ("standalone", "as_typed", "rewritten")
+
+
+def follow_up_hits(turns: Sequence[FollowUpTurn], retriever: Retriever, k: int = HIT_K) -> dict[str, Any]:
+    """Hit@k of each follow-up turn searched standalone (the reference), as typed, and rewritten
+    by the conversation rules (`strategies.follow_up.standalone_question`, no reader), with each
+    row's hit@k as a ratio to the standalone question's (paired bootstrap over turns)."""
+    from adaptive_rag.evaluation.bootstrap import ratio_interval
+    from adaptive_rag.strategies.follow_up import Turn, standalone_question
+
+    if not turns:
+        return {"turns": 0}
+    hits: dict[str, dict[tuple[str, str], float]] = {row: {} for row in FOLLOW_UP_ROWS}
+    records = []
+    for turn in turns:
+        rewrite = standalone_question(turn.follow_up, [Turn(turn.previous)])
+        queries = {"standalone": turn.standalone, "as_typed": turn.follow_up, "rewritten": rewrite.question}
+        record = {"id": turn.id, "split": turn.split, "queries": queries, "method": rewrite.method.value, "hit_5": {}}
+        for row, query in queries.items():
+            found = retriever.search(query, k)
+            hit = retrieval_hits([doc_id_of(p.id, p.doc_id) for p in found], [turn.gold], k)[1]
+            hits[row][("all", turn.id)] = hit
+            record["hit_5"][row] = hit
+        records.append(record)
+    summary: dict[str, Any] = {"turns": len(turns), "k": k, "hit_5": {}, "vs_standalone": {}, "records": records}
+    for row in FOLLOW_UP_ROWS:
+        summary["hit_5"][row] = _interval(list(hits[row].values()))
+        if row != "standalone":
+            ratio = ratio_interval(hits[row], hits["standalone"])
+            summary["vs_standalone"][row] = ratio.as_dict() if ratio else None
+    summary["methods"] = dict(sorted(Counter(r["method"] for r in records).items()))
+    return summary
+
+
+def knowledge_base_checks(suite: SupportSuite, retriever: Retriever, abstention: Any, split: str,
+                          k: int = HIT_K) -> dict[str, Any]:
+    """The knowledge base's own figures, from retrieval alone (no reader, every question of
+    `split`): hit@k of its in-KB questions, the abstention gate's caught / false, and its
+    follow-up turns with and without rewriting (on `split`, and on every turn: the rewrite rules
+    were never tuned on them)."""
+    queries = [q for q in suite.queries if q.split == split]
+    return {
+        "name": suite.name, "description": suite.description, "split": split,
+        "documents": len(suite.entries), "passages": len(suite.passages),
+        "retrieval": retriever_hits(queries, retriever, k),
+        "abstention": abstention_gate(queries, retriever, abstention, k),
+        "follow_ups": follow_up_hits([t for t in suite.follow_ups if t.split == split], retriever, k),
+        "follow_ups_all_turns": follow_up_hits(suite.follow_ups, retriever, k),
+    }
+
+
 def threshold_sweep(
     queries: Iterable[SupportQuery], retriever: Retriever, k: int = HIT_K,
     thresholds: Sequence[float] | None = None,
@@ -682,7 +802,7 @@ def threshold_sweep(
         if query.kind == SMALL_TALK:
             continue
         found = retriever.search(query.query, k)
-        top["out" if query.kind == OUT_OF_KB else "in"].append(max((p.score for p in found), default=0.0))
+        top["out" if query.kind in EXPECT_ABSTAIN else "in"].append(max((p.score for p in found), default=0.0))
     if not top["in"] or not top["out"]:
         return {"points": [], "best": None}
 
@@ -749,7 +869,7 @@ def support_markdown(report: Mapping[str, Any]) -> str:
         if not present:
             continue
         lines += ["", f"## {kind} (gold tier {GOLD_TIER[kind].value}"
-                  f"{', expected: abstain' if kind == OUT_OF_KB else ''})", "",
+                  f"{', expected: abstain' if kind in EXPECT_ABSTAIN else ''})", "",
                   "| row | n | hit@1 | hit@5 | F1 | ROUGE-L | abstain | tier acc | s/query | steps |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for row, c in present:
@@ -764,6 +884,7 @@ def support_markdown(report: Mapping[str, Any]) -> str:
                   "| kind | n | hit@1 | hit@5 |", "| --- | ---: | ---: | ---: |"]
         for kind, cell in retrieval.items():
             lines.append(f"| {kind} | {cell['hit_1']['n']} | {_pct(cell['hit_1'])} | {_pct(cell['hit_5'])} |")
+    lines += _knowledge_base_markdown(report.get("knowledge_base"))
     routed = {row: data["overall"]["routed"] for row, data in rows.items()}
     lines += ["", "## Strategies run per row", ""]
     lines += [f"- {row}: " + ", ".join(f"{k} {v}" for k, v in counts.items()) for row, counts in routed.items()]
@@ -775,6 +896,41 @@ def support_markdown(report: Mapping[str, Any]) -> str:
                   f"min score {best['threshold']:.2f}: out-of-KB abstain {100 * best['out_of_kb_abstain']:.1f} %, "
                   f"false abstain {100 * best['false_abstain']:.1f} %."]
     return "\n".join(lines) + "\n"
+
+
+def _ratio(cell: Mapping[str, Any] | None) -> str:
+    if not cell:
+        return "-"
+    return f"{100 * cell['estimate']:.0f} % [{100 * cell['low']:.0f}, {100 * cell['high']:.0f}]"
+
+
+def _estimate(cell: Mapping[str, Any] | None) -> str:
+    if not cell:
+        return "-"
+    return f"{100 * cell['estimate']:.1f} [{100 * cell['low']:.1f}, {100 * cell['high']:.1f}]"
+
+
+def _knowledge_base_markdown(checks: Mapping[str, Any] | None) -> list[str]:
+    """The knowledge base's retrieval-only section: hit@5, the abstention gate, follow-ups."""
+    if not checks:
+        return []
+    gate = checks["abstention"]
+    lines = ["", f"## This knowledge base, retrieval alone ({checks['description']}, `{checks['split']}` split, "
+                 "every question, no reader)", "",
+             f"Abstention gate (relevance below {checks.get('abstain_min_relevance', 0):g}, as every retrieving "
+             f"strategy checks before its reader): caught {_estimate(gate['caught'])} of the questions it must "
+             f"abstain on, false abstentions {_estimate(gate['false_abstain'])} of the in-KB ones. Per kind: "
+             + ", ".join(f"{kind} {_estimate(cell)} (n {cell['n']})" for kind, cell in gate["kinds"].items()) + "."]
+    for label, key in (("the split's turns", "follow_ups"), ("every turn", "follow_ups_all_turns")):
+        fu = checks.get(key) or {}
+        if not fu.get("turns"):
+            continue
+        lines += ["", f"Follow-up turns, {label} ({fu['turns']}; rewriting: "
+                      + ", ".join(f"{m} {n}" for m, n in fu["methods"].items()) + "):", "",
+                  f"| row | hit@{fu['k']} | ratio to standalone |", "| --- | ---: | ---: |"]
+        for row in FOLLOW_UP_ROWS:
+            lines.append(f"| {row} | {_estimate(fu['hit_5'][row])} | {_ratio(fu['vs_standalone'].get(row))} |")
+    return lines
 
 
 def support_plot(report: Mapping[str, Any], path: Path) -> None:
@@ -899,8 +1055,10 @@ def evaluate_support(
     auto_threshold: bool = False,
     meta: Mapping[str, Any] | None = None,
     progress: Callable[[str, int], Any] | None = None,
+    knowledge_base: str = COVID_FAQ,
 ) -> SupportRun:
-    """Build the suite, index the FAQ (tantivy in a temporary directory, rebuilt each run in
+    """Build the suite of `knowledge_base` (`covid-faq`, or `help-centre`:
+    `evaluation.help_centre`), index it (tantivy in a temporary directory, rebuilt each run in
     about a second, unless `retriever` is given), run `rows` on `split` (at most `limit` per
     kind) and write the report.
 
@@ -909,19 +1067,35 @@ def evaluate_support(
     is set. With `auto_threshold` a raw BM25 floor is added: the best of the sweep over the `train`
     split (retrieval only, so no `test` query shapes it); otherwise the settings' own (0: none).
     `progress(description, total)` is a context manager yielding `advance(n)` (the CLI's bar).
+    The report's `knowledge_base` section is retrieval alone over the whole split
+    (`knowledge_base_checks`): hit@5, the abstention gate, follow-ups with and without rewriting.
     """
+    suite = build_knowledge_base_suite(knowledge_base, settings)
     if retriever is None:
         import tempfile
 
         from adaptive_rag.retrieval.tantivy_index import TantivyRetriever
 
-        suite = build_suite(settings.data_dir, settings)
         with tempfile.TemporaryDirectory(prefix="arag-support-kb-") as work:
             index = TantivyRetriever.build(Path(work) / "index", suite.passages, title_boost=settings.title_boost)
             return _evaluate(suite, settings, out_dir, rows, split, limit, llm, index, router, run,
                              auto_threshold, meta, progress)
-    return _evaluate(build_suite(settings.data_dir, settings), settings, out_dir, rows, split, limit,
+    return _evaluate(suite, settings, out_dir, rows, split, limit,
                      llm, retriever, router, run, auto_threshold, meta, progress)
+
+
+KNOWLEDGE_BASES = (COVID_FAQ, "help-centre")
+
+
+def build_knowledge_base_suite(name: str, settings: Settings) -> SupportSuite:
+    """The suite of one of `KNOWLEDGE_BASES`."""
+    if name == COVID_FAQ:
+        return build_suite(settings.data_dir, settings)
+    if name == "help-centre":
+        from adaptive_rag.evaluation.help_centre import build_help_centre
+
+        return build_help_centre(settings)
+    raise ConfigurationError(f"unknown support knowledge base {name!r}; choose {', '.join(KNOWLEDGE_BASES)}")
 
 
 def _evaluate(
@@ -956,6 +1130,8 @@ def _evaluate(
         "chunk_words": settings.chunk_words, "chunk_overlap_words": settings.chunk_overlap_words,
         "passages": len(suite.passages),
     }
+    if suite.name != COVID_FAQ:
+        config["knowledge_base"] = suite.name
     _check_run_config(out_dir, config)
     results_path = out_dir / "results.jsonl"
     if run:
@@ -979,10 +1155,10 @@ def _evaluate(
     full_meta = {
         **(meta or {}),
         "suite": SUITE, "split": split, "queries": len(queries),
-        "queries_per_kind": {k: counts[k] for k in KINDS},
+        "queries_per_kind": {k: counts[k] for k in KINDS if any(q.kind == k for q in suite.queries)},
         "rows": list(rows),
         "router": f"small-talk detector, then {getattr(router, '__name__', type(router).__name__)}",
-        "knowledge_base": f"{len(suite.entries)} FAQ entries, {len(suite.passages)} passages",
+        "knowledge_base": f"{suite.description}, {len(suite.passages)} passages",
         "abstain_min_relevance": f"{min_relevance:g} ({relevance_note})",
         "abstain_min_score": f"{settings.abstain_min_score:g} ({threshold_note})",
         "reader_abstains": settings.reader_abstains,
@@ -990,6 +1166,8 @@ def _evaluate(
         "llm": config["llm"],
     }
     report = build_report(rows, queries, outcomes, settings, full_meta, router, retriever, sweep)
+    report["knowledge_base"] = knowledge_base_checks(suite, retriever, abstention, split, max(HIT_K, settings.top_k))
+    report["knowledge_base"]["abstain_min_relevance"] = min_relevance
     return SupportRun(report, write_support_report(report, out_dir), settings)
 
 

@@ -3,7 +3,8 @@
 authenticate (API key -> tenant and scopes) -> validate -> the tenant has a knowledge base
 (`KnowledgeBaseMissingError`) -> a follow-up in a conversation rewritten into a standalone question
 (`Serving.follow_up`; another tenant's or an expired conversation: `ConversationNotFoundError`)
--> classify (router: Triton + policy, rules fallback) -> record the
+-> classify (router: Triton + policy, rules fallback; small talk is answered here, with no queue:
+`_answer_here`) -> record the
 request and its decision, which is also the idempotency check: the insert finds an earlier request
 with the same (tenant, client_request_id) and the call replays it -> check the tier queue's depth
 (`QueueFullError` when full) and the tenant's fair share (`OverShareError`) -> enqueue on the
@@ -44,6 +45,7 @@ from adaptive_rag.errors import (
     AnswerFailedError, AnswerTimeoutError, ClientRequestIdReusedError, DependencyUnavailableError,
     DuplicateRequestError, OverShareError, QueueFullError,
 )
+from adaptive_rag.serving.answering import canned_answer
 from adaptive_rag.serving.commands import AdmitRequest, Answer, Answered
 from adaptive_rag.serving.context import CallProgress, Serving
 from adaptive_rag.serving.queue_delay import Standing
@@ -57,6 +59,8 @@ LOG = structlog.get_logger("serving.admission")
 # A resend publishes again a queued request never marked published once it is this old; a
 # younger one may be its first call's own admission, between its insert and its publish.
 RESEND_PUBLISH_AFTER_S = 1.0
+# Who ran a request answered at admission, as its result row records the worker.
+FRONT_DOOR = "frontdoor"
 
 
 async def answer(serving: Serving, command: Answer, progress: CallProgress) -> Answered:
@@ -99,6 +103,8 @@ async def _answer(serving: Serving, command: Answer, progress: CallProgress) -> 
     )
     progress.bind(request_id=request.request_id)
     try:
+        if decision.strategy == SMALL_TALK:
+            return await _answer_here(serving, request)
         await _queue(serving, request, new=True)
     except DuplicateRequestError:  # this client_request_id was sent before (or just now)
         with progress.stage("idempotency"):
@@ -183,6 +189,34 @@ def _queue_blocking(serving: Serving, request: AdmitRequest, standing: Standing 
         raise
     serving.mark_enqueued_soon(request_id)
     serving.depths.added(queue)
+
+
+async def _answer_here(serving: Serving, request: AdmitRequest) -> Answered:
+    """A small-talk request, answered by this front door with no queue and no worker
+    (`answering.canned_answer`) and recorded with its answer in one write: a greeting does not
+    wait behind the tier's LLM work, takes no fair-share slot, and a crash leaves the whole
+    record or none (the client's resend then runs it anew)."""
+    result = await serving.io(_answer_here_blocking, serving, request)
+    total_ms = 1000 * (time.perf_counter() - request.started)
+    return Answered(request.request_id, request.decision, result, total_ms, False,
+                    conversation_id=request.conversation_id or request.request_id)
+
+
+def _answer_here_blocking(serving: Serving, request: AdmitRequest) -> AnswerResult:
+    progress, request_id = request.progress, request.request_id
+    task = AnswerTask(request_id=request_id, tenant=request.tenant, query=request.searched_query,
+                      tier=request.tier, strategy=request.decision.strategy, enqueued_at=time.time())
+    with progress.stage("answer_here"):
+        result = canned_answer(task)
+    with progress.stage("record"):
+        serving.records.record_answered(
+            request_id, request.tenant, request.client_request_id, request.query, request.decision,
+            result, FRONT_DOOR, conversation_id=request.conversation_id,
+            standalone_query=request.standalone_query,
+            rewrite=request.rewrite.method.value if request.standalone_query and request.rewrite else None)
+    serving.on_recorded(request_id)
+    serving.routed(request.decision)
+    return result
 
 
 def _reject(serving: Serving, request: AdmitRequest) -> None:

@@ -27,7 +27,7 @@ from typing import Protocol
 import structlog
 
 from adaptive_rag.contracts import (
-    AnswerResult, AnswerStyle, AnswerTask, ErrorCode, ResultKind, Source, Timings,
+    AnswerResult, AnswerStyle, AnswerTask, ErrorCode, ResultKind, Source, StrategyName, Timings,
 )
 from adaptive_rag.domain import StrategyResult
 from adaptive_rag.errors import (
@@ -39,6 +39,7 @@ from adaptive_rag.serving.ports import Records
 from adaptive_rag.settings import Settings
 from adaptive_rag.strategies import Abstention, build_strategy, uses_retrieval
 from adaptive_rag.strategies.base import run_metered
+from adaptive_rag.strategies.small_talk import SmallTalkReply
 from adaptive_rag.tracing import annotate, span
 
 LOG = structlog.get_logger("serving.answering")
@@ -174,15 +175,9 @@ def answer_task(
         if answerable and not (outcome.answer or "").strip():
             answerable, reason = False, EMPTY_ANSWER
             log.warning("task.empty_answer", query_chars=len(task.query))
-        result = AnswerResult(
-            request_id=task.request_id, kind=task.kind, tier=task.tier, strategy=task.strategy,
-            answer=outcome.answer, steps=outcome.steps,
-            sources=tuple(Source(id=p.id, title=p.title, score=float(p.score)) for p in outcome.passages),
-            timings=_timings(task, outcome, started, clock()),
-            answerable=answerable, abstain_reason=reason,
-            prompt_tokens=outcome.usage.prompt_tokens, completion_tokens=outcome.usage.completion_tokens,
-            cost=resources.settings.llm_cost(outcome.usage.prompt_tokens, outcome.usage.completion_tokens),
-        )
+        result = _result(task, outcome, answerable, reason, started, clock(),
+                         cost=resources.settings.llm_cost(outcome.usage.prompt_tokens,
+                                                          outcome.usage.completion_tokens))
         with span("records.write"):
             stored = write_once(records, result, delivery)
         log.info("task.done", steps=outcome.steps, ms=stored.timings.strategy_ms,
@@ -203,6 +198,32 @@ def answer_task(
         return failed(ErrorCode.DEPENDENCY_UNAVAILABLE, exc)
     except Exception as exc:  # noqa: BLE001 - a bug or bad input: recorded, not retried
         return failed(ErrorCode.INTERNAL, exc)
+
+
+def canned_answer(task: AnswerTask, clock: Callable[[], float] = time.time) -> AnswerResult:
+    """The result of a small-talk `task`, run where it was admitted with no worker: its reply
+    needs neither a retriever nor the LLM, and a queue would only add its wait (behind the
+    tier's LLM work). The caller records it with its request in one write
+    (`Records.record_answered`)."""
+    if task.strategy != StrategyName.SMALL_TALK:
+        raise ValueError(f"the {task.strategy} strategy needs a worker")
+    started = clock()
+    outcome = SmallTalkReply().run(task.query)
+    return _result(task, outcome, True, None, started, clock(), cost=0.0)
+
+
+def _result(task: AnswerTask, outcome: StrategyResult, answerable: bool, reason: str | None,
+            started: float, ended: float, cost: float) -> AnswerResult:
+    """The result row of a run of `task` that produced `outcome`."""
+    return AnswerResult(
+        request_id=task.request_id, kind=task.kind, tier=task.tier, strategy=task.strategy,
+        answer=outcome.answer, steps=outcome.steps,
+        sources=tuple(Source(id=p.id, title=p.title, score=float(p.score)) for p in outcome.passages),
+        timings=_timings(task, outcome, started, ended),
+        answerable=answerable, abstain_reason=reason,
+        prompt_tokens=outcome.usage.prompt_tokens, completion_tokens=outcome.usage.completion_tokens,
+        cost=cost,
+    )
 
 
 def write_once(records: Records, result: AnswerResult, delivery: Delivery) -> AnswerResult:

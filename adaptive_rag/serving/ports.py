@@ -34,6 +34,14 @@ class Records(Protocol):
         conversation_id: str | None = None, standalone_query: str | None = None,
         rewrite: str | None = None,
     ) -> RequestView: ...
+    def record_answered(
+        self, request_id: str, tenant: str, client_request_id: str | None, query: str,
+        decision: RoutingDecision, result: AnswerResult, worker: str,
+        conversation_id: str | None = None, standalone_query: str | None = None,
+        rewrite: str | None = None,
+    ) -> None:
+        """A request answered at admission: finished, with its decision and result, at once."""
+        ...
     def conversation_turns(self, tenant: str, conversation_id: str, since: datetime,
                            limit: int) -> list[ConversationTurn] | None:
         """The conversation's last `limit` turns since `since`, oldest first; None when the

@@ -147,10 +147,20 @@ def make_engine(url: str) -> Engine:
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url)
 
+        on_disk = bool(parsed.database) and parsed.database != ":memory:"
+
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection, _record) -> None:  # pragma: no cover - trivial
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA foreign_keys=ON")
+            if on_disk:
+                # The embedded default is one file that the front door and every pool write:
+                # write-ahead logging lets readers go on while one writes, and a commit is one
+                # append to the log instead of a rewritten journal and its fsyncs (about 3x
+                # fewer milliseconds per commit here). NORMAL keeps every commit through a
+                # crash of any process; a power loss may lose the last ones.
+                cursor.execute("PRAGMA journal_mode=WAL")
+                cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.close()
 
         return engine

@@ -73,6 +73,10 @@ class _HotStatements:
         request_values = _bound(requests, "r_", REQUEST_COLUMNS)
         self.request = insert(QueryRequest).values(request_values).on_conflict_do_nothing() \
             .returning(QueryRequest.request_id)
+        # A request answered where it was admitted: finished, its one run begun and published.
+        self.answered_request = insert(QueryRequest).values({
+            **request_values, **_bound(requests, "r_", ("runs", "deliveries", "enqueued_at")),
+        }).on_conflict_do_nothing().returning(QueryRequest.request_id)
         decision_values = _bound(decisions, "d_", DECISION_COLUMNS)
         self.decision = insert(DecisionRow).values(decision_values)
         # PostgreSQL: the decision is inserted only when the request was (one statement).
@@ -296,6 +300,37 @@ class RecordStore:
         return RequestView(request_id, tenant, client_request_id, query, RequestStatus(status), now, now,
                            conversation_id=conversation_id or request_id,
                            standalone_query=standalone_query, rewrite=rewrite)
+
+    def record_answered(
+        self, request_id: str, tenant: str, client_request_id: str | None, query: str,
+        decision: RoutingDecision, result: AnswerResult, worker: str,
+        conversation_id: str | None = None, standalone_query: str | None = None,
+        rewrite: str | None = None,
+    ) -> None:
+        """Record a request answered where it was admitted (small talk: no queue, no worker):
+        the request finished after one run, its decision and its result row, in one transaction,
+        so a crash leaves all of it or none (nothing to relay, nothing half done). Raises
+        `DuplicateRequestError` as `create_request` does, with nothing written."""
+        now = utcnow()
+        hot = self._hot
+        status = RequestStatus.DONE if result.ok else RequestStatus.ERROR
+        params: dict[str, Any] = {
+            "r_request_id": request_id, "r_tenant": tenant, "r_client_request_id": client_request_id,
+            "r_query": query, "r_status": status.value, "r_created_at": now, "r_updated_at": now,
+            "r_conversation_id": conversation_id or request_id, "r_standalone_query": standalone_query,
+            "r_rewrite": rewrite, "r_runs": 1, "r_deliveries": 1, "r_enqueued_at": now,
+            "d_request_id": request_id, "d_created_at": now,
+            **{f"d_{k}": v for k, v in decision.model_dump(mode="json").items()},
+            **{f"v_{k}": v for k, v in result.model_dump(mode="json").items()},
+            "v_attempts": 1, "v_worker": worker, "v_created_at": now,
+        }
+        with self.engine.begin() as conn:
+            if conn.execute(hot.answered_request, params).first() is None:
+                raise DuplicateRequestError(
+                    f"request {request_id!r} / client request id {client_request_id!r} of tenant "
+                    f"{tenant!r} is already recorded")
+            conn.execute(hot.decision, params)
+            conn.execute(hot.result, params)
 
     def conversation_turns(self, tenant: str, conversation_id: str, since: datetime,
                            limit: int) -> list[ConversationTurn] | None:

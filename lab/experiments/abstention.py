@@ -42,11 +42,14 @@ from adaptive_rag.evaluation.abstention import (
     AUTOMATIC,
     HAND_TUNED,
     NONE,
+    WITH_COVERAGE,
     GateRecord,
     KnowledgeBaseProbe,
     LabelledQuestion,
     auc,
+    add_coverage_row,
     candidate_table,
+    coverage_candidates,
     demo_questions,
     gate,
     import_knowledge_base,
@@ -61,7 +64,8 @@ from adaptive_rag.settings import Settings
 from adaptive_rag.strategies.abstention import Abstention
 
 REPO = Path(__file__).resolve().parents[2]
-ROWS = (NONE, HAND_TUNED, AUTOMATIC)
+ROWS = (NONE, HAND_TUNED, AUTOMATIC, WITH_COVERAGE)
+COVERAGE_GRID = tuple(round(0.02 * i, 2) for i in range(0, 26))  # fixed floors 0 .. 0.5, picked on `train`
 KIND_ORDER = ("paraphrase", "faq", "joined", "out_of_kb", "covered", "in_domain_uncovered", "off_topic")
 CANDIDATE_FLOORS = (0.0, 0.4, 0.45, 0.5)
 CANDIDATE_QUANTILES = (0.7, 0.8, 0.9, 0.95)
@@ -89,7 +93,8 @@ def markdown(report: Mapping[str, Any]) -> str:
         counts = ", ".join(f"{kind} {n}" for kind, n in data["counts"].items())
         lines += ["", f"## {kb}: {data['description']}", "",
                   f"Automatic threshold {data['automatic_threshold']:g}: {data['calibration_note']}. "
-                  f"Hand-tuned: BM25 top score {report['hand_tuned']['threshold']:.2f}.", "",
+                  f"Hand-tuned: BM25 top score {report['hand_tuned']['threshold']:.2f}. "
+                  f"Coverage floor (automatic+coverage): {report.get('min_coverage', 0):g}.", "",
                   f"`{split}` split: {counts}. Percentages with bootstrap 95 % intervals.", "",
                   "| row | uncovered questions abstained (caught) | covered questions abstained (false) |",
                   "| --- | ---: | ---: |"]
@@ -103,7 +108,8 @@ def markdown(report: Mapping[str, Any]) -> str:
         lines += ["", "Paired differences (points, same questions):", ""]
         lines += [f"- {name}: {_points(diff)}" for name, diff in data["summary"]["differences"].items()]
         lines += ["", f"AUC on `train` (covered above uncovered): relevance {data['auc_train']['relevance']:.3f}, "
-                      f"BM25 top score {data['auc_train']['top_score']:.3f}."]
+                      f"BM25 top score {data['auc_train']['top_score']:.3f}, "
+                      f"coverage {data['auc_train']['coverage']:.3f}."]
     lines += ["", "## Other ways to derive the threshold (`train` split only)", "",
               "Caught / false abstentions (%) per knowledge base; each knowledge base's threshold in brackets.", "",
               "| candidate | " + " | ".join(report["knowledge_bases"]) + " |",
@@ -115,6 +121,16 @@ def markdown(report: Mapping[str, Any]) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", f"Picked: the highest mean over the knowledge bases of caught minus false, among the "
                   f"candidates with at most {100 * MAX_FALSE:g} % false abstentions on each."]
+    if report.get("coverage_candidates"):
+        lines += ["", "## A coverage floor on top of the automatic threshold (`train` split only)", "",
+                  "Caught / false abstentions (%) per knowledge base; picked by the same rule (the first on a tie; "
+                  "a floor of 0 is the automatic threshold alone).", "",
+                  "| candidate | " + " | ".join(report["knowledge_bases"]) + " |",
+                  "| --- |" + " ---: |" * len(report["knowledge_bases"])]
+        for row in report["coverage_candidates"]:
+            cells = [f"{100 * row['cells'][kb][0]:.1f} / {100 * row['cells'][kb][1]:.1f}" for kb in report["knowledge_bases"]]
+            name = f"**{row['candidate']}** (picked)" if row.get("picked") else row["candidate"]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -175,20 +191,32 @@ def run(data_dir: Path, out: Path, split: str, command: str) -> dict[str, Any]:
                 "description": description, "chunks": info.chunks, "automatic_threshold": info.abstention.value,
                 "calibration": info.calibration,
                 "calibration_note": Calibration.from_record(info.calibration).describe() if info.calibration else "-",
-                "counts": counts, "summary": summarise(chosen, ROWS),
+                "counts": counts,
                 "auc_train": {
                     "relevance": auc([r.relevance or 0.0 for r in train_records if r.covered],
                                      [r.relevance or 0.0 for r in train_records if not r.covered]),
                     "top_score": auc([r.top_score for r in train_records if r.covered],
                                      [r.top_score for r in train_records if not r.covered]),
+                    "coverage": auc([r.coverage or 0.0 for r in train_records if r.covered],
+                                    [r.coverage or 0.0 for r in train_records if not r.covered]),
                 },
                 "reference": probes[name].reference, "titles": probes[name].titles,
             }
-    report["candidates"] = pick(candidate_table([r for r in records if r.split == "train"], probes,
-                                                CANDIDATE_FLOORS, CANDIDATE_QUANTILES))
+    train = [r for r in records if r.split == "train"]
+    report["candidates"] = pick(candidate_table(train, probes, CANDIDATE_FLOORS, CANDIDATE_QUANTILES))
+    # A coverage floor on top of the automatic threshold, picked the same way on `train` only; the
+    # floor of 0 is the automatic threshold alone, so "nothing better" keeps the current rule.
+    report["coverage_candidates"] = pick(coverage_candidates(train, COVERAGE_GRID))
+    picked = next(row for row in report["coverage_candidates"] if row.get("picked"))
+    report["min_coverage"] = picked["min_coverage"]
+    add_coverage_row(records, picked["min_coverage"])
+    for name, data in report["knowledge_bases"].items():
+        data["summary"] = summarise([r for r in records if r.kb == name and r.split == split], ROWS)
     report["meta"] = {
         "command": command, "split": split, "rows": ", ".join(ROWS),
         "automatic": f"relevance below max({FLOOR:g}, the {QUANTILE:g} quantile of the reference questions' relevance)",
+        "automatic+coverage": "the automatic threshold, or the top 5 passages carry less than the picked share of "
+                              "the question's idf weight (a fixed floor picked on `train`)",
         "retriever": f"embedded tantivy, title boost {settings.title_boost:g}, top {settings.top_k}",
         "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {platform.python_version()}",
     }

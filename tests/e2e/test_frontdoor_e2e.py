@@ -255,11 +255,14 @@ def test_rules_fallback_when_triton_is_stopped(own_frontdoor):
     assert routed and routed[0]["fallback"] is True and routed[0]["tenant"] == "acme"
 
 
-def test_small_talk_is_answered_briefly_at_tier_a_without_the_classifier(stack: Stack) -> None:
+def test_small_talk_is_answered_briefly_at_admission_without_the_classifier_or_a_worker(stack: Stack) -> None:
     reply, _ = stack.answer("hi there!")
     assert (reply.tier, reply.strategy, reply.steps) == (pb2.TIER_A, "small_talk", 0)
     assert reply.classifier.model_name == "small_talk" and reply.classifier.reason == "small talk (greeting)"
     assert reply.answer.startswith("Hello") and not reply.sources and reply.answerable
+    stored = stack.store.stored_result(reply.request_id)  # recorded like any answer, by the front door
+    assert stored is not None and stored.worker == "frontdoor" and stored.result.answer == reply.answer
+    assert stack.store.get_request(reply.request_id).status.value == "done"
 
 
 def test_a_follow_up_in_a_conversation_is_rewritten_and_answered_with_its_sources(stack: Stack) -> None:

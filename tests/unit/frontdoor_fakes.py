@@ -53,6 +53,7 @@ class FakeStore:
         self.results: dict[tuple[str, ResultKind, Tier], AnswerResult] = {}
         self.feedback: list[dict] = []
         self.statuses: list[tuple[str, RequestStatus]] = []
+        self.workers: dict[str, str] = {}  # who wrote a request answered at admission
         self._ids = itertools.count(1)
         self.lock = threading.Lock()
 
@@ -98,6 +99,23 @@ class FakeStore:
             if decision is not None:
                 self.decisions[request_id] = decision
             return replace(self.requests[request_id])
+
+    def record_answered(self, request_id, tenant, client_request_id, query, decision, result, worker,
+                        conversation_id=None, standalone_query=None, rewrite=None):
+        """RecordStore's contract: the finished request, its decision and result, at once."""
+        with self.lock:
+            if client_request_id is not None and self._find(tenant, client_request_id):
+                raise DuplicateRequestError(client_request_id)
+            status = RequestStatus.DONE if result.ok else RequestStatus.ERROR
+            self.requests[request_id] = Request(request_id, tenant, client_request_id, query, status,
+                                                conversation_id=conversation_id or request_id,
+                                                standalone_query=standalone_query, rewrite=rewrite)
+            request = self.requests[request_id]
+            request.runs = request.deliveries = 1
+            request.enqueued_at = time.time()
+            self.decisions[request_id] = decision
+            self.results[(request_id, result.kind, result.tier)] = result
+            self.workers[request_id] = worker
 
     def mark_enqueued(self, request_id):
         request = self.requests[request_id]

@@ -143,6 +143,26 @@ def test_a_duplicate_request_writes_nothing_not_even_its_decision(store):
     assert store.find_request("acme", "client-9").request_id == "r-first"
 
 
+def test_a_request_answered_at_admission_is_recorded_finished_with_its_decision_and_result_at_once(store):
+    decision = RoutingDecision(tier=Tier.A, model_name="small_talk", reason="small talk (thanks)",
+                               strategy="small_talk", classify_ms=0.4)
+    result = AnswerResult(request_id="r-thanks", tier=Tier.A, strategy="small_talk",
+                          answer="You're welcome!", steps=0, timings=Timings(strategy_ms=0.1))
+    store.record_answered("r-thanks", "acme", "client-1", "thanks!", decision, result, "frontdoor")
+    view = store.get_request("r-thanks")
+    assert (view.status, view.runs, view.deliveries) == (RequestStatus.DONE, 1, 1)
+    assert view.conversation_id == "r-thanks" and store.decision_for("r-thanks") == decision
+    stored = store.stored_result("r-thanks")
+    assert (stored.result, stored.worker, stored.attempts) == (result, "frontdoor", 1)
+    assert store.publish_unpublished(lambda task: pytest.fail(f"relayed {task}"), 0.0) == []
+    assert not save(store, "r-thanks", "again", tier="A", strategy="small_talk")  # a late worker: no second row
+    again = result.model_copy(update={"request_id": "r-other"})
+    with pytest.raises(DuplicateRequestError):  # a resend is a replay: nothing more is written
+        store.record_answered("r-other", "acme", "client-1", "thanks!", decision, again, "frontdoor")
+    assert store.get_request("r-other") is None and store.get_result("r-other") is None
+    assert store.decision_for("r-other") is None
+
+
 def test_concurrent_creates_with_one_client_id_record_one_request(store):
     """Two front-door replicas racing on one idempotency key: one wins, the other is told."""
     barrier = threading.Barrier(4)

@@ -438,18 +438,25 @@ def test_a_tenant_over_its_share_is_rejected_and_a_finished_answer_gives_its_slo
     assert again.request_id == rejected.request_id and again.result.answer == "answer to compare"
 
 
-def test_small_talk_is_tier_a_without_the_classifier_and_without_a_shadow_run():
+def test_small_talk_is_answered_at_admission_without_the_classifier_a_queue_or_a_shadow_run():
     svc, store, queue, routed = service(shadow_share=1.0)
     asked = []
     original = svc.router.route
     svc.router.route = lambda query, tenant=None: asked.append(query) or original(query, tenant)
-    answered = run(svc.answer(Answer(KEY, "Thanks a lot!".encode(), None, soon()), CallProgress()))
-    [task] = queue.tasks  # no shadow run for small talk
-    assert (task.tier, task.strategy) == (Tier.A, "small_talk") and asked == []
+    answered = run(svc.answer(Answer(KEY, "Thanks a lot!".encode(), "c-thanks", soon()), CallProgress()))
+    assert queue.tasks == [] and asked == []  # nothing queued, no shadow run, no classifier
+    assert (answered.result.tier, answered.result.strategy) == (Tier.A, "small_talk")
+    assert answered.result.answerable and answered.result.answer and not answered.replayed
     decision = store.decisions[answered.request_id]
     assert decision.model_name == "small_talk" and decision.reason == "small talk (thanks)"
+    # Recorded as a worker's run would be: finished, its one result row, a resend replays it.
+    assert store.get_request(answered.request_id).status is RequestStatus.DONE
+    assert store.get_result(answered.request_id).answer == answered.result.answer
+    again = run(svc.answer(Answer(KEY, "Thanks a lot!".encode(), "c-thanks", soon()), CallProgress()))
+    assert again.replayed and again.request_id == answered.request_id and queue.tasks == []
     run(svc.answer(Answer(KEY, b"hi, how do I reset my hub?", None, soon()), CallProgress()))
-    assert asked == ["hi, how do I reset my hub?"]  # a question that starts with a greeting
+    assert asked == ["hi, how do I reset my hub?"]  # a question that starts with a greeting is queued
+    assert [t.kind for t in queue.tasks] == [ResultKind.PRIMARY, ResultKind.SHADOW]
 
 
 def test_a_query_asking_two_questions_goes_to_c_whatever_the_router_says():

@@ -81,6 +81,30 @@ def test_the_relay_publishes_a_request_recorded_but_never_enqueued_once_and_it_i
     assert asyncio.run(svc.relay_unpublished()) == [] and len(queue.tasks) == 1
 
 
+def test_small_talk_is_recorded_with_its_answer_at_once_so_a_front_door_that_died_left_nothing_to_relay():
+    """Small talk is answered at admission and recorded in one write with its answer: a crash
+    leaves all of it (a resend replays it) or none (a resend runs it anew)."""
+    svc, store, queue, _ = service(die_after_record=True)
+    progress = CallProgress()
+    with pytest.raises(FrontDoorDied):
+        asyncio.run(svc.answer(Answer(KEY, b"thanks a lot!", "thanks-1", soon()), progress))
+    assert store.requests[progress.request_id].status is RequestStatus.DONE
+    time.sleep(0.06)
+    assert asyncio.run(svc.relay_unpublished()) == [] and queue.tasks == []
+    resend, _, _, _ = service()
+    resend.records, resend.queue, resend.waiter = store, queue, FakeWaiter(queue)
+    again = asyncio.run(resend.answer(Answer(KEY, b"thanks a lot!", "thanks-1", soon()), CallProgress()))
+    assert again.replayed and again.request_id == progress.request_id and again.result.answer
+
+
+def test_an_answered_small_talk_request_is_left_alone_by_the_relay():
+    svc, store, queue, _ = service()
+    answered = asyncio.run(svc.answer(Answer(KEY, b"hello!", None, soon()), CallProgress()))
+    assert store.requests[answered.request_id].status is RequestStatus.DONE
+    time.sleep(0.06)
+    assert asyncio.run(svc.relay_unpublished()) == [] and queue.tasks == []
+
+
 def test_an_admitted_request_is_marked_published_and_the_relay_leaves_it_alone():
     svc, store, queue, _ = service(delay_s=1.0)
     progress = CallProgress()

@@ -41,6 +41,8 @@ from adaptive_rag.evaluation.support import (
 )
 from adaptive_rag.knowledge.documents import derived_document_id, normalise_title
 from adaptive_rag.settings import Settings, multi_step_strategy
+
+COVID_KINDS = tuple(k for k in KINDS if k not in ("question", "uncovered"))  # the help centre's own
 from adaptive_rag.strategies import Abstention, SingleStep
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,7 +67,7 @@ def test_counts_per_kind(suite) -> None:
     assert counts["small_talk"] == len(load_small_talk()) >= 40
     assert counts["joined"] == 60
     assert counts["out_of_kb"] == 80
-    assert set(counts) == set(KINDS)
+    assert set(counts) == set(COVID_KINDS)
 
 
 def test_ids_are_unique_and_splits_follow_the_shared_hash_rule(suite) -> None:
@@ -74,7 +76,7 @@ def test_ids_are_unique_and_splits_follow_the_shared_hash_rule(suite) -> None:
     assert all(q.split == split_of("support", q.id) for q in suite.queries)
     train = sum(q.split == "train" for q in suite.queries) / len(suite.queries)
     assert 0.5 < train < 0.7
-    for kind in KINDS:
+    for kind in COVID_KINDS:
         kinds = [q for q in suite.queries if q.kind == kind]
         assert {q.split for q in kinds} == {"train", "test"}
 
@@ -134,7 +136,7 @@ def test_out_of_kb_questions_are_drawn_from_three_sets_off_topic(suite) -> None:
 
 def test_select_limits_per_kind_in_a_stable_order(suite) -> None:
     picked = suite.select("test", limit=3)
-    assert Counter(q.kind for q in picked) == {kind: 3 for kind in KINDS}
+    assert Counter(q.kind for q in picked) == {kind: 3 for kind in COVID_KINDS}
     assert all(q.split == "test" for q in picked)
     assert picked == suite.select("test", limit=3)
     assert [q.kind for q in picked[:5]] != [picked[0].kind] * 5  # kinds interleaved
@@ -315,7 +317,7 @@ def test_evaluate_support_end_to_end_with_fakes(tmp_path: Path) -> None:
     assert [p.name for p in run.paths] == ["report.json", "report.md", "support.png"]
     assert all(p.exists() for p in run.paths)
     report = run.report
-    assert report["meta"]["queries_per_kind"] == {kind: 2 for kind in KINDS}
+    assert report["meta"]["queries_per_kind"] == {kind: 2 for kind in COVID_KINDS}
     assert report["rows"]["router"]["overall"]["n"] == 10
     assert (tmp_path / "support" / "results.jsonl").exists()
     # resuming with other settings into the same directory is refused
@@ -352,7 +354,7 @@ def test_cli_runs_the_support_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
     assert report["meta"]["rows"] == ["router", "always_b"]
-    assert report["meta"]["queries_per_kind"] == {kind: 1 for kind in KINDS}
+    assert report["meta"]["queries_per_kind"] == {kind: 1 for kind in COVID_KINDS}
     assert report["meta"]["abstain_min_relevance"].split(" (")[1].startswith("automatic: max(floor")
     assert report["meta"]["abstain_min_score"] == "0 (settings)"
     assert (out / "support.png").exists() and not (out / "kb_index").exists()  # index in a temp dir
@@ -376,3 +378,39 @@ def test_cli_rejects_bad_suite_options(args: list[str], message: str) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2
     assert message in " ".join(result.output.split())
+
+
+def test_the_help_centre_suite_has_gold_answers_follow_ups_and_both_kinds_of_uncovered_questions():
+    from adaptive_rag.evaluation.help_centre import build_help_centre
+    from adaptive_rag.evaluation.support import OUT_OF_KB, QUESTION, UNCOVERED
+
+    suite = build_help_centre(Settings(_env_file=None))
+    kinds = {q.kind for q in suite.queries}
+    assert kinds == {QUESTION, UNCOVERED, OUT_OF_KB}
+    known = {e.doc_id for e in suite.entries}
+    for query in suite.queries:
+        assert query.in_kb == (query.kind == QUESTION)
+        assert query.expect_abstain == (query.kind != QUESTION)
+        if query.in_kb:
+            assert query.gold_answers and set(query.gold_groups[0]) <= known
+    # the abstention experiment's split rule, so a question is `test` in both
+    from adaptive_rag.evaluation.datasets import split_of
+    assert all(q.split == split_of("demo-coverage", q.id) for q in suite.queries)
+    assert {q.split for q in suite.queries} == {"train", "test"}
+    assert suite.follow_ups and all(t.gold and set(t.gold) <= known for t in suite.follow_ups)
+    assert all(t.follow_up != t.standalone for t in suite.follow_ups)
+
+
+def test_follow_up_hits_scores_each_row_against_the_standalone_question(tmp_path):
+    from adaptive_rag.evaluation.help_centre import build_help_centre
+    from adaptive_rag.evaluation.support import follow_up_hits
+    from adaptive_rag.retrieval.tantivy_index import TantivyRetriever
+
+    suite = build_help_centre(Settings(_env_file=None))
+    index = TantivyRetriever.build(tmp_path / "index", suite.passages)
+    found = follow_up_hits(suite.follow_ups[:6], index)
+    assert found["turns"] == 6 and len(found["records"]) == 6
+    assert set(found["vs_standalone"]) == {"as_typed", "rewritten"}
+    for record in found["records"]:
+        assert set(record["hit_5"]) == {"standalone", "as_typed", "rewritten"}
+        assert record["queries"]["as_typed"] == next(t.follow_up for t in suite.follow_ups if t.id == record["id"])
