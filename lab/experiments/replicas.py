@@ -12,9 +12,11 @@ health watcher, tier-A worker pools on host3 and host4), started afresh. The loa
 grpc.aio client (`lab.harness.load_client`) on the balancer's one address, tier-A questions (the
 rules route three-word questions there: no retrieval), each text distinct (no cache answers), traces off:
 
-1. a closed-loop probe (`--clients` clients, no think time, `--window` s): its answers/s is X;
+1. a closed-loop probe (`--clients` clients, no think time, `--window` s); the one-replica
+   configuration runs first and its probe's answers/s is X for both configurations (the same
+   rates are tried on each);
 2. a light-load reference at 25 % of X: its p95 times 3 (at least 100 ms) is the latency bound;
-3. open-loop rates at fractions of X (0.6, 0.8, 0.9, 1.0, 1.1, 1.25 ...), each held `--trials`
+3. open-loop rates at fractions of X (0.3, 0.45, 0.6, 0.8, 0.9, 1.0, 1.1 ...), each held `--trials`
    times for `--window` s; a rate is **sustained** when in every trial all calls of the window
    were answered OK within it (none refused, failed or still running at its end plus 5 s) and the
    p95 latency is within the bound. The ladder stops at the first rate not sustained; the ceiling
@@ -50,7 +52,7 @@ from lab.harness.stats import CpuMeter, percentile
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = {"one": ("host1",), "two": ("host1", "host2")}
-LADDER = (0.6, 0.8, 0.9, 1.0, 1.1, 1.25, 1.4)
+LADDER = (0.3, 0.45, 0.6, 0.8, 0.9, 1.0, 1.1, 1.25, 1.4)
 REFERENCE_SHARE = 0.25
 BOUND_FACTOR, BOUND_FLOOR_MS = 3.0, 100.0
 GRACE_S = 5.0  # a call of the window may finish this long after it
@@ -153,7 +155,11 @@ class Run:
         return point
 
 
-async def measure(run: Run, clients: int, trials: int, ladder: tuple[float, ...], say: Any) -> dict[str, Any]:
+async def measure(run: Run, clients: int, trials: int, ladder: tuple[float, ...], say: Any,
+                  base: float | None = None) -> dict[str, Any]:
+    """Probe, reference and ladder of one configuration; the reference and the ladder are shares
+    of `base` (the first configuration's probe, so both are tried at the same rates), else of
+    this configuration's own probe."""
     client = LoadClient(run.stack.address, run.key, channels=4)
     await client.ready()
     try:
@@ -163,8 +169,9 @@ async def measure(run: Run, clients: int, trials: int, ladder: tuple[float, ...]
         points: list[Point] = []
         probe = await run.window(client, "probe", 0.0, 1, clients)
         points.append(probe)
-        x = len(probe.ok()) / probe.window_s
-        say(f"{run.config} replica(s): probe: {x:.1f} answers/s, p95 {probe.p95_ms():.0f} ms")
+        probed = len(probe.ok()) / probe.window_s
+        x = base or probed
+        say(f"{run.config} replica(s): probe: {probed:.1f} answers/s, p95 {probe.p95_ms():.0f} ms; rates are shares of {x:.1f}/s")
         reference = await run.window(client, "reference", REFERENCE_SHARE * x, 1)
         points.append(reference)
         bound = max(BOUND_FLOOR_MS, BOUND_FACTOR * (reference.p95_ms() or 0.0))
@@ -194,7 +201,8 @@ async def measure(run: Run, clients: int, trials: int, ladder: tuple[float, ...]
                 cpu_at_ceiling[role] = cpu_at_ceiling.get(role, 0.0) + seconds
         window_total = sum(p.window_s for p in at_ceiling) or 1.0
         return {
-            "config": run.config, "frontdoors": list(run.stack.frontdoors), "probe_answers_per_s": round(x, 2),
+            "config": run.config, "frontdoors": list(run.stack.frontdoors), "probe_answers_per_s": round(probed, 2),
+            "ladder_base_per_s": round(x, 2),
             "p95_bound_ms": round(bound, 1), "ceiling_per_s": None if ceiling is None else round(ceiling, 2),
             "first_not_sustained_per_s": None if first_failed is None else round(first_failed, 2),
             "cpu_percent_of_one_core_at_ceiling": {
@@ -206,7 +214,8 @@ async def measure(run: Run, clients: int, trials: int, ladder: tuple[float, ...]
         await client.close()
 
 
-def run_config(config: str, workdir: Path, args: argparse.Namespace, say: Any) -> dict[str, Any]:
+def run_config(config: str, workdir: Path, args: argparse.Namespace, say: Any,
+               base: float | None = None) -> dict[str, Any]:
     from lab.harness.stack import Hosts, Parts, lab_stack
 
     parts = Parts(broker="redis", records="postgres", classifier="rules", retriever="tantivy", llm="instant")
@@ -216,8 +225,8 @@ def run_config(config: str, workdir: Path, args: argparse.Namespace, say: Any) -
     with lab_stack(workdir / config, parts, hosts=hosts, settings=settings, tenants=("acme",), dotenv=False,
                    env={"ARAG_TRACES": "off"}) as stack:
         run = Run(config, stack, stack.api_key("acme"), args.window)
-        ladder = LADDER[:3] if args.quick else LADDER
-        return asyncio.run(measure(run, args.clients, 1 if args.quick else args.trials, ladder, say))
+        ladder = LADDER[2:5] if args.quick else LADDER
+        return asyncio.run(measure(run, args.clients, 1 if args.quick else args.trials, ladder, say, base))
 
 
 def write_report(result: dict[str, Any], out: Path) -> None:
@@ -261,26 +270,28 @@ def write_report(result: dict[str, Any], out: Path) -> None:
         f"Worker pools: tier A on host3 and host4, {result['pool_concurrency']} processes each; traces off; "
         "tenant rate and slots unlimited; every question distinct (no cache answers).",
         "",
-        "Method: closed-loop probe (no think time) gives X; a reference at 25 % of X gives the p95 bound "
+        "Method: the one-replica closed-loop probe (no think time) gives X, the rates of both ladders; per "
+        "configuration a reference at 25 % of X gives the p95 bound "
         f"({BOUND_FACTOR:g}x its p95, at least {BOUND_FLOOR_MS:g} ms); open-loop rates at {', '.join(f'{s:g}' for s in LADDER)} "
         f"x X, each held {result['trials']} times for {result['window_s']:g} s; **sustained** = in every trial, every "
         f"call of the window answered OK within it plus {GRACE_S:g} s, and p95 within the bound.",
         "",
-        "| replicas | probe X (answers/s) | p95 bound ms | ceiling (answers/s) | first rate not sustained |",
+        "| replicas | closed-loop probe (answers/s) | p95 bound ms | ceiling (answers/s) | first rate not sustained |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
     for c in (one, two):
         lines.append(f"| {c['config']} | {c['probe_answers_per_s']} | {c['p95_bound_ms']:.0f} | **{c['ceiling_per_s']}** "
                      f"| {c['first_not_sustained_per_s']} |")
     lines += ["", "## Every window", "",
-              "| replicas | what | rate/s | trial | calls | answered/s | p50 ms | p95 ms | CPU total % | top CPU (% of one core) | verdict |",
-              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+              "| replicas | what | rate/s | trial | calls | answered/s | p50 ms | p95 ms | CPU total % | top CPU (% of one core) | load 1 min | verdict |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
     for c in (one, two):
         for p in c["points"]:
             top = ", ".join(f"{k} {v:g}" for k, v in list(p["cpu_percent_of_one_core"].items())[:5])
             verdict = ("sustained" if p["sustained"] else "; ".join(p["reasons"])) if p["what"] == "ladder" else ""
             lines.append(f"| {c['config']} | {p['what']} | {p['rate']} | {p['trial']} | {p['calls']} | {p['answered_per_s']} "
-                         f"| {p['p50_ms'] or 0:.0f} | {p['p95_ms'] or 0:.0f} | {p['cpu_percent_total']} | {top} | {verdict} |")
+                         f"| {p['p50_ms'] or 0:.0f} | {p['p95_ms'] or 0:.0f} | {p['cpu_percent_total']} | {top} "
+                         f"| {p['load_average'][0]:.1f} | {verdict} |")
     lines += ["", "Not measured here: separate machines (a second replica on its own cores), network latency "
               "between hosts, the real reader (its cost dwarfs the front door's: `../load/ceiling/`)."]
     (out / "README.md").write_text("\n".join(lines) + "\n")
@@ -338,9 +349,11 @@ def main(argv: list[str] | None = None) -> int:
         "window_s": args.window, "trials": 1 if args.quick else args.trials, "pool_concurrency": args.pool_concurrency,
         "configs": [],
     }
-    for config in CONFIGS:
+    base = None
+    for config in CONFIGS:  # one replica first: its probe sets the rates both ladders try
         console.print(f"[bold]{config} replica(s)[/]")
-        result["configs"].append(run_config(config, scratch, args, console.print))
+        result["configs"].append(run_config(config, scratch, args, console.print, base))
+        base = base or result["configs"][-1]["probe_answers_per_s"]
     result["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     write_report(result, out)
     console.print(f"report: {out / 'README.md'}")
