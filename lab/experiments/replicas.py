@@ -261,6 +261,14 @@ def write_report(result: dict[str, Any], out: Path) -> None:
         "\"host\" shares its 2 cores (with other jobs beside this run), so a second replica adds a process, "
         "not a machine.",
         "",
+        "**Reading.** The ceiling is where the p95 leaves its bound, and at it this stack used about "
+        + f"{one['points'][-2]['cpu_percent_total'] if len(one['points']) > 1 else '?'} % of one core in all (last "
+        "sustained window; the column *CPU total %* below): the rest of the 2 cores went to the other jobs on the "
+        "machine (the load average is in every row). Within that share, a second front door halves each one's "
+        "CPU but adds a process, its connections and its health cycle to the same cores, so the pair is not "
+        "faster here. Whether two replicas reach 1.7x one needs each on cores of its own, which this machine "
+        "cannot show.",
+        "",
         f"**Records.** `calls.jsonl.gz` (every call), `summary.json` (every window, CPU per role), `{plot}`.",
         "",
         f"Command: `{result['command']}`  ",
