@@ -192,13 +192,33 @@ def follow_up_ratios(reports: Path) -> str:
     from adaptive_rag.evaluation.bootstrap import ratio_interval
 
     parts = []
-    for label, path in (("COVID FAQ", "report.json"), ("help centre", "help_centre/report.json")):
+    for label, path in (("COVID FAQ", "report.json"), ("help centre", "help_centre/report.json"),
+                        ("Quillbill", "quillbill/report.json")):
         records = read_json(reports / "support" / "per_kb" / path)["knowledge_base"]["follow_ups_all_turns"]["records"]
         hits = {row: {("all", r["id"]): r["hit_5"][row] for r in records} for row in ("standalone", "as_typed", "rewritten")}
         cells = [ratio_interval(hits[row], hits["standalone"]) for row in ("as_typed", "rewritten")]
         parts.append(f"{label} ({len(records)} turns): " + " / ".join(
             f"{100 * c.estimate:.0f} % [{100 * c.low:.0f}, {100 * c.high:.0f}]" for c in cells))
     return "; ".join(parts)
+
+
+def support_knowledge_base(path: str, split: str | None = "test") -> Callable[[Path], str]:
+    """One knowledge base of the support suite, retrieval alone, from its per-question records:
+    in-KB hit@5; questions it must abstain on caught / in-KB ones abstained, with the automatic
+    threshold and with none (`split` None: every question, both splits)."""
+    def compute(reports: Path) -> str:
+        records = [r for r in read_json(reports / "support" / "per_kb" / path)["knowledge_base"]["records"]
+                   if split is None or r["split"] == split]
+        hits = [r["hit_5"] for r in records if r["in_kb"]]
+
+        def gate(row: str) -> str:
+            caught = [float(r["abstained"][row]) for r in records if not r["in_kb"]]
+            false = [float(r["abstained"][row]) for r in records if r["in_kb"]]
+            return f"{percent(bootstrap_mean({'all': caught}))} / {percent(bootstrap_mean({'all': false}))}"
+
+        return (f"hit@5 {percent(bootstrap_mean({'all': hits}))}; automatic {gate('automatic')}; "
+                f"none {gate('none')} (n {len(hits)} in-KB, {len(records) - len(hits)} to abstain on)")
+    return compute
 
 
 def small_talk(reports: Path) -> str:
@@ -394,6 +414,16 @@ class Figure:
     compute: Callable[[Path], str]
 
 
+def small_talk_latency(reports: Path) -> str:
+    """Small talk end to end, p50, with the reader busy vs the idle stack, from the calls."""
+    calls = [c for c in read_jsonl(reports / "small_talk_latency" / "calls.jsonl")
+             if c["kind"] == "small_talk" and c["code"] == "OK"]
+    loaded = [c["latency_ms"] for c in calls if c["phase"] == "loaded"]
+    idle = [c["latency_ms"] for c in calls if c["phase"] == "idle"]
+    return (f"{percentile(loaded, 50):.1f} ms vs {percentile(idle, 50):.1f} ms idle "
+            f"(n {len(loaded)} / {len(idle)})")
+
+
 FIGURES: tuple[Figure, ...] = (
     Figure("Always A (no retrieval), F1", row_f1(lambda ev: ev.fixed("A"))),
     Figure("Always B (single step), F1", row_f1(lambda ev: ev.fixed("B"))),
@@ -413,6 +443,10 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Abstention, demo help centre test, automatic threshold: caught / false", abstention("demo", "automatic")),
     Figure("Abstention, demo help centre test, automatic threshold or coverage below the train-picked floor: caught / false", abstention("demo", "automatic+coverage")),
     Figure("Follow-up hit@5 vs the standalone question, as typed / rewritten by rules, all turns", follow_up_ratios),
+    Figure("Support per knowledge base, COVID FAQ test: in-KB hit@5; caught / false abstentions", support_knowledge_base("report.json")),
+    Figure("Support per knowledge base, demo help centre test: in-KB hit@5; caught / false abstentions", support_knowledge_base("help_centre/report.json")),
+    Figure("Support per knowledge base, Quillbill Markdown help centre (held out) test: in-KB hit@5; caught / false abstentions", support_knowledge_base("quillbill/report.json")),
+    Figure("Support per knowledge base, Quillbill (held out), every question of both splits: in-KB hit@5; caught / false abstentions", support_knowledge_base("quillbill/report.json", None)),
     Figure("Small talk, Rasa demo recall; real requests given a canned reply", small_talk),
     Figure("Retrieval recall@5, HotpotQA / 2Wiki / MuSiQue", retrieval_recall),
     Figure("Search latency p50, tantivy vs OpenSearch", backend_latency),
@@ -426,6 +460,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Urllib3 LLM client, CPU per Answer after/before, 4 clients", cpu_per_answer_ratio("llm-client-urllib3", 4)),
     Figure("Mixed load end to end, tier A p95 at 80 % of the ceiling", mixed_tier_a_p95),
     Figure("Queue isolation, tier A queue wait p50 behind a C backlog, separate vs shared", queue_isolation_wait),
+    Figure("Small talk end to end p50, the reader busy with B and C vs idle", small_talk_latency),
     Figure("Fair share, quiet tenant p95 under a 10x flood", fair_share_quiet_p95),
     Figure("Fault campaign", reliability),
     Figure("Tracing to files, extra CPU per request", tracing_extra_cpu),

@@ -54,7 +54,7 @@ def evaluate(
     classifier_versions: Annotated[Optional[str], typer.Option(help="further trained classifier versions shown beside \"adaptive\", comma-separated (e.g. the silver-only, binary-only and mpnet-base runs of `arag train --labels/--base`): rows \"adaptive v<N>\"")] = None,
     routers: Annotated[Optional[list[Path]], typer.Option("--routers", help="saved learned routers (`arag routers train`), each a router directory or a folder of them; repeatable (default: var/routers when it exists)")] = None,
     uncertainty_tuning: Annotated[Optional[Path], typer.Option(help="the tuning.json of `arag routers tune-uncertainty` (same reader, `train` split): the uncertainty strategy's threshold and aggregate (default: ARAG_UNCERTAINTY_THRESHOLD / ARAG_UNCERTAINTY_AGGREGATE)")] = None,
-    kb: Annotated[str, typer.Option("--kb", help="support only: covid-faq | help-centre (the demo help centre, written to OUT/help_centre) | all")] = "all",
+    kb: Annotated[str, typer.Option("--kb", help="support only: covid-faq | help-centre (the demo help centre, written to OUT/help_centre) | quillbill (a Markdown help centre, OUT/quillbill) | all")] = "all",
     llm_judge: Annotated[bool, typer.Option("--llm-judge", help="add the LLM-judge router's row: the reader picks each question's tier (one LLM call per question, counted in its time); its routes are recorded and replayed by --report-only")] = False,
 ) -> None:
     """Evaluate strategies on the `test` split; writes report.json, report.md, f1_vs_time.png.
@@ -314,8 +314,9 @@ def _evaluate_support(
     reader_abstains: bool | None, kb: str = "all",
 ) -> None:
     """`arag eval --suite support`: the router and the fixed-tier rows on the support suite, per
-    knowledge base (the COVID FAQ in OUT, the help centre in OUT/help_centre)."""
-    from adaptive_rag.evaluation.support import COVID_FAQ, FIXED_ROWS, KNOWLEDGE_BASES, ROUTER_ROW, evaluate_support
+    knowledge base (the COVID FAQ in OUT, the others in OUT/help_centre and OUT/quillbill)."""
+    from adaptive_rag.evaluation.support import COVID_FAQ, FIXED_ROWS, ROUTER_ROW, evaluate_support
+    from adaptive_rag.evaluation.support_kbs import KNOWLEDGE_BASES, build_knowledge_base_suite
 
     if split not in ("train", "test"):
         raise typer.BadParameter(f"--split is train or test, not {split!r}")
@@ -345,7 +346,8 @@ def _evaluate_support(
         where = out if name == COVID_FAQ else out / name.replace("-", "_")
         result = evaluate_support(
             settings, where, rows, split=split, limit=limit, run=not report_only,
-            auto_threshold=auto_threshold, meta=meta, progress=progress_bar, knowledge_base=name,
+            auto_threshold=auto_threshold, meta=meta, progress=progress_bar,
+            suite=build_knowledge_base_suite(name, settings),
         )
         for path in result.paths:
             console.print(f"wrote {path}")

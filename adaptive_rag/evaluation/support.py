@@ -156,6 +156,9 @@ class SupportSuite:
     follow_ups: list[FollowUpTurn] = field(default_factory=list)
     name: str = COVID_FAQ
     description: str = ""
+    # Never used to design or tune anything (no rule, threshold or phrase was chosen on any of its
+    # questions): every split is unseen, so its checks are also reported over all its questions.
+    held_out: bool = False
 
     def select(self, split: str | None = None, limit: int | None = None) -> list[SupportQuery]:
         """Queries of `split` (all with None), in a stable interleaved order (kinds mixed, so a
@@ -725,14 +728,17 @@ def abstention_gate(queries: Iterable[SupportQuery], retriever: Retriever, abste
     in-KB questions that do, and per kind. Retrieval only: no reader runs, so every question of
     the split counts, not only the ones a reader row ran."""
     by_kind: dict[str, list[float]] = defaultdict(list)
+    pooled: dict[bool, list[float]] = defaultdict(list)  # in question order, so intervals are reproducible
     for query in queries:
         if query.kind == SMALL_TALK:
             continue
         found = retriever.search(query.query, k)
-        by_kind[query.kind].append(float(abstention.reason(retriever, query.query, found) is not None))
+        value = float(abstention.reason(retriever, query.query, found) is not None)
+        by_kind[query.kind].append(value)
+        pooled[query.kind in EXPECT_ABSTAIN].append(value)
     return {
-        "caught": _interval([v for kind in EXPECT_ABSTAIN for v in by_kind.get(kind, [])]),
-        "false_abstain": _interval([v for kind in IN_KB for v in by_kind.get(kind, [])]),
+        "caught": _interval(pooled[True]),
+        "false_abstain": _interval(pooled[False]),
         "kinds": {kind: _interval(by_kind[kind]) for kind in KINDS if by_kind.get(kind)},
     }
 
@@ -771,21 +777,53 @@ def follow_up_hits(turns: Sequence[FollowUpTurn], retriever: Retriever, k: int =
     return summary
 
 
+def question_records(queries: Iterable[SupportQuery], retriever: Retriever, gates: Mapping[str, Any],
+                     k: int = HIT_K) -> list[dict[str, Any]]:
+    """Per question of every split (small talk aside): its kind and split, whether retrieval found
+    its gold pages in the top k (in-KB ones) and whether each gate abstained; the raw records the
+    knowledge base's figures recompute from."""
+    records = []
+    for query in queries:
+        if query.kind == SMALL_TALK:
+            continue
+        found = retriever.search(query.query, k)
+        hit = retrieval_hits([doc_id_of(p.id, p.doc_id) for p in found], query.gold_groups, k)[1] if query.in_kb else None
+        records.append({
+            "id": query.id, "kind": query.kind, "split": query.split, "in_kb": query.in_kb, "hit_5": hit,
+            "abstained": {name: gate.reason(retriever, query.query, found) is not None for name, gate in gates.items()},
+        })
+    return records
+
+
 def knowledge_base_checks(suite: SupportSuite, retriever: Retriever, abstention: Any, split: str,
                           k: int = HIT_K) -> dict[str, Any]:
     """The knowledge base's own figures, from retrieval alone (no reader, every question of
     `split`): hit@k of its in-KB questions, the abstention gate's caught / false, and its
     follow-up turns with and without rewriting (on `split`, and on every turn: the rewrite rules
     were never tuned on them)."""
+    from adaptive_rag.strategies import Abstention
+
     queries = [q for q in suite.queries if q.split == split]
-    return {
+    never = Abstention()  # no threshold: abstains only when nothing at all is retrieved
+    checks = {
         "name": suite.name, "description": suite.description, "split": split,
         "documents": len(suite.entries), "passages": len(suite.passages),
         "retrieval": retriever_hits(queries, retriever, k),
         "abstention": abstention_gate(queries, retriever, abstention, k),
+        "abstention_no_threshold": abstention_gate(queries, retriever, never, k),
         "follow_ups": follow_up_hits([t for t in suite.follow_ups if t.split == split], retriever, k),
         "follow_ups_all_turns": follow_up_hits(suite.follow_ups, retriever, k),
+        "held_out": suite.held_out,
     }
+    checks["records"] = question_records(suite.queries, retriever, {"automatic": abstention, "none": never}, k)
+    if suite.held_out:
+        checks["all_questions"] = {
+            "n": len(suite.queries),
+            "retrieval": retriever_hits(suite.queries, retriever, k),
+            "abstention": abstention_gate(suite.queries, retriever, abstention, k),
+            "abstention_no_threshold": abstention_gate(suite.queries, retriever, never, k),
+        }
+    return checks
 
 
 def threshold_sweep(
@@ -921,6 +959,19 @@ def _knowledge_base_markdown(checks: Mapping[str, Any] | None) -> list[str]:
              f"strategy checks before its reader): caught {_estimate(gate['caught'])} of the questions it must "
              f"abstain on, false abstentions {_estimate(gate['false_abstain'])} of the in-KB ones. Per kind: "
              + ", ".join(f"{kind} {_estimate(cell)} (n {cell['n']})" for kind, cell in gate["kinds"].items()) + "."]
+    never = checks.get("abstention_no_threshold")
+    if never:
+        lines += ["", f"Without a threshold (never abstain, unless nothing at all is retrieved): caught "
+                      f"{_estimate(never['caught'])}, false abstentions {_estimate(never['false_abstain'])}."]
+    everything = checks.get("all_questions")
+    if everything:
+        pooled = (everything["retrieval"].get("in_kb") or {}).get("hit_5")
+        lines += ["", f"Held out (no rule was designed or tuned on this knowledge base, so every split is "
+                      f"unseen), all {everything['n']} questions, both splits: in-KB hit@{HIT_K} {_pct(pooled)}; "
+                      f"abstention gate caught {_estimate(everything['abstention']['caught'])}, false "
+                      f"{_estimate(everything['abstention']['false_abstain'])}; without a threshold caught "
+                      f"{_estimate(everything['abstention_no_threshold']['caught'])}, false "
+                      f"{_estimate(everything['abstention_no_threshold']['false_abstain'])}."]
     for label, key in (("the split's turns", "follow_ups"), ("every turn", "follow_ups_all_turns")):
         fu = checks.get(key) or {}
         if not fu.get("turns"):
@@ -1055,12 +1106,11 @@ def evaluate_support(
     auto_threshold: bool = False,
     meta: Mapping[str, Any] | None = None,
     progress: Callable[[str, int], Any] | None = None,
-    knowledge_base: str = COVID_FAQ,
+    suite: SupportSuite | None = None,
 ) -> SupportRun:
-    """Build the suite of `knowledge_base` (`covid-faq`, or `help-centre`:
-    `evaluation.help_centre`), index it (tantivy in a temporary directory, rebuilt each run in
-    about a second, unless `retriever` is given), run `rows` on `split` (at most `limit` per
-    kind) and write the report.
+    """Index `suite` (default: the COVID FAQ's; the others: `evaluation.support_kbs`) (tantivy in
+    a temporary directory, rebuilt each run in about a second, unless `retriever` is given), run
+    `rows` on `split` (at most `limit` per kind) and write the report.
 
     Abstention as a tenant gets it: the FAQ's own relevance threshold, derived from the
     knowledge base when it is indexed (`knowledge.calibration`), unless ARAG_ABSTAIN_MIN_RELEVANCE
@@ -1070,7 +1120,7 @@ def evaluate_support(
     The report's `knowledge_base` section is retrieval alone over the whole split
     (`knowledge_base_checks`): hit@5, the abstention gate, follow-ups with and without rewriting.
     """
-    suite = build_knowledge_base_suite(knowledge_base, settings)
+    suite = suite if suite is not None else build_suite(settings.data_dir, settings)
     if retriever is None:
         import tempfile
 
@@ -1082,20 +1132,6 @@ def evaluate_support(
                              auto_threshold, meta, progress)
     return _evaluate(suite, settings, out_dir, rows, split, limit,
                      llm, retriever, router, run, auto_threshold, meta, progress)
-
-
-KNOWLEDGE_BASES = (COVID_FAQ, "help-centre")
-
-
-def build_knowledge_base_suite(name: str, settings: Settings) -> SupportSuite:
-    """The suite of one of `KNOWLEDGE_BASES`."""
-    if name == COVID_FAQ:
-        return build_suite(settings.data_dir, settings)
-    if name == "help-centre":
-        from adaptive_rag.evaluation.help_centre import build_help_centre
-
-        return build_help_centre(settings)
-    raise ConfigurationError(f"unknown support knowledge base {name!r}; choose {', '.join(KNOWLEDGE_BASES)}")
 
 
 def _evaluate(

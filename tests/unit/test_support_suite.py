@@ -256,7 +256,8 @@ def run_hand_made(settings: Settings, tmp_path: Path, llm: FakeLLM):
     retriever = kb_retriever()
     strategies = {
         "single_step": SingleStep(retriever, llm, abstention=Abstention(min_score=5.0)),
-        "decompose": build_strategy("decompose", retriever, llm, settings),
+        # decompose itself (the runner's arithmetic below counts its two calls), not its parts
+        "decompose": build_strategy("decompose", retriever, llm, settings.model_copy(update={"answer_parts": False})),
     }
     queries = hand_made_queries()
     outcomes = run_support(queries, ["router", "always_b"], strategies, tmp_path / "results.jsonl", settings)
@@ -414,3 +415,66 @@ def test_follow_up_hits_scores_each_row_against_the_standalone_question(tmp_path
     for record in found["records"]:
         assert set(record["hit_5"]) == {"standalone", "as_typed", "rewritten"}
         assert record["queries"]["as_typed"] == next(t.follow_up for t in suite.follow_ups if t.id == record["id"])
+
+
+def test_the_quillbill_help_centre_is_markdown_imported_and_chunked_like_a_tenants(tmp_path):
+    from adaptive_rag.evaluation.quillbill import PAGES_DIR, build_quillbill, page_id
+    from adaptive_rag.evaluation.support import JOINED, OUT_OF_KB, QUESTION, UNCOVERED
+    from adaptive_rag.knowledge.chunking import chunk_documents
+    from adaptive_rag.knowledge.importers import import_path
+
+    settings = Settings(_env_file=None)
+    suite = build_quillbill(settings)
+    documents = import_path(PAGES_DIR)  # what `arag kb import DIR` reads
+    assert [e.doc_id for e in suite.entries] == [d.id for d in documents] and len(documents) >= 40
+    assert suite.passages == chunk_documents(documents, settings.chunk_words, settings.chunk_overlap_words)
+    per_section = Counter((p.doc_id, p.section) for p in suite.passages)
+    assert any(n > 1 for n in per_section.values())  # some sections are long enough to be split
+    assert any(" | " in p.text for p in suite.passages)  # table rows survive as text
+    assert page_id("payments/payouts.md") in {d.id for d in documents}
+    kinds = Counter(q.kind for q in suite.queries)
+    assert set(kinds) == {QUESTION, JOINED, UNCOVERED, OUT_OF_KB} and kinds[QUESTION] >= 80
+    assert kinds[UNCOVERED] >= 30 and kinds[OUT_OF_KB] >= 15 and len(suite.follow_ups) >= 30
+    ids = [q.id for q in suite.queries] + [t.id for t in suite.follow_ups]
+    assert len(ids) == len(set(ids))
+    known = {d.id for d in documents}
+    for query in suite.queries:
+        assert query.split == split_of("support", query.id)
+        assert query.expect_abstain == (not query.in_kb)
+        if query.in_kb:
+            assert query.gold_answers and all(g and set(g) <= known for g in query.gold_groups)
+            assert len(query.gold_groups) == (2 if query.kind == JOINED else 1)
+    assert {q.split for q in suite.queries if q.kind == UNCOVERED} == {"train", "test"}
+    assert all(t.gold and set(t.gold) <= known and t.follow_up != t.standalone for t in suite.follow_ups)
+    assert suite.held_out
+
+
+def test_a_held_out_knowledge_base_reports_every_question_and_a_no_threshold_gate(tmp_path):
+    from adaptive_rag.evaluation.quillbill import build_quillbill
+    from adaptive_rag.evaluation.support import knowledge_base_checks
+    from adaptive_rag.retrieval.tantivy_index import TantivyRetriever
+
+    suite = build_quillbill(Settings(_env_file=None))
+    index = TantivyRetriever.build(tmp_path / "index", suite.passages)
+    checks = knowledge_base_checks(suite, index, Abstention(min_relevance=0.45), "test")
+    everything = checks["all_questions"]
+    assert everything["n"] == len(suite.queries)
+    assert everything["abstention"]["caught"]["n"] > checks["abstention"]["caught"]["n"]
+    # without a threshold only a question that retrieves nothing abstains
+    assert checks["abstention_no_threshold"]["false_abstain"]["estimate"] == 0.0
+
+
+def test_question_records_let_the_gate_figures_be_recomputed(tmp_path):
+    from adaptive_rag.evaluation.bootstrap import bootstrap_mean
+    from adaptive_rag.evaluation.quillbill import build_quillbill
+    from adaptive_rag.evaluation.support import knowledge_base_checks
+    from adaptive_rag.retrieval.tantivy_index import TantivyRetriever
+
+    suite = build_quillbill(Settings(_env_file=None))
+    index = TantivyRetriever.build(tmp_path / "index", suite.passages)
+    checks = knowledge_base_checks(suite, index, Abstention(min_relevance=0.45), "test")
+    test = [r for r in checks["records"] if r["split"] == "test"]
+    caught = bootstrap_mean({"all": [float(r["abstained"]["automatic"]) for r in test if not r["in_kb"]]})
+    assert caught.estimate == checks["abstention"]["caught"]["estimate"]
+    hits = [r["hit_5"] for r in test if r["in_kb"]]
+    assert sum(hits) / len(hits) == checks["retrieval"]["in_kb"]["hit_5"]["mean"]
