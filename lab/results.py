@@ -221,6 +221,26 @@ def support_knowledge_base(path: str, split: str | None = "test") -> Callable[[P
     return compute
 
 
+def reader_gate(row: str) -> Callable[[Path], str]:
+    """Caught / false abstained on each knowledge base's `test` sample, retrieval gate alone and
+    with one reader gate after it, from the question records and the cached reader replies (the
+    judge's p(yes) threshold is picked on `train` again, as the experiment does)."""
+    def compute(reports: Path) -> str:
+        from lab.experiments import reader_gate as rg
+
+        folder = reports / "reader_gate"
+        summary = rg.summarise(list(read_jsonl(folder / "questions.jsonl")), list(read_jsonl(folder / "reader_records.jsonl")),
+                               {}, {})
+        parts = []
+        for kb, data in summary["splits"]["test"].items():
+            cells = [data["rows"][name] for name in (rg.RETRIEVAL, row)]
+            text = " -> ".join(f"{100 * c['caught']['estimate']:.1f} / {100 * c['false_abstain']['estimate']:.1f} %"
+                               for c in cells)
+            parts.append(f"{rg.KB_LABELS[kb]} {text} (n {data['n_out']} / {data['n_in']})")
+        return "; ".join(parts)
+    return compute
+
+
 def small_talk(reports: Path) -> str:
     """Real users' small talk recognised (Rasa demo utterances; an acknowledgement prompt is not a
     recognition) and real test-split requests given any canned reply, learned detector vs rules."""

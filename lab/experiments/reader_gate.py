@@ -485,7 +485,8 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
     settings = Settings(_env_file=None, data_dir=args.data_dir)
     plan = [(kb, "train", args.in_kb) for kb in SELECT_KBS]
     if args.split == "test":
-        plan += [(kb, "test", args.in_kb) for kb in (*SELECT_KBS, HELD_OUT)]
+        test_in_kb = args.in_kb if args.test_in_kb is None else args.test_in_kb
+        plan += [(kb, "test", test_in_kb) for kb in (*SELECT_KBS, HELD_OUT)]
     questions: list[Question] = []
     kb_info: dict[str, Any] = {}
     for kb, split, n in plan:
@@ -516,7 +517,9 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
         "command": command, "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {platform.python_version()}",
         "reader": "Qwen2.5-Coder-1.5B-Instruct Q4_K_M (the default reader), one llama-server, parallel 2, threads 2, chat form",
         "retriever": f"embedded tantivy, title boost {settings.title_boost:g}, top {max(HIT_K, settings.top_k)}",
-        "sample": f"every question to abstain on, first {args.in_kb} in-KB questions per knowledge base and split (stable hash)",
+        "sample": f"every question to abstain on; the first {args.in_kb} (train) and "
+                  f"{args.in_kb if args.test_in_kb is None else args.test_in_kb} (test) in-KB questions per knowledge base "
+                  "in a stable hash order",
         "support_abstain": f"prompts.single_step.SUPPORT_ABSTAIN, first {SUPPORT_TOKENS} tokens (the decision; no extra call)",
         "judge": "prompts.answerable.PROMPT, 1 token, one extra call",
     }
@@ -534,6 +537,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--split", choices=("train", "test"), default="test",
                         help="train: selection only; test: selection, then every knowledge base's test sample")
     parser.add_argument("--in-kb", type=int, default=DEFAULT_IN_KB, help="in-KB questions sampled per knowledge base and split")
+    parser.add_argument("--test-in-kb", type=int, default=None, help="the same on `test` (default: --in-kb)")
     parser.add_argument("--llm-url", default=None, help="a running llama-server's /v1 URL (default: start one)")
     parser.add_argument("--model", type=Path, default=None, help="GGUF (default: the configured reader)")
     parser.add_argument("--report-only", action="store_true", help="no reader call: recompute from the records")
