@@ -225,6 +225,19 @@ def call_reader(client: httpx.Client, base_url: str, prompt_name: str, q: Questi
     }
 
 
+def call_order(questions: Sequence[Question]) -> list[Question]:
+    """The questions to abstain on first, then the in-KB ones taking turns between the knowledge
+    bases (each in its stable hash order): a run cut short still holds a balanced sample."""
+    seen: dict[str, int] = {}
+    ranked = []
+    for q in questions:
+        turn = 0 if q.expect_abstain else 1 + seen.setdefault(q.kb + "/in", 0)
+        if not q.expect_abstain:
+            seen[q.kb + "/in"] += 1
+        ranked.append((turn, q))
+    return [q for _, q in sorted(ranked, key=lambda item: item[0])]
+
+
 def run_calls(questions: Sequence[Question], cache: ReaderCache, base_url: str, workers: int = 2) -> int:
     """Ask both reader gates about every question the retrieval gate lets through (cached ones
     skipped); returns the number of calls made."""
@@ -504,7 +517,7 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
                 server = LlamaServerProcess(args.model, parallel=2, threads=2).start()
                 base_url = server.base_url
             for split in ("train", "test"):  # train first: `test` read after selection
-                made = run_calls([q for q in questions if q.split == split], cache, base_url.rstrip("/"))
+                made = run_calls(call_order([q for q in questions if q.split == split]), cache, base_url.rstrip("/"))
                 print(f"{split}: {made} reader calls", flush=True)
         finally:
             if server is not None:

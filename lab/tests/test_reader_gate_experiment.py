@@ -96,3 +96,12 @@ def test_the_cache_reads_back_what_it_wrote(tmp_path: Path) -> None:
     cache.add(row)
     assert rg.ReaderCache(tmp_path / "records.jsonl").get("judge", "kb", "q") == row
     assert rg.ReaderCache(tmp_path / "records.jsonl").get("support_abstain", "kb", "q") is None
+
+
+def test_the_call_order_asks_every_question_to_abstain_on_first_then_in_kb_ones_in_turns() -> None:
+    def q(kb: str, name: str, out: bool) -> rg.Question:
+        return rg.Question(kb, name, "test", "k", name, out, None, 0.45, 5, False, "")
+
+    ordered = rg.call_order([q("a", "a-in-1", False), q("a", "a-in-2", False), q("a", "a-out", True),
+                             q("b", "b-in-1", False), q("b", "b-out", True)])
+    assert [x.id for x in ordered] == ["a-out", "b-out", "a-in-1", "b-in-1", "a-in-2"]
