@@ -238,10 +238,11 @@ def call_order(questions: Sequence[Question]) -> list[Question]:
     return [q for _, q in sorted(ranked, key=lambda item: item[0])]
 
 
-def run_calls(questions: Sequence[Question], cache: ReaderCache, base_url: str, workers: int = 2) -> int:
-    """Ask both reader gates about every question the retrieval gate lets through (cached ones
-    skipped); returns the number of calls made."""
-    todo = [(name, q) for q in questions if not q.retrieval_abstained for name in PROMPTS
+def run_calls(questions: Sequence[Question], cache: ReaderCache, base_url: str, workers: int = 2,
+              prompts: Sequence[str] = tuple(PROMPTS)) -> int:
+    """Ask the reader gates (`prompts`) about every question the retrieval gate lets through
+    (cached ones skipped); returns the number of calls made."""
+    todo = [(name, q) for q in questions if not q.retrieval_abstained for name in prompts
             if cache.get(name, q.kb, q.question) is None]
     if not todo:
         return 0
@@ -277,18 +278,24 @@ def support_says_no(reply: str) -> bool:
     return says_no_answer(clean_support_answer(reply), AnswerStyle.SUPPORT)
 
 
+ROWS_OF_PROMPT = {"support_abstain": (SUPPORT,), "judge": (JUDGE, JUDGE_AT)}
+
+
 def decisions(q: Mapping[str, Any], replies: Mapping[str, Mapping[str, Any]], min_p_yes: float | None) -> dict[str, bool]:
-    """Whether each row abstains on one question (`replies`: its reader records by prompt;
-    a question the retrieval gate stops needs none)."""
+    """Whether each row abstains on one question (`replies`: its reader records by prompt; a
+    question the retrieval gate stops needs none, and a reader row whose prompt was not asked is
+    left out)."""
     never = q["retrieved"] == 0
     stopped = q["retrieval_abstained"]
     rows = {NEVER: never, RETRIEVAL: stopped}
     if stopped:
         rows.update({SUPPORT: True, JUDGE: True, JUDGE_AT: True})
         return rows
-    rows[SUPPORT] = support_says_no(replies["support_abstain"]["reply"])
-    rows[JUDGE] = not judge_says_yes(replies["judge"]["reply"])
-    rows[JUDGE_AT] = p_yes(replies["judge"]) < (min_p_yes if min_p_yes is not None else 0.5)
+    if "support_abstain" in replies:
+        rows[SUPPORT] = support_says_no(replies["support_abstain"]["reply"])
+    if "judge" in replies:
+        rows[JUDGE] = not judge_says_yes(replies["judge"]["reply"])
+        rows[JUDGE_AT] = p_yes(replies["judge"]) < (min_p_yes if min_p_yes is not None else 0.5)
     return rows
 
 
@@ -331,13 +338,15 @@ def rates(questions: Sequence[Mapping[str, Any]], replies: Mapping, row: str, mi
     return (sum(out) / len(out) if out else 0.0), (sum(inside) / len(inside) if inside else 0.0)
 
 
-def select(train: Sequence[Mapping[str, Any]], replies: Mapping) -> dict[str, Any]:
+def select(train: Sequence[Mapping[str, Any]], replies: Mapping, asked: Sequence[str] = tuple(PROMPTS)) -> dict[str, Any]:
     """Every candidate gate on `train`, per selection knowledge base, and the pick: the highest
     mean (caught - false) over them with at most `MAX_FALSE` false abstentions on each (the first
     on a tie, candidates in order: retrieval alone first, so "nothing better" keeps it)."""
     candidates: list[tuple[str, str, float | None]] = [(RETRIEVAL, RETRIEVAL, None), (SUPPORT, SUPPORT, None),
                                                        (JUDGE, JUDGE, None)]
     candidates += [(f"{JUDGE_AT} p(yes) < {t:g}", JUDGE_AT, t) for t in P_GRID]
+    available = {RETRIEVAL, *(row for name in asked for row in ROWS_OF_PROMPT[name])}
+    candidates = [c for c in candidates if c[1] in available]
     table = []
     for name, row, t in candidates:
         cells = {kb: rates([q for q in train if q["kb"] == kb], replies, row, t) for kb in SELECT_KBS}
@@ -391,22 +400,28 @@ def summarise(questions: Sequence[Mapping[str, Any]], records: Sequence[Mapping[
     for r in records:
         if r["version"] == versions[r["prompt"]]:
             replies.setdefault((r["kb"], r["question"]), {})[r["prompt"]] = r
+    # The prompts asked on a split (`--test-prompts` may leave one out); a question that passed
+    # the retrieval gate without a reply to each of them (a run stopped part-way) is left out, and counted.
+    asked = {split: [name for name in PROMPTS if any(r["prompt"] == name for q in questions if q["split"] == split
+                                                      for r in [replies.get((q["kb"], q["question"]), {}).get(name)] if r)]
+             for split in ("train", "test")}
     missing = [q for q in questions if not q["retrieval_abstained"]
-               and set(replies.get((q["kb"], q["question"]), {})) != set(PROMPTS)]
-    questions = [q for q in questions if q not in missing]  # a run stopped part-way: left out, and counted
+               and not set(asked[q["split"]]) <= set(replies.get((q["kb"], q["question"]), {}))]
+    questions = [q for q in questions if q not in missing]
     train = [q for q in questions if q["split"] == "train"]
     test = [q for q in questions if q["split"] == "test"]
-    selection = select(train, replies)
+    selection = select(train, replies, asked["train"])
     min_p_yes = selection["min_p_yes"]
     out: dict[str, Any] = {"meta": dict(meta), "prompt_versions": versions, "selection": selection,
                            "min_p_yes": min_p_yes, "splits": {},
-                           "questions_without_replies": len(missing)}
+                           "questions_without_replies": len(missing), "prompts_asked": asked}
     for split, chosen in (("train", train), ("test", test)):
         per_kb = {}
         for kb in dict.fromkeys(q["kb"] for q in chosen):
             mine = [q for q in chosen if q["kb"] == kb]
             passed = [q for q in mine if not q["retrieval_abstained"]]
-            per_kb[kb] = {**gate_table(mine, replies, min_p_yes, ROWS),
+            rows = (NEVER, RETRIEVAL, *(row for name in asked[split] for row in ROWS_OF_PROMPT[name]))
+            per_kb[kb] = {**gate_table(mine, replies, min_p_yes, rows),
                           "passed_retrieval": {"out": sum(q["expect_abstain"] for q in passed),
                                                "in": sum(not q["expect_abstain"] for q in passed)},
                           **kb_info.get(f"{kb}/{split}", {})}
@@ -517,7 +532,9 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
                 server = LlamaServerProcess(args.model, parallel=2, threads=2).start()
                 base_url = server.base_url
             for split in ("train", "test"):  # train first: `test` read after selection
-                made = run_calls(call_order([q for q in questions if q.split == split]), cache, base_url.rstrip("/"))
+                chosen = tuple(PROMPTS) if split == "train" else args.test_prompts
+                made = run_calls(call_order([q for q in questions if q.split == split]), cache, base_url.rstrip("/"),
+                                 prompts=chosen)
                 print(f"{split}: {made} reader calls", flush=True)
         finally:
             if server is not None:
@@ -551,6 +568,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="train: selection only; test: selection, then every knowledge base's test sample")
     parser.add_argument("--in-kb", type=int, default=DEFAULT_IN_KB, help="in-KB questions sampled per knowledge base and split")
     parser.add_argument("--test-in-kb", type=int, default=None, help="the same on `test` (default: --in-kb)")
+    parser.add_argument("--test-prompts", type=lambda text: tuple(t.strip() for t in text.split(",") if t.strip()),
+                        default=tuple(PROMPTS), help="reader gates asked on `test` (default: both)")
     parser.add_argument("--llm-url", default=None, help="a running llama-server's /v1 URL (default: start one)")
     parser.add_argument("--model", type=Path, default=None, help="GGUF (default: the configured reader)")
     parser.add_argument("--report-only", action="store_true", help="no reader call: recompute from the records")
