@@ -148,6 +148,10 @@ class Settings(BaseSettings):
     multi_step: Literal[StrategyName.IRCOT, StrategyName.DECOMPOSE, StrategyName.EVIDENCE] | None = Field(
         None, validation_alias=AliasChoices("ARAG_MULTI_STEP", "multi_step")
     )
+    # Tier C answers each part of a question asking two things on its own, as tier B would, and
+    # joins the replies (`strategies.parts`; parts read at once on an LLM server); off: the
+    # multi-step strategy reads the whole question.
+    answer_parts: bool = Field(True, validation_alias=env_name("ARAG_ANSWER_PARTS", "answer_parts"))
     # The `evidence` strategy (`strategies.evidence`): which gatherer of `adaptive_rag.evidence`
     # finds the passages (`bm25`, `bridge`, `parts`: retrieval only; `links`, `ppr`, `chain`: also
     # the knowledge base's entity graph; `chain` chosen without the reader, reports/evidence/).

@@ -315,7 +315,8 @@ def _evaluate_support(
 ) -> None:
     """`arag eval --suite support`: the router and the fixed-tier rows on the support suite, per
     knowledge base (the COVID FAQ in OUT, the others in OUT/help_centre and OUT/quillbill)."""
-    from adaptive_rag.evaluation.support import COVID_FAQ, FIXED_ROWS, KNOWLEDGE_BASES, ROUTER_ROW, evaluate_support
+    from adaptive_rag.evaluation.support import COVID_FAQ, FIXED_ROWS, ROUTER_ROW, evaluate_support
+    from adaptive_rag.evaluation.support_kbs import KNOWLEDGE_BASES, build_knowledge_base_suite
 
     if split not in ("train", "test"):
         raise typer.BadParameter(f"--split is train or test, not {split!r}")
@@ -345,7 +346,8 @@ def _evaluate_support(
         where = out if name == COVID_FAQ else out / name.replace("-", "_")
         result = evaluate_support(
             settings, where, rows, split=split, limit=limit, run=not report_only,
-            auto_threshold=auto_threshold, meta=meta, progress=progress_bar, knowledge_base=name,
+            auto_threshold=auto_threshold, meta=meta, progress=progress_bar,
+            suite=build_knowledge_base_suite(name, settings),
         )
         for path in result.paths:
             console.print(f"wrote {path}")

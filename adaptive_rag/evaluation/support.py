@@ -1106,12 +1106,11 @@ def evaluate_support(
     auto_threshold: bool = False,
     meta: Mapping[str, Any] | None = None,
     progress: Callable[[str, int], Any] | None = None,
-    knowledge_base: str = COVID_FAQ,
+    suite: SupportSuite | None = None,
 ) -> SupportRun:
-    """Build the suite of `knowledge_base` (`covid-faq`, `help-centre`: `evaluation.help_centre`,
-    or `quillbill`: `evaluation.quillbill`), index it (tantivy in a temporary directory, rebuilt each run in
-    about a second, unless `retriever` is given), run `rows` on `split` (at most `limit` per
-    kind) and write the report.
+    """Index `suite` (default: the COVID FAQ's; the others: `evaluation.support_kbs`) (tantivy in
+    a temporary directory, rebuilt each run in about a second, unless `retriever` is given), run
+    `rows` on `split` (at most `limit` per kind) and write the report.
 
     Abstention as a tenant gets it: the FAQ's own relevance threshold, derived from the
     knowledge base when it is indexed (`knowledge.calibration`), unless ARAG_ABSTAIN_MIN_RELEVANCE
@@ -1121,7 +1120,7 @@ def evaluate_support(
     The report's `knowledge_base` section is retrieval alone over the whole split
     (`knowledge_base_checks`): hit@5, the abstention gate, follow-ups with and without rewriting.
     """
-    suite = build_knowledge_base_suite(knowledge_base, settings)
+    suite = suite if suite is not None else build_suite(settings.data_dir, settings)
     if retriever is None:
         import tempfile
 
@@ -1133,24 +1132,6 @@ def evaluate_support(
                              auto_threshold, meta, progress)
     return _evaluate(suite, settings, out_dir, rows, split, limit,
                      llm, retriever, router, run, auto_threshold, meta, progress)
-
-
-KNOWLEDGE_BASES = (COVID_FAQ, "help-centre", "quillbill")
-
-
-def build_knowledge_base_suite(name: str, settings: Settings) -> SupportSuite:
-    """The suite of one of `KNOWLEDGE_BASES`."""
-    if name == COVID_FAQ:
-        return build_suite(settings.data_dir, settings)
-    if name == "help-centre":
-        from adaptive_rag.evaluation.help_centre import build_help_centre
-
-        return build_help_centre(settings)
-    if name == "quillbill":
-        from adaptive_rag.evaluation.quillbill import build_quillbill
-
-        return build_quillbill(settings)
-    raise ConfigurationError(f"unknown support knowledge base {name!r}; choose {', '.join(KNOWLEDGE_BASES)}")
 
 
 def _evaluate(

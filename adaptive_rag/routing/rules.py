@@ -5,7 +5,8 @@ greetings and very short chit-chat -> A; comparison or multi-part signals ("comp
 "difference between", "versus", "both", "each of", "X-er ... or ...", "... and which ...", more
 than one question mark) -> C; else B.
 
-`asks_two_questions`: a second question after the first ("X? And y?", "..., and which ...?").
+`asks_two_questions`: a second question after the first ("X? And y?", "..., and which ...?",
+"..., and can I ...?"), or one question about two things ("the brightness of X and of Y?").
 Each part needs its own look-up, so serving escalates such a query to C whatever the classifier
 says: the benchmark the classifier learned from has almost none (1 of 4,150 `train` questions),
 and the shipped router sent half of the demo's two-part questions to single step.
@@ -31,7 +32,18 @@ _MULTI_PART = re.compile(
     re.IGNORECASE,
 )
 _SECOND_QUESTION = re.compile(
-    r"\?\s+(and|also)\s+\S[^?]*\?|[,;]\s+and\s+(what|which|who|whom|whose|when|where|why|how)\b",
+    r"\?\s+(and|also)\s+\S[^?]*\?|[,;]\s+and\s+(then\s+)?(what|which|who|whom|whose|when|where|why|how)\b"
+    # ", and can they ...?": a yes/no question after the first (the query ends with its "?")
+    r"|[,;]\s+and\s+(can|could|will|would|is|are|does|do|did|should|may)\s+[^?]*\?\s*$",
+    re.IGNORECASE,
+)
+# One question about two things, the preposition repeated: "the brightness of the A19 bulb and of
+# the Flex Strip?" -> "... of the A19 bulb?", "... of the Flex Strip?".
+# A wh-question only ("Is the population of X and of Y larger ...?" goes on after Y), and the
+# second object is no question of its own ("... in 1995 and in which country ...?").
+_TWO_OBJECTS = re.compile(
+    r"^(?P<ask>(what|which|who|whom|whose|when|where|how)\b.+?\b(?P<prep>of|for|in|on))\s+(?P<first>.+?)"
+    r"\s+and\s+(?P=prep)\s+(?!(what|which|who|whom|whose|when|where|why|how)\b)(?P<second>[^,;]+?)\s*\?\s*$",
     re.IGNORECASE,
 )
 _QUESTION_WORD = re.compile(r"\b(what|which|who|whom|whose|when|where|why|how)\b", re.IGNORECASE)
@@ -52,8 +64,9 @@ def rule_tier(query: str) -> Tier:
 
 
 def asks_two_questions(query: str) -> bool:
-    """True when `query` asks a second question after the first ("X? And y?", "..., and what ...")."""
-    return _SECOND_QUESTION.search(query) is not None
+    """True when `query` asks a second question after the first ("X? And y?", "..., and what ...",
+    "..., and can I ...?") or one question about two things ("... of X and of Y?")."""
+    return _SECOND_QUESTION.search(query) is not None or _TWO_OBJECTS.match(query) is not None
 
 
 def question_parts(query: str) -> list[str]:
@@ -62,10 +75,13 @@ def question_parts(query: str) -> list[str]:
     `[query]` when it asks one. Each part is a question of its own to look up."""
     match = _SECOND_QUESTION.search(query)
     if match is None:
-        return [query]
+        objects = _TWO_OBJECTS.match(query)
+        if objects is None:
+            return [query]
+        return [f"{objects['ask']} {objects['first']}?", f"{objects['ask']} {objects['second']}?"]
     first = query[: match.start() + (1 if match.group(0).startswith("?") else 0)].strip(" ,;")
     second = query[match.start():].lstrip("?,; ").strip()
-    second = re.sub(r"^(and|also)\s+", "", second, flags=re.IGNORECASE)
+    second = re.sub(r"^(and|also)\s+(then\s+)?", "", second, flags=re.IGNORECASE)
     return [part for part in (first, second) if part] or [query]
 
 

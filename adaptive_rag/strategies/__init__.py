@@ -12,6 +12,7 @@ from adaptive_rag.strategies.decompose import Decompose
 from adaptive_rag.strategies.evidence import EvidenceRead
 from adaptive_rag.strategies.ircot import IRCoT
 from adaptive_rag.strategies.no_retrieval import NoRetrieval
+from adaptive_rag.strategies.parts import PartsInParallel
 from adaptive_rag.strategies.self_route import SelfRoute
 from adaptive_rag.strategies.single_step import SingleStep
 from adaptive_rag.strategies.small_talk import SmallTalkReply
@@ -88,8 +89,9 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
             build_strategy(StrategyName.SINGLE_STEP, retriever, llm, settings, abstention, style),
             threshold=settings.uncertainty_threshold, aggregate=settings.uncertainty_aggregate,
         )
+    whole: Strategy | None = None
     if name == StrategyName.IRCOT:
-        return IRCoT(
+        whole = IRCoT(
             retriever, llm, top_k=settings.top_k, max_steps=settings.max_steps,
             max_passages=strategy_knob(settings, "ircot_max_passages") or settings.max_passages,
             query_with_question=strategy_knob(settings, "ircot_query_with_question"),
@@ -97,27 +99,34 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
             reader_answers=strategy_knob(settings, "ircot_reader_answers"), abstention=abstention,
             style=style,
         )
-    if name == StrategyName.DECOMPOSE:
-        return Decompose(
+    elif name == StrategyName.DECOMPOSE:
+        whole = Decompose(
             retriever, llm, top_k=settings.top_k, max_passages=settings.max_passages,
             question_hits_first=strategy_knob(settings, "decompose_question_hits_first"),
             abstention=abstention, style=style,
         )
-    if name == StrategyName.EVIDENCE:
+    elif name == StrategyName.EVIDENCE:
         from adaptive_rag.evidence.graphs import shared_graphs
 
-        return EvidenceRead(
+        whole = EvidenceRead(
             retriever, llm, gatherer=settings.evidence_gatherer, budget=settings.evidence_budget,
             graphs=shared_graphs(settings.evidence_graphs), abstention=abstention,
             reader_abstains=settings.reader_abstains,
         )
+    if whole is not None:
+        if not settings.answer_parts:
+            return whole
+        # Parts read at once on an LLM server's slots; a model in this process reads in turn.
+        return PartsInParallel(retriever, llm, whole, top_k=settings.top_k, abstention=abstention,
+                               reader_abstains=settings.reader_abstains, style=style,
+                               parallel=2 if settings.llm_base_url else 1)
     raise ConfigurationError(
         f"unknown strategy {name!r}; choose one of {', '.join((*ALL_STRATEGY_NAMES, SMALL_TALK))}")
 
 
 __all__ = [
     "ALL_STRATEGY_NAMES", "Abstention", "COST_RANK", "SELF_ROUTING_NAMES", "SMALL_TALK", "STRATEGY_NAMES",
-    "Decompose", "EvidenceRead", "IRCoT", "NoRetrieval", "SelfRoute", "SingleStep", "SmallTalkReply",
+    "Decompose", "EvidenceRead", "IRCoT", "NoRetrieval", "PartsInParallel", "SelfRoute", "SingleStep", "SmallTalkReply",
     "Strategy", "Uncertainty",
     "build_strategy", "deployment_abstention", "strategy_for_tier", "uses_retrieval",
 ]

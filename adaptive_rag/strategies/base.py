@@ -52,6 +52,29 @@ def metered() -> Iterator[Usage]:
         _METERS.reset(token)
 
 
+@contextmanager
+def metered_alone() -> Iterator[Usage]:
+    """The tokens of every `ask` inside the block, counted there only: for a call run in another
+    thread, whose tokens the caller adds to its own meters when it returns (`add_usage`), so no
+    two threads add to one meter at once."""
+    usage = Usage()
+    token = _METERS.set((usage,))
+    try:
+        yield usage
+    finally:
+        _METERS.reset(token)
+
+
+def add_usage(usage: Usage | None) -> None:
+    """Add `usage` (a `metered_alone` block's) to every meter open here."""
+    if usage is None:
+        return
+    for meter in _METERS.get():
+        meter.prompt_tokens += usage.prompt_tokens
+        meter.completion_tokens += usage.completion_tokens
+        meter.llm_calls += usage.llm_calls
+
+
 def run_metered(strategy: Strategy, question: str) -> StrategyResult:
     """`strategy.run(question)` in a span, with the tokens it spent in `result.usage` (summed
     here once, so no strategy has to carry counts through its own steps)."""

@@ -112,7 +112,7 @@ def questions(one_client: int) -> tuple[str, list[str], list[str]]:
     per stack, so none is answered from the server's prompt cache (a repeated prompt skips its
     prefill)."""
     demo = json.loads(DEMO_QUESTIONS.read_text())
-    single = [q["question"] for q in demo if q.get("expected_tier") == "B"]
+    single = [q["question"] for q in demo if q.get("expected_tier") == "B" and "follow_up_of" not in q]
     covered = [q["question"] for q in json.loads(COVERAGE_QUESTIONS.read_text()) if q.get("kind") == "covered"]
     warm_up, covered = covered[-1], covered[:-1]
     extra = max(0, one_client - len(single))

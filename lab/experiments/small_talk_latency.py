@@ -66,7 +66,8 @@ class Call:
 
 def background_questions() -> list[str]:
     """Tier-B and tier-C questions of the demo help centre, each asked once (no prompt-cache hit)."""
-    demo = [q["question"] for q in json.loads(DEMO_QUESTIONS.read_text()) if q.get("expected_tier") in ("B", "C")]
+    demo = [q["question"] for q in json.loads(DEMO_QUESTIONS.read_text())
+            if q.get("expected_tier") in ("B", "C") and "follow_up_of" not in q]
     covered = [q["question"] for q in json.loads(COVERAGE_QUESTIONS.read_text()) if q.get("kind") == "covered"]
     return demo + covered
 

@@ -48,6 +48,8 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 
 
 def load_questions(path: Path, per_tier: int | None) -> list[dict[str, Any]]:
+    """The demo's questions (the first `per_tier` of each expected tier); a follow-up turn
+    (`follow_up_of`: the question it continues) only with the question it follows."""
     questions = json.loads(path.read_text(encoding="utf-8"))
     if per_tier is None:
         return questions
@@ -55,27 +57,35 @@ def load_questions(path: Path, per_tier: int | None) -> list[dict[str, Any]]:
     chosen = []
     for question in questions:
         tier = question.get("expected_tier", "?")
+        if "follow_up_of" in question:
+            if any(q["question"] == question["follow_up_of"] for q in chosen):
+                chosen.append(question)
+            continue
         if kept.get(tier, 0) < per_tier:
             kept[tier] = kept.get(tier, 0) + 1
             chosen.append(question)
     return chosen
 
 
-def ask(stub: Any, auth: tuple, question: str, timeout_s: float) -> dict[str, Any]:
-    """One Answer through gRPC; the reply (or the status) as a row."""
+def ask(stub: Any, auth: tuple, question: str, timeout_s: float,
+        conversation_id: str | None = None) -> dict[str, Any]:
+    """One Answer through gRPC (a turn of `conversation_id` when given); the reply (or the
+    status) as a row."""
     import grpc
 
     from services.frontdoor.stubs import pb2
 
     started = time.perf_counter()
+    request = pb2.AnswerRequest(query=question.encode(), conversation_id=conversation_id or "")
     try:
-        reply = stub.Answer(pb2.AnswerRequest(query=question.encode()), metadata=auth, timeout=timeout_s)
+        reply = stub.Answer(request, metadata=auth, timeout=timeout_s)
     except grpc.RpcError as exc:
         return {"status": exc.code().name, "error": exc.details(),
                 "latency_s": time.perf_counter() - started}
     info = reply.classifier
     return {
         "status": "OK", "request_id": reply.request_id, "tier": TIER_NAME.get(reply.tier, "?"),
+        "conversation_id": reply.conversation_id, "rewritten_query": reply.rewritten_query,
         "strategy": reply.strategy, "steps": reply.steps, "answer": reply.answer,
         "answerable": reply.answerable, "unanswerable_reason": reply.unanswerable_reason,
         "sources": [{"id": s.id, "title": s.title, "score": s.score} for s in reply.sources],
@@ -106,8 +116,12 @@ def results_table(rows: list[dict[str, Any]]) -> Table:
         sources = "\n".join(f"{s['id']} {s['title']}" for s in row["sources"][:3]) or "-"
         answer = (row["answer"] or "(empty)") if row.get("answerable", True) else \
             f"(abstained: {row.get('unanswerable_reason') or 'no reason given'})"
+        asked = row["question"]
+        if row.get("follow_up_of"):
+            asked += (f"\n[dim](follow-up, searched as: {row['rewritten_query']})[/]" if row.get("rewritten_query")
+                      else "\n[dim](follow-up, searched as typed)[/]")
         table.add_row(
-            str(number), row["question"], row["expected"], row["tier"],
+            str(number), asked, row["expected"], row["tier"],
             f"{row['strategy']} ({row['steps']} step{'s' if row['steps'] != 1 else ''})",
             row["routed_by"], answer if len(answer) <= 160 else answer[:157] + "...", sources,
             f"{row['latency_s']:.2f} s\n[dim]queue {timings['queue_wait']:.0f} ms\n"
@@ -134,11 +148,16 @@ def run(args: argparse.Namespace) -> int:
 
             questions = load_questions(args.questions, args.per_tier)
             console.rule(f"{len(questions)} questions through gRPC")
+            conversations: dict[str, str] = {}  # question -> the conversation its reply started or continued
             for question in questions:
+                follows = question.get("follow_up_of")
                 with console.status(f"[dim]{question['question']}"):
-                    row = ask(stub, auth, question["question"], args.timeout)
+                    row = ask(stub, auth, question["question"], args.timeout,
+                              conversations.get(follows) if follows else None)
                 row.update(question=question["question"], expected=question.get("expected_tier", "?"),
-                           reference=question.get("answer"))
+                           reference=question.get("answer"), follow_up_of=follows)
+                if row.get("conversation_id"):
+                    conversations[question["question"]] = row["conversation_id"]
                 rows.append(row)
                 console.print(f"  {row.get('tier', '-')} {row['status']:<3} {row['latency_s']:6.2f} s  "
                               f"{question['question']}")

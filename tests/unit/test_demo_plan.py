@@ -93,3 +93,22 @@ def test_the_results_table_says_a_reply_abstained_and_why() -> None:
     console = Console(record=True, width=300)
     console.print(results_table([row]))
     assert "(abstained: the knowledge base does not cover the question)" in console.export_text()
+
+
+def test_the_demo_asks_a_follow_up_only_with_the_question_it_follows(tmp_path):
+    import json
+
+    from services.demo.__main__ import DEMO, load_questions
+
+    shipped = load_questions(DEMO / "questions.json", None)
+    follow_ups = [q for q in shipped if "follow_up_of" in q]
+    assert follow_ups and all(  # each follows a question asked before it
+        any(p["question"] == q["follow_up_of"] for p in shipped[: shipped.index(q)]) for q in follow_ups)
+    path = tmp_path / "questions.json"
+    path.write_text(json.dumps([
+        {"question": "first B", "expected_tier": "B"}, {"question": "second B", "expected_tier": "B"},
+        {"question": "and then?", "follow_up_of": "second B", "expected_tier": "B"},
+        {"question": "and so?", "follow_up_of": "first B", "expected_tier": "B"},
+    ]))
+    assert [q["question"] for q in load_questions(path, 1)] == ["first B", "and so?"]
+    assert len(load_questions(path, None)) == 4

@@ -160,9 +160,10 @@ def test_the_reader_may_abstain(retriever) -> None:
 
 def test_build_strategy_takes_the_settings_and_the_gate() -> None:
     settings = Settings(_env_file=None, evidence_gatherer="bridge", evidence_budget=3, reader_abstains=True)
-    built = build_strategy(StrategyName.EVIDENCE, FakeRetriever(), FakeLLM(), settings,
-                           Abstention(min_relevance=0.4))
-    assert isinstance(built, EvidenceRead)
+    wrapped = build_strategy(StrategyName.EVIDENCE, FakeRetriever(), FakeLLM(), settings,
+                             Abstention(min_relevance=0.4))
+    built = wrapped.whole  # a two-part question's parts are read on their own (`strategies.parts`)
+    assert isinstance(built, EvidenceRead) and wrapped.abstention == Abstention(min_relevance=0.4)
     assert (built.gatherer, built.budget, built.reader_abstains) == ("bridge", 3, True)
     assert built.abstention == Abstention(min_relevance=0.4)
     assert built.graphs is not None

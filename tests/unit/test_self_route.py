@@ -91,7 +91,7 @@ def test_sum_timings_adds_every_phase() -> None:
 def test_build_strategy_uses_the_configured_multi_step_and_keeps_the_tier_list() -> None:
     settings = Settings(multi_step="decompose", top_k=3)
     strategy = build_strategy("self_route", FakeRetriever(), FakeLLM(), settings)
-    assert isinstance(strategy, SelfRoute) and isinstance(strategy.multi, Decompose)
+    assert isinstance(strategy, SelfRoute) and isinstance(strategy.multi.whole, Decompose)
     assert strategy.single.reader_abstains and strategy.single.top_k == 3
     assert "self_route" in ALL_STRATEGY_NAMES and "self_route" not in STRATEGY_NAMES
 

@@ -112,15 +112,30 @@ def test_normalise_splits_clauses_on_punctuation_and_emoji() -> None:
     ("In what year was the Hub H2 released, and which hub firmware introduced Adaptive Daylight?", True),
     ("Can pets catch COVID-19? And how long does the virus live on surfaces?", True),
     ("What is the rate limit; and who can raise it?", True),
-    ("What is the maximum brightness of the A19 bulb and of the Flex Strip?", False),
+    ("What is the maximum brightness of the A19 bulb and of the Flex Strip?", True),  # about two things
+    ("How do I give my bookkeeper access, and can they download all the invoice PDFs at once?", True),
+    ("How do I export all my data, and then how do I close my account?", True),
+    ("Is the population of Paris and of Rome larger than 2 million?", False),
+    ("Who directed the film that won the Oscar in 1995 and in which country was he born?", False),
+    ("How do I reset the hub and can I keep my scenes", False),  # no question mark: not sure it asks
     ("Are both movies Nerdcore Rising and What Would Jesus Buy? focused on similar topics?", False),
     ("Where's Officer Tuba? is a comedy film that stars which actress?", False),
     ("Which plan supports more devices, Lumora Plus or Lumora Pro?", False),
 ])
 def test_asks_two_questions_wants_a_second_question_after_the_first(query: str, two: bool) -> None:
-    from adaptive_rag.routing.rules import asks_two_questions
+    from adaptive_rag.routing.rules import asks_two_questions, question_parts
 
     assert asks_two_questions(query) is two
+    assert len(question_parts(query)) == (2 if two else 1)
+
+
+def test_a_question_about_two_things_is_split_into_one_question_each() -> None:
+    from adaptive_rag.routing.rules import question_parts
+
+    assert question_parts("What is the maximum brightness of the A19 bulb and of the Flex Strip?") == [
+        "What is the maximum brightness of the A19 bulb?", "What is the maximum brightness of the Flex Strip?"]
+    assert question_parts("How do I export my data, and then how do I close my account?") == [
+        "How do I export my data", "how do I close my account?"]
 
 
 def test_escalation_to_c_keeps_the_decision_and_says_why() -> None:

@@ -256,7 +256,8 @@ def run_hand_made(settings: Settings, tmp_path: Path, llm: FakeLLM):
     retriever = kb_retriever()
     strategies = {
         "single_step": SingleStep(retriever, llm, abstention=Abstention(min_score=5.0)),
-        "decompose": build_strategy("decompose", retriever, llm, settings),
+        # decompose itself (the runner's arithmetic below counts its two calls), not its parts
+        "decompose": build_strategy("decompose", retriever, llm, settings.model_copy(update={"answer_parts": False})),
     }
     queries = hand_made_queries()
     outcomes = run_support(queries, ["router", "always_b"], strategies, tmp_path / "results.jsonl", settings)
