@@ -63,8 +63,8 @@ from adaptive_rag.evaluation.support import (
     SMALL_TALK,
     SupportQuery,
     _rank,
-    build_knowledge_base_suite,
 )
+from adaptive_rag.evaluation.support_kbs import build_knowledge_base_suite
 from adaptive_rag.knowledge.calibration import calibrate
 from adaptive_rag.prompts import Prompt, format_passages
 from adaptive_rag.prompts import answerable, single_step
@@ -84,8 +84,10 @@ PROMPTS: dict[str, tuple[Prompt, int]] = {
 }
 NEVER, RETRIEVAL, SUPPORT, JUDGE = "never", "retrieval", "retrieval+support_abstain", "retrieval+judge"
 JUDGE_AT = "retrieval+judge@t"
+SUPPORT_AT = "retrieval+support_abstain@t"
+DEFAULT_CUTS = {JUDGE_AT: 0.5, SUPPORT_AT: 0.0}
 MAX_FALSE = 0.05
-P_GRID = tuple(round(0.05 * i, 2) for i in range(1, 20)) + (0.97, 0.98, 0.99)
+P_GRID = tuple(round(0.02 * i, 2) for i in range(1, 50))  # thresholds on a probability, picked on `train`
 DEFAULT_IN_KB = 15
 
 
@@ -270,6 +272,15 @@ def p_yes(record: Mapping[str, Any]) -> float:
     return chance if judge_says_yes(record["reply"]) else 1.0 - chance
 
 
+def p_marker(record: Mapping[str, Any]) -> float:
+    """The probability of the support reply's first token when the reply is the no-answer marker
+    (what an OpenAI-compatible endpoint reports for the chosen token), else 0: the marker counts
+    only when the reader is that sure of it."""
+    if not record["tokens"] or not support_says_no(record["reply"]):
+        return 0.0
+    return math.exp(record["tokens"][0]["logprob"])
+
+
 def judge_says_yes(reply: str) -> bool:
     return reply.strip().lower().startswith(answerable.YES)
 
@@ -278,10 +289,11 @@ def support_says_no(reply: str) -> bool:
     return says_no_answer(clean_support_answer(reply), AnswerStyle.SUPPORT)
 
 
-ROWS_OF_PROMPT = {"support_abstain": (SUPPORT,), "judge": (JUDGE, JUDGE_AT)}
+ROWS_OF_PROMPT = {"support_abstain": (SUPPORT, SUPPORT_AT), "judge": (JUDGE, JUDGE_AT)}
 
 
-def decisions(q: Mapping[str, Any], replies: Mapping[str, Mapping[str, Any]], min_p_yes: float | None) -> dict[str, bool]:
+def decisions(q: Mapping[str, Any], replies: Mapping[str, Mapping[str, Any]],
+              cuts: Mapping[str, float] = DEFAULT_CUTS) -> dict[str, bool]:
     """Whether each row abstains on one question (`replies`: its reader records by prompt; a
     question the retrieval gate stops needs none, and a reader row whose prompt was not asked is
     left out)."""
@@ -289,13 +301,14 @@ def decisions(q: Mapping[str, Any], replies: Mapping[str, Mapping[str, Any]], mi
     stopped = q["retrieval_abstained"]
     rows = {NEVER: never, RETRIEVAL: stopped}
     if stopped:
-        rows.update({SUPPORT: True, JUDGE: True, JUDGE_AT: True})
+        rows.update({SUPPORT: True, SUPPORT_AT: True, JUDGE: True, JUDGE_AT: True})
         return rows
     if "support_abstain" in replies:
         rows[SUPPORT] = support_says_no(replies["support_abstain"]["reply"])
+        rows[SUPPORT_AT] = rows[SUPPORT] and p_marker(replies["support_abstain"]) >= cuts[SUPPORT_AT]
     if "judge" in replies:
         rows[JUDGE] = not judge_says_yes(replies["judge"]["reply"])
-        rows[JUDGE_AT] = p_yes(replies["judge"]) < (min_p_yes if min_p_yes is not None else 0.5)
+        rows[JUDGE_AT] = p_yes(replies["judge"]) < cuts[JUDGE_AT]
     return rows
 
 
@@ -312,12 +325,12 @@ def _diff(before: Sequence[float], after: Sequence[float]) -> dict[str, Any] | N
 
 
 def gate_table(questions: Sequence[Mapping[str, Any]], replies: Mapping[tuple[str, str], Mapping[str, Mapping[str, Any]]],
-               min_p_yes: float | None, rows: Sequence[str]) -> dict[str, Any]:
+               cuts: Mapping[str, float], rows: Sequence[str]) -> dict[str, Any]:
     """Caught / false abstained per row with intervals, and each reader row's paired difference
     against the retrieval gate alone, over `questions` (in their order)."""
     per_row: dict[str, dict[bool, list[float]]] = {row: {True: [], False: []} for row in rows}
     for q in questions:
-        made = decisions(q, replies.get((q["kb"], q["question"]), {}), min_p_yes)
+        made = decisions(q, replies.get((q["kb"], q["question"]), {}), cuts)
         for row in rows:
             per_row[row][q["expect_abstain"]].append(float(made[row]))
     table: dict[str, Any] = {"n_out": sum(q["expect_abstain"] for q in questions),
@@ -332,32 +345,37 @@ def gate_table(questions: Sequence[Mapping[str, Any]], replies: Mapping[tuple[st
     return table
 
 
-def rates(questions: Sequence[Mapping[str, Any]], replies: Mapping, row: str, min_p_yes: float | None) -> tuple[float, float]:
-    out = [decisions(q, replies.get((q["kb"], q["question"]), {}), min_p_yes)[row] for q in questions if q["expect_abstain"]]
-    inside = [decisions(q, replies.get((q["kb"], q["question"]), {}), min_p_yes)[row] for q in questions if not q["expect_abstain"]]
+def rates(questions: Sequence[Mapping[str, Any]], replies: Mapping, row: str, cuts: Mapping[str, float]) -> tuple[float, float]:
+    out = [decisions(q, replies.get((q["kb"], q["question"]), {}), cuts)[row] for q in questions if q["expect_abstain"]]
+    inside = [decisions(q, replies.get((q["kb"], q["question"]), {}), cuts)[row] for q in questions if not q["expect_abstain"]]
     return (sum(out) / len(out) if out else 0.0), (sum(inside) / len(inside) if inside else 0.0)
 
 
 def select(train: Sequence[Mapping[str, Any]], replies: Mapping, asked: Sequence[str] = tuple(PROMPTS)) -> dict[str, Any]:
     """Every candidate gate on `train`, per selection knowledge base, and the pick: the highest
     mean (caught - false) over them with at most `MAX_FALSE` false abstentions on each (the first
-    on a tie, candidates in order: retrieval alone first, so "nothing better" keeps it)."""
+    on a tie, candidates in order: retrieval alone first, so "nothing better" keeps it). Each
+    calibrated row's threshold is its own best candidate by the same rule."""
     candidates: list[tuple[str, str, float | None]] = [(RETRIEVAL, RETRIEVAL, None), (SUPPORT, SUPPORT, None),
                                                        (JUDGE, JUDGE, None)]
-    candidates += [(f"{JUDGE_AT} p(yes) < {t:g}", JUDGE_AT, t) for t in P_GRID]
+    candidates += [(f"{SUPPORT_AT}: marker with p >= {t:g}", SUPPORT_AT, t) for t in P_GRID]
+    candidates += [(f"{JUDGE_AT}: p(yes) < {t:g}", JUDGE_AT, t) for t in P_GRID]
     available = {RETRIEVAL, *(row for name in asked for row in ROWS_OF_PROMPT[name])}
-    candidates = [c for c in candidates if c[1] in available]
     table = []
-    for name, row, t in candidates:
-        cells = {kb: rates([q for q in train if q["kb"] == kb], replies, row, t) for kb in SELECT_KBS}
-        table.append({"candidate": name, "row": row, "min_p_yes": t, "cells": cells,
+    for name, row, t in (c for c in candidates if c[1] in available):
+        cuts = {**DEFAULT_CUTS, **({row: t} if t is not None else {})}
+        cells = {kb: rates([q for q in train if q["kb"] == kb], replies, row, cuts) for kb in SELECT_KBS}
+        table.append({"candidate": name, "row": row, "threshold": t, "cells": cells,
                       "mean_j": sum(c - f for c, f in cells.values()) / len(cells)})
     allowed = [c for c in table if all(f <= MAX_FALSE for _, f in c["cells"].values())]
     best = max(allowed, key=lambda c: c["mean_j"]) if allowed else table[0]
     best["picked"] = True
-    calibrated = [c for c in allowed if c["row"] == JUDGE_AT]
-    best_t = max(calibrated, key=lambda c: c["mean_j"])["min_p_yes"] if calibrated else 0.5
-    return {"table": table, "picked": best["candidate"], "min_p_yes": best_t}
+    cuts = dict(DEFAULT_CUTS)
+    for row in (SUPPORT_AT, JUDGE_AT):
+        mine = [c for c in allowed if c["row"] == row]
+        if mine:
+            cuts[row] = max(mine, key=lambda c: c["mean_j"])["threshold"]
+    return {"table": table, "picked": best["candidate"], "picked_row": best["row"], "cuts": cuts}
 
 
 def timing(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -373,7 +391,7 @@ def timing(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 # --- the report -----------------------------------------------------------------------------------------
 
-ROWS = (NEVER, RETRIEVAL, SUPPORT, JUDGE, JUDGE_AT)
+ROWS = (NEVER, RETRIEVAL, SUPPORT, SUPPORT_AT, JUDGE, JUDGE_AT)
 
 
 def _pct(cell: Mapping[str, Any] | None) -> str:
@@ -388,8 +406,12 @@ def _pts(cell: Mapping[str, Any] | None) -> str:
     return f"{100 * cell['estimate']:+.1f} [{100 * cell['low']:+.1f}, {100 * cell['high']:+.1f}]"
 
 
-def row_label(row: str, min_p_yes: float) -> str:
-    return f"retrieval+judge, p(yes) < {min_p_yes:g}" if row == JUDGE_AT else row
+def row_label(row: str, cuts: Mapping[str, float]) -> str:
+    if row == JUDGE_AT:
+        return f"retrieval+judge, p(yes) < {cuts[row]:g}"
+    if row == SUPPORT_AT:
+        return f"retrieval+support_abstain, marker p >= {cuts[row]:g}"
+    return row
 
 
 def summarise(questions: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str, Any]], kb_info: Mapping[str, Any],
@@ -411,9 +433,9 @@ def summarise(questions: Sequence[Mapping[str, Any]], records: Sequence[Mapping[
     train = [q for q in questions if q["split"] == "train"]
     test = [q for q in questions if q["split"] == "test"]
     selection = select(train, replies, asked["train"])
-    min_p_yes = selection["min_p_yes"]
+    cuts = selection["cuts"]
     out: dict[str, Any] = {"meta": dict(meta), "prompt_versions": versions, "selection": selection,
-                           "min_p_yes": min_p_yes, "splits": {},
+                           "cuts": cuts, "splits": {},
                            "questions_without_replies": len(missing), "prompts_asked": asked}
     for split, chosen in (("train", train), ("test", test)):
         per_kb = {}
@@ -421,7 +443,7 @@ def summarise(questions: Sequence[Mapping[str, Any]], records: Sequence[Mapping[
             mine = [q for q in chosen if q["kb"] == kb]
             passed = [q for q in mine if not q["retrieval_abstained"]]
             rows = (NEVER, RETRIEVAL, *(row for name in asked[split] for row in ROWS_OF_PROMPT[name]))
-            per_kb[kb] = {**gate_table(mine, replies, min_p_yes, rows),
+            per_kb[kb] = {**gate_table(mine, replies, cuts, rows),
                           "passed_retrieval": {"out": sum(q["expect_abstain"] for q in passed),
                                                "in": sum(not q["expect_abstain"] for q in passed)},
                           **kb_info.get(f"{kb}/{split}", {})}
@@ -434,10 +456,12 @@ def summarise(questions: Sequence[Mapping[str, Any]], records: Sequence[Mapping[
 
 def markdown(summary: Mapping[str, Any]) -> str:
     meta = summary["meta"]
-    t = summary["min_p_yes"]
+    t = summary["cuts"]
     lines = ["# Reader gate report", "", f"Command: `{meta['command']}`", ""]
     lines += [f"- {k}: {v}" for k, v in meta.items() if k != "command"]
-    lines += [f"- prompt versions: {summary['prompt_versions']}", f"- judge threshold picked on train: p(yes) < {t:g}"]
+    lines += [f"- prompt versions: {summary['prompt_versions']}",
+              f"- thresholds picked on train: judge abstains at p(yes) < {t[JUDGE_AT]:g}; the support marker counts "
+              f"at p >= {t[SUPPORT_AT]:g}", f"- picked gate (train): {summary['selection']['picked']}"]
     for split in ("test", "train"):
         for kb, data in summary["splits"].get(split, {}).items():
             full = data.get("retrieval_full_split") or {}
@@ -480,7 +504,7 @@ def plot(summary: Mapping[str, Any], path: Path, split: str = "test") -> None:
     data = summary["splits"].get(split, {})
     fig, axes = plt.subplots(1, max(1, len(data)), figsize=(4.6 * max(1, len(data)), 4.2), sharey=True)
     axes = list(axes) if len(data) > 1 else [axes]
-    markers = {NEVER: "o", RETRIEVAL: "s", SUPPORT: "^", JUDGE: "D", JUDGE_AT: "v"}
+    markers = {NEVER: "o", RETRIEVAL: "s", SUPPORT: "^", SUPPORT_AT: "<", JUDGE: "D", JUDGE_AT: "v"}
     for ax, (kb, table) in zip(axes, data.items()):
         for row, cell in table["rows"].items():
             c, f = cell["caught"], cell["false_abstain"]
@@ -489,7 +513,7 @@ def plot(summary: Mapping[str, Any], path: Path, split: str = "test") -> None:
             ax.errorbar(100 * f["estimate"], 100 * c["estimate"],
                         xerr=[[100 * (f["estimate"] - f["low"])], [100 * (f["high"] - f["estimate"])]],
                         yerr=[[100 * (c["estimate"] - c["low"])], [100 * (c["high"] - c["estimate"])]],
-                        fmt=markers[row], capsize=3, label=row_label(row, summary["min_p_yes"]))
+                        fmt=markers[row], capsize=3, label=row_label(row, summary["cuts"]))
         ax.axhline(85, color="grey", ls=":", lw=1)
         ax.axvline(5, color="grey", ls=":", lw=1)
         ax.set_title(f"{KB_LABELS.get(kb, kb)} ({split})")
@@ -579,7 +603,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for split, per_kb in summary["splits"].items():
         for kb, data in per_kb.items():
             for row, cell in data["rows"].items():
-                print(f"{split:5s} {kb:12s} {row_label(row, summary['min_p_yes']):36s} caught {_pct(cell['caught'])}  "
+                print(f"{split:5s} {kb:12s} {row_label(row, summary['cuts']):44s} caught {_pct(cell['caught'])}  "
                       f"false {_pct(cell['false_abstain'])}")
     print(f"picked on train: {summary['selection']['picked']}; wrote {args.out}")
 

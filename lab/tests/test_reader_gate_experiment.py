@@ -12,8 +12,8 @@ def _judge(reply: str, prob: float) -> dict:
     return {"prompt": "judge", "reply": reply, "tokens": [{"token": reply, "logprob": math.log(prob), "top": {}}]}
 
 
-def _support(reply: str) -> dict:
-    return {"prompt": "support_abstain", "reply": reply, "tokens": []}
+def _support(reply: str, prob: float = 0.9) -> dict:
+    return {"prompt": "support_abstain", "reply": reply, "tokens": [{"token": reply[:3], "logprob": math.log(prob), "top": {}}]}
 
 
 def _question(kb: str, text: str, expect_abstain: bool, stopped: bool = False, split: str = "train") -> dict:
@@ -35,15 +35,21 @@ def test_the_support_gate_abstains_only_on_a_reply_opening_with_the_marker() -> 
 
 
 def test_a_question_the_retrieval_gate_stops_abstains_in_every_gated_row_without_a_reply() -> None:
-    made = rg.decisions(_question("kb", "q", True, stopped=True), {}, 0.5)
+    made = rg.decisions(_question("kb", "q", True, stopped=True), {})
     assert made[rg.NEVER] is False
-    assert all(made[row] for row in (rg.RETRIEVAL, rg.SUPPORT, rg.JUDGE, rg.JUDGE_AT))
+    assert all(made[row] for row in (rg.RETRIEVAL, rg.SUPPORT, rg.SUPPORT_AT, rg.JUDGE, rg.JUDGE_AT))
 
 
 def test_reader_rows_decide_from_their_own_reply() -> None:
-    replies = {"support_abstain": _support("not in the passages"), "judge": _judge("yes", 0.7)}
-    made = rg.decisions(_question("kb", "q", True), replies, 0.8)
-    assert made == {rg.NEVER: False, rg.RETRIEVAL: False, rg.SUPPORT: True, rg.JUDGE: False, rg.JUDGE_AT: True}
+    replies = {"support_abstain": _support("not in the passages", 0.6), "judge": _judge("yes", 0.7)}
+    made = rg.decisions(_question("kb", "q", True), replies, {rg.JUDGE_AT: 0.8, rg.SUPPORT_AT: 0.7})
+    assert made == {rg.NEVER: False, rg.RETRIEVAL: False, rg.SUPPORT: True, rg.SUPPORT_AT: False,
+                    rg.JUDGE: False, rg.JUDGE_AT: True}
+
+
+def test_the_marker_probability_counts_only_a_marker_reply() -> None:
+    assert math.isclose(rg.p_marker(_support("not in the passages", 0.7)), 0.7)
+    assert rg.p_marker(_support("You can [1]", 0.7)) == 0.0
 
 
 def test_selection_keeps_retrieval_alone_when_a_reader_gate_abstains_falsely_too_often() -> None:
