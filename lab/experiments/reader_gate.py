@@ -228,16 +228,17 @@ def call_reader(client: httpx.Client, base_url: str, prompt_name: str, q: Questi
 
 
 def call_order(questions: Sequence[Question]) -> list[Question]:
-    """The questions to abstain on first, then the in-KB ones taking turns between the knowledge
-    bases (each in its stable hash order): a run cut short still holds a balanced sample."""
-    seen: dict[str, int] = {}
+    """The questions the retrieval gate lets through (the only ones that need a call), taking
+    turns between the groups (each knowledge base's questions to abstain on, its in-KB ones; each
+    group in its stable hash order): a run cut short still holds a balanced sample."""
+    seen: dict[tuple[str, bool], int] = {}
     ranked = []
-    for q in questions:
-        turn = 0 if q.expect_abstain else 1 + seen.setdefault(q.kb + "/in", 0)
-        if not q.expect_abstain:
-            seen[q.kb + "/in"] += 1
-        ranked.append((turn, q))
-    return [q for _, q in sorted(ranked, key=lambda item: item[0])]
+    for position, q in enumerate(x for x in questions if not x.retrieval_abstained):
+        group = (q.kb, q.expect_abstain)
+        turn = seen.get(group, 0)
+        seen[group] = turn + 1
+        ranked.append((turn, position, q))
+    return [q for _, _, q in sorted(ranked, key=lambda item: item[:2])]
 
 
 def run_calls(questions: Sequence[Question], cache: ReaderCache, base_url: str, workers: int = 2,

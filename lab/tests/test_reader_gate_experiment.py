@@ -104,10 +104,10 @@ def test_the_cache_reads_back_what_it_wrote(tmp_path: Path) -> None:
     assert rg.ReaderCache(tmp_path / "records.jsonl").get("support_abstain", "kb", "q") is None
 
 
-def test_the_call_order_asks_every_question_to_abstain_on_first_then_in_kb_ones_in_turns() -> None:
-    def q(kb: str, name: str, out: bool) -> rg.Question:
-        return rg.Question(kb, name, "test", "k", name, out, None, 0.45, 5, False, "")
+def test_the_call_order_takes_turns_between_groups_and_skips_questions_the_retrieval_gate_stopped() -> None:
+    def q(kb: str, name: str, out: bool, stopped: bool = False) -> rg.Question:
+        return rg.Question(kb, name, "test", "k", name, out, None, 0.45, 5, stopped, "")
 
-    ordered = rg.call_order([q("a", "a-in-1", False), q("a", "a-in-2", False), q("a", "a-out", True),
-                             q("b", "b-in-1", False), q("b", "b-out", True)])
-    assert [x.id for x in ordered] == ["a-out", "b-out", "a-in-1", "b-in-1", "a-in-2"]
+    ordered = rg.call_order([q("a", "a-out-1", True), q("a", "a-out-2", True), q("a", "a-out-3", True, stopped=True),
+                             q("a", "a-in-1", False), q("a", "a-in-2", False), q("b", "b-in-1", False)])
+    assert [x.id for x in ordered] == ["a-out-1", "a-in-1", "b-in-1", "a-out-2", "a-in-2"]
