@@ -444,7 +444,11 @@ def summarise(questions: Sequence[Mapping[str, Any]], records: Sequence[Mapping[
             mine = [q for q in chosen if q["kb"] == kb]
             passed = [q for q in mine if not q["retrieval_abstained"]]
             rows = (NEVER, RETRIEVAL, *(row for name in asked[split] for row in ROWS_OF_PROMPT[name]))
+            unsure = [p_marker(r) < cuts[SUPPORT_AT] for q in passed
+                      for r in [replies.get((q["kb"], q["question"]), {}).get("support_abstain")]
+                      if r and support_says_no(r["reply"])]
             per_kb[kb] = {**gate_table(mine, replies, cuts, rows),
+                          "reasked": {"unsure_markers": sum(unsure), "passed": len(passed)},
                           "passed_retrieval": {"out": sum(q["expect_abstain"] for q in passed),
                                                "in": sum(not q["expect_abstain"] for q in passed)},
                           **kb_info.get(f"{kb}/{split}", {})}
@@ -471,6 +475,8 @@ def markdown(summary: Mapping[str, Any]) -> str:
                       f"passed the retrieval gate (threshold {data.get('threshold', 0):g}): {data['passed_retrieval']['out']} to "
                       f"abstain on, {data['passed_retrieval']['in']} in-KB. Retrieval gate alone over the whole split: "
                       f"caught {_pct(full.get('caught'))} of {full.get('n_out')}, false {_pct(full.get('false_abstain'))} of {full.get('n_in')}.",
+                      f"The calibrated support gate asks again (one more call) on {data.get('reasked', {}).get('unsure_markers', 0)} "
+                      f"of the {data.get('reasked', {}).get('passed', 0)} questions that passed the retrieval gate (an unsure marker).",
                       "", "| row | caught | false abstained | caught vs retrieval (points) | false vs retrieval (points) |",
                       "| --- | ---: | ---: | ---: | ---: |"]
             for row, cell in data["rows"].items():
