@@ -87,8 +87,8 @@ class Settings(BaseSettings):
     # With the reader abstaining: its marker abstains only when the marker's first token is at least
     # this likely (the LLM's log-probabilities: an endpoint reports them, the embedded model with
     # ARAG_LLM_LOGPROBS); an unsure marker is asked again without it (one more call). Unset: every
-    # marker abstains. 0.7 was picked on `train` (reports/reader_gate/): alone, the small reader's
-    # marker refused 4 of 10 covered questions there, and each of those 4 was unsure.
+    # marker abstains. 0.7 was picked on `train` (reports/reader_gate/); not a default: on `test` it
+    # still refused 2 of 8 covered help-centre questions.
     reader_abstain_min_confidence: float | None = Field(
         None, ge=0.0, le=1.0,
         validation_alias=env_name("ARAG_READER_ABSTAIN_MIN_CONFIDENCE", "reader_abstain_min_confidence"),
