@@ -40,10 +40,10 @@ $(VENV)/.created:
 # everything (tests, training, eval); the tests also need Java/Maven (OpenSearch), Redis and PostgreSQL
 $(VENV)/.installed: pyproject.toml infra/llama/build_wheel.sh | $(VENV)/.created
 	@command -v java >/dev/null && command -v mvn >/dev/null && command -v curl >/dev/null && command -v redis-server >/dev/null \
-	  && command -v redis-sentinel >/dev/null \
+	  && command -v redis-sentinel >/dev/null && command -v nginx >/dev/null \
 	  && command -v docker-compose >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
-	  { echo "installing Java 17, Maven, curl, Redis (with Sentinel), PostgreSQL and docker-compose (apt)"; apt-get update -qq && \
-	    apt-get install -y -qq openjdk-17-jdk-headless maven curl redis-server redis-sentinel postgresql docker-compose; }
+	  { echo "installing Java 17, Maven, curl, Redis (with Sentinel), nginx, PostgreSQL and docker-compose (apt)"; apt-get update -qq && \
+	    apt-get install -y -qq openjdk-17-jdk-headless maven curl redis-server redis-sentinel nginx-light postgresql docker-compose; }
 	$(call INSTALL_ROLE,all)
 	PATH="$(abspath $(VENV))/bin:$$PATH" infra/llama/build_server.sh $(LLAMA_CPP_VERSION)
 	touch $@

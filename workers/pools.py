@@ -152,10 +152,14 @@ class WorkerPools:
         self, settings: WorkerSettings | None = None, pools: Iterable[str] = ("A", "B", "C", "shadow"),
         *, library: Settings | None = None, pool_impl: str = "prefork", log_dir: Path | None = None,
         extra_env: Mapping[str, str] | None = None, loglevel: str = "INFO",
-        migrate: bool = True,
+        migrate: bool = True, wrap: Callable[[list[str]], list[str]] | None = None,
+        node_host: str = "%h",
     ) -> None:
         """`settings` and `library` (retrieval, LLM, records) are handed to the worker processes
-        through their environment."""
+        through their environment. `wrap`: how each worker command runs elsewhere (another host's
+        network namespace, `infra.local.hosts.Host.wrap`; it must exec the command, so a pool's
+        pid stays its worker's); `node_host`: the host part of the workers' node names (`%h`,
+        the machine's name; pools of one queue on several hosts need distinct ones)."""
         self.settings = settings or WorkerSettings()
         self.library = library or Settings()
         self.pool_names = list(pools)
@@ -169,6 +173,8 @@ class WorkerPools:
         self.extra_env = dict(extra_env or {})
         self.loglevel = loglevel
         self.migrate = migrate
+        self.wrap = wrap
+        self.node_host = node_host
         self.pools: dict[str, Pool] = {}
         self.health: dict[str, PoolHealth] = {}
         self._supervisor: threading.Thread | None = None
@@ -195,7 +201,7 @@ class WorkerPools:
         queue = POOL_QUEUES[name]
         return [
             sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
-            "-Q", queue, "-n", f"{queue}@%h", "-P", self.pool_impl,
+            "-Q", queue, "-n", f"{queue}@{self.node_host}", "-P", self.pool_impl,
             "--concurrency", str(self.settings.pool_concurrency(name)),
             "--prefetch-multiplier", str(self.settings.pool_prefetch(name)),
             "--without-gossip", "--without-mingle", "--without-heartbeat",
@@ -222,8 +228,9 @@ class WorkerPools:
             log.write(f"--- starting {' '.join(self.command(name))}\n".encode())
             log.flush()
             offset = log.tell()
+            command = self.command(name)
             process = subprocess.Popen(
-                self.command(name), env=self.env(), stdin=subprocess.DEVNULL, stdout=log,
+                self.wrap(command) if self.wrap is not None else command, env=self.env(), stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True,
             )
         pool = Pool(name, POOL_QUEUES[name], process, log_path, offset)

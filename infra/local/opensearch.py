@@ -58,7 +58,8 @@ def build_launcher(mvn: str = "mvn") -> None:
 
 
 class OpenSearchNode(LocalServer):
-    """One OpenSearch node: HTTP on 127.0.0.1:`port`, data, logs and home under `workdir`.
+    """One OpenSearch node: HTTP on 127.0.0.1:`port` (on a host: its address), data, logs and home
+    under `workdir`.
     `settings` replace the launcher's single-node defaults (a key ending in `[]` is a list)."""
 
     name = "opensearch"
@@ -75,7 +76,7 @@ class OpenSearchNode(LocalServer):
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.address}:{self.port}"
 
     def prepare(self) -> None:
         build_launcher()
@@ -85,7 +86,8 @@ class OpenSearchNode(LocalServer):
         initial = f"{amount * 512}m" if unit == "g" else f"{amount // 2}{unit}"
         return ["java", f"-Xms{initial}", f"-Xmx{self.heap}", *JVM_OPTIONS,
                 "-cp", f"{TARGET / 'classes'}:{TARGET / 'lib'}/*", LAUNCHER, str(self.port), str(self.workdir),
-                *(f"{key}={value}" for key, value in self.settings.items())]
+                *(f"{key}={value}" for key, value in
+                  {**({"network.host": self.address} if self.host is not None else {}), **self.settings}.items())]
 
     def ready(self) -> bool:
         health = self.request("GET", f"/_cluster/health?wait_for_status={self.ready_status}&timeout=1s", timeout=5)

@@ -234,6 +234,15 @@ class LocalServer(Started):
         self.port = port or free_port()
         self.log = log or self.workdir / f"{self.name}.log"
         self.proc: subprocess.Popen | None = None
+        # where it listens: loopback, or the address of the host it runs on (`on_host`)
+        self.address = "127.0.0.1"
+        self.host: Any = None  # infra.local.hosts.Host
+
+    def on_host(self, host: Any) -> Self:
+        """Run on `host` (an `infra.local.hosts.Host`: its network namespace) and listen on its
+        address instead of loopback; call before `start()`."""
+        self.host, self.address = host, host.address
+        return self
 
     # --- what a subclass says -----------------------------------------------------------------
     @property
@@ -256,6 +265,10 @@ class LocalServer(Started):
     def popen_options(self) -> dict[str, Any]:
         return {}
 
+    def launch_command(self) -> list[str]:
+        """`command()`, run on the server's host when it has one."""
+        return self.command() if self.host is None else self.host.wrap(self.command())
+
     # --- the life cycle -------------------------------------------------------------------------
     @property
     def pid(self) -> int | None:
@@ -275,7 +288,7 @@ class LocalServer(Started):
             self.log.parent.mkdir(parents=True, exist_ok=True)
             with self.log.open("ab") as out:
                 self.proc = subprocess.Popen(
-                    self.command(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    self.launch_command(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                     start_new_session=True, **self.popen_options())
             try:
                 _wait_until(self.ready, self.name, self.log, self.proc, self.start_timeout_s)
@@ -353,10 +366,12 @@ class LocalRedis(LocalServer):
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.address}:{self.port}/0"
 
     def command(self) -> list[str]:
-        return [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
+        # protected mode refuses clients from other hosts when no password is set
+        return [REDIS_SERVER, "--port", str(self.port), "--bind", self.address, "--protected-mode",
+                "yes" if self.host is None else "no", "--dir", str(self.workdir),
                 *(REDIS_BROKER_ARGS if self.persistent else REDIS_NO_PERSISTENCE_ARGS), "--daemonize", "no"]
 
     def ready(self) -> bool:
@@ -450,12 +465,12 @@ class LocalPostgres(LocalServer):
     @property
     def url(self) -> str:
         """The SQLAlchemy URL of `database` (psycopg 3)."""
-        return f"postgresql+psycopg://arag@127.0.0.1:{self.port}/{self.database}"
+        return f"postgresql+psycopg://arag@{self.address}:{self.port}/{self.database}"
 
     @property
     def admin_url(self) -> str:
         """A libpq URL of the `postgres` maintenance database."""
-        return f"postgresql://arag@127.0.0.1:{self.port}/postgres"
+        return f"postgresql://arag@{self.address}:{self.port}/postgres"
 
     def prepare_directories(self) -> None:
         """The socket folder and the log, owned by the server's account when it runs as one."""
@@ -470,15 +485,31 @@ class LocalPostgres(LocalServer):
         if not (self.data / "PG_VERSION").exists():
             _run_as(self.user, [str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "arag", "--auth=trust",
                                 "--no-sync", "-E", "UTF8"], self.log)
+        self.allow_host_clients()
+
+    def allow_host_clients(self) -> None:
+        """On a host, trust the clients of its own subnet too (initdb trusts loopback only)."""
+        hba = self.data / "pg_hba.conf"
+        line = "host all all samenet trust"
+        if self.host is not None and hba.exists() and line not in hba.read_text():
+            with hba.open("a") as out:
+                out.write(f"\n# the harness's hosts (infra.local.hosts)\n{line}\n")
 
     def command(self) -> list[str]:
-        options = ["listen_addresses=127.0.0.1", f"max_connections={self.max_connections}",
+        options = [f"listen_addresses={self.address}", f"max_connections={self.max_connections}",
                    *DURABILITY_OPTIONS[self.durability]]
         return [str(PG_BIN / "postgres"), "-D", str(self.data), "-p", str(self.port), "-k", str(self.sockets),
                 *(arg for option in options for arg in ("-c", option))]
 
     def popen_options(self) -> dict[str, Any]:
-        return {**_as_user(self.user), "env": {**os.environ, "LC_ALL": "C.UTF-8"}, "cwd": "/"}
+        # on a host, `launch_command` changes user after the namespace switch (which needs root)
+        user = _as_user(self.user) if self.host is None else {}
+        return {**user, "env": {**os.environ, "LC_ALL": "C.UTF-8"}, "cwd": "/"}
+
+    def launch_command(self) -> list[str]:
+        if self.host is None:
+            return self.command()
+        return self.host.wrap(self.command(), user=None if self.user is None else (self.user.pw_uid, self.user.pw_gid))
 
     def ready(self) -> bool:
         import psycopg

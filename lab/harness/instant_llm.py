@@ -33,7 +33,8 @@ READY = "READY instant LLM"
 
 
 class _InstantLLM(BaseHTTPRequestHandler):
-    """POST /v1/chat/completions and /v1/completions: a fixed short answer, at once."""
+    """POST /v1/chat/completions and /v1/completions: a fixed short answer, at once; GET
+    /v1/models: the model list."""
 
     protocol_version = "HTTP/1.1"  # keep-alive: the workers' HTTP clients reuse connections
     # Headers and body go out in two writes; with Nagle on, the body waits for the client's
@@ -76,15 +77,29 @@ class _InstantLLM(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
 
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        """GET /v1/models: the one model, as a ready OpenAI-compatible server lists it (the
+        front door's readiness asks it)."""
+        if not self.path.rstrip("/").endswith("/models"):
+            self.send_error(404)
+            return
+        out = json.dumps({"object": "list", "data": [{"id": "instant", "object": "model",
+                                                      "owned_by": "lab"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
     def log_message(self, *_: Any) -> None:  # quiet
         pass
 
 
-def serve_instant_llm(port: int, latency_ms: float = 0.0) -> int:
+def serve_instant_llm(port: int, latency_ms: float = 0.0, host: str = "127.0.0.1") -> int:
     handler = _InstantLLM
     if latency_ms > 0:
         handler = type("_FixedLatencyLLM", (_InstantLLM,), {"latency_s": latency_ms / 1000.0})
-    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     print(f"{READY} on port {port}", flush=True)
@@ -102,24 +117,29 @@ class InstantLLM:
     serves), `stop()`, and `start()` again on the same port, so workers pointed at `url` lose it
     and get it back (a fault a test or the lab injects)."""
 
-    def __init__(self, log_path: Path, latency_ms: float = 0.0, port: int | None = None) -> None:
+    def __init__(self, log_path: Path, latency_ms: float = 0.0, port: int | None = None,
+                 host: Any = None) -> None:
+        """`host`: an `infra.local.hosts.Host` to run on (listening on its address), else loopback."""
         self.log_path = log_path
         self.latency_ms = latency_ms
         self.port = port or free_port()
+        self.host = host
+        self.address = host.address if host is not None else "127.0.0.1"
         self.proc: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
         """The OpenAI-compatible base URL, for `LLM_BASE_URL`."""
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"http://{self.address}:{self.port}/v1"
 
     def start(self) -> InstantLLM:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("a") as log:
+            command = [sys.executable, "-m", "lab.harness.instant_llm", "--port", str(self.port),
+                       "--host", self.address, "--latency-ms", str(self.latency_ms)]
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "lab.harness.instant_llm", "--port", str(self.port),
-                 "--latency-ms", str(self.latency_ms)],
+                command if self.host is None else self.host.wrap(command),
                 cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)
         deadline = time.monotonic() + 60
@@ -173,10 +193,11 @@ def mem_total_gb() -> float | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--latency-ms", type=float, default=0.0,
                         help="fixed wait per completion, no CPU (default 0: at once)")
     args = parser.parse_args(argv)
-    return serve_instant_llm(args.port, args.latency_ms)
+    return serve_instant_llm(args.port, args.latency_ms, args.host)
 
 
 if __name__ == "__main__":

@@ -27,8 +27,19 @@ needs:
   kill a pool or a child; `supervise=` restarts what dies), extra front doors and Tritons
   (`start_frontdoor`, `start_triton`, stopped with the stack).
 
-Layout under `workdir`: `logs/` (workers/, frontdoor*.log, the LLM's, the servers'), `redis/`,
-`opensearch/`, `kb/`, `broker/`, `traces/`, `triton*.log`; `stack_logs(workdir)` lists the logs.
+Past one machine (`hosts=Hosts(...)`): the same stack over several "hosts" on this machine
+(`infra.local.hosts`: network namespaces joined by veth links to one bridge), e.g. front doors on
+host1 and host2 behind the gRPC load balancer on `lb` (nginx, `infra.local.balancer`), worker pools
+on host3 and host4, Redis, PostgreSQL, OpenSearch and the instant LLM on host0:
+
+    with lab_stack(workdir, SERVERS, hosts=Hosts(), settings=...) as stack:
+        stack.address                        # the balancer: the one address clients use
+        stack.kill_frontdoor("host1")        # SIGKILL one replica
+        stack.kill_host("host3")             # every process on host3 SIGKILLed, its link cut
+
+Layout under `workdir`: `logs/` (workers/ (per host: workers/<host>/), frontdoor*.log, the LLM's,
+the servers'), `redis/`, `opensearch/`, `kb/`, `broker/`, `traces/`, `triton*.log`, `balancer/`
+(nginx's config and access log); `stack_logs(workdir)` lists the logs.
 """
 
 from __future__ import annotations
@@ -54,6 +65,28 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[2]
 DEMO_KNOWLEDGE_BASE = REPO / "demo" / "knowledge_base.jsonl"
 TIER_POOLS = ("A", "B", "C")
+
+
+@dataclass(frozen=True)
+class Hosts:
+    """Where each process runs when the stack spans hosts (each a network namespace of
+    `infra.local.hosts`): the servers (Redis, PostgreSQL, OpenSearch, the instant LLM) on
+    `servers`, one front-door replica on each of `frontdoors` behind the gRPC load balancer on
+    `balancer`, and on each host of `pools` the worker pools it names."""
+
+    servers: str = "host0"
+    frontdoors: tuple[str, ...] = ("host1", "host2")
+    pools: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: {"host3": TIER_POOLS, "host4": TIER_POOLS})
+    balancer: str = "lb"
+    # the balancer's active health checks (`infra.local.balancer.HealthWatcher`); False: nginx's
+    # passive checks only
+    watch_health: bool = True
+
+    def names(self) -> list[str]:
+        """Every host, each once, in the order of the roles."""
+        found = [self.servers, self.balancer, *self.frontdoors, *self.pools]
+        return list(dict.fromkeys(found))
 
 
 @dataclass(frozen=True)
@@ -92,7 +125,7 @@ def stack_logs(workdir: Path) -> list[Path]:
     """The logs of a stack that ran in `workdir`: the workers' first (where a request's run is
     told), then the front doors', Triton's, the LLM's and the servers'."""
     logs = workdir / "logs"
-    workers = sorted((logs / "workers").glob("*.log"))
+    workers = sorted((logs / "workers").glob("**/*.log"))
     others = sorted(logs.glob("*.log")) + sorted(workdir.glob("triton*.log"))
     servers = sorted((workdir / "redis").glob("*.log")) + sorted((workdir / "opensearch").glob("*.log"))
     return workers + others + servers
@@ -111,6 +144,11 @@ class LabStack:
     llm: Any = None  # lab.harness.instant_llm.InstantLLM or infra.local.llama_server.LlamaServerProcess
     # what the parts are, in words, for reports
     using: dict[str, str] = field(default_factory=dict)
+    # past one machine (`hosts=`): the network, the balancer, the replicas and pools per host
+    network: Any = None  # infra.local.hosts.HostNetwork
+    balancer: Any = None  # infra.local.balancer.GrpcBalancer
+    frontdoors: dict[str, FrontDoorProcess] = field(default_factory=dict)
+    host_pools: dict[str, Any] = field(default_factory=dict)  # host -> workers.pools.WorkerPools
     # what stops with the stack (more front doors and Tritons join it)
     _started: ExitStack = field(default_factory=ExitStack, repr=False)
     _restarts: Counter = field(default_factory=Counter, repr=False)
@@ -211,6 +249,48 @@ class LabStack:
         self.core.triton = self.start_triton(f"triton-{self._restarts['triton']}", grpc_port=old.grpc_port)
         return self.core.triton
 
+    # --- hosts (a stack started with `hosts=`) -----------------------------------------------
+    def host(self, name: str) -> Any:
+        """The `infra.local.hosts.Host` called `name`."""
+        assert self.network is not None, "this stack runs on one host (start it with hosts=)"
+        return self.network[name]
+
+    def kill_frontdoor(self, host: str) -> FrontDoorProcess:
+        """SIGKILL to the front-door replica on `host` (its whole process group); returns it."""
+        import os
+
+        door = self.frontdoors[host]
+        try:
+            os.killpg(door.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        door.process.wait(timeout=30)
+        door.stop()
+        return door
+
+    def start_frontdoor_on(self, host: str) -> FrontDoorProcess:
+        """A front door on `host` on the address its replica had (after `kill_frontdoor`)."""
+        old = self.frontdoors[host]
+        self._restarts[f"frontdoor-{host}"] += 1
+        settings = self.settings.updated(grpc_listen=old.listen, metrics_port=free_port())
+        door = self.core.start_frontdoor(
+            self.core.logs / f"frontdoor-{host}-{self._restarts[f'frontdoor-{host}'] + 1}.log", settings,
+            wrap=self.host(host).wrap)
+        self._started.callback(door.stop)
+        self.frontdoors[host] = door
+        return door
+
+    def kill_host(self, name: str, cut: bool = True) -> list[int]:
+        """The host dies whole: SIGKILL to every process on it at once, and (`cut`) its link cut;
+        the pids killed. Its worker pools are known dead (nothing restarts them)."""
+        host = self.host(name)
+        killed = host.kill_all()
+        if cut:
+            host.cut()
+        for pool in (self.host_pools.get(name).pools.values() if name in self.host_pools else ()):
+            pool.process.wait(timeout=10)
+        return killed
+
     # --- what it is, for reports --------------------------------------------------------------
     def facts(self) -> dict[str, Any]:
         """The stack's parts and the settings a report states (pool sizes, queue limits, ...)."""
@@ -232,6 +312,13 @@ class LabStack:
         found: dict[int, str] = {}
         if self.frontdoor is not None:
             found[self.frontdoor.pid] = "front door"
+        for host, door in self.frontdoors.items():
+            found[door.pid] = f"front door on {host}"
+        if self.balancer is not None and self.balancer.pid is not None:
+            found[self.balancer.pid] = "load balancer"
+        for host, host_pools in self.host_pools.items():
+            for name, pool in host_pools.pools.items():
+                found[pool.pid] = f"worker pool {name} on {host}"
         for name, pool in (self.pools.pools.items() if self.pools is not None else ()):
             found[pool.pid] = f"worker pool {name}"
         if self.triton is not None:
@@ -268,6 +355,7 @@ def lab_stack(
     llama_parallel: int = 4,
     llama_threads: int = 2,
     postgres_durability: Durability = "off",
+    hosts: Hosts | None = None,
     opensearch_heap: str = "512m",
     dotenv: bool = True,
     console: Any = None,
@@ -289,11 +377,23 @@ def lab_stack(
     servers: dict[str, Any] = {}
     with ExitStack() as started:
         logs.mkdir(exist_ok=True)
+        network, server_host = None, None
+        if hosts is not None:
+            from infra.local.hosts import HostNetwork
+
+            network = started.enter_context(HostNetwork(hosts.names()))
+            server_host = network[hosts.servers]
+            say(f"hosts {', '.join(f'{h.name} {h.address}' for h in network.hosts.values())} "
+                f"on {network.subnet}")
+
+        def placed(server: Any) -> Any:
+            return server.on_host(server_host) if server_host is not None else server
+
         if parts.broker == "redis" and "redis_url" not in given:
             from infra.local.servers import LocalRedis
 
             shutil.rmtree(workdir / "redis", ignore_errors=True)  # an earlier run's queued messages
-            redis = servers["redis"] = started.enter_context(LocalRedis(workdir / "redis"))
+            redis = servers["redis"] = started.enter_context(placed(LocalRedis(workdir / "redis")))
             chosen["redis_url"] = redis.url
             say(f"redis-server on {redis.url}")
         elif parts.broker == "filesystem":
@@ -303,8 +403,8 @@ def lab_stack(
             from infra.local.servers import LocalPostgres
 
             # a temporary data directory: under root the server runs as its own account, which must enter it
-            postgres = servers["postgres"] = started.enter_context(LocalPostgres(
-                durability=postgres_durability, max_connections=300, log=logs / "postgres.log"))
+            postgres = servers["postgres"] = started.enter_context(placed(LocalPostgres(
+                durability=postgres_durability, max_connections=300, log=logs / "postgres.log")))
             chosen["database_url"] = postgres.url
             say(f"PostgreSQL on {postgres.url} (durability {postgres_durability})")
         elif parts.records == "sqlite":
@@ -331,8 +431,10 @@ def lab_stack(
                 from infra.local.opensearch import OpenSearchCluster, OpenSearchNode
 
                 shutil.rmtree(workdir / "opensearch", ignore_errors=True)  # a node would rejoin an earlier cluster
+                if server_host is not None and parts.retriever != "opensearch":
+                    raise ValueError("past one machine the lab runs one OpenSearch node (retriever='opensearch')")
                 opensearch = servers["opensearch"] = started.enter_context(
-                    OpenSearchNode(workdir / "opensearch", heap=opensearch_heap, log=logs / "opensearch.log")
+                    placed(OpenSearchNode(workdir / "opensearch", heap=opensearch_heap, log=logs / "opensearch.log"))
                     if parts.retriever == "opensearch" else
                     OpenSearchCluster(workdir / "opensearch", heap=opensearch_heap, name="lab"))
                 chosen["opensearch_url"] = opensearch.url
@@ -342,23 +444,73 @@ def lab_stack(
         if parts.llm == "instant" and "llm_base_url" not in given:
             from lab.harness.instant_llm import InstantLLM
 
-            llm = started.enter_context(InstantLLM(logs / "instant_llm.log", llm_latency_ms))
+            llm = started.enter_context(InstantLLM(logs / "instant_llm.log", llm_latency_ms, host=server_host))
             chosen["llm_base_url"] = llm.url
         elif parts.llm == "embedded":
             chosen["llm_base_url"] = None
         # llama-server (or None, what `make demo` runs) without an endpoint given: the core
         # starts the shared llama-server
         local_llm = "embedded" if parts.llm == "embedded" else "server"
+        if hosts is not None and parts.llm not in ("instant", "embedded") and "llm_base_url" not in given:
+            raise ValueError("past one machine the lab runs the instant LLM, the embedded one, or the one "
+                             "`settings` names (llm_base_url)")
+        if hosts is not None and parts.classifier != "rules" and "triton_grpc_url" not in given:
+            raise ValueError("past one machine the lab routes with the rules (classifier='rules') or the "
+                             "Triton `settings` names (triton_grpc_url)")
         core = started.enter_context(local_stack(
             workdir, settings=base.updated(**{**chosen, **given}), knowledge_base=knowledge_base,
-            tenants=tenants, pools=pools, frontdoor=frontdoor, extra_env=env, console=console, marker=marker,
+            tenants=() if hosts else tenants, pools=() if hosts else pools, frontdoor=frontdoor and not hosts,
+            extra_env=env, console=console, marker=marker,
             llm=local_llm, llm_slots=llama_parallel, llm_threads=llama_threads))
         llm = llm or core.llm_server
         described = _describe_llm(parts, llm, llm_latency_ms)
         running = LabStack(core, parts, redis=servers.get("redis"), postgres=servers.get("postgres"),
                            opensearch=servers.get("opensearch"), llm=llm,
                            using={**core.plan.using, **({"llm": described} if described else {})},
-                           _started=started)
+                           _started=started, network=network)
+        if hosts is not None:
+            _start_on_hosts(running, hosts, frontdoor, say)
+            for tenant in tenants:  # through the balancer, as a client would
+                core.import_knowledge(tenant, knowledge_base)
         if supervise is not None:
             running.pools.start_supervisor(poll_s=supervise_poll_s, policy=supervise)
         yield running
+
+
+def _start_on_hosts(running: LabStack, hosts: Hosts, frontdoor: bool, say: Any) -> None:
+    """The worker pools and front-door replicas on their hosts, then the balancer in front of the
+    replicas; the stack's address becomes the balancer's. All stopped with the stack."""
+    from infra.local.balancer import GrpcBalancer
+    from workers.pools import WorkerPools
+
+    core, network = running.core, running.network
+    settings = core.settings
+    for name, pool_names in hosts.pools.items():
+        host = network[name]
+        host_pools = WorkerPools(settings.workers, pools=tuple(pool_names), library=settings.library,
+                                 log_dir=core.logs / "workers" / name, extra_env=core.child_env, migrate=False,
+                                 wrap=host.wrap, node_host=name)
+        running._started.callback(host_pools.stop)
+        running.host_pools[name] = host_pools
+        host_pools.start(wait=False)
+    for name, host_pools in running.host_pools.items():
+        for pool in host_pools.pool_names:
+            host_pools.wait_ready(pool)
+        say(f"worker pools {', '.join(host_pools.pool_names)} on {name}")
+    if not frontdoor:
+        return
+    for name in hosts.frontdoors:
+        host = network[name]
+        door_settings = settings.updated(grpc_listen=host.endpoint(free_port()), metrics_port=free_port())
+        door = core.start_frontdoor(core.logs / f"frontdoor-{name}.log", door_settings, wrap=host.wrap)
+        running._started.callback(door.stop)
+        running.frontdoors[name] = door
+        say(f"front door on {name} {door.listen} (pid {door.pid})")
+    balancer = GrpcBalancer([d.listen for d in running.frontdoors.values()], core.workdir / "balancer",
+                            watch=hosts.watch_health, log=core.logs / "nginx.log").on_host(network[hosts.balancer])
+    running.balancer = running._started.enter_context(balancer)
+    core.settings = core.settings.updated(grpc_listen=balancer.target)
+    running.using["load balancer"] = (f"nginx grpc_pass on {hosts.balancer} {balancer.target} over "
+                                      f"{', '.join(running.frontdoors)}"
+                                      f"{' (active gRPC health checks)' if hosts.watch_health else ''}")
+    say(f"load balancer {balancer.target} -> {', '.join(d.listen for d in running.frontdoors.values())}")

@@ -19,7 +19,7 @@ import shutil
 import signal
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,11 +214,13 @@ class LocalStack:
         return self.store.create_api_key(tenant, scopes)
 
     def start_frontdoor(self, log_path: Path, settings: StackSettings | None = None,
-                        **env: str) -> FrontDoorProcess:
+                        wrap: Callable[[list[str]], list[str]] | None = None, **env: str) -> FrontDoorProcess:
         """A front door (`python -m services.frontdoor`) on `settings` (default: the stack's),
-        marked as this run's; the caller stops it."""
+        marked as this run's, run through `wrap` (another host: `infra.local.hosts.Host.wrap`);
+        the caller stops it."""
         settings = settings or self.settings
-        return FrontDoorProcess(settings.env(**self.child_env, **env), log_path, settings.frontdoor.grpc_listen)
+        return FrontDoorProcess(settings.env(**self.child_env, **env), log_path, settings.frontdoor.grpc_listen,
+                                wrap=wrap)
 
     def start_triton(self, log_path: Path, repository: Path | None = None,
                      grpc_port: int | None = None) -> Any:

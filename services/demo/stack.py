@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -70,13 +70,17 @@ class FrontDoorProcess:
 
     def __init__(
         self, env: Mapping[str, str], log_path: Path, listen: str, timeout_s: float = 120.0,
+        wrap: Callable[[list[str]], list[str]] | None = None,
     ) -> None:
+        """`wrap`: how the command runs elsewhere (another host's network namespace:
+        `infra.local.hosts.Host.wrap`; it must exec the command, so `pid` stays the front door's)."""
         self.listen = listen
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = log_path.open("w")
+        command = [sys.executable, "-m", "services.frontdoor", "--listen", listen]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "services.frontdoor", "--listen", listen], cwd=REPO,
+            wrap(command) if wrap is not None else command, cwd=REPO,
             env={**env, "PYTHONUNBUFFERED": "1"}, stdin=subprocess.DEVNULL, stdout=self._log,
             stderr=subprocess.STDOUT, start_new_session=True,
         )
