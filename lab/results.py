@@ -221,6 +221,26 @@ def support_knowledge_base(path: str, split: str | None = "test") -> Callable[[P
     return compute
 
 
+def reader_gate(row: str) -> Callable[[Path], str]:
+    """Caught / false abstained on each knowledge base's `test` sample: the retrieval gate alone,
+    then with one reader gate after it (its threshold picked on `train` again, as the experiment
+    does), from the question records and the cached reader replies."""
+    def compute(reports: Path) -> str:
+        from lab.experiments import reader_gate as rg
+
+        folder = reports / "reader_gate"
+        summary = rg.summarise(list(read_jsonl(folder / "questions.jsonl")),
+                               list(read_jsonl(folder / "reader_records.jsonl")), {}, {})
+        parts = []
+        for kb, data in summary["splits"]["test"].items():
+            alone, gated = data["rows"][rg.RETRIEVAL], data["rows"][row]
+            parts.append(
+                f"{rg.KB_LABELS[kb]} {100 * alone['caught']['estimate']:.1f} / {100 * alone['false_abstain']['estimate']:.1f} % -> "
+                f"{rg._pct(gated['caught'])} / {rg._pct(gated['false_abstain'])} (n {data['n_out']} / {data['n_in']})")
+        return "; ".join(parts)
+    return compute
+
+
 def small_talk(reports: Path) -> str:
     """Real users' small talk recognised (Rasa demo utterances; an acknowledgement prompt is not a
     recognition) and real test-split requests given any canned reply, learned detector vs rules."""
@@ -447,6 +467,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Support per knowledge base, demo help centre test: in-KB hit@5; caught / false abstentions", support_knowledge_base("help_centre/report.json")),
     Figure("Support per knowledge base, Quillbill Markdown help centre (held out) test: in-KB hit@5; caught / false abstentions", support_knowledge_base("quillbill/report.json")),
     Figure("Support per knowledge base, Quillbill (held out), every question of both splits: in-KB hit@5; caught / false abstentions", support_knowledge_base("quillbill/report.json", None)),
+    Figure("Reader gate after the retrieval gate, test sample: caught / false, retrieval alone -> with the train-picked calibrated support marker (p >= 0.7)", reader_gate("retrieval+support_abstain@t")),
     Figure("Small talk, Rasa demo recall; real requests given a canned reply", small_talk),
     Figure("Retrieval recall@5, HotpotQA / 2Wiki / MuSiQue", retrieval_recall),
     Figure("Search latency p50, tantivy vs OpenSearch", backend_latency),

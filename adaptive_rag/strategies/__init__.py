@@ -73,6 +73,7 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
         return SingleStep(
             retriever, llm, top_k=settings.top_k, abstention=abstention,
             reader_abstains=settings.reader_abstains, style=style,
+            abstain_min_confidence=settings.reader_abstain_min_confidence,
         )
     if name == StrategyName.SELF_ROUTE:
         single = SingleStep(

@@ -3,7 +3,10 @@
 Support semantics: the strategy abstains without calling the LLM when its retrieval found nothing
 or nothing relevant enough (`strategies.abstention`; thresholds off by default, so benchmark runs
 are unchanged); with `reader_abstains` the reader gets a prompt that lets it say the passages lack
-the answer, and saying so abstains too. An abstaining result has `answerable=False`, an empty
+the answer, and saying so abstains too (a second gate after the retrieval gate, at no extra call:
+the reply is the answer). With `abstain_min_confidence` the marker abstains only when the reader
+was sure of it (its first token at least that likely, from the endpoint's log-probabilities); an
+unsure marker is asked again without it, one more call. An abstaining result has `answerable=False`, an empty
 answer, the reason and the passages found, so the caller can hand the query to a human.
 
 Answer style (`AnswerStyle`): `short` reads a span; `support` reads a full answer that cites the
@@ -13,6 +16,7 @@ appended, so every support reply names a source it came from.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,14 +73,22 @@ def answer_in_style(llm: LLM, question: str, passages: Sequence[Passage],
     """The shared reader in `style`: a span (`short`), or a full answer citing its passages
     (`support`; see `ensure_citation`). With `abstains` it may answer the no-answer marker,
     which is returned as written (`says_no_answer` tells it)."""
+    return read_in_style(llm, question, passages, style, abstains)[0]
+
+
+def read_in_style(llm: LLM, question: str, passages: Sequence[Passage],
+                  style: AnswerStyle = AnswerStyle.SHORT, abstains: bool = False) -> tuple[str, float | None]:
+    """`answer_in_style` and the probability of the reply's first token (None when the
+    generator reports no log-probabilities): how sure the reader was of what it began with."""
     completion = ask(llm, reader_prompt(style, abstains), passages=format_passages(passages),
                      question=question)
+    first = math.exp(completion.token_logprobs[0]) if completion.token_logprobs else None
     if style != AnswerStyle.SUPPORT:
-        return clean_answer(completion.text)
+        return clean_answer(completion.text), first
     answer = clean_support_answer(completion.text)
     if abstains and says_no_answer(answer, style):
-        return answer
-    return ensure_citation(answer, passages)
+        return answer, first
+    return ensure_citation(answer, passages), first
 
 
 def read_answer(
@@ -110,6 +122,9 @@ class SingleStep:
     # Let the reader abstain with `prompts.single_step.NO_ANSWER_MARKER`.
     reader_abstains: bool = False
     style: AnswerStyle = AnswerStyle.SHORT
+    # The marker abstains only when its first token is at least this likely; an unsure marker is
+    # asked again without it (None: every marker abstains; so does one without log-probabilities).
+    abstain_min_confidence: float | None = None
 
     def run(self, question: str) -> StrategyResult:
         timer = PhaseTimer()
@@ -119,8 +134,12 @@ class SingleStep:
         if why is not None:
             return abstained(self.name, passages, 1, timer.finish(), why)
         with timer.phase("generate"):
-            answer = answer_in_style(self.llm, question, passages, self.style, self.reader_abstains)
-        if self.reader_abstains and says_no_answer(answer, self.style):
+            answer, confidence = read_in_style(self.llm, question, passages, self.style, self.reader_abstains)
+            unsure = (self.abstain_min_confidence is not None and confidence is not None
+                      and confidence < self.abstain_min_confidence)
+            if self.reader_abstains and says_no_answer(answer, self.style) and unsure:
+                answer = answer_in_style(self.llm, question, passages, self.style, abstains=False)
+        if self.reader_abstains and says_no_answer(answer, self.style) and not unsure:
             return abstained(self.name, passages, 1, timer.finish(), READER_FOUND_NONE)
         return StrategyResult(
             strategy=self.name, answer=answer, steps=1, passages=passages, timings=timer.finish()
