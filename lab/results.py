@@ -444,6 +444,22 @@ def small_talk_latency(reports: Path) -> str:
             f"(n {len(loaded)} / {len(idle)})")
 
 
+def two_part_answers(reports: Path) -> str:
+    """Two-part support questions: replies with both parts per way, and C by parts' median time
+    over B's, from the answers."""
+    rows = list(read_jsonl(reports / "two_part_answers" / "answers.jsonl"))
+
+    def both(way: str) -> str:
+        mine = [r for r in rows if r["way"] == way]
+        return f"{sum(all(x >= 0.5 for x in r['part_recall']) for r in mine)} of {len(mine)}"
+
+    def med(way: str) -> float:
+        return percentile([r["seconds"] for r in rows if r["way"] == way], 50) or 0.0
+
+    return (f"both parts {both('C parts')} by parts vs {both('B')} B, {both('C whole')} decompose; "
+            f"{med('C parts') / med('B'):.2f}x B's median time")
+
+
 FIGURES: tuple[Figure, ...] = (
     Figure("Always A (no retrieval), F1", row_f1(lambda ev: ev.fixed("A"))),
     Figure("Always B (single step), F1", row_f1(lambda ev: ev.fixed("B"))),
@@ -473,6 +489,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Search latency p50, tantivy vs OpenSearch", backend_latency),
     Figure("Evidence, all supporting passages among 5, chain vs B, 2Wiki / MuSiQue / HotpotQA", evidence_complete_at_5),
     Figure("Tier C evidence@5 minus always B, pilot test F1 (mean of 2Wiki, MuSiQue, HotpotQA)", chain_reader_pilot),
+    Figure("Two-part support questions, support style: replies with both parts; time vs B", two_part_answers),
     Figure("Ceiling, distinct queries", ceiling("distinct")),
     Figure("Ceiling, repeated queries", ceiling("repeated")),
     Figure("Front-door overhead at half the ceiling, distinct, p50 / p99", overhead_at_half_ceiling("distinct")),
