@@ -76,7 +76,9 @@ def ask(stub: Any, auth: tuple, question: str, timeout_s: float,
     from services.frontdoor.stubs import pb2
 
     started = time.perf_counter()
-    request = pb2.AnswerRequest(query=question.encode(), conversation_id=conversation_id or "")
+    request = pb2.AnswerRequest(query=question.encode())
+    if conversation_id:  # an optional field: set only for a follow-up turn
+        request.conversation_id = conversation_id
     try:
         reply = stub.Answer(request, metadata=auth, timeout=timeout_s)
     except grpc.RpcError as exc:

@@ -98,12 +98,17 @@ def test_demo_answers_every_tier_through_grpc_and_leaves_nothing_running(tmp_pat
     # Parts started here, not configured servers.
     assert "filesystem broker" in output and "SQLite" in output and "local Triton" in output
     assert "front door on 127.0.0.1:" in output
-    assert "3 questions through gRPC" in output
+    assert "4 questions through gRPC" in output
     served = re.search(r"Triton serving complexity v(\d+) ", output)
     assert served, output[-6000:]
     served_version = int(served.group(1))
     rows = json.loads(rows_path.read_text())["rows"]
-    assert [r["expected"] for r in rows] == ["A", "B", "C"]
+    assert [r["expected"] for r in rows] == ["A", "B", "B", "C"]
+    # The follow-up turn continues the first B question's conversation, searched as a standalone question.
+    first, follow_up = rows[1], rows[2]
+    assert follow_up["follow_up_of"] == first["question"] and follow_up["question"] == "how do I cancel it?"
+    assert follow_up["conversation_id"] == first["conversation_id"] == first["request_id"]
+    assert follow_up["rewritten_query"] == "How do I cancel the Lumora Plus plan?", follow_up
     decisions = recorded_decisions(tmp_path / "demo" / "arag.db")
     for row in rows:
         assert row["status"] == "OK", row
