@@ -68,7 +68,9 @@ def test_configured_servers_are_used_and_not_started(tmp_path, monkeypatch):
 
 def test_per_tier_keeps_the_first_questions_of_each_expected_tier():
     questions = load_questions(Path(__file__).resolve().parents[2] / "demo" / "questions.json", 1)
-    assert [q["expected_tier"] for q in questions] == ["A", "B", "C"]
+    # the first B question's follow-up turn comes with it
+    assert [q["expected_tier"] for q in questions] == ["A", "B", "B", "C"]
+    assert questions[2]["follow_up_of"] == questions[1]["question"]
 
 
 def test_a_published_classifier_version_is_served_by_a_local_triton(tmp_path, monkeypatch):
