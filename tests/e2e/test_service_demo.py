@@ -139,7 +139,7 @@ def test_demo_answers_every_tier_through_grpc_and_leaves_nothing_running(tmp_pat
     # Triton answered: at least one query was routed by the served model, not all by the rules.
     assert [r for r in rows if not r["fallback"]], rows
     assert any(r["answer"].strip() for r in rows)
-    assert "3/3 answered" in output
+    assert "4/4 answered" in output
     assert "no process left" in output
     assert marked_processes(marker) == []
     print(f"demo took {time.monotonic() - started:.1f} s")
