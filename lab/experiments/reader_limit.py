@@ -244,6 +244,12 @@ def render(out: Path, payload: dict[str, Any]) -> None:
         lines.append(f"| {row['clients']} | {row['answers']} | {fmt(row['tokens_per_s'], 1)} | "
                      f"{fmt(row.get('batched_bench_tokens_per_s'), 1)} | {fmt(row.get('ratio_to_batched_bench'))}x | "
                      f"{fmt(row['latency_p50_s'])} |")
+    lines += ["", "## Reading", "",
+              "A ratio below 1 is the server's prompt cache, not a faster model: every chat prompt starts",
+              "with its static part (system text and the worked example, about 255 tokens), which the server",
+              "keeps from the previous prompt on the slot, while `llama-bench` and `llama-batched-bench`",
+              "prefill every token. The service's token counts are the prompts' whole lengths, so its",
+              "tokens/s count the cached prefix too. A setup with no answers was not run (`--setups`)."]
     lines += ["", "## Method", "",
               "Each answer's prompt and generated tokens come from the records (`query_results`); "
               "`llama-bench -pg P,G` measures the model alone for exactly that pair (mean of "
