@@ -41,6 +41,12 @@ class Usage:
         self.completion_tokens += completion.completion_tokens
         self.llm_calls += 1
 
+    def merge(self, other: Usage) -> None:
+        """Add the tokens and calls of another run's meter (a thread's, `metered_alone`)."""
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.llm_calls += other.llm_calls
+
 
 @dataclass(slots=True)
 class StrategyResult:

@@ -70,9 +70,7 @@ def add_usage(usage: Usage | None) -> None:
     if usage is None:
         return
     for meter in _METERS.get():
-        meter.prompt_tokens += usage.prompt_tokens
-        meter.completion_tokens += usage.completion_tokens
-        meter.llm_calls += usage.llm_calls
+        meter.merge(usage)
 
 
 def run_metered(strategy: Strategy, question: str) -> StrategyResult:
