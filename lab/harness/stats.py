@@ -161,6 +161,38 @@ def slope(points: Sequence[tuple[float, float]]) -> float | None:
     return float(np.polyfit(x, y, 1)[0])
 
 
+def theil_sen(points: Sequence[tuple[float, float]], confidence: float = 0.95) -> dict[str, float] | None:
+    """Robust slope of y on x with its `confidence` interval (Theil-Sen: the median of the slopes
+    of every pair of points with distinct x; Sen's interval from the variance of Kendall's S,
+    corrected for ties, as scipy's `theilslopes` computes it); None below 3 points or with one
+    distinct x. A few outliers (a GC pause, a burst) hardly move it, unlike least squares."""
+    from collections import Counter
+    from statistics import NormalDist
+
+    pts = [(float(x), float(y)) for x, y in points if x is not None and y is not None]
+    if len(pts) < 3 or len({x for x, _ in pts}) < 2:
+        return None
+    x = np.asarray([p[0] for p in pts])
+    y = np.asarray([p[1] for p in pts])
+    i, j = np.triu_indices(len(pts), k=1)
+    dx = x[j] - x[i]
+    keep = dx != 0
+    slopes = np.sort((y[j] - y[i])[keep] / dx[keep])
+    med = float(np.median(slopes))
+    intercept = float(np.median(y) - med * np.median(x))
+    n, pairs = len(pts), len(slopes)
+
+    def ties(values: np.ndarray) -> float:
+        return float(sum(k * (k - 1) * (2 * k + 5) for k in Counter(values.tolist()).values() if k > 1))
+
+    variance = (n * (n - 1) * (2 * n + 5) - ties(x) - ties(y)) / 18.0
+    z = NormalDist().inv_cdf(0.5 + confidence / 2.0)
+    spread = z * math.sqrt(max(variance, 0.0))
+    low = slopes[max(int(round((pairs - spread) / 2.0)) - 1, 0)]
+    high = slopes[min(int(round((pairs + spread) / 2.0)), pairs - 1)]
+    return {"slope": med, "intercept": intercept, "low": float(low), "high": float(high), "n": n}
+
+
 # --- the CPU: what processes used -----------------------------------------------------------------
 
 PROC = Path("/proc")

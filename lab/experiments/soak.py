@@ -1,0 +1,625 @@
+"""Does any process of the stack leak memory or descriptors under hours of steady load? A soak:
+an hour at half the ceiling with the instant LLM, then 30 minutes with the real reader at half
+its capacity, every process sampled every minute.
+
+    .venv/bin/python -m lab.experiments.soak            # ~95 min, writes reports/soak/
+    .venv/bin/python -m lab.experiments.soak --quick    # ~6 min smoke run, var/soak/quick/
+    .venv/bin/python -m lab.experiments.soak --recompute reports/soak   # summary/README/plot from samples.jsonl
+
+Each phase starts the lab's one stack (`lab.harness.stack.lab_stack`) afresh: Redis, PostgreSQL,
+Triton serving the router the repository ships (`arag model ship`), embedded tantivy over the demo
+help centre, the front door, worker pools A, B and C; the LLM is the instant endpoint
+(`lab.harness.instant_llm`, a measurement device) in phase `instant` and one shared llama-server
+with the default reader (`infra.local.llama_server`) in phase `reader`. The load is this
+process's grpc.aio client (`lab.harness.load_client`), open loop, the default mix A 60 / B 30 /
+C 10 % of the load test's query pools (`lab.loadtest.queries`), every text distinct (no cache
+answers; a cache without a bound would show as growth).
+
+Rates: `instant` at half of min(`--ceiling`, a closed-loop probe of `--probe-s` s at the start);
+`--ceiling` defaults to the distinct-query ceiling on Redis, PostgreSQL and Triton with the
+instant LLM in `reports/load/ceiling-servers` (117.0 Answers/s). `reader` at `--reader-rate`
+(default 0.15/s: half of about 0.3/s, the mix's capacity when tier B/C answers (40 % of it) are
+bound by the reader's ~0.12 answers/s at 4 concurrent clients in `reports/reader_limit`).
+
+Every `--interval` s (60) each process of the stack (every descendant of this process: front
+door, each pool's main and child processes, Redis, PostgreSQL's postmaster and backends, Triton,
+the LLM) is read from /proc: RSS, PSS and USS (`smaps_rollup`), open descriptors, threads. Per
+process, after the phase's warm-up, the slope per hour of each by Theil-Sen
+(`lab.harness.stats.theil_sen`, 95 % interval); the verdict: memory (RSS) grows at most
+`MEMORY_LIMIT_PCT_PER_H` % of its median per hour, descriptors at most `FD_LIMIT_PER_H` per hour.
+
+Writes `samples.jsonl` (one line per process per sample, and one per minute of load: the figures
+recompute from it), `summary.json`, `README.md` and `soak.png` to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from lab.harness.stats import percentile, theil_sen
+
+REPO = Path(__file__).resolve().parents[2]
+PROC = Path("/proc")
+DEFAULT_CEILING = 117.0  # reports/load/ceiling-servers, distinct queries (run8, 2026-12-03)
+CEILING_SOURCE = "reports/load/ceiling-servers (distinct queries, Redis + PostgreSQL + Triton, instant LLM)"
+DEFAULT_READER_RATE = 0.15
+MEMORY_LIMIT_PCT_PER_H = 5.0  # a process's RSS may grow at most this share of its median per hour
+FD_LIMIT_PER_H = 1.0  # descriptors: flat = a slope of at most one descriptor per hour
+MIN_SAMPLES = 5  # after the warm-up, fewer samples than this: the process is not judged
+MIX = "A=60,B=30,C=10"
+
+
+@dataclass
+class Phase:
+    name: str  # instant | reader
+    minutes: float
+    warmup_minutes: float
+    timeout_s: float  # per Answer call
+    rate: float | None = None  # Answers/s offered (instant: set after the probe)
+    source: str = "all"  # the load test's query pools (`lab.loadtest.queries.build_pools`)
+
+
+# --- reading the processes ------------------------------------------------------------------------
+
+
+def read_process(pid: int, proc: Path = PROC) -> dict[str, Any] | None:
+    """RSS, PSS, USS (bytes), open descriptors and threads of `pid`; None if it is gone."""
+    base = proc / str(pid)
+    try:
+        status = (base / "status").read_text()
+        fds = len(os.listdir(base / "fd"))
+    except OSError:
+        return None
+    out: dict[str, Any] = {"fds": fds}
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        if key == "VmRSS":
+            out["rss"] = int(value.split()[0]) * 1024
+        elif key == "Threads":
+            out["threads"] = int(value.split()[0])
+    try:
+        rollup = (base / "smaps_rollup").read_text()
+        private = 0
+        for line in rollup.splitlines():
+            key, _, value = line.partition(":")
+            if key == "Pss":
+                out["pss"] = int(value.split()[0]) * 1024
+            elif key in ("Private_Clean", "Private_Dirty"):
+                private += int(value.split()[0]) * 1024
+        out["uss"] = private
+    except OSError:
+        pass
+    return out if "rss" in out else None  # a zombie has no memory lines
+
+
+def _stat(pid: int, proc: Path) -> tuple[int, str] | None:
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+        cmd = (proc / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1]), cmd
+
+
+def descendants(root: int, proc: Path = PROC) -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every process under `root` (not `root` itself)."""
+    table: dict[int, tuple[int, str]] = {}
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            found = _stat(int(entry.name), proc)
+            if found is not None:
+                table[int(entry.name)] = found
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, (parent, _) in table.items():
+        children[parent].append(pid)
+    out, todo = {}, list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        out[pid] = table[pid]
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+def role_of(pid: int, tree: Mapping[int, tuple[int, str]], known: Mapping[int, str]) -> str:
+    """A process's role: the stack's own name for it (`LabStack.processes`), else by its parent
+    (a worker pool's children) or its command line (the servers, PostgreSQL's processes by the
+    title they set)."""
+    if pid in known:
+        return known[pid]
+    parent, cmd = tree[pid]
+    if parent in known and known[parent].startswith("worker pool"):
+        return f"{known[parent]} child"
+    for needle, role in (("tritonserver", "tritonserver"), ("redis-server", "redis"),
+                         ("llama-server", "llama-server"), ("instant_llm", "instant LLM")):
+        if needle in cmd:
+            return role
+    if cmd.startswith("postgres:"):  # a backend or an auxiliary process, by its title
+        title = cmd.removeprefix("postgres:").strip()
+        words = title.split()
+        if len(words) >= 3 and ("(" in words[2] or words[2][:1].isdigit() or words[2] == "[local]"):
+            return "postgresql backend"  # user database host(port) state
+        return f"postgresql {' '.join(w for w in words if not w.startswith('('))[:30]}"
+    if "postgres" in cmd:
+        return "postgresql (postmaster)"
+    if parent in known:
+        return f"{known[parent]} child"
+    if parent in tree:
+        return f"{role_of(parent, tree, known)} child"
+    return "other: " + cmd[:40]
+
+
+def sample(root: int, known: Mapping[int, str], phase: str, t0: float, proc: Path = PROC) -> list[dict[str, Any]]:
+    """One sample of every process under `root`: a record per process."""
+    now = time.time()
+    tree = descendants(root, proc)
+    rows = []
+    for pid in sorted(tree):
+        found = read_process(pid, proc)
+        if found is None:
+            continue
+        rows.append({"type": "process", "phase": phase, "time": round(now, 3), "minute": round((now - t0) / 60.0, 3),
+                     "pid": pid, "role": role_of(pid, tree, known), **found})
+    return rows
+
+
+# --- the verdict ----------------------------------------------------------------------------------
+
+
+def series(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, int], list[Mapping[str, Any]]]:
+    """(phase, role, pid) -> that process's samples in time order."""
+    out: dict[tuple[str, str, int], list[Mapping[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if row.get("type") == "process":
+            out[(row["phase"], row["role"], row["pid"])].append(row)
+    for rows_ in out.values():
+        rows_.sort(key=lambda r: r["minute"])
+    return dict(out)
+
+
+def judge(samples: Sequence[Mapping[str, Any]], warmup_minutes: float,
+          memory_limit_pct_per_h: float = MEMORY_LIMIT_PCT_PER_H, fd_limit_per_h: float = FD_LIMIT_PER_H,
+          min_samples: int = MIN_SAMPLES) -> dict[str, Any]:
+    """One process's verdict from its samples (`minute`, `rss`, `pss`, `uss`, `fds`): Theil-Sen
+    slopes per hour of each after `warmup_minutes`; memory passes when the RSS slope is at most
+    `memory_limit_pct_per_h` % of the median RSS per hour, descriptors when their slope is at
+    most `fd_limit_per_h` per hour. Fewer than `min_samples` after the warm-up: not judged."""
+    after = [s for s in samples if s["minute"] >= warmup_minutes]
+    out: dict[str, Any] = {"samples": len(samples), "samples_after_warmup": len(after),
+                           "first_minute": samples[0]["minute"] if samples else None,
+                           "last_minute": samples[-1]["minute"] if samples else None}
+    for key in ("rss", "pss", "uss", "fds"):
+        values = [s[key] for s in after if s.get(key) is not None]
+        if not values:
+            continue
+        fit = theil_sen([(s["minute"] / 60.0, s[key]) for s in after if s.get(key) is not None])
+        level = percentile(values, 50) or 0.0
+        entry: dict[str, Any] = {"median": level, "first": values[0], "last": values[-1], "max": max(values)}
+        if fit is not None:
+            entry.update(slope_per_h=fit["slope"], low_per_h=fit["low"], high_per_h=fit["high"])
+            if key != "fds" and level > 0:
+                entry.update(pct_per_h=100 * fit["slope"] / level, pct_low=100 * fit["low"] / level,
+                             pct_high=100 * fit["high"] / level)
+        out[key] = entry
+    if len(after) < min_samples or "pct_per_h" not in out.get("rss", {}):
+        out["verdict"] = "not judged"
+        out["reasons"] = [f"{len(after)} samples after the warm-up (< {min_samples})"]
+        return out
+    reasons = []
+    if out["rss"]["pct_per_h"] > memory_limit_pct_per_h:
+        own = out.get("uss", {}).get("pct_per_h")
+        reasons.append(f"RSS +{out['rss']['pct_per_h']:.1f} %/h > {memory_limit_pct_per_h:g} %/h"
+                       + (f" (its own memory, USS, {own:+.1f} %/h)" if own is not None else ""))
+    fds = out.get("fds", {})
+    if abs(fds.get("slope_per_h", 0.0)) > fd_limit_per_h:
+        reasons.append(f"descriptors {fds['slope_per_h']:+.1f}/h (beyond +-{fd_limit_per_h:g}/h)")
+    out["verdict"] = "pass" if not reasons else "fail"
+    out["reasons"] = reasons
+    return out
+
+
+def role_totals(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """(phase, role) -> per sample time the sum over that role's processes (a role with many
+    short-lived processes, e.g. PostgreSQL backends, is judged as a whole too)."""
+    sums: dict[tuple[str, str], dict[float, dict[str, Any]]] = defaultdict(dict)
+    for row in rows:
+        if row.get("type") != "process":
+            continue
+        at = sums[(row["phase"], row["role"])].setdefault(
+            row["time"], {"minute": row["minute"], "rss": 0, "pss": 0, "uss": 0, "fds": 0, "processes": 0})
+        for key in ("rss", "pss", "uss", "fds"):
+            at[key] += row.get(key) or 0
+        at["processes"] += 1
+    return {k: sorted(v.values(), key=lambda r: r["minute"]) for k, v in sums.items()}
+
+
+def summarize(rows: Sequence[Mapping[str, Any]], phases: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Per phase: every process's and every role's verdict, the load it ran under, the overall
+    verdict (every judged process passes)."""
+    out: dict[str, Any] = {"memory_limit_pct_per_h": MEMORY_LIMIT_PCT_PER_H, "fd_limit_per_h": FD_LIMIT_PER_H,
+                           "min_samples": MIN_SAMPLES, "phases": {}}
+    per_process = series(rows)
+    totals = role_totals(rows)
+    for name, info in phases.items():
+        warm = float(info["warmup_minutes"])
+        processes = []
+        for (phase, role, pid), samples in sorted(per_process.items(), key=lambda kv: (kv[0][1], kv[0][2])):
+            if phase == name:
+                processes.append({"role": role, "pid": pid, **judge(samples, warm)})
+        roles = []
+        for (phase, role), samples in sorted(totals.items()):
+            if phase == name:
+                roles.append({"role": role, "processes_max": max(s["processes"] for s in samples),
+                              **judge(samples, warm)})
+        load = [r for r in rows if r.get("type") == "load" and r.get("phase") == name]
+        codes: Counter = Counter()
+        tiers: Counter = Counter()
+        strategies: Counter = Counter()
+        for r in load:
+            codes.update(r.get("codes", {}))
+            tiers.update(r.get("tiers", {}))
+            strategies.update(r.get("strategies", {}))
+        sent = sum(r.get("ended", 0) for r in load)
+        judged = [p for p in processes if p["verdict"] != "not judged"]
+        failed = [p for p in judged if p["verdict"] == "fail"]
+        out["phases"][name] = {
+            **dict(info), "processes": processes, "roles": roles,
+            "judged": len(judged), "failed": len(failed), "not_judged": len(processes) - len(judged),
+            "verdict": "pass" if judged and not failed else ("fail" if failed else "not judged"),
+            "worst_rss_pct_per_h": max((p["rss"]["pct_per_h"] for p in judged), default=None),
+            "worst_fd_per_h": max((abs(p["fds"]["slope_per_h"]) for p in judged if "slope_per_h" in p.get("fds", {})),
+                                  default=None),
+            "load": {"calls_ended": sent, "codes": dict(codes), "tiers": dict(tiers), "strategies": dict(strategies), "ok_share": (codes.get("OK", 0) / sent) if sent else None,
+                     "answered_per_s_median": percentile([r["ok_per_s"] for r in load], 50),
+                     "p50_ms_median": percentile([r["p50_ms"] for r in load], 50),
+                     "p95_ms_median": percentile([r["p95_ms"] for r in load], 50),
+                     "p95_ms_max": max((r["p95_ms"] for r in load if r.get("p95_ms") is not None), default=None),
+                     "load_average_max": max((r["load_average"][0] for r in load), default=None),
+                     "load_average_median": percentile([r["load_average"][0] for r in load], 50)},
+        }
+    return out
+
+
+# --- running --------------------------------------------------------------------------------------
+
+
+class MinuteBucket:
+    """The calls that ended in one sampling interval: codes, tiers and OK latencies."""
+
+    def __init__(self) -> None:
+        self.codes: Counter = Counter()
+        self.tiers: Counter = Counter()
+        self.strategies: Counter = Counter()
+        self.latencies: list[float] = []
+
+    def add(self, record: Any) -> None:
+        self.codes[record.code] += 1
+        if record.ok:
+            self.latencies.append(record.latency_ms)
+            self.tiers[record.tier or "?"] += 1
+            self.strategies[record.strategy or "?"] += 1
+
+    def row(self, phase: str, t0: float, interval_s: float) -> dict[str, Any]:
+        now = time.time()
+        ended = sum(self.codes.values())
+        return {"type": "load", "phase": phase, "time": round(now, 3), "minute": round((now - t0) / 60.0, 3),
+                "ended": ended, "ok_per_s": round(self.codes.get("OK", 0) / interval_s, 3),
+                "codes": dict(self.codes), "tiers": dict(self.tiers), "strategies": dict(self.strategies),
+                "p50_ms": percentile(self.latencies, 50), "p95_ms": percentile(self.latencies, 95),
+                "load_average": os.getloadavg()}
+
+
+def publish_router(repository: Path, log: Path) -> None:
+    """The router the repository ships, as a version Triton serves (`arag model ship`)."""
+    if list(repository.glob("*/*/model.onnx")):
+        return
+    arag = Path(sys.executable).parent / "arag"
+    with log.open("ab") as out:
+        subprocess.run([str(arag), "model", "ship", "--repository", str(repository)], cwd=REPO, check=True,
+                       stdout=out, stderr=subprocess.STDOUT, timeout=600, stdin=subprocess.DEVNULL)
+
+
+async def drive(stack: Any, phase: Phase, args: argparse.Namespace, journal: Any, say: Any) -> dict[str, Any]:
+    """The phase's load (after the probe, for `instant`) and its sampler, for `phase.minutes`."""
+    from lab.harness.load_client import LoadClient, open_loop
+    from lab.loadtest.queries import QueryPicker, build_pools, parse_mix
+
+    picker = QueryPicker(build_pools(phase.source), parse_mix(MIX), seed=int(time.time()) % 100_000, distinct=True)
+    known = stack.processes()
+    info: dict[str, Any] = {"stack": dict(stack.using), "facts": stack.facts()}
+    client = LoadClient(stack.address, stack.api_key("soak"), channels=4)
+    await client.ready(timeout=120)
+    try:
+        for _ in range(5):  # connections, the model's pages, the index
+            warm = await client.answer(picker.next().text, timeout=phase.timeout_s)
+            client.records.clear()
+        if not warm.ok:
+            raise RuntimeError(f"the stack does not answer: {warm.code} {warm.detail}")
+        if phase.rate is None:  # the instant phase: half of min(given ceiling, a closed-loop probe)
+            stop_at = time.monotonic() + args.probe_s
+            answered = 0
+
+            async def one(lane: int) -> None:
+                nonlocal answered
+                while time.monotonic() < stop_at:
+                    r = await client.answer(picker.next().text, timeout=30.0, lane=lane)
+                    answered += r.ok
+
+            started = time.monotonic()
+            await asyncio.gather(*(one(i) for i in range(args.probe_clients)))
+            probe = answered / (time.monotonic() - started)
+            client.records.clear()
+            phase.rate = 0.5 * min(args.ceiling, probe)
+            info.update(probe_answers_per_s=round(probe, 2), given_ceiling=args.ceiling,
+                        ceiling_source=CEILING_SOURCE if args.ceiling == DEFAULT_CEILING else "--ceiling")
+            say(f"{phase.name}: probe {probe:.1f} answers/s, given ceiling {args.ceiling:g}: rate {phase.rate:.2f}/s")
+            await asyncio.sleep(5)  # the probe's backlog drains
+        info["rate"] = phase.rate
+        t0 = time.time()
+        info["started"] = datetime.fromtimestamp(t0, timezone.utc).isoformat(timespec="seconds")
+        end = time.monotonic() + 60.0 * phase.minutes
+        bucket = MinuteBucket()
+
+        async def send(k: int) -> None:
+            record = await client.answer(picker.next().text, timeout=phase.timeout_s, lane=k)
+            bucket.add(record)
+
+        async def load() -> None:
+            chunk_s = args.interval
+            n = max(1, round(phase.rate * chunk_s))
+            origin, k, running = time.monotonic(), 0, set()
+            while origin + k * chunk_s < end:
+                due = origin + k * chunk_s
+                await asyncio.sleep(max(0.0, due - 1.0 - time.monotonic()))
+                task = asyncio.create_task(open_loop(send, n / chunk_s, count=n, start=due, max_lag_periods=20))
+                running.add(task)
+                task.add_done_callback(running.discard)
+                k += 1
+            if running:
+                await asyncio.wait(running, timeout=phase.timeout_s + 30)
+
+        async def sampler() -> None:
+            nonlocal bucket
+            next_at = time.monotonic()
+            while True:
+                rows = await asyncio.to_thread(sample, os.getpid(), known, phase.name, t0)
+                done, bucket = bucket, MinuteBucket()
+                client.records.clear()
+                load_row = done.row(phase.name, t0, args.interval)
+                for row in (*rows, load_row):
+                    journal.write(json.dumps(row) + "\n")
+                journal.flush()
+                say(f"{phase.name} {load_row['minute']:6.1f} min: {len(rows)} processes, "
+                    f"{load_row['ok_per_s']:.2f} OK/s, p95 {load_row['p95_ms'] or 0:.0f} ms, codes {load_row['codes']}, "
+                    f"load {load_row['load_average'][0]:.1f}")
+                next_at += args.interval
+                if next_at > end + 1:
+                    return
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+
+        await asyncio.gather(load(), sampler())
+        info["ended"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        return info
+    finally:
+        await client.close()
+
+
+def run_phase(phase: Phase, args: argparse.Namespace, workdir: Path, journal: Any, console: Any) -> dict[str, Any]:
+    from lab.harness.stack import Parts, lab_stack
+
+    repository = workdir / "model_repository"
+    repository.mkdir(parents=True, exist_ok=True)
+    publish_router(repository, workdir / "model-ship.log")
+    parts = Parts(broker="redis", records="postgres", classifier="triton", retriever="tantivy",
+                  llm="instant" if phase.name == "instant" else "llama-server")
+    settings = {"tenant_rate_per_s": 0, "tenant_slots": {"A": 0, "B": 0, "C": 0}}
+    with lab_stack(workdir / phase.name, parts, pools=("A", "B", "C"), settings=settings, tenants=("soak",),
+                   model_repository=repository, dotenv=False, env={"ARAG_TRACES": "off"}, console=console) as stack:
+        info = asyncio.run(drive(stack, phase, args, journal, console.print))
+    info["leftovers"] = stack.leftovers
+    return info
+
+
+# --- the report -----------------------------------------------------------------------------------
+
+
+def _mb(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1e6:,.1f}"
+
+
+def _pct(entry: Mapping[str, Any]) -> str:
+    if "pct_per_h" not in entry:
+        return "-"
+    return f"{entry['pct_per_h']:+.2f} [{entry['pct_low']:+.2f}, {entry['pct_high']:+.2f}]"
+
+
+def _fd(entry: Mapping[str, Any]) -> str:
+    if "slope_per_h" not in entry:
+        return "-"
+    return f"{entry['slope_per_h']:+.1f} [{entry['low_per_h']:+.1f}, {entry['high_per_h']:+.1f}]"
+
+
+def render(summary: Mapping[str, Any], out: Path) -> None:
+    phases = summary["phases"]
+    lines = ["# Soak: memory and descriptors of every process under hours of steady load", "",
+             "**Question.** Under steady load at half the ceiling, does any process of the stack grow "
+             "its memory or its open descriptors once warmed up?", ""]
+    answer = []
+    for name, ph in phases.items():
+        load = ph["load"]
+        answer.append(
+            f"Phase `{name}` ({ph['minutes']:g} min at {ph.get('rate') or 0:.2f} Answers/s, warm-up {ph['warmup_minutes']:g} min): "
+            f"**{ph['verdict']}**: {ph['judged']} processes judged, {ph['failed']} over the limits "
+            f"(worst RSS slope {ph['worst_rss_pct_per_h'] if ph['worst_rss_pct_per_h'] is None else format(ph['worst_rss_pct_per_h'], '+.2f')} %/h, "
+            f"worst descriptor slope {ph['worst_fd_per_h'] if ph['worst_fd_per_h'] is None else format(ph['worst_fd_per_h'], '.1f')}/h); "
+            f"{load['calls_ended']} calls, {100 * (load['ok_share'] or 0):.2f} % OK, median per-minute p95 "
+            f"{load['p95_ms_median'] or 0:.0f} ms; load average (1 min) median {load['load_average_median'] or 0:.1f}, "
+            f"max {load['load_average_max'] or 0:.1f}.")
+    lines += ["**Answer (" + summary.get("run_started", "?")[:10] + ").** " + " ".join(answer), ""]
+    lines += [f"Targets: after the warm-up, no process's RSS grows more than {summary['memory_limit_pct_per_h']:g} % "
+              f"of its median per hour; descriptors flat (Theil-Sen slope within +-{summary['fd_limit_per_h']:g} per hour). "
+              f"A process with fewer than {summary['min_samples']} samples after the warm-up is not judged "
+              "(it started late: a restarted child, a new PostgreSQL backend).", "",
+              f"Command: `{summary.get('command', '?')}`  ",
+              f"Run: {summary.get('run_started', '?')} -> {summary.get('run_ended', '?')}; {summary.get('machine', '')}", ""]
+    for name, ph in phases.items():
+        lines += [f"## Phase `{name}`", "",
+                  f"- LLM: {ph.get('stack', {}).get('llm', '?')}",
+                  f"- stack: " + "; ".join(f"{k}: {v}" for k, v in ph.get("stack", {}).items() if k != "llm"),
+                  f"- pools: concurrency {ph.get('facts', {}).get('concurrency')}, queue limits {ph.get('facts', {}).get('queue_limits')}",
+                  f"- rate: {ph.get('rate') or 0:.2f} Answers/s open loop, mix {MIX} of the `{ph.get('queries')}` query pools, distinct texts"
+                  + (f"; half of min(given ceiling {ph['given_ceiling']:g} from {ph.get('ceiling_source')}, "
+                     f"closed-loop probe at the start {ph['probe_answers_per_s']:g})" if ph.get("probe_answers_per_s") else
+                     " (`--reader-rate`)"),
+                  f"- load: {json.dumps(ph['load'])}", "",
+                  "Per process (after the warm-up; slopes by Theil-Sen with their 95 % interval):", "",
+                  "| process | pid | samples | RSS median MB | RSS %/h [95 %] | PSS %/h | USS %/h | fds median | fds /h [95 %] | verdict |",
+                  "| --- | ---: | ---: | ---: | --- | --- | --- | ---: | --- | --- |"]
+        for p in ph["processes"]:
+            lines.append(f"| {p['role']} | {p['pid']} | {p['samples_after_warmup']}/{p['samples']} | "
+                         f"{_mb(p.get('rss', {}).get('median'))} | {_pct(p.get('rss', {}))} | {_pct(p.get('pss', {}))} | "
+                         f"{_pct(p.get('uss', {}))} | {p.get('fds', {}).get('median', '-')} | {_fd(p.get('fds', {}))} | "
+                         f"{p['verdict']}{': ' + '; '.join(p['reasons']) if p['reasons'] else ''} |")
+        lines += ["", "Per role (the sum over its processes at each sample):", "",
+                  "| role | processes (max) | RSS median MB | RSS %/h [95 %] | PSS %/h | fds median | fds /h [95 %] | verdict |",
+                  "| --- | ---: | ---: | --- | --- | ---: | --- | --- |"]
+        for r in ph["roles"]:
+            lines.append(f"| {r['role']} | {r['processes_max']} | {_mb(r.get('rss', {}).get('median'))} | "
+                         f"{_pct(r.get('rss', {}))} | {_pct(r.get('pss', {}))} | {r.get('fds', {}).get('median', '-')} | "
+                         f"{_fd(r.get('fds', {}))} | {r['verdict']}{': ' + '; '.join(r['reasons']) if r['reasons'] else ''} |")
+        lines.append("")
+    lines += ["## Method", "",
+              "Every sample reads /proc of each descendant of the driver: `VmRSS` (status), `Pss` and "
+              "`Private_Clean + Private_Dirty` = USS (smaps_rollup), the entries of `fd/`, threads. RSS counts "
+              "shared pages a process touched (PostgreSQL backends touching shared buffers grow it without "
+              "allocating); PSS shares them out; USS is the process's own. The verdict is on RSS as the "
+              "target states; PSS and USS say whether a growth is the process's own.",
+              "", "Records: `samples.jsonl` (one line per process per sample, one `load` line per interval); "
+              "`summary.json` and this README recompute from it (`--recompute`); `soak.png` plots RSS and "
+              "descriptors per role over time.", ""]
+    (out / "README.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def plot(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    totals = role_totals(rows)
+    names = list(summary["phases"])
+    fig, axes = plt.subplots(2, max(1, len(names)), figsize=(8 * max(1, len(names)), 9), squeeze=False)
+    for col, name in enumerate(names):
+        warm = summary["phases"][name]["warmup_minutes"]
+        for (phase, role), samples in sorted(totals.items()):
+            if phase != name:
+                continue
+            xs = [s["minute"] for s in samples]
+            axes[0][col].plot(xs, [s["rss"] / 1e6 for s in samples], label=role, lw=1)
+            axes[1][col].plot(xs, [s["fds"] for s in samples], label=role, lw=1)
+        for row, label in ((0, "RSS (MB, sum over the role's processes)"), (1, "open descriptors (sum)")):
+            ax = axes[row][col]
+            ax.axvline(warm, color="grey", ls="--", lw=0.8)
+            ax.set_yscale("log")
+            ax.set_xlabel(f"minutes into phase `{name}` (dashed: end of warm-up)")
+            ax.set_ylabel(label)
+            ax.grid(alpha=0.3)
+        axes[0][col].legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out / "soak.png", dpi=110)
+    plt.close(fig)
+
+
+def read_samples(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def finish(out: Path, meta: Mapping[str, Any], phases: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    rows = read_samples(out / "samples.jsonl")
+    summary = {**meta, **summarize(rows, phases)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n", encoding="utf-8")
+    render(summary, out)
+    plot(rows, summary, out)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="~6 min: 3 + 2 min phases, a sample every 10 s")
+    parser.add_argument("--phases", default="instant,reader")
+    parser.add_argument("--instant-minutes", type=float, default=60.0)
+    parser.add_argument("--reader-minutes", type=float, default=30.0)
+    parser.add_argument("--instant-warmup", type=float, default=15.0, help="minutes not judged at the start")
+    parser.add_argument("--reader-warmup", type=float, default=10.0)
+    parser.add_argument("--interval", type=float, default=60.0, help="seconds between samples")
+    parser.add_argument("--ceiling", type=float, default=DEFAULT_CEILING,
+                        help=f"the instant LLM's ceiling, Answers/s (default {DEFAULT_CEILING:g}: {CEILING_SOURCE})")
+    parser.add_argument("--probe-s", type=float, default=30.0, help="closed-loop probe at the start of `instant`")
+    parser.add_argument("--probe-clients", type=int, default=16)
+    parser.add_argument("--reader-rate", type=float, default=DEFAULT_READER_RATE)
+    parser.add_argument("--out", type=Path, default=None, help="default reports/soak (quick: var/soak/quick)")
+    parser.add_argument("--workdir", type=Path, default=None, help="default var/soak/<run>")
+    parser.add_argument("--recompute", type=Path, default=None, help="rewrite summary, README and plot of a report folder")
+    args = parser.parse_args(argv)
+    if args.recompute:
+        old = json.loads((args.recompute / "summary.json").read_text())
+        keep = ("command", "run_started", "run_ended", "machine")
+        phases = {name: {k: v for k, v in ph.items() if k not in ("processes", "roles", "judged", "failed", "not_judged",
+                                                                  "verdict", "worst_rss_pct_per_h", "worst_fd_per_h", "load")}
+                  for name, ph in old["phases"].items()}
+        finish(args.recompute, {k: old[k] for k in keep if k in old}, phases)
+        return 0
+    if args.quick:
+        args.instant_minutes, args.reader_minutes, args.instant_warmup, args.reader_warmup = 3.0, 2.0, 1.0, 0.5
+        args.interval, args.probe_s = 10.0, 10.0
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    out = args.out or (REPO / "var" / "soak" / "quick" if args.quick else REPO / "reports" / "soak")
+    workdir = args.workdir or REPO / "var" / "soak" / f"{'quick' if args.quick else 'full'}-{stamp}"
+    out.mkdir(parents=True, exist_ok=True)
+    workdir.mkdir(parents=True, exist_ok=True)
+    console = Console()
+    plan = {"instant": Phase("instant", args.instant_minutes, args.instant_warmup, 30.0),
+            "reader": Phase("reader", args.reader_minutes, args.reader_warmup, 300.0, args.reader_rate, "demo")}
+    chosen = [p.strip() for p in args.phases.split(",") if p.strip()]
+    meta = {"command": "python -m lab.experiments.soak " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "run_started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "machine": (f"{os.cpu_count()} CPU cores, {platform.platform()}, Python {platform.python_version()}; "
+                        f"load average at start {', '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+                        "the machine is shared with other jobs"),
+            "interval_s": args.interval}
+    phases: dict[str, dict[str, Any]] = {}
+    with (out / "samples.jsonl").open("w", encoding="utf-8") as journal:
+        for name in chosen:
+            phase = plan[name]
+            console.print(f"[bold]phase {name}[/]: {phase.minutes:g} min, warm-up {phase.warmup_minutes:g} min")
+            try:
+                info = run_phase(phase, args, workdir, journal, console)
+            except Exception as exc:  # noqa: BLE001 - the other phase still runs; the report says why
+                console.print_exception()
+                info = {"error": f"{type(exc).__name__}: {exc}"}
+            phases[name] = {"minutes": phase.minutes, "warmup_minutes": phase.warmup_minutes, "rate": phase.rate,
+                            "queries": phase.source, "timeout_s": phase.timeout_s, **info}
+            meta["run_ended"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            summary = finish(out, meta, phases)  # after every phase: an interrupted run still reports
+    for name, ph in summary["phases"].items():
+        console.print(f"{name}: {ph['verdict']} ({ph['judged']} judged, {ph['failed']} failed); load {ph['load']}")
+    console.print(f"report: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""The soak's slope and verdict logic on synthetic samples (no stack)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from lab.experiments.soak import judge, role_of, summarize
+from lab.harness.stats import theil_sen
+
+MB = 1_000_000
+
+
+def samples(minutes: int, rss: callable, fds: callable = lambda m: 40, seed: int = 0) -> list[dict]:
+    rng = random.Random(seed)
+    return [{"minute": float(m), "rss": rss(m) + rng.uniform(-0.2, 0.2) * MB, "uss": rss(m) / 2,
+             "pss": rss(m), "fds": fds(m)} for m in range(minutes + 1)]
+
+
+def test_theil_sen_matches_scipy_and_ignores_an_outlier():
+    stats = pytest.importorskip("scipy.stats")
+    xs = [float(x) for x in range(30)]
+    ys = [2.0 * x + (x % 3) for x in xs]
+    ys[7] = 1000.0  # one wild sample (a burst) moves least squares, not the median of slopes
+    fit = theil_sen(list(zip(xs, ys)))
+    ref = stats.theilslopes(ys, xs, alpha=0.95)
+    assert fit["slope"] == pytest.approx(ref.slope)
+    assert (fit["low"], fit["high"]) == pytest.approx((ref.low_slope, ref.high_slope))
+    assert fit["slope"] == pytest.approx(2.0, abs=0.1)
+    assert theil_sen([(1.0, 1.0), (1.0, 2.0), (1.0, 3.0)]) is None  # one x: no slope
+
+
+def test_flat_memory_and_descriptors_pass():
+    verdict = judge(samples(60, lambda m: 100 * MB), warmup_minutes=15)
+    assert verdict["verdict"] == "pass", verdict
+    assert abs(verdict["rss"]["pct_per_h"]) < 1
+    assert verdict["samples_after_warmup"] == 46
+
+
+def test_memory_growing_10_percent_an_hour_fails_and_3_percent_passes():
+    fast = judge(samples(60, lambda m: 100 * MB + m * (10 * MB / 60)), warmup_minutes=15)
+    assert fast["verdict"] == "fail"
+    assert 8 < fast["rss"]["pct_per_h"] < 10  # 10 MB/h over a median of ~106 MB
+    assert fast["rss"]["pct_low"] <= fast["rss"]["pct_per_h"] <= fast["rss"]["pct_high"]
+    slow = judge(samples(60, lambda m: 100 * MB + m * (3 * MB / 60)), warmup_minutes=15)
+    assert slow["verdict"] == "pass"
+
+
+def test_growth_only_during_the_warm_up_is_not_held_against_a_process():
+    warming = judge(samples(90, lambda m: (50 + min(m, 30) * 2) * MB), warmup_minutes=35)
+    assert warming["verdict"] == "pass"
+    judged_from_start = judge(samples(90, lambda m: (50 + min(m, 30) * 2) * MB), warmup_minutes=0)
+    assert judged_from_start["rss"]["pct_per_h"] > 5
+
+
+def test_descriptors_that_keep_growing_fail_and_noise_does_not():
+    leaking = judge(samples(60, lambda m: 100 * MB, fds=lambda m: 40 + m // 10), warmup_minutes=15)
+    assert leaking["verdict"] == "fail"
+    assert any("descriptors" in r for r in leaking["reasons"])
+    noisy = judge(samples(60, lambda m: 100 * MB, fds=lambda m: 40 + (3 if m % 7 == 0 else 0)), warmup_minutes=15)
+    assert noisy["verdict"] == "pass"
+
+
+def test_a_process_seen_too_little_after_the_warm_up_is_not_judged():
+    late = [s for s in samples(60, lambda m: 100 * MB + m * MB) if s["minute"] >= 57]
+    assert judge(late, warmup_minutes=15)["verdict"] == "not judged"
+
+
+def test_roles_by_the_stack_its_parent_or_the_command_line():
+    known = {10: "front door", 11: "worker pool A"}
+    tree = {10: (1, "python -m services.frontdoor"), 11: (1, "celery worker"), 12: (11, "celery worker"),
+            20: (1, "/usr/bin/redis-server 127.0.0.1:6379"), 30: (1, "/usr/lib/postgresql/15/bin/postgres -D x"),
+            31: (30, "postgres: arag arag 127.0.0.1(5432) idle"), 32: (30, "postgres: checkpointer "),
+            40: (1, "llama-server --model m.gguf")}
+    assert role_of(12, tree, known) == "worker pool A child"
+    assert role_of(20, tree, known) == "redis"
+    assert role_of(30, tree, known) == "postgresql (postmaster)"
+    assert role_of(31, tree, known) == "postgresql backend"
+    assert role_of(32, tree, known) == "postgresql checkpointer"
+    assert role_of(40, tree, known) == "llama-server"
+
+
+def test_a_phase_fails_when_one_judged_process_fails():
+    rows = []
+    for pid, role, grow in ((1, "front door", 0.0), (2, "redis", 20 * MB / 60)):
+        for s in samples(60, lambda m, g=grow: 100 * MB + m * g):
+            rows.append({"type": "process", "phase": "instant", "time": s["minute"] * 60, "pid": pid, "role": role, **s})
+    rows.append({"type": "load", "phase": "instant", "ended": 10, "codes": {"OK": 10}, "ok_per_s": 1.0,
+                 "p50_ms": 5.0, "p95_ms": 9.0, "load_average": [1.0, 1.0, 1.0]})
+    summary = summarize(rows, {"instant": {"warmup_minutes": 15, "minutes": 60}})
+    phase = summary["phases"]["instant"]
+    assert phase["verdict"] == "fail" and phase["judged"] == 2 and phase["failed"] == 1
+    assert [p["role"] for p in phase["processes"] if p["verdict"] == "fail"] == ["redis"]
+    assert phase["load"]["ok_share"] == 1.0
