@@ -60,6 +60,7 @@ MEMORY_LIMIT_PCT_PER_H = 5.0  # a process's RSS may grow at most this share of i
 FD_LIMIT_PER_H = 1.0  # descriptors: flat = a slope of at most one descriptor per hour
 MIN_SAMPLES = 5  # after the warm-up, fewer samples than this: the process is not judged
 MIX = "A=60,B=30,C=10"
+END_GRACE_S = 45.0  # at a phase's end, calls still out get this long before they are dropped
 
 
 @dataclass
@@ -387,8 +388,11 @@ async def drive(stack: Any, phase: Phase, args: argparse.Namespace, journal: Any
                 running.add(task)
                 task.add_done_callback(running.discard)
                 k += 1
-            if running:
-                await asyncio.wait(running, timeout=phase.timeout_s + 30)
+            if running:  # the calls still out: a short grace, then they are dropped (not counted)
+                _, late = await asyncio.wait(running, timeout=min(phase.timeout_s, END_GRACE_S))
+                for task in late:
+                    task.cancel()
+                info["load_chunks_cut_at_end"] = len(late)
 
         async def sampler() -> None:
             nonlocal bucket
