@@ -24,7 +24,8 @@ once per point:
    does not grow (least-squares slope of its depth below max(0.01 R, 0.5)/s, or its depth
    stays <= 2), and the p95 latency of the calls started in the window is within the bound
    (`--p95-bound`: by default 3x the p95 of a light-load reference point at 10 % of the probe's
-   throughput, measured first; or an absolute "800ms"). The ceiling is the highest sustained rate;
+   throughput, measured first, and with the instant LLM at most 1 s as well; or an absolute
+   "800ms", or both "3x,1s"). The ceiling is the highest sustained rate;
 3. points at shares of the ceiling (50 % and 90 %; the machinery alone also 10 % and 25 %):
    latency p50/p95/p99, the front door's own overhead per reply (total - queue wait - strategy)
    p50/p95/p99 against the load, and the capacity planner's check (M/M/c of
@@ -353,39 +354,50 @@ def sustain_reasons(rate: float, window: float, started: int, answered: int, fai
 
 @dataclass(frozen=True)
 class P95Bound:
-    """The latency a sustained rate must keep: p95 at most `ms` (absolute), or at most `factor`
-    times the p95 of the tier's light-load reference point (`REFERENCE_SHARE` of the probe)."""
+    """The latency a sustained rate must keep: p95 at most `factor` times the p95 of the tier's
+    light-load reference point (`REFERENCE_SHARE` of the probe), at most `ms` (absolute), or,
+    with both, at most the stricter of the two."""
 
     factor: float | None = None
     ms: float | None = None
 
     @classmethod
     def parse(cls, text: str) -> P95Bound:
-        """"3x" (relative to the light-load p95), "800ms" or "2s" (absolute)."""
-        value = text.strip().lower()
-        try:
-            if value.endswith("x"):
-                bound = cls(factor=float(value[:-1]))
-            elif value.endswith("ms"):
-                bound = cls(ms=float(value[:-2]))
-            elif value.endswith("s"):
-                bound = cls(ms=1000.0 * float(value[:-1]))
-            else:
-                raise ValueError
-        except ValueError:
-            raise ValueError(f"p95 bound {text!r}: expected e.g. 3x, 800ms or 2s") from None
-        if (bound.factor is not None and bound.factor <= 1.0) or (bound.ms is not None and bound.ms <= 0):
+        """"3x" (relative to the light-load p95), "800ms" or "2s" (absolute), or both, comma
+        separated ("3x,1s": the stricter)."""
+        factor, ms = None, None
+        for part in (p.strip().lower() for p in text.split(",")):
+            try:
+                if part.endswith("x") and factor is None:
+                    factor = float(part[:-1])
+                elif part.endswith("ms") and ms is None:
+                    ms = float(part[:-2])
+                elif part.endswith("s") and ms is None:
+                    ms = 1000.0 * float(part[:-1])
+                else:
+                    raise ValueError
+            except ValueError:
+                raise ValueError(f"p95 bound {text!r}: expected e.g. 3x, 800ms, 2s or 3x,1s") from None
+        if (factor is not None and factor <= 1.0) or (ms is not None and ms <= 0):
             raise ValueError(f"p95 bound {text!r}: a factor above 1 or a positive time")
-        return bound
+        return cls(factor=factor, ms=ms)
 
     def ms_for(self, reference_p95_ms: float | None) -> float | None:
-        """The bound in ms for a tier whose light-load p95 is `reference_p95_ms` (None: none)."""
-        if self.ms is not None:
-            return self.ms
-        return None if reference_p95_ms is None else self.factor * reference_p95_ms
+        """The bound in ms for a tier whose light-load p95 is `reference_p95_ms`; None (no bound,
+        so no rate is shown sustained) when a relative part has no reference to scale."""
+        limits = [] if self.ms is None else [self.ms]
+        if self.factor is not None:
+            if reference_p95_ms is None:
+                return None
+            limits.append(self.factor * reference_p95_ms)
+        return min(limits)
 
     def __str__(self) -> str:
-        return f"{self.ms:g} ms" if self.ms is not None else f"{self.factor:g}x the light-load p95"
+        relative = None if self.factor is None else f"{self.factor:g}x the light-load p95"
+        absolute = None if self.ms is None else f"{self.ms:g} ms"
+        if relative and absolute:
+            return f"the stricter of {relative} and {absolute}"
+        return relative or absolute or "none"
 
 
 # The sustained p95 bound's default: 3x the tier's p95 at a light load (10 % of the probe). Why 3:
@@ -399,6 +411,11 @@ class P95Bound:
 #   operator would not call served. The ceilings under this bound are lower than those, by design.
 # An operator with a latency objective states it instead (`--p95-bound 500ms`).
 DEFAULT_P95_BOUND = "3x"
+# Per mode, the default adds an absolute cap where one answer has a fixed budget: with the instant
+# LLM (the machinery alone, p95 of 15-50 ms at half its ceilings) no answer may take 1 s, the
+# product's p95 target for tier A (`reports/load/mixed-ceiling`), whatever the light-load p95 was
+# on a busy machine. With the model the tiers' latencies span 0.1-30 s, so the bound stays relative.
+DEFAULT_P95_BOUNDS = {"instant": "3x,1s", "llm-server": DEFAULT_P95_BOUND}
 REFERENCE_SHARE = 0.1  # the light-load reference point's rate, as a share of the probe's throughput
 # Its window: long enough for this many answers (a p95 of a dozen is the second-largest of them),
 # at most `REFERENCE_WINDOW_CAP` times the tier's longest point window.
@@ -464,7 +481,7 @@ def fmt_point(p: dict[str, Any]) -> str:
 
 def measure_tier(st: Stack, plan: ModePlan, tier: str, tp: TierPlan, scratch: Path, deadline: float | None,
                  console: Any, bound: P95Bound | None = None, trials: int = TRIALS) -> dict[str, Any]:
-    bound = bound or P95Bound.parse(DEFAULT_P95_BOUND)
+    bound = bound or P95Bound.parse(DEFAULT_P95_BOUNDS.get(plan.mode, DEFAULT_P95_BOUND))
     res: dict[str, Any] = {"tier": tier, "points": [], "skipped": [], "rates": [], "trials": trials,
                            "p95_bound": str(bound)}
     answer_timeout = 120.0 if plan.mode == "llm-server" else 30.0
@@ -512,7 +529,7 @@ def measure_tier(st: Stack, plan: ModePlan, tier: str, tp: TierPlan, scratch: Pa
     def window_for(rate: float) -> float:
         return min(tp.max_window_s, max(tp.window_s, tp.min_answers / rate))
 
-    if bound.ms is None:  # relative: the tier's p95 at a light load first
+    if bound.factor is not None:  # relative: the tier's p95 at a light load first
         rate = round(x * REFERENCE_SHARE, 3)
         window = min(max(tp.window_s, REFERENCE_ANSWERS / rate), REFERENCE_WINDOW_CAP * tp.max_window_s)
         ref = point(rate, users_for(rate, base_latency), window, "reference")
@@ -930,15 +947,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="hold this CPU wake-up latency limit (Linux PM QoS, /dev/cpu_dma_latency; "
                              "0 = idle CPUs poll instead of halting; needs root) for the whole run, to "
                              "see what idle vCPUs' wake-ups cost (see lab.harness.stats.hold_cpu_latency)")
-    parser.add_argument("--p95-bound", default=DEFAULT_P95_BOUND,
+    parser.add_argument("--p95-bound", default=None,
                         help="a sustained rate keeps its p95 latency within this: 'Nx' = N times the tier's p95 at "
-                             "a light load (a reference point at 10 %% of the probe's throughput), or an absolute "
-                             "'800ms' / '2s' (default %(default)s: see DEFAULT_P95_BOUND)")
+                             "a light load (a reference point at 10 %% of the probe's throughput), an absolute "
+                             "'800ms' / '2s', or both '3x,1s' (the stricter); for every mode (default per mode: "
+                             + ", ".join(f"{m} {b}" for m, b in DEFAULT_P95_BOUNDS.items()) + "; see DEFAULT_P95_BOUNDS)")
     parser.add_argument("--trials", type=int, default=TRIALS,
                         help="a rate is sustained when it holds in this many trials in a row (default %(default)s)")
     args = parser.parse_args(argv)
     try:
-        bound = P95Bound.parse(args.p95_bound)
+        bounds = {mode: P95Bound.parse(args.p95_bound or given) for mode, given in DEFAULT_P95_BOUNDS.items()}
     except ValueError as exc:
         parser.error(str(exc))
     if args.trials < 1:
@@ -968,7 +986,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "command": shlex.join([".venv/bin/python", "-m", "lab.experiments.ceiling", *(argv if argv is not None else sys.argv[1:])]),
         "started": started.isoformat(timespec="seconds"), "machine": machine(), "modes": {}, "planner": [],
-        "distinct_queries": args.distinct, "p95_bound": str(bound), "trials": args.trials,
+        "distinct_queries": args.distinct, "p95_bound": "; ".join(f"{m}: {b}" for m, b in bounds.items()), "trials": args.trials,
         "tracing": (f"{args.trace_sample:.0%} of requests (parentbased_traceidratio)" if args.trace_sample is not None
                     else "every request, to JSON-lines files (the local stack's default)"),
         "concurrency_env": os.environ.get("ARAG_CONCURRENCY"),
@@ -999,7 +1017,7 @@ def main(argv: list[str] | None = None) -> int:
                     if tier not in tiers_wanted:
                         continue
                     console.rule(f"{plan.mode}: tier {tier}")
-                    tr = measure_tier(st, plan, tier, tp, scratch, deadline, console, bound, args.trials)
+                    tr = measure_tier(st, plan, tier, tp, scratch, deadline, console, bounds[plan.mode], args.trials)
                     mode_res["tiers"][tier] = tr
                     console.print(f"[bold]{plan.mode} tier {tier}: ceiling {tr.get('ceiling')} answers/s[/]")
                     if tier in ("A", "B"):

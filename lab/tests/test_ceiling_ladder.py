@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lab.experiments.ceiling import (
-    DEFAULT_P95_BOUND, P95Bound, in_trials, overhead_summary, refine, sustain_reasons, write_report,
+    DEFAULT_P95_BOUND, DEFAULT_P95_BOUNDS, P95Bound, in_trials, overhead_summary, refine, sustain_reasons, write_report,
 )
 
 
@@ -83,9 +83,23 @@ def test_the_bound_is_relative_to_the_light_load_p95_or_absolute():
     assert P95Bound.parse("800ms").ms_for(215.0) == 800.0 and P95Bound.parse("2s").ms_for(None) == 2000.0
     assert P95Bound.parse("3x").ms_for(None) is None
     assert P95Bound.parse(DEFAULT_P95_BOUND).factor == 3.0
-    for bad in ("1x", "0.5x", "-3ms", "fast", "3"):
+    for bad in ("1x", "0.5x", "-3ms", "fast", "3", "3x,4x", "1s,800ms", "3x,"):
         with pytest.raises(ValueError):
             P95Bound.parse(bad)
+
+
+def test_a_relative_and_an_absolute_bound_together_hold_a_rate_to_the_stricter():
+    both = P95Bound.parse("3x,1s")
+    assert (both.factor, both.ms) == (3.0, 1000.0)
+    assert both.ms_for(100.0) == 300.0  # a quiet machine: 3x its light-load p95
+    assert both.ms_for(450.0) == 1000.0  # a busy one: the light-load p95 no longer loosens it past 1 s
+    assert both.ms_for(None) is None  # the relative part has nothing to scale: no bound, no ceiling
+    assert str(both) == "the stricter of 3x the light-load p95 and 1000 ms"
+    # the instant LLM's default caps every tier at 1 s; with the model the bound stays relative
+    assert P95Bound.parse(DEFAULT_P95_BOUNDS["instant"]).ms_for(450.0) == 1000.0
+    assert P95Bound.parse(DEFAULT_P95_BOUNDS["llm-server"]).ms_for(4500.0) == 13500.0
+    late = sustain_reasons(10.0, 20.0, 200, 200, {}, {}, p95_ms=1100.0, p95_bound_ms=both.ms_for(450.0))
+    assert late == ["p95 1100 ms > bound 1000 ms"]
 
 
 def test_a_rate_holds_only_when_every_trial_does_and_the_first_failure_ends_it():
@@ -155,3 +169,44 @@ def test_the_ceiling_is_the_highest_rate_within_the_bound_in_three_trials(monkey
     assert res["rates"][2]["verdict"] == "trial 3/3: p95 725 ms > bound 450 ms"
     assert res["ceiling"] == 28.75
     assert all(bound == 450.0 for rate, bound in calls[2:])
+
+
+@pytest.mark.parametrize("given, reference_run, bound_ms", [("3x,300ms", True, 300.0), ("300ms", False, 300.0),
+                                                             ("3x,1s", True, 450.0)])
+def test_an_absolute_cap_tightens_the_relative_bound_and_alone_needs_no_reference(monkeypatch, tmp_path, given,
+                                                                                  reference_run, bound_ms):
+    """A fake tier whose p95 is 100 ms + 10 ms per offered Answer/s (light load at 5/s: 150 ms)."""
+    import lab.experiments.ceiling as ceiling
+
+    rates: list[float] = []
+
+    def fake_point(st, *, out, tier, rate, users, ramp_s, window_s, answer_timeout, ramp_cap_s=40.0,
+                   p95_bound_ms=None):
+        rates.append(rate)
+        p95 = 900.0 if rate == 0 else 100.0 + 10.0 * rate
+        answered = 50.0 if rate == 0 else rate
+        reasons = sustain_reasons(rate, window_s, int(rate * window_s), int(rate * window_s), {}, {},
+                                  p95, p95_bound_ms) if rate else []
+        return {"tier": tier, "rate": rate, "users": users, "window_s": window_s, "offered_rps": rate,
+                "answered_rps": answered, "latency_ms": {"p50": p95 / 2, "p95": p95, "p99": p95, "n": 40},
+                "cpu_pct": {}, "depth": {"last": 0, "slope_per_s": 0.0}, "overhead_ms": {},
+                "sustained": not reasons if rate else None, "verdict": "; ".join(reasons) or "sustained",
+                "replies": []}
+
+    monkeypatch.setattr(ceiling, "run_point", fake_point)
+
+    class Quiet:
+        def print(self, *args, **kwargs):
+            pass
+
+    tp = ceiling.TierPlan(probe_users=4, probe_window_s=10, window_s=5, max_window_s=10, fractions=(0.3, 0.5, 0.8),
+                          latency_points=False)
+    res = ceiling.measure_tier(None, ceiling.ModePlan("instant", ramp_s=1.0), "B", tp, tmp_path, None, Quiet(),
+                               P95Bound.parse(given), trials=3)
+    assert (rates[1] == 5.0) is reference_run  # the light-load reference, only for a relative part
+    assert res["p95_bound_ms"] == bound_ms
+    # a rate holds (3 trials) while its p95, 100 + 10 R ms, is within the bound; the ladder (15, 25,
+    # 40/s) and its bisection end at 20/s under 300 ms, at 32.5/s under 450 ms
+    assert res["ceiling"] == {300.0: 20.0, 450.0: 32.5}[bound_ms]
+    assert all((100.0 + 10.0 * r["rate"] <= bound_ms) == r["sustained"] for r in res["rates"])
+    assert all(r["trials"] == 3 for r in res["rates"] if r["sustained"])
