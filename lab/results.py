@@ -460,6 +460,24 @@ def two_part_answers(reports: Path) -> str:
             f"{med('C parts') / med('B'):.2f}x B's median time")
 
 
+def soak(reports: Path) -> str:
+    """Per phase of the soak, the processes whose RSS grew within the limit and whose descriptors
+    stayed flat after the warm-up, and the worst RSS slope, from the samples."""
+    from lab.experiments.soak import summarize
+
+    folder = reports / "soak"
+    phases = {name: {"warmup_minutes": ph["warmup_minutes"]}
+              for name, ph in read_json(folder / "summary.json")["phases"].items()}
+    summary = summarize(list(read_jsonl(folder / "samples.jsonl")), phases)
+    out = []
+    for name, ph in summary["phases"].items():
+        worst = max((p for p in ph["processes"] if p["verdict"] != "not judged"),
+                    key=lambda p: p["rss"]["pct_per_h"], default=None)
+        out.append(f"{name}: {ph['judged'] - ph['failed']} of {ph['judged']} processes pass"
+                   + (f", worst RSS {worst['rss']['pct_per_h']:+.1f} %/h ({worst['role']})" if worst else ""))
+    return "; ".join(out)
+
+
 FIGURES: tuple[Figure, ...] = (
     Figure("Always A (no retrieval), F1", row_f1(lambda ev: ev.fixed("A"))),
     Figure("Always B (single step), F1", row_f1(lambda ev: ev.fixed("B"))),
@@ -501,6 +519,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Small talk end to end p50, the reader busy with B and C vs idle", small_talk_latency),
     Figure("Fair share, quiet tenant p95 under a 10x flood", fair_share_quiet_p95),
     Figure("Fault campaign", reliability),
+    Figure("Soak, processes within 5 %/h RSS and flat descriptors after the warm-up", soak),
     Figure("Tracing to files, extra CPU per request", tracing_extra_cpu),
     Figure("Shared llama-server vs a model per process, tier A, 8 clients", llm_serving_ratio),
     Figure("Demo install", setup_demo),

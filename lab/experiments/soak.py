@@ -280,6 +280,10 @@ def summarize(rows: Sequence[Mapping[str, Any]], phases: Mapping[str, Mapping[st
             "judged": len(judged), "failed": len(failed), "not_judged": len(processes) - len(judged),
             "verdict": "pass" if judged and not failed else ("fail" if failed else "not judged"),
             "worst_rss_pct_per_h": max((p["rss"]["pct_per_h"] for p in judged), default=None),
+            # of the failed, those whose own memory (USS) grows past the limit too: not only shared
+            # pages touched (PostgreSQL's shared buffers, copy-on-write pages of a forked child)
+            "own_memory_growing": [f"{p['role']} [{p['pid']}] USS {p['uss']['pct_per_h']:+.1f} %/h" for p in failed
+                                   if p.get("uss", {}).get("pct_per_h", 0.0) > MEMORY_LIMIT_PCT_PER_H],
             "worst_fd_per_h": max((abs(p["fds"]["slope_per_h"]) for p in judged if "slope_per_h" in p.get("fds", {})),
                                   default=None),
             "load": {"calls_ended": sent, "codes": dict(codes), "tiers": dict(tiers), "strategies": dict(strategies), "ok_share": (codes.get("OK", 0) / sent) if sent else None,
@@ -468,6 +472,7 @@ def render(summary: Mapping[str, Any], out: Path) -> None:
             f"**{ph['verdict']}**: {ph['judged']} processes judged, {ph['failed']} over the limits "
             f"(worst RSS slope {ph['worst_rss_pct_per_h'] if ph['worst_rss_pct_per_h'] is None else format(ph['worst_rss_pct_per_h'], '+.2f')} %/h, "
             f"worst descriptor slope {ph['worst_fd_per_h'] if ph['worst_fd_per_h'] is None else format(ph['worst_fd_per_h'], '.1f')}/h); "
+            f"of these, own memory (USS) growing too: {', '.join(ph.get('own_memory_growing') or ['none'])}; "
             f"{load['calls_ended']} calls, {100 * (load['ok_share'] or 0):.2f} % OK, median per-minute p95 "
             f"{load['p95_ms_median'] or 0:.0f} ms; load average (1 min) median {load['load_average_median'] or 0:.1f}, "
             f"max {load['load_average_max'] or 0:.1f}.")
@@ -583,7 +588,8 @@ def main(argv: list[str] | None = None) -> int:
         old = json.loads((args.recompute / "summary.json").read_text())
         keep = ("command", "run_started", "run_ended", "machine")
         phases = {name: {k: v for k, v in ph.items() if k not in ("processes", "roles", "judged", "failed", "not_judged",
-                                                                  "verdict", "worst_rss_pct_per_h", "worst_fd_per_h", "load")}
+                                                                  "verdict", "worst_rss_pct_per_h", "worst_fd_per_h", "load",
+                                                                  "own_memory_growing")}
                   for name, ph in old["phases"].items()}
         finish(args.recompute, {k: old[k] for k in keep if k in old}, phases)
         return 0
