@@ -522,6 +522,8 @@ def render(summary: Mapping[str, Any], out: Path) -> None:
 
 
 def plot(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], out: Path) -> None:
+    """Per phase, per role (the sum over its processes): RSS as a share of its value at the end of
+    the warm-up, and descriptors minus theirs then; flat lines at 100 % and 0 are what passes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -529,23 +531,27 @@ def plot(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], out: Pat
 
     totals = role_totals(rows)
     names = list(summary["phases"])
-    fig, axes = plt.subplots(2, max(1, len(names)), figsize=(8 * max(1, len(names)), 9), squeeze=False)
+    fig, axes = plt.subplots(2, max(1, len(names)), figsize=(8 * max(1, len(names)), 10), squeeze=False)
+    colours = plt.get_cmap("tab20").colors
     for col, name in enumerate(names):
         warm = summary["phases"][name]["warmup_minutes"]
-        for (phase, role), samples in sorted(totals.items()):
-            if phase != name:
-                continue
+        roles = [(role, samples) for (phase, role), samples in sorted(totals.items()) if phase == name]
+        for i, (role, samples) in enumerate(roles):
+            base = next((s for s in samples if s["minute"] >= warm), samples[-1])
             xs = [s["minute"] for s in samples]
-            axes[0][col].plot(xs, [s["rss"] / 1e6 for s in samples], label=role, lw=1)
-            axes[1][col].plot(xs, [s["fds"] for s in samples], label=role, lw=1)
-        for row, label in ((0, "RSS (MB, sum over the role's processes)"), (1, "open descriptors (sum)")):
+            style = {"color": colours[i % len(colours)], "ls": ("-", "--", ":")[i // len(colours) % 3], "lw": 1.2}
+            axes[0][col].plot(xs, [100.0 * s["rss"] / base["rss"] if base["rss"] else None for s in samples],
+                              label=f"{role} ({base['rss'] / 1e6:,.0f} MB)", **style)
+            axes[1][col].plot(xs, [s["fds"] - base["fds"] for s in samples], label=f"{role} ({base['fds']})", **style)
+        for row, label in ((0, "RSS, % of the role's at the end of the warm-up"),
+                           (1, "open descriptors minus the role's at the end of the warm-up")):
             ax = axes[row][col]
             ax.axvline(warm, color="grey", ls="--", lw=0.8)
-            ax.set_yscale("log")
             ax.set_xlabel(f"minutes into phase `{name}` (dashed: end of warm-up)")
             ax.set_ylabel(label)
             ax.grid(alpha=0.3)
-        axes[0][col].legend(fontsize=6, ncol=2)
+            ax.legend(fontsize=6, ncol=2, loc="upper left")
+        axes[0][col].set_title(f"phase `{name}`: sum over each role's processes (value at the warm-up's end)", fontsize=9)
     fig.tight_layout()
     fig.savefig(out / "soak.png", dpi=110)
     plt.close(fig)

@@ -93,3 +93,24 @@ def test_a_phase_fails_when_one_judged_process_fails():
     assert phase["verdict"] == "fail" and phase["judged"] == 2 and phase["failed"] == 1
     assert [p["role"] for p in phase["processes"] if p["verdict"] == "fail"] == ["redis"]
     assert phase["load"]["ok_share"] == 1.0
+
+
+def test_the_report_recomputes_from_the_samples_alone(tmp_path):
+    import json
+
+    from lab.experiments.soak import finish
+
+    with (tmp_path / "samples.jsonl").open("w") as out:
+        for pid, role, grow in ((1, "front door", 0.0), (2, "redis", 20 * MB / 60)):
+            for s in samples(60, lambda m, g=grow: 100 * MB + m * g):
+                out.write(json.dumps({"type": "process", "phase": "instant", "time": s["minute"] * 60, "pid": pid,
+                                      "role": role, **s}) + "\n")
+        out.write(json.dumps({"type": "load", "phase": "instant", "ended": 10, "codes": {"OK": 10}, "ok_per_s": 1.0,
+                              "p50_ms": 5.0, "p95_ms": 9.0, "load_average": [1.0, 1.0, 1.0]}) + "\n")
+    summary = finish(tmp_path, {"command": "python -m lab.experiments.soak"},
+                     {"instant": {"warmup_minutes": 15, "minutes": 60, "rate": 1.0}})
+    assert summary["phases"]["instant"]["own_memory_growing"][0].startswith("redis [2] USS +")
+    text = (tmp_path / "README.md").read_text()
+    assert "Phase `instant` (60 min at 1.00 Answers/s, warm-up 15 min): **fail**: 2 processes judged, 1 over" in text
+    assert (tmp_path / "soak.png").stat().st_size > 0
+    assert json.loads((tmp_path / "summary.json").read_text())["phases"]["instant"]["failed"] == 1
