@@ -482,7 +482,8 @@ def render(summary: Mapping[str, Any], out: Path) -> None:
               f"A process with fewer than {summary['min_samples']} samples after the warm-up is not judged "
               "(it started late: a restarted child, a new PostgreSQL backend).", "",
               f"Command: `{summary.get('command', '?')}`  ",
-              f"Run: {summary.get('run_started', '?')} -> {summary.get('run_ended', '?')}; {summary.get('machine', '')}", ""]
+              f"Run: {summary.get('run_started', '?')} -> {summary.get('run_ended', '?')}, commit {summary.get('code') or '?'}; "
+              f"{summary.get('machine', '')}", ""]
     for name, ph in phases.items():
         lines += [f"## Phase `{name}`", "",
                   f"- LLM: {ph.get('stack', {}).get('llm', '?')}",
@@ -509,6 +510,8 @@ def render(summary: Mapping[str, Any], out: Path) -> None:
                          f"{_pct(r.get('rss', {}))} | {_pct(r.get('pss', {}))} | {r.get('fds', {}).get('median', '-')} | "
                          f"{_fd(r.get('fds', {}))} | {r['verdict']}{': ' + '; '.join(r['reasons']) if r['reasons'] else ''} |")
         lines.append("")
+    if summary.get("reading"):  # the analyst's reading of this run, kept in summary.json across recomputes
+        lines += ["## Reading", "", summary["reading"], ""]
     lines += ["## Method", "",
               "Every sample reads /proc of each descendant of the driver: `VmRSS` (status), `Pss` and "
               "`Private_Clean + Private_Dirty` = USS (smaps_rollup), the entries of `fd/`, threads. RSS counts "
@@ -557,6 +560,18 @@ def plot(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], out: Pat
     plt.close(fig)
 
 
+def git_commit() -> str | None:
+    """The commit the stack ran (with "+changes" when the tree differs from it)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("+changes" if dirty else "")) or None
+
+
 def read_samples(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
@@ -592,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.recompute:
         old = json.loads((args.recompute / "summary.json").read_text())
-        keep = ("command", "run_started", "run_ended", "machine")
+        keep = ("command", "run_started", "run_ended", "machine", "interval_s", "code", "reading")
         phases = {name: {k: v for k, v in ph.items() if k not in ("processes", "roles", "judged", "failed", "not_judged",
                                                                   "verdict", "worst_rss_pct_per_h", "worst_fd_per_h", "load",
                                                                   "own_memory_growing")}
@@ -616,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": (f"{os.cpu_count()} CPU cores, {platform.platform()}, Python {platform.python_version()}; "
                         f"load average at start {', '.join(f'{x:.2f}' for x in os.getloadavg())}; "
                         "the machine is shared with other jobs"),
-            "interval_s": args.interval}
+            "interval_s": args.interval, "code": git_commit()}
     phases: dict[str, dict[str, Any]] = {}
     with (out / "samples.jsonl").open("w", encoding="utf-8") as journal:
         for name in chosen:
