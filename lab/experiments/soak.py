@@ -284,6 +284,11 @@ def summarize(rows: Sequence[Mapping[str, Any]], phases: Mapping[str, Mapping[st
             # pages touched (PostgreSQL's shared buffers, copy-on-write pages of a forked child)
             "own_memory_growing": [f"{p['role']} [{p['pid']}] USS {p['uss']['pct_per_h']:+.1f} %/h" for p in failed
                                    if p.get("uss", {}).get("pct_per_h", 0.0) > MEMORY_LIMIT_PCT_PER_H],
+            # a sensitivity, not the verdict: the same rule with twice the stated warm-up (does a
+            # failure come from a fill that ends, e.g. a cache reaching its size, or go on?)
+            "failed_with_double_warmup": [
+                f"{role} [{pid}]" for (phase, role, pid), samples_ in sorted(per_process.items())
+                if phase == name and judge(samples_, 2 * warm)["verdict"] == "fail"],
             "worst_fd_per_h": max((abs(p["fds"]["slope_per_h"]) for p in judged if "slope_per_h" in p.get("fds", {})),
                                   default=None),
             "load": {"calls_ended": sent, "codes": dict(codes), "tiers": dict(tiers), "strategies": dict(strategies), "ok_share": (codes.get("OK", 0) / sent) if sent else None,
@@ -473,6 +478,8 @@ def render(summary: Mapping[str, Any], out: Path) -> None:
             f"(worst RSS slope {ph['worst_rss_pct_per_h'] if ph['worst_rss_pct_per_h'] is None else format(ph['worst_rss_pct_per_h'], '+.2f')} %/h, "
             f"worst descriptor slope {ph['worst_fd_per_h'] if ph['worst_fd_per_h'] is None else format(ph['worst_fd_per_h'], '.1f')}/h); "
             f"of these, own memory (USS) growing too: {', '.join(ph.get('own_memory_growing') or ['none'])}; "
+            f"with twice the warm-up ({2 * ph['warmup_minutes']:g} min, a sensitivity) failing: "
+            f"{', '.join(ph.get('failed_with_double_warmup') or ['none'])}; "
             f"{load['calls_ended']} calls, {100 * (load['ok_share'] or 0):.2f} % OK, median per-minute p95 "
             f"{load['p95_ms_median'] or 0:.0f} ms; load average (1 min) median {load['load_average_median'] or 0:.1f}, "
             f"max {load['load_average_max'] or 0:.1f}.")
@@ -610,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
         keep = ("command", "run_started", "run_ended", "machine", "interval_s", "code", "reading")
         phases = {name: {k: v for k, v in ph.items() if k not in ("processes", "roles", "judged", "failed", "not_judged",
                                                                   "verdict", "worst_rss_pct_per_h", "worst_fd_per_h", "load",
-                                                                  "own_memory_growing")}
+                                                                  "own_memory_growing", "failed_with_double_warmup")}
                   for name, ph in old["phases"].items()}
         finish(args.recompute, {k: old[k] for k in keep if k in old}, phases)
         return 0
