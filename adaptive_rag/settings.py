@@ -93,6 +93,12 @@ class Settings(BaseSettings):
         None, ge=0.0, le=1.0,
         validation_alias=env_name("ARAG_READER_ABSTAIN_MIN_CONFIDENCE", "reader_abstain_min_confidence"),
     )
+    # Tier B's reader (and each part's of a two-part question) gets only the retrieved passages'
+    # sentences that answer the question, up to this many tokens, under their passage numbers
+    # (`evidence.sentences`): a CPU reader's time is its prompt's length. Unset or 0: whole passages.
+    evidence_tokens: int | None = Field(
+        None, ge=0, le=4000, validation_alias=env_name("ARAG_EVIDENCE_TOKENS", "evidence_tokens")
+    )
     # How a tenant's answers read when its knowledge base chose no style (`arag kb style`):
     # `support`, a full answer citing its sources, or `short`, the span QA benchmarks score.
     # Evaluation runs read `short` unless told otherwise (`arag eval --style`).
