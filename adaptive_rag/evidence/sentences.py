@@ -33,7 +33,7 @@ from adaptive_rag.domain import Passage
 # Characters per token of English prose in the readers' tokenizers (Qwen2.5, Gemma 3): about 4.
 CHARS_PER_TOKEN = 4.0
 # Weight of the unit's passage similarity beside its own (chosen on `train`, reports/evidence_budget/).
-CONTEXT_WEIGHT = 0.5
+CONTEXT_WEIGHT = 2.0
 GAP = " ... "
 
 _LIST_ITEM = re.compile(r"^\s*(?:\d{1,3}[.)]|[-*\u2022])\s+")

@@ -13,12 +13,12 @@ best sentences up to a token budget. This experiment draws the trade-off on the 
    - benchmark single-hop (SQuAD, NQ, TriviaQA, the tier-B datasets): a gold answer (or alias)
      occurs in the evidence;
    the whole passages (today's prompt) are the reference row;
-2. `--llm N`: the reader itself on N support and N benchmark `train` questions with the whole
+2. `--llm N`: the reader itself on N `train` questions of each knowledge base and dataset, with the whole
    passages and with each budget of `--check` (one llama-server, prompts interleaved per
    question): F1 and hit rate of the answers, paired differences to whole passages.
 
     python -m lab.experiments.evidence_budget_curve --out reports/evidence_budget            # ~1 min
-    python -m lab.experiments.evidence_budget_curve --out reports/evidence_budget --llm 40 --check 120,160
+    python -m lab.experiments.evidence_budget_curve --out reports/evidence_budget --llm 5 --check 120,160
 
 Writes `curve.json`, `curve_records.jsonl.gz` (per question and budget), `curve.png`, and with
 `--llm` `train_llm.json`, `train_llm.jsonl`.
@@ -33,6 +33,7 @@ import re
 import tempfile
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -209,15 +210,15 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-CONTEXT_LABELLED = 1.0
+CONTEXT_LABELLED = 2.0
 
 
 # --- the reader's check on train ------------------------------------------------------------------
 
 
 def llm_check(items: Sequence[Item], budgets: Sequence[int], console: Any) -> list[dict[str, Any]]:
-    """Each item read with the whole passages and each budget, one after the other on one
-    llama-server (the static prefix cached as in serving); F1 and hit of each answer."""
+    """Each item read with the whole passages and each budget, at once on one llama-server (a
+    slot each; the static prefix cached as in serving); F1 and hit of each answer."""
     from adaptive_rag.contracts import AnswerStyle
     from adaptive_rag.evaluation.metrics import accuracy, f1_score
     from adaptive_rag.evaluation.support import doc_id_of
@@ -233,33 +234,36 @@ def llm_check(items: Sequence[Item], budgets: Sequence[int], console: Any) -> li
         def search(self, query: str, k: int) -> list[Any]:
             return list(self.passages[:k])
 
-    records = []
-    with LlamaServerProcess(parallel=1, threads=2) as server:
-        llm = OpenAICompatibleLLM(server.base_url, "default", timeout_s=600.0, prompt_style="chat")
+    def read(item: Item, budget: int, llm: Any) -> dict[str, Any]:
+        style = AnswerStyle.SUPPORT if item.suite == "support" else AnswerStyle.SHORT
+        strategy = SingleStep(Fixed(item.passages), llm, style=style, evidence_tokens=budget or None)
+        started = time.perf_counter()
+        result = run_metered(strategy, item.question)
+        answer = result.answer
+        record = {"suite": item.suite, "source": item.source, "id": item.id, "budget": budget,
+                  "seconds": time.perf_counter() - started, "prompt_tokens": result.usage.prompt_tokens,
+                  "completion_tokens": result.usage.completion_tokens,
+                  "f1": f1_score(answer, item.golds) if answer else 0.0, "answer": answer}
+        if item.suite == "support":
+            docs = [doc_id_of(item.passages[n - 1].id, item.passages[n - 1].doc_id)
+                    for n in cited(answer, item.passages)]
+            record["hit"] = float(bool(set(docs) & set(item.gold_docs)))
+        else:
+            record["hit"] = accuracy(answer, item.golds)
+        return record
+
+    records: list[dict[str, Any]] = []
+    ways = (WHOLE, *budgets)
+    # F1 and hit only (no latency here): the ways of one question are read at once, one slot each.
+    with LlamaServerProcess(parallel=len(ways), threads=2) as server, \
+            ThreadPoolExecutor(len(ways)) as pool:
+        llm = OpenAICompatibleLLM(server.base_url, "default", timeout_s=900.0, prompt_style="chat")
         llm.chat([{"role": "user", "content": "hello"}], 4)
         for number, item in enumerate(items, 1):
-            style = AnswerStyle.SUPPORT if item.suite == "support" else AnswerStyle.SHORT
-            for budget in (WHOLE, *budgets):
-                strategy = SingleStep(Fixed(item.passages), llm, style=style,
-                                      evidence_tokens=budget or None)
-                started = time.perf_counter()
-                result = run_metered(strategy, item.question)
-                seconds = time.perf_counter() - started
-                answer = result.answer
-                record = {"suite": item.suite, "source": item.source, "id": item.id, "budget": budget,
-                          "seconds": seconds, "prompt_tokens": result.usage.prompt_tokens,
-                          "completion_tokens": result.usage.completion_tokens,
-                          "f1": f1_score(answer, item.golds) if answer else 0.0, "answer": answer}
-                if item.suite == "support":
-                    docs = [doc_id_of(item.passages[n - 1].id, item.passages[n - 1].doc_id)
-                            for n in cited(answer, item.passages)]
-                    record["hit"] = float(bool(set(docs) & set(item.gold_docs)))
-                else:
-                    record["hit"] = accuracy(answer, item.golds)
-                records.append(record)
-            console.print(f"  {number:3}/{len(items)} {item.suite:9} " + "  ".join(
+            records += list(pool.map(lambda budget, item=item: read(item, budget, llm), ways))
+            console.print(f"  {number:3}/{len(items)} {item.source:11} " + "  ".join(
                 f"{r['budget']}: f1 {r['f1']:.2f} {r['seconds']:.1f}s {r['prompt_tokens']}t"
-                for r in records[-(1 + len(budgets)):]))
+                for r in records[-len(ways):]))
         llm.close()
     return records
 
@@ -299,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=Path("/work/shared/data"))
     parser.add_argument("--index-dir", type=Path, default=REPO / "var" / "index",
                         help="the benchmark corpus's tantivy index (`arag index --benchmark`)")
-    parser.add_argument("--llm", type=int, default=0, help="reader check: this many train questions per suite")
+    parser.add_argument("--llm", type=int, default=0,
+                        help="reader check: this many train questions per knowledge base and dataset")
     parser.add_argument("--check", default="120,160", help="budgets the reader check compares to whole passages")
     parser.add_argument("--benchmark-limit", type=int, default=450,
                         help="benchmark train questions (interleaved over the three datasets)")
@@ -325,7 +330,10 @@ def main(argv: list[str] | None = None) -> int:
                           f"{row['coverage']['mean']:.3f}" + (f" hit {row['hit']['mean']:.3f}" if 'hit' in row else ""))
         return 0
     budgets = [int(b) for b in args.check.split(",")]
-    picked = [i for i in items if i.suite == "support"][: args.llm] + [i for i in items if i.suite == "benchmark"][: args.llm]
+    by_source: dict[str, list[Item]] = defaultdict(list)
+    for item in items:
+        by_source[item.source].append(item)
+    picked = [item for source in by_source.values() for item in source[: args.llm]]
     records = llm_check(picked, budgets, console)
     from adaptive_rag.evidence.sentences import CONTEXT_WEIGHT
 
