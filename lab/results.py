@@ -460,6 +460,25 @@ def two_part_answers(reports: Path) -> str:
             f"{med('C parts') / med('B'):.2f}x B's median time")
 
 
+def evidence_budget(group: str) -> Callable[[Path], str]:
+    """Tier B with the evidence budget vs whole passages, side by side on `test` questions of
+    `group` (`help-centre`, `support`, `benchmark`): the ratio of p50 latencies (paired interval),
+    prefilled tokens p50, and the paired F1 / hit differences, from the answers."""
+    def compute(reports: Path) -> str:
+        from lab.experiments.evidence_budget import Answer, summarize
+
+        answers = [Answer(**row) for row in read_jsonl(reports / "evidence_budget" / "answers.jsonl")]
+        summary = summarize(answers, {})["groups"][group]
+        ratio, f1, hit = summary["p50_ratio"], summary["f1_diff"], summary["hit_diff"]
+        whole, budget = summary["whole"], summary["budget"]
+        return (f"p50 {whole['p50_s']:.1f} -> {budget['p50_s']:.1f} s, {ratio['estimate']:.2f}x "
+                f"[{ratio['low']:.2f}, {ratio['high']:.2f}]; prefilled {whole['prefilled_tokens_p50']:.0f} -> "
+                f"{budget['prefilled_tokens_p50']:.0f} tokens; F1 {f1['estimate']:+.3f} [{f1['low']:+.3f}, "
+                f"{f1['high']:+.3f}], hit {hit['estimate']:+.3f} [{hit['low']:+.3f}, {hit['high']:+.3f}] "
+                f"(n {summary['n']})")
+    return compute
+
+
 FIGURES: tuple[Figure, ...] = (
     Figure("Always A (no retrieval), F1", row_f1(lambda ev: ev.fixed("A"))),
     Figure("Always B (single step), F1", row_f1(lambda ev: ev.fixed("B"))),
@@ -490,6 +509,9 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Evidence, all supporting passages among 5, chain vs B, 2Wiki / MuSiQue / HotpotQA", evidence_complete_at_5),
     Figure("Tier C evidence@5 minus always B, pilot test F1 (mean of 2Wiki, MuSiQue, HotpotQA)", chain_reader_pilot),
     Figure("Two-part support questions, support style: replies with both parts; time vs B", two_part_answers),
+    Figure("Tier B evidence budget vs whole passages, demo help centre test: p50 latency ratio; F1 / hit difference", evidence_budget("help-centre")),
+    Figure("Tier B evidence budget vs whole passages, support test (help centre + COVID FAQ): p50 latency ratio; F1 / hit difference", evidence_budget("support")),
+    Figure("Tier B evidence budget vs whole passages, benchmark single-hop test: p50 latency ratio; F1 / hit difference", evidence_budget("benchmark")),
     Figure("Ceiling, distinct queries", ceiling("distinct")),
     Figure("Ceiling, repeated queries", ceiling("repeated")),
     Figure("Front-door overhead at half the ceiling, distinct, p50 / p99", overhead_at_half_ceiling("distinct")),

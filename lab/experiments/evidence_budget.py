@@ -76,8 +76,8 @@ class Answer:
 
 
 def questions(settings: Any, per_source: int, work: Path) -> tuple[list[Question], dict[str, Any]]:
-    """`test` questions, at most `per_source` of each knowledge base and dataset, with each
-    knowledge base's retriever and abstention gate."""
+    """`test` questions, at most `per_source` of each knowledge base and dataset (the help centre,
+    the issue's target, twice as many), with each knowledge base's retriever and abstention gate."""
     from adaptive_rag.evaluation.datasets import interleaved, load_questions
     from adaptive_rag.evaluation.support_kbs import build_knowledge_base_suite
     from adaptive_rag.knowledge.calibration import calibrate
@@ -94,7 +94,7 @@ def questions(settings: Any, per_source: int, work: Path) -> tuple[list[Question
         sources[name] = (index, Abstention(min_relevance=derived.threshold if derived else 0.0))
         picked = [q for q in suite.select("test") if q.kind in SUPPORT_KINDS and len(q.gold_groups) == 1]
         asked += [Question("support", name, q.id, q.query, list(q.gold_answers), list(q.gold_groups[0]))
-                  for q in picked[:per_source]]
+                  for q in picked[:per_source * (2 if name == "help-centre" else 1)]]
     benchmark = open_retriever(settings)
     for dataset in BENCHMARK:
         sources[dataset] = (benchmark, Abstention())
@@ -104,16 +104,15 @@ def questions(settings: Any, per_source: int, work: Path) -> tuple[list[Question
 
 
 def interleave(asked: Sequence[Question]) -> list[Question]:
-    """Round robin over the sources, so a run stopped part way covers every one."""
+    """The sources mixed in proportion to their questions (each question placed at its fraction
+    of its source), so a run stopped part way covers every source in the same shares."""
     by: dict[str, list[Question]] = {}
     for question in asked:
         by.setdefault(question.source, []).append(question)
-    out: list[Question] = []
-    while any(by.values()):
-        for queue in by.values():
-            if queue:
-                out.append(queue.pop(0))
-    return out
+    order = {source: rank for rank, source in enumerate(by)}
+    placed = [((i + 0.5) / len(queue), order[source], question)
+              for source, queue in by.items() for i, question in enumerate(queue)]
+    return [question for *_, question in sorted(placed, key=lambda p: (p[0], p[1]))]
 
 
 def timed_client(base_url: str) -> Any:
@@ -131,7 +130,8 @@ def timed_client(base_url: str) -> Any:
     return Timed(base_url, "default", timeout_s=600.0, prompt_style="chat")
 
 
-def run(console: Any, budget: int, per_source: int, settings: Any) -> tuple[list[Answer], dict[str, Any]]:
+def run(console: Any, budget: int, per_source: int, settings: Any,
+        minutes: float) -> tuple[list[Answer], dict[str, Any]]:
     from adaptive_rag.contracts import AnswerStyle
     from adaptive_rag.evaluation.metrics import accuracy, f1_score
     from adaptive_rag.evaluation.support import doc_id_of
@@ -142,7 +142,7 @@ def run(console: Any, budget: int, per_source: int, settings: Any) -> tuple[list
 
     answers: list[Answer] = []
     facts: dict[str, Any] = {"budget": budget, "reader": str(settings.reader), "top_k": settings.top_k,
-                             "per_source": per_source, "threads": 2, "parallel": 1,
+                             "per_source": per_source, "minutes": minutes, "threads": 2, "parallel": 1,
                              "started": datetime.now(timezone.utc).isoformat(timespec="minutes"),
                              "load_at_start": os.getloadavg(), "cpus": os.cpu_count(), "python": platform.python_version()}
     with tempfile.TemporaryDirectory(prefix="arag-evidence-budget-") as work:
@@ -150,7 +150,11 @@ def run(console: Any, budget: int, per_source: int, settings: Any) -> tuple[list
         with LlamaServerProcess(parallel=1, threads=2) as server:
             llm = timed_client(server.base_url)
             llm.chat([{"role": "user", "content": "hello"}], 4)  # the model's pages in memory
+            deadline = time.monotonic() + 60 * minutes
             for number, question in enumerate(asked, 1):
+                if time.monotonic() > deadline:
+                    console.print(f"time limit: {number - 1} of {len(asked)} questions asked")
+                    break
                 retriever, gate = sources[question.source]
                 style = AnswerStyle.SUPPORT if question.suite == "support" else AnswerStyle.SHORT
                 ways = WAYS if number % 2 else tuple(reversed(WAYS))
@@ -247,7 +251,8 @@ def render(out: Path, summary: dict[str, Any], command: str) -> None:
         f"2 cores shared with other agents' stacks; load average (1/5/15 min) {', '.join(f'{v:.1f}' for v in facts['load_at_start'])} "
         f"at the start, {', '.join(f'{v:.1f}' for v in facts['load_at_end'])} at the end "
         f"({facts['started']} - {facts['finished']} UTC). `test` split, read once: at most {facts['per_source']} "
-        "questions of each source; both ways on every question, the order alternating per question.",
+        f"questions of each source (the help centre {2 * facts['per_source']}), interleaved by source, asked "
+        f"until {facts['minutes']:g} minutes had passed; both ways on every question, the order alternating per question.",
         "",
         "| questions | n (read) | p50 whole (s) | p50 budget (s) | ratio p50 [95 % CI] | prompt / prefilled tokens p50 (whole -> budget) | F1 whole -> budget | F1 diff [95 % CI] | hit whole -> budget | hit diff [95 % CI] |",
         "| --- | ---: | ---: | ---: | --- | --- | --- | --- | --- | --- |",
@@ -284,7 +289,10 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, required=True, help="evidence tokens (chosen on train)")
-    parser.add_argument("--per-source", type=int, default=15, help="test questions per knowledge base / dataset")
+    parser.add_argument("--per-source", type=int, default=15,
+                        help="test questions per knowledge base / dataset (the help centre: twice as many)")
+    parser.add_argument("--minutes", type=float, default=30.0,
+                        help="stop asking new questions after this long (they are interleaved by source)")
     parser.add_argument("--out", type=Path, default=REPO / "reports" / "evidence_budget")
     parser.add_argument("--data-dir", type=Path, default=Path("/work/shared/data"))
     parser.add_argument("--index-dir", type=Path, default=REPO / "var" / "index",
@@ -293,13 +301,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     console = Console()
     args.out.mkdir(parents=True, exist_ok=True)
-    command = f"python -m lab.experiments.evidence_budget --budget {args.budget} --per-source {args.per_source}"
+    command = (f"python -m lab.experiments.evidence_budget --budget {args.budget} --per-source {args.per_source} "
+               f"--minutes {args.minutes:g}")
     if args.render_only:
         answers = [Answer(**json.loads(line)) for line in (args.out / "answers.jsonl").read_text().splitlines()]
         facts = json.loads((args.out / "summary.json").read_text())["facts"]
     else:
         settings = Settings(_env_file=None, data_dir=args.data_dir, index_dir=args.index_dir)
-        answers, facts = run(console, args.budget, args.per_source, settings)
+        answers, facts = run(console, args.budget, args.per_source, settings, args.minutes)
         (args.out / "answers.jsonl").write_text("".join(json.dumps(asdict(a)) + "\n" for a in answers))
     summary = summarize(answers, facts)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -35,6 +35,9 @@ def test_summary_pairs_each_question_and_times_only_questions_both_ways_read():
     assert abs(cell["f1_diff"]["estimate"] - 0.6 * 6 / 7 + 0.5 * 6 / 7) < 1e-9
 
 
-def test_questions_are_interleaved_across_sources():
+def test_questions_are_interleaved_across_sources_in_proportion():
     asked = [Question("support", s, f"{s}{i}", "q", [], []) for s in ("a", "b") for i in range(2)]
     assert [q.id for q in interleave(asked)] == ["a0", "b0", "a1", "b1"]
+    asked = [Question("support", "h", f"h{i}", "q", [], []) for i in range(4)] + [
+        Question("support", "c", f"c{i}", "q", [], []) for i in range(2)]
+    assert [q.id for q in interleave(asked)] == ["h0", "c0", "h1", "h2", "c1", "h3"]
