@@ -238,6 +238,49 @@ def interval(cell: dict[str, Any] | None, scale: float = 1.0, digits: int = 2, s
             f"{format(cell['high'] * scale, spec)}]")
 
 
+def train_section(out: Path) -> list[str]:
+    """How the budget was chosen on `train` (`evidence_budget_curve`'s files), when they are here."""
+    lines: list[str] = []
+    curve_file, llm_file = out / "curve.json", out / "train_llm.json"
+    if curve_file.is_file():
+        from adaptive_rag.evidence.sentences import CONTEXT_WEIGHT
+
+        rows = json.loads(curve_file.read_text())["rows"]
+        lines += ["", "## Choosing the budget on `train`", "",
+                  f"Retrieval only, no LLM (`curve.png`; sentences weigh their passage's similarity x{CONTEXT_WEIGHT:g}, "
+                  "the weight of the best curve): evidence prompt tokens (the reader's tokenizer) and gold-answer "
+                  "coverage (support: share of the gold answer's words in the evidence; benchmark: a gold answer "
+                  "in it), and for support the share whose gold article still gives the reader a sentence.", "",
+                  "| budget | support tokens | support coverage | support gold article kept | benchmark tokens | benchmark coverage |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        for budget in sorted({r["budget"] for r in rows}):
+            pick = {r["suite"]: r for r in rows if r["budget"] == budget
+                    and (r["context"] is None or abs(r["context"] - CONTEXT_WEIGHT) < 1e-9)}
+            sup, ben = pick.get("support"), pick.get("benchmark")
+            if not sup or not ben:
+                continue
+            lines.append(f"| {'whole passages' if budget == 0 else budget} | {sup['tokens']['mean']:.0f} | "
+                         f"{sup['coverage']['mean']:.3f} | {sup['hit']['mean']:.3f} | {ben['tokens']['mean']:.0f} | "
+                         f"{ben['coverage']['mean']:.3f} |")
+    if llm_file.is_file():
+        check = json.loads(llm_file.read_text())
+        lines += ["", f"The reader on {check['per_suite']} `train` questions of each knowledge base and dataset "
+                  "(`train_llm.json`; the ways of a question read at once, so no latency here): F1 and hit, and "
+                  "the paired difference to whole passages.", "",
+                  "| questions | budget | n | prompt tokens p50 | F1 | F1 diff [95 % CI] | hit | hit diff [95 % CI] |",
+                  "| --- | --- | ---: | ---: | ---: | --- | ---: | --- |"]
+        for suite in ("support", "benchmark", "all"):
+            cell = check.get(suite)
+            if not cell:
+                continue
+            for key in ["whole", *(str(b) for b in check["budgets"])]:
+                row = cell[key]
+                lines.append(f"| {suite} | {key} | {cell['n']} | {fmt(row['prompt_tokens_p50'], 0)} | {row['f1']:.3f} | "
+                             f"{interval(row.get('f1_diff'), 1, 3, True)} | {row['hit']:.3f} | "
+                             f"{interval(row.get('hit_diff'), 1, 3, True)} |")
+    return lines
+
+
 def render(out: Path, summary: dict[str, Any], command: str) -> None:
     facts = summary["facts"]
     lines = [
@@ -265,6 +308,7 @@ def render(out: Path, summary: dict[str, Any], command: str) -> None:
             f"{fmt(b['prompt_tokens_p50'], 0)} / {fmt(b['prefilled_tokens_p50'], 0)} | {w['f1']:.3f} -> {b['f1']:.3f} | "
             f"{interval(cell.get('f1_diff'), 1, 3, True)} | {w['hit']:.3f} -> {b['hit']:.3f} | "
             f"{interval(cell.get('hit_diff'), 1, 3, True)} |")
+    lines += train_section(out)
     lines += [
         "",
         "Hit: support, the reply cites a gold article ([n] of a passage of the gold document); benchmark, a "
