@@ -107,7 +107,7 @@ def test_the_setting_reaches_tier_b_and_the_parts_reader():
     retriever, llm = FakeRetriever(PASSAGES), FakeLLM(["x"])
     assert build_strategy("single_step", retriever, llm, on).evidence_tokens == 120
     assert build_strategy("single_step", retriever, llm, off).evidence_tokens is None
-    assert build_strategy("single_step", retriever, llm, Settings(_env_file=None)).evidence_tokens is None
+    assert build_strategy("single_step", retriever, llm, Settings(_env_file=None)).evidence_tokens == 120
     parts = build_strategy("decompose", retriever, llm, on)
     assert isinstance(parts, PartsInParallel) and parts.evidence_tokens == 120
 
