@@ -278,6 +278,9 @@ def train_section(out: Path) -> list[str]:
                 lines.append(f"| {suite} | {key} | {cell['n']} | {fmt(row['prompt_tokens_p50'], 0)} | {row['f1']:.3f} | "
                              f"{interval(row.get('f1_diff'), 1, 3, True)} | {row['hit']:.3f} | "
                              f"{interval(row.get('hit_diff'), 1, 3, True)} |")
+    if lines:
+        lines += ["", "    python -m lab.experiments.evidence_budget_curve --out reports/evidence_budget",
+                  "    python -m lab.experiments.evidence_budget_curve --out reports/evidence_budget --llm 6 --check 120,160"]
     return lines
 
 
@@ -308,6 +311,9 @@ def render(out: Path, summary: dict[str, Any], command: str) -> None:
             f"{fmt(b['prompt_tokens_p50'], 0)} / {fmt(b['prefilled_tokens_p50'], 0)} | {w['f1']:.3f} -> {b['f1']:.3f} | "
             f"{interval(cell.get('f1_diff'), 1, 3, True)} | {w['hit']:.3f} -> {b['hit']:.3f} | "
             f"{interval(cell.get('hit_diff'), 1, 3, True)} |")
+    reading = out / "reading.md"  # the hand-written reading of the figures, kept across renders
+    if reading.is_file():
+        lines += ["", reading.read_text().strip()]
     lines += train_section(out)
     lines += [
         "",
