@@ -490,10 +490,11 @@ class LocalPostgres(LocalServer):
     def allow_host_clients(self) -> None:
         """On a host, trust the clients of its own subnet too (initdb trusts loopback only)."""
         hba = self.data / "pg_hba.conf"
-        line = "host all all samenet trust"
-        if self.host is not None and hba.exists() and line not in hba.read_text():
+        # (replication: a streaming replica on a host copies and follows this server)
+        lines = ("host all all samenet trust", "host replication all samenet trust")
+        if self.host is not None and hba.exists() and lines[1] not in hba.read_text():
             with hba.open("a") as out:
-                out.write(f"\n# the harness's hosts (infra.local.hosts)\n{line}\n")
+                out.write("\n# the harness's hosts (infra.local.hosts)\n" + "\n".join(lines) + "\n")
 
     def command(self) -> list[str]:
         options = [f"listen_addresses={self.address}", f"max_connections={self.max_connections}",
