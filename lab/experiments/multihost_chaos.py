@@ -357,7 +357,9 @@ def started_stack(args: argparse.Namespace, scratch: Path, info: dict[str, Any])
     parts = Parts(broker="redis-sentinel", records="postgres-replica", classifier="rules", llm="instant")
     hosts = Hosts(servers="host0", frontdoors=FRONTDOOR_HOSTS, pools={h: TIER_POOLS for h in WORKER_HOSTS},
                   balancer="lb")
-    settings: dict[str, Any] = {"concurrency": {"A": 2, "B": 2, "C": 1}, "shadow_share": 0.0, "router": "rules"}
+    # Only what differs from the product's defaults (no .env read): the rules route, as no Triton
+    # runs past one machine here.
+    settings: dict[str, Any] = {"router": "rules"}
     if args.visibility_timeout is not None:
         settings["visibility_timeout_s"] = args.visibility_timeout
     info["settings"] = dict(settings)
@@ -365,13 +367,21 @@ def started_stack(args: argparse.Namespace, scratch: Path, info: dict[str, Any])
         "doors on host1, host2; nginx on lb; pools A, B, C on host3, host4)")
     with lab_stack(scratch / "stack", parts, hosts=hosts, settings=settings, tenants=(TENANT,),
                    llm_latency_ms=args.llm_latency_ms, postgres_durability="server-crash",
-                   sentinel_down_after_ms=SENTINEL_DOWN_AFTER_MS, console=Console(width=160)) as stack:
+                   sentinel_down_after_ms=SENTINEL_DOWN_AFTER_MS, dotenv=False, console=Console(width=160)) as stack:
         info.update(stack.facts())
         info["hosts"] = {h.name: h.address for h in stack.network.hosts.values()}
         info["sentinel_down_after_ms"] = stack.sentinel.down_after_ms
         info["database_url"] = stack.settings.library.database_url \
             if hasattr(stack.settings.library, "database_url") else None
         info["redis_url"] = stack.sentinel.url
+        # the settings that decide what a dead or cut-off worker host costs
+        info["recovery_settings"] = {
+            "visibility_timeout_s": stack.settings.workers.visibility_timeout_s,
+            "consumer_lease_s": getattr(stack.settings.workers, "consumer_lease_s", None),
+            "lost_after_s": getattr(stack.settings.frontdoor, "lost_after_s", None),
+            "lost_check_every_s": getattr(stack.settings.frontdoor, "lost_check_every_s", None),
+            "unpublished_after_s": getattr(stack.settings.frontdoor, "unpublished_after_s", None),
+            "queued_expiry_s": getattr(stack.settings.frontdoor, "queued_expiry_s", None)}
         yield MultiHostHandles(stack, burst=args.burst)
     info["leftovers"] = stack.leftovers
 
@@ -500,8 +510,9 @@ def write_report(result: dict[str, Any], out: Path) -> None:
           f"- broker: `{info.get('redis_url')}` (down-after-milliseconds {info.get('sentinel_down_after_ms')}, quorum 2 "
           "of 3 Sentinels, all on host0); records: PostgreSQL primary + streaming replica on host0, the services on "
           "the multi-host URL with `target_session_attrs=read-write`",
-          f"- worker pools per host: concurrency {info.get('concurrency')}, prefetch {info.get('prefetch')}; broker "
-          f"visibility timeout {info.get('visibility_timeout_s')} s; task retries {info.get('task_max_retries')}",
+          f"- worker pools per host: concurrency {info.get('concurrency')}, prefetch {info.get('prefetch')}; task "
+          f"retries {info.get('task_max_retries')}; what a dead or cut-off host costs is set by "
+          f"{json.dumps(info.get('recovery_settings', {}))}",
           f"- settings given (over the product's defaults): {json.dumps(info.get('settings', {}))}"]
     for note in run.get("notes", []):
         L.append(f"- {note}")
@@ -530,6 +541,60 @@ def write_report(result: dict[str, Any], out: Path) -> None:
     if run.get("error"):
         L += ["## Run error", "", f"`{run['error']}`", ""]
     (out / "report.md").write_text("\n".join(L) + "\n")
+    write_readme(result, out)
+
+
+FINDINGS_FILE = "findings.md"  # optional, beside the report: what a human read in the run (kept on --render)
+
+
+def write_readme(result: Mapping[str, Any], out: Path) -> None:
+    """README.md: the question, the headline with each fault's figures, how it was run, the records."""
+    run, rows = result["run"], result["rows"]
+    cfg, m = run["config"], run["machine"]
+    info = run.get("stack_info", {})
+    L = ["# Fault campaign past one machine", "",
+         "**Question.** With two front-door replicas behind the gRPC load balancer, worker pools on two hosts, "
+         "Redis under Sentinel and PostgreSQL with a promotable replica, does any request a client sent go "
+         "unanswered, or get two different answers, when a replica, a whole worker host, the link of one, the "
+         "Redis primary, the PostgreSQL primary or the balancer fails under steady load, and how long until "
+         "clients are served again?", "",
+         f"**Answer.** **{headline(result)}** ({len(FAULTS)} faults; {cfg['repeat']} repetition(s) each; goal "
+         f"per window: 0 lost as the client sees it, 0 delivered twice differently, recovery <= "
+         f"{RECOVERY_GOAL_S:g} s). Per fault:", ""]
+    for name, agg in result["per_fault"].items():
+        recs = ", ".join(_f(x, 0) + " s" if x is not None else "not recovered" for x in agg["recovery_s"])
+        p50 = [r["p50_ms"] for r in rows if r["fault"] == name]
+        p95 = [r["p95_ms"] for r in rows if r["fault"] == name]
+        L.append(f"- {FAULTS[name].title}: {agg['passes']} of {agg['windows']} windows met every goal; "
+                 f"{agg['lost']} lost of {agg['sent']} sent, {agg['twice_different']} delivered twice differently, "
+                 f"{agg['reruns']} requests ran more than once (+{agg['extra_runs']} runs), {agg['stranded']} "
+                 f"stranded; recovery {recs}; p50 {', '.join(_f(x) for x in p50)} ms, p95 "
+                 f"{', '.join(_f(x) for x in p95)} ms.")
+    findings = run.get("findings") or []
+    if findings:
+        L += ["", "**Findings.**", ""] + [f"- {x}" for x in findings]
+    L += ["", f"**How measured.** `{run['command']}` (as root: network namespaces; {run['started']}, until "
+          f"{run.get('finished', '-')}). Open loop {cfg['rate']:g} requests/s plus a burst of {cfg.get('burst', 0)} "
+          f"tier-B requests just before each fault, through the balancer only; instant LLM at "
+          f"{cfg['llm_latency_ms']:g} ms per completion. Sentinel down-after-milliseconds "
+          f"{info.get('sentinel_down_after_ms')}; PostgreSQL promotion after {PG_PROBES} failed probes "
+          f"{PG_PROBE_EVERY_S:g} s apart (Patroni's own defaults, ttl 30 s and loop_wait 10 s, would notice in up "
+          "to 30 s). Both detections are counted in the recovery. Settings that differ from the product's "
+          f"defaults: {json.dumps(info.get('settings', {}))}" + (f"; {'; '.join(run['notes'])}" if run.get("notes") else "")
+          + f". Load average {m['load_average']} at the start, {run.get('load_average_end')} at the end "
+          f"({m['cpus']} shared CPUs).", "",
+          "**Records.** `report.md` (every window: sent, answered in time, lost and why, delivered twice, runs per "
+          "request, stranded, duplicates, codes, recovery, p50/p95; evidence of every missed goal), "
+          "`report.json` (the same, computed), `timeline.png` (client calls per second, faults shaded), `raw/` "
+          "(the client's own log of every call, the request rows, the stored answers' digests, the fault log: "
+          "`python -m lab.experiments.multihost_chaos --render reports/reliability_multihost` recomputes the "
+          "report from them). `python -m lab.results` recounts the headline.", "",
+          "**Caveats.** The hosts are network namespaces on one kernel, one clock and two shared cores; links are "
+          "cut by setting a veth down (no latency, loss or half-open connections); every server (Redis, "
+          "Sentinels, both PostgreSQL servers, the LLM stand-in) runs on one host, so a fault kills processes, "
+          "never that host. The rules route (no Triton past one machine here). Small-talk questions (about half "
+          "the load) are answered by the front door without a worker."]
+    (out / "README.md").write_text("\n".join(L) + "\n")
 
 
 # --- main ----------------------------------------------------------------------------------------------------
@@ -586,6 +651,14 @@ def campaign(args: argparse.Namespace, plan: Sequence[tuple[str, int]], scratch:
     return code
 
 
+def with_findings(result: dict[str, Any], out: Path) -> dict[str, Any]:
+    """The result with the notes of `out/findings.md` (its "- " lines), when there is one."""
+    findings = out / FINDINGS_FILE
+    if findings.exists():
+        result["run"]["findings"] = [line[2:] for line in findings.read_text().splitlines() if line.startswith("- ")]
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.experiments.multihost_chaos",
                                      description=__doc__.split("\n\n")[0],
@@ -622,7 +695,7 @@ def main(argv: list[str] | None = None) -> int:
         if (scratch / "raw").is_dir():
             scratch = unpack_raw(scratch, REPO / "var" / "multihost_chaos" / "render")
         run = json.loads((scratch / "run.json").read_text())
-        write_report(account(scratch, run["config"]["quiet"]), out)
+        write_report(with_findings(account(scratch, run["config"]["quiet"]), out), out)
         log(f"report: {out / 'report.md'}")
         return 0
     faults = [f.strip() for f in (args.faults.split(",") if args.faults else FAULTS) if f.strip()]
@@ -666,7 +739,7 @@ def main(argv: list[str] | None = None) -> int:
     run.setdefault("t0", time.time())
     (scratch / "run.json").write_text(json.dumps(run, indent=1, default=str))
     if (scratch / "faults.jsonl").exists() and (scratch / "client.jsonl").exists():
-        result = account(scratch, args.quiet)
+        result = with_findings(account(scratch, args.quiet), out)
         write_report(result, out)
         if not args.quick:
             copy_raw(scratch, out)
