@@ -128,6 +128,13 @@ def runs_per_request(window: str, records: Sequence[Record]) -> dict[str, Any]:
             "mean": round(sum(runs) / len(runs), 3) if runs else None, "max": max(runs, default=None)}
 
 
+def slowest_ms(window: str, outcomes: Sequence[Any]) -> float | None:
+    """The slowest request of `window` the client got OK for, first send to OK (ms): what the
+    requests caught by the fault (run again elsewhere, resent) cost at most."""
+    return max((1000.0 * (o.done - o.sent) for o in outcomes
+                if o.final == "OK" and window_of(o.client_request_id) == window), default=None)
+
+
 def window_goals(row: Mapping[str, Any]) -> dict[str, bool]:
     """The campaign's goals for one window: 0 lost as the client sees it, 0 answers delivered
     twice with different content, recovery within the goal; and the single-host campaign's other
@@ -156,13 +163,14 @@ def account(scratch: Path, quiet_s: float) -> dict[str, Any]:
     with its answers delivered twice, its runs per request and this campaign's goals."""
     result = analyse(scratch, quiet_s)
     attempts = chaos.read_jsonl(scratch / "client.jsonl")
-    _, _, _, _, _, records = chaos.read_scratch(scratch)
+    _, _, outcomes, _, _, records = chaos.read_scratch(scratch)
     stored = json.loads((scratch / "answers.json").read_text()) if (scratch / "answers.json").exists() else {}
     for row in [*result["rows"], result["tail"]]:
         twice = delivered_twice_different(row["window"], attempts, stored)
         row["twice_different"] = len(twice)
         row["twice_different_cids"] = twice[:10]
         row["runs_per_request"] = runs_per_request(row["window"], records)
+        row["max_ms"] = slowest_ms(row["window"], outcomes)
     for row in result["rows"]:
         row["goals"] = window_goals(row)
         if "error" in row["details"]:
@@ -452,8 +460,9 @@ def write_report(result: dict[str, Any], out: Path) -> None:
          f"at the start {m['load_average']}, at the end {run.get('load_average_end')} ({m['cpus']} CPUs, shared "
          "with other jobs).", "", "## Result", "", f"**{headline(result)}.**", "",
          "| window | fault | rep | outage s | sent | answered in time | lost (why) | delivered twice differently | "
-         "runs per request (histogram) | stranded | duplicates | wrong codes | recovery s | p50 ms | p95 ms | goals |",
-         "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+         "runs per request (histogram) | stranded | duplicates | wrong codes | recovery s | p50 ms | p95 ms | slowest ms | "
+         "goals |",
+         "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in rows:
         why = ", ".join(f"{k} {v}" for k, v in r["lost_reasons"].items())
         rpr = r["runs_per_request"]
@@ -464,6 +473,7 @@ def write_report(result: dict[str, Any], out: Path) -> None:
                  f"{r['twice_different']} | mean {_f(rpr['mean'], 3) if rpr['mean'] is not None else '-'} "
                  f"({', '.join(f'{k}: {v}' for k, v in rpr['histogram'].items())}) | {r['stranded']} | "
                  f"{r['duplicates']} | {r['wrong_codes']} | {rec} | {_f(r['p50_ms'])} | {_f(r['p95_ms'])} | "
+                 f"{_f(r.get('max_ms'))} | "
                  f"{'pass' if r['pass'] else '**FAIL** ' + ', '.join(missed)} |")
     tail = result["tail"]
     L += ["", f"After the last window (tail, {cfg['quiet']:g} s of quiet load): sent {tail['sent']}, lost "
@@ -565,11 +575,12 @@ def write_readme(result: Mapping[str, Any], out: Path) -> None:
         recs = ", ".join(_f(x, 0) + " s" if x is not None else "not recovered" for x in agg["recovery_s"])
         p50 = [r["p50_ms"] for r in rows if r["fault"] == name]
         p95 = [r["p95_ms"] for r in rows if r["fault"] == name]
+        slow = [r.get("max_ms") for r in rows if r["fault"] == name]
         L.append(f"- {FAULTS[name].title}: {agg['passes']} of {agg['windows']} windows met every goal; "
                  f"{agg['lost']} lost of {agg['sent']} sent, {agg['twice_different']} delivered twice differently, "
                  f"{agg['reruns']} requests ran more than once (+{agg['extra_runs']} runs), {agg['stranded']} "
                  f"stranded; recovery {recs}; p50 {', '.join(_f(x) for x in p50)} ms, p95 "
-                 f"{', '.join(_f(x) for x in p95)} ms.")
+                 f"{', '.join(_f(x) for x in p95)} ms, slowest {', '.join(_f(x) for x in slow)} ms.")
     findings = run.get("findings") or []
     if findings:
         L += ["", "**Findings.**", ""] + [f"- {x}" for x in findings]

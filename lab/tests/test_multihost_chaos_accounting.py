@@ -82,3 +82,13 @@ def test_the_headline_counts_the_tail_and_names_an_unrecovered_window() -> None:
     line = headline({"rows": rows, "tail": tail})
     assert line.startswith("1 of 2 windows met every goal; 4 lost, 0 delivered twice differently of 220 sent")
     assert line.endswith("not recovered in one window")
+
+
+def test_the_slowest_request_is_the_longest_ok_of_its_window() -> None:
+    from lab.experiments.multihost_chaos import slowest_ms
+    from lab.harness.load_client import Outcome
+
+    outcomes = [Outcome(f"{W}.00001", 10.0, 10.5, "OK", 1), Outcome(f"{W}.00002", 11.0, 24.0, "OK", 3),
+                Outcome(f"{W}.00003", 12.0, 99.0, "GAVE_UP", 9), Outcome("w09-x-r1.00001", 0.0, 50.0, "OK", 1)]
+    assert slowest_ms(W, outcomes) == 13000.0
+    assert slowest_ms("w05-none-r1", outcomes) is None
