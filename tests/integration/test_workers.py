@@ -256,8 +256,8 @@ def test_whole_worker_killed_mid_c_task_is_redelivered_once_its_consumer_lease_r
         pools.start_pool("C")
         result = wait_result(app, handle, WAIT_S)
         assert result.ok, result
-        took = time.monotonic() - killed_at
-        assert lease * 0.9 <= took <= 30.0, took
+        took = time.monotonic() - killed_at  # the restart included: 10-20 s on a loaded machine
+        assert lease * 0.9 <= took <= 120.0, took  # far from the visibility timeout
         assert "lease ran out" in pools.pools["C"].log_path.read_text()
     assert store.count_results(request_id) == 1
     assert store.get_result(request_id) == result
