@@ -391,6 +391,22 @@ def reliability(reports: Path) -> str:
             f"of {sent:,} sent{reran}; slowest recovery {slowest:.0f} s")
 
 
+def reliability_multihost(reports: Path) -> str:
+    """The multi-host campaign's headline from its windows (the report's own accounting)."""
+    report = read_json(reports / "reliability_multihost" / "report.json")
+    windows = report["rows"]
+    met = sum(r["lost"] == 0 and r["twice_different"] == 0 and r["stranded"] == 0 and r["duplicates"] == 0
+              and r["wrong_codes"] == 0 and r["recovery_s"] is not None and r["recovery_s"] <= 30 for r in windows)
+    counted = [*windows, report["tail"]]
+    recoveries = [r["recovery_s"] for r in windows]
+    slowest = ("not recovered in " + str(sum(x is None for x in recoveries)) + " window(s)"
+               if None in recoveries else f"slowest recovery {max(recoveries):.0f} s")
+    return (f"{met} of {len(windows)} windows; {sum(r['lost'] for r in counted)} lost, "
+            f"{sum(r['twice_different'] for r in counted)} delivered twice differently of "
+            f"{sum(r['sent'] for r in counted):,} sent; {sum(r['reruns'] for r in counted)} ran more than once "
+            f"(+{sum(r['extra_runs'] for r in counted)} runs); {slowest}")
+
+
 def tracing_extra_cpu(reports: Path) -> str:
     """CPU per request of tracing to files minus tracing off, each mode's lower run kept."""
     runs = read_json(reports / "tracing" / "overhead.json")
@@ -523,6 +539,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Small talk end to end p50, the reader busy with B and C vs idle", small_talk_latency),
     Figure("Fair share, quiet tenant p95 under a 10x flood", fair_share_quiet_p95),
     Figure("Fault campaign", reliability),
+    Figure("Fault campaign past one machine", reliability_multihost),
     Figure("Tracing to files, extra CPU per request", tracing_extra_cpu),
     Figure("Shared llama-server vs a model per process, tier A, 8 clients", llm_serving_ratio),
     Figure("Demo install", setup_demo),
