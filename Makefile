@@ -310,6 +310,15 @@ CHAOS_ARGS ?=
 chaos: setup
 	$(PY) -m lab.experiments.chaos $(CHAOS_ARGS)
 
+## chaos-multihost: the fault campaign past one machine (as root: network namespaces): two front-door
+## replicas behind nginx, worker pools on two hosts, Redis under Sentinel, PostgreSQL with a promoted
+## replica; replica kill, worker host killed whole or partitioned 30 s, Redis and PostgreSQL primary
+## killed, balancer restart, each twice; reports/reliability_multihost/ (~20 min).
+## CHAOS_ARGS="--quick" for one repetition (~7 min, var/multihost_chaos/quick/report/).
+.PHONY: chaos-multihost
+chaos-multihost: setup
+	$(PY) -m lab.experiments.multihost_chaos $(CHAOS_ARGS)
+
 ## domain-adaptation: does the router learn a support domain from its traffic? The local stack
 ## (ARAG_SHADOW_SHARE=1.0, the shipped bag-of-words router as version 1, the COVID FAQ as tenant
 ## `support`) answers new support `train` queries each round, a simulated agent rates them from the

@@ -93,6 +93,14 @@ class Settings(BaseSettings):
         None, ge=0.0, le=1.0,
         validation_alias=env_name("ARAG_READER_ABSTAIN_MIN_CONFIDENCE", "reader_abstain_min_confidence"),
     )
+    # Tier B's reader (and each part's of a two-part question) gets only the retrieved passages'
+    # sentences that answer the question, up to this many tokens, under their passage numbers
+    # (`evidence.sentences`): a CPU reader's time is its prompt's length. 0: whole passages. 120
+    # was chosen on `train` (reports/evidence_budget/: F1 and hit not lower than whole passages
+    # beyond noise, about half the prompt).
+    evidence_tokens: int = Field(
+        120, ge=0, le=4000, validation_alias=env_name("ARAG_EVIDENCE_TOKENS", "evidence_tokens")
+    )
     # How a tenant's answers read when its knowledge base chose no style (`arag kb style`):
     # `support`, a full answer citing its sources, or `short`, the span QA benchmarks score.
     # Evaluation runs read `short` unless told otherwise (`arag eval --style`).

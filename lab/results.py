@@ -391,6 +391,22 @@ def reliability(reports: Path) -> str:
             f"of {sent:,} sent{reran}; slowest recovery {slowest:.0f} s")
 
 
+def reliability_multihost(reports: Path) -> str:
+    """The multi-host campaign's headline from its windows (the report's own accounting)."""
+    report = read_json(reports / "reliability_multihost" / "report.json")
+    windows = report["rows"]
+    met = sum(r["lost"] == 0 and r["twice_different"] == 0 and r["stranded"] == 0 and r["duplicates"] == 0
+              and r["wrong_codes"] == 0 and r["recovery_s"] is not None and r["recovery_s"] <= 30 for r in windows)
+    counted = [*windows, report["tail"]]
+    recoveries = [r["recovery_s"] for r in windows]
+    slowest = ("not recovered in " + str(sum(x is None for x in recoveries)) + " window(s)"
+               if None in recoveries else f"slowest recovery {max(recoveries):.0f} s")
+    return (f"{met} of {len(windows)} windows; {sum(r['lost'] for r in counted)} lost, "
+            f"{sum(r['twice_different'] for r in counted)} delivered twice differently of "
+            f"{sum(r['sent'] for r in counted):,} sent; {sum(r['reruns'] for r in counted)} ran more than once "
+            f"(+{sum(r['extra_runs'] for r in counted)} runs); {slowest}")
+
+
 def tracing_extra_cpu(reports: Path) -> str:
     """CPU per request of tracing to files minus tracing off, each mode's lower run kept."""
     runs = read_json(reports / "tracing" / "overhead.json")
@@ -478,6 +494,25 @@ def soak(reports: Path) -> str:
     return "; ".join(out)
 
 
+def evidence_budget(group: str) -> Callable[[Path], str]:
+    """Tier B with the evidence budget vs whole passages, side by side on `test` questions of
+    `group` (`help-centre`, `support`, `benchmark`): the ratio of p50 latencies (paired interval),
+    prefilled tokens p50, and the paired F1 / hit differences, from the answers."""
+    def compute(reports: Path) -> str:
+        from lab.experiments.evidence_budget import Answer, summarize
+
+        answers = [Answer(**row) for row in read_jsonl(reports / "evidence_budget" / "answers.jsonl")]
+        summary = summarize(answers, {})["groups"][group]
+        ratio, f1, hit = summary["p50_ratio"], summary["f1_diff"], summary["hit_diff"]
+        whole, budget = summary["whole"], summary["budget"]
+        return (f"p50 {whole['p50_s']:.1f} -> {budget['p50_s']:.1f} s, {ratio['estimate']:.2f}x "
+                f"[{ratio['low']:.2f}, {ratio['high']:.2f}]; prefilled {whole['prefilled_tokens_p50']:.0f} -> "
+                f"{budget['prefilled_tokens_p50']:.0f} tokens; F1 {f1['estimate']:+.3f} [{f1['low']:+.3f}, "
+                f"{f1['high']:+.3f}], hit {hit['estimate']:+.3f} [{hit['low']:+.3f}, {hit['high']:+.3f}] "
+                f"(n {summary['n']})")
+    return compute
+
+
 FIGURES: tuple[Figure, ...] = (
     Figure("Always A (no retrieval), F1", row_f1(lambda ev: ev.fixed("A"))),
     Figure("Always B (single step), F1", row_f1(lambda ev: ev.fixed("B"))),
@@ -508,6 +543,9 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Evidence, all supporting passages among 5, chain vs B, 2Wiki / MuSiQue / HotpotQA", evidence_complete_at_5),
     Figure("Tier C evidence@5 minus always B, pilot test F1 (mean of 2Wiki, MuSiQue, HotpotQA)", chain_reader_pilot),
     Figure("Two-part support questions, support style: replies with both parts; time vs B", two_part_answers),
+    Figure("Tier B evidence budget vs whole passages, demo help centre test: p50 latency ratio; F1 / hit difference", evidence_budget("help-centre")),
+    Figure("Tier B evidence budget vs whole passages, support test (help centre + COVID FAQ): p50 latency ratio; F1 / hit difference", evidence_budget("support")),
+    Figure("Tier B evidence budget vs whole passages, benchmark single-hop test: p50 latency ratio; F1 / hit difference", evidence_budget("benchmark")),
     Figure("Ceiling, distinct queries", ceiling("distinct")),
     Figure("Ceiling, repeated queries", ceiling("repeated")),
     Figure("Front-door overhead at half the ceiling, distinct, p50 / p99", overhead_at_half_ceiling("distinct")),
@@ -519,6 +557,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Small talk end to end p50, the reader busy with B and C vs idle", small_talk_latency),
     Figure("Fair share, quiet tenant p95 under a 10x flood", fair_share_quiet_p95),
     Figure("Fault campaign", reliability),
+    Figure("Fault campaign past one machine", reliability_multihost),
     Figure("Soak, processes within 5 %/h RSS and flat descriptors after the warm-up", soak),
     Figure("Tracing to files, extra CPU per request", tracing_extra_cpu),
     Figure("Shared llama-server vs a model per process, tier A, 8 clients", llm_serving_ratio),

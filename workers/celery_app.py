@@ -114,9 +114,11 @@ def celery_config(settings: WorkerSettings) -> dict[str, Any]:
                 # Sentinel: the primary's group name, the Sentinels' own timeouts
                 **address.transport_options(),
                 "visibility_timeout": visibility,
+                "consumer_lease_s": settings.consumer_lease_s,
                 # Sweep for messages of dead workers often enough to notice them about one
-                # visibility timeout after the loss (kombu's default sweep is ~100 s).
-                "unacked_restore_interval": max(1, min(10, int(visibility // 5))),
+                # visibility timeout, or one consumer lease, after the loss (kombu's default
+                # sweep is ~100 s).
+                "unacked_restore_interval": max(1, int(min(settings.consumer_lease_s / 2, visibility / 5))),
                 "unacked_restore_throttle": 1,
                 **REDIS_CONNECTION_OPTIONS,
             },

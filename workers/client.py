@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -47,7 +47,7 @@ from adaptive_rag.errors import ConfigurationError, DependencyUnavailableError
 from adaptive_rag.serving.ports import Records
 from adaptive_rag.tracing import inject_context, span
 from workers import celery_app as _celery
-from workers import redis_connections
+from workers import redis_broker, redis_connections
 from workers.celery_app import QUEUES
 from workers.failures import dead_task_error
 
@@ -109,6 +109,16 @@ class CeleryTaskQueue:
                 backend.delete(backend.get_key_for_task(task_id))
             except FileNotFoundError:  # the file backend: nothing stored
                 pass
+
+    def held(self, task_ids: Collection[str]) -> set[str] | None:
+        """Which of `task_ids` the broker holds, waiting on a tier queue or reserved by a worker
+        (one Redis transaction over the queues' lists and the unacked hash); None for a broker
+        that cannot tell (the embedded file broker: one machine, nothing in transit)."""
+        with _broker_errors("look for tasks in the queues"), self.app.pool.acquire(block=True) as connection:
+            channel = connection.default_channel
+            if not isinstance(channel, redis_broker.Channel):
+                return None
+            return redis_broker.held_task_ids(channel, (*QUEUES, SHARED_QUEUE), task_ids)
 
     def workers_alive(self, timeout: float = 1.0) -> list[str]:
         """Names of the workers that answer a ping within `timeout` s (`tier-a@host`, ...); a

@@ -15,6 +15,20 @@ Two gaps of kombu's Redis transport show when the broker restarts under a busy w
    finish). A reserved task the pool had already buffered may then run twice; the task writes
    its result once, so the second run only returns the stored result.
 
+3. A worker host that dies whole takes its reserved messages' acknowledgements with it: they wait
+   in the unacked hash for the visibility timeout (15 minutes by default) before anyone runs
+   them. Here each consumer process holds a lease in Redis (`arag:consumer:<id>`, renewed every
+   `lease_s / 4` by a thread) and writes, with each reserved copy, whose it is
+   (`<unacked>_owner`). Every live consumer's periodic sweep (kombu's `restore_visible`) also
+   puts back at once the reserved messages of consumers whose lease ran out
+   (`reclaim_orphans`). A consumer that was only cut off for longer than its lease may then run
+   a task that another host runs too; the task writes its result once.
+
+What no consumer can see, because Redis hands a message over (BRPOP) before the consumer writes
+its reserved copy: a host that dies between the two takes the message with it. The records know
+the request was published and never begun; `held_task_ids` tells the front door's check
+(`adaptive_rag.serving.upkeep.republish_lost`) that the broker holds it nowhere.
+
 Selected by `broker_transport` in `workers.celery_app` whenever the broker is Redis (`Transport`;
 `SentinelTransport` for a `sentinel://` URL).
 """
@@ -22,17 +36,23 @@ Selected by `broker_transport` in `workers.celery_app` whenever the broker is Re
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
+import uuid
+from collections.abc import Collection, Iterable
 from typing import Any
 
 import redis as redis_py
 import redis.sentinel as redis_sentinel
-from kombu.transport import TRANSPORT_ALIASES, redis
+from kombu.transport import TRANSPORT_ALIASES, redis, virtual
+from kombu.utils.json import dumps
 
 from workers.redis_connections import SENTINEL_SCHEME
 
 logger = logging.getLogger(__name__)
+virtual_append = virtual.QoS.append
 # Sentinel: how long a new broker connection waits for the Sentinels to name a primary during a
 # failover (`MasterWaitingConnection`), asking every `MASTER_POLL_S`.
 MASTER_WAIT_S = 3.0
@@ -41,6 +61,106 @@ MASTER_POLL_S = 0.1
 # and database): put back by the next channel of this process that connects.
 _UNRESTORED: dict[str, set[str]] = {}
 _UNRESTORED_LOCK = threading.Lock()
+
+
+# The consumer lease: how long a consumer's reserved messages stay its own after its last
+# renewal (`workers.settings.WorkerSettings.consumer_lease_s` through the transport options).
+DEFAULT_LEASE_S = 10.0
+LEASE_PREFIX = "arag:consumer:"
+
+
+class ConsumerLease:
+    """This process's lease as a consumer: one Redis key with a time to live, renewed by a daemon
+    thread while the process lives. Started by the first message the process reserves (a
+    producer never holds one); a forked child starts its own."""
+
+    _lock = threading.Lock()
+    _pid: int | None = None
+    _name = ""
+    _channel: Any = None
+
+    @classmethod
+    def name(cls, channel: Any, lease_s: float) -> str:
+        """This process's consumer name, its lease written (and its renewal thread started)
+        before the first reserved copy names it."""
+        with cls._lock:
+            cls._channel = channel  # the renewals use the newest channel (one after a reconnect)
+            if cls._pid != os.getpid():
+                cls._pid = os.getpid()
+                cls._name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+                cls._renew(lease_s)
+                threading.Thread(target=cls._renew_forever, args=(lease_s,), daemon=True,
+                                 name="consumer-lease").start()
+        return cls._name
+
+    @classmethod
+    def _renew(cls, lease_s: float) -> None:
+        # A client of the channel's pool, never `channel.client`: that one's connection carries
+        # the consumer's BRPOP, and a command sent between would take its reply.
+        with cls._channel.conn_or_acquire() as client:
+            client.set(LEASE_PREFIX + cls._name, "1", px=int(lease_s * 1000))
+
+    @classmethod
+    def _renew_forever(cls, lease_s: float) -> None:
+        pid = os.getpid()
+        while cls._pid == pid:
+            time.sleep(lease_s / 4)
+            try:
+                cls._renew(lease_s)
+            except Exception as exc:  # noqa: BLE001 - the broker away, a closed channel: next time
+                logger.warning("consumer lease not renewed: %s: %s", type(exc).__name__, exc)
+
+
+def owner_key(channel: Any) -> str:
+    """The hash naming the consumer of each reserved copy in `channel.unacked_key`."""
+    return f"{channel.unacked_key}_owner"
+
+
+def reclaim_orphans(channel: Any) -> list[str]:
+    """Put back on their queues the reserved messages of consumers whose lease ran out (their
+    process or host died, or was cut off from the broker longer than its lease); returns their
+    delivery tags."""
+    with channel.conn_or_acquire() as client:  # not `channel.client`: see `ConsumerLease._renew`
+        owners = client.hgetall(owner_key(channel))
+        if not owners:
+            return []
+        names = sorted({owner.decode() if isinstance(owner, bytes) else str(owner) for owner in owners.values()})
+        with client.pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.exists(LEASE_PREFIX + name)
+            alive = {name for name, found in zip(names, pipe.execute()) if found}
+    reclaimed = []
+    for tag, owner in owners.items():
+        if (owner.decode() if isinstance(owner, bytes) else str(owner)) in alive:
+            continue
+        channel.qos.restore_by_tag(tag, leftmost=True)  # and drops its owner entry
+        reclaimed.append(tag.decode() if isinstance(tag, bytes) else str(tag))
+    if reclaimed:
+        logger.warning("%d reserved message(s) of consumers whose lease ran out put back on their "
+                       "queues", len(reclaimed))
+    return reclaimed
+
+
+def held_task_ids(channel: Any, queues: Iterable[str], task_ids: Collection[str]) -> set[str]:
+    """Which of `task_ids` the broker holds: waiting on one of `queues` (any priority) or
+    reserved by a consumer (the unacked hash). One transaction, so a message moving between the
+    two (a restore) is seen in one of them."""
+    if not task_ids:
+        return set()
+    with channel.conn_or_acquire() as client, client.pipeline(transaction=True) as pipe:
+        for queue in queues:
+            for priority in channel.priority_steps:
+                pipe.lrange(channel._q_for_pri(queue, priority), 0, -1)
+        pipe.hvals(channel.unacked_key)
+        replies = pipe.execute()
+    wanted = {task_id: f'"{task_id}"'.encode() for task_id in task_ids}
+    held: set[str] = set()
+    for payloads in replies:
+        for payload in payloads:
+            for task_id, needle in wanted.items():
+                if task_id not in held and needle in payload:
+                    held.add(task_id)
+    return held
 
 
 def _running_delivery_tags() -> set[str]:
@@ -58,6 +178,31 @@ def _running_delivery_tags() -> set[str]:
 
 
 class QoS(redis.QoS):
+    def append(self, message: Any, delivery_tag: Any) -> None:
+        """Reserve `message` as kombu does, naming this consumer as its owner in the same
+        transaction."""
+        delivery = message.delivery_info
+        owner = ConsumerLease.name(self.channel, self.channel.consumer_lease_s)
+        with self.pipe_or_acquire() as pipe:
+            pipe.zadd(self.unacked_index_key, {delivery_tag: time.time()}) \
+                .hset(self.unacked_key, delivery_tag,
+                      dumps([message._raw, delivery["exchange"], delivery["routing_key"]])) \
+                .hset(owner_key(self.channel), delivery_tag, owner) \
+                .execute()
+        virtual_append(self, message, delivery_tag)
+
+    def _remove_from_indices(self, delivery_tag: Any, pipe: Any = None) -> Any:
+        return super()._remove_from_indices(delivery_tag, pipe).hdel(owner_key(self.channel), delivery_tag)
+
+    def restore_visible(self, start: int = 0, num: int = 10, interval: int = 10) -> None:
+        """kombu's sweep for deliveries older than the visibility timeout, and then the
+        reserved messages of consumers whose lease ran out (`reclaim_orphans`)."""
+        super().restore_visible(start, num, interval)
+        try:
+            reclaim_orphans(self.channel)
+        except self.channel.connection_errors as exc:
+            logger.warning("reserved messages of lost consumers not reclaimed now: %s", exc)
+
     def restore_unacked(self, client: Any = None) -> Any:
         """Put back every unacked delivery; when the broker is away, remember them for later."""
         tags = {str(tag) for tag in self._delivered}
@@ -75,6 +220,8 @@ class QoS(redis.QoS):
 class Channel(redis.Channel):
     QoS = QoS
     _sync_client: Any = None
+    consumer_lease_s: float = DEFAULT_LEASE_S
+    from_transport_options = (*redis.Channel.from_transport_options, "consumer_lease_s")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # connects (kombu pings the server here)
@@ -147,6 +294,7 @@ class SentinelChannel(Channel, redis.SentinelChannel):
     the Sentinels name (a failover is a lost connection, then a reconnect to the new primary)."""
 
     connection_class = MasterWaitingConnection
+    from_transport_options = (*redis.SentinelChannel.from_transport_options, "consumer_lease_s")
 
 
 class SentinelTransport(redis.SentinelTransport):

@@ -48,9 +48,18 @@ class WorkerSettings(BaseSettings):
         15.0, gt=0, validation_alias=env_name("ARAG_TIME_LIMIT_GRACE", "time_limit_grace_s")
     )
     # Redis broker: a message reserved by a worker that died is delivered again after this long.
-    # Keep it above the longest C run (hard limit), or a slow task also runs a second time.
+    # Keep it above the longest C run (hard limit), or a slow task also runs a second time. A
+    # worker process or host that died is noticed sooner, by its consumer lease below.
     visibility_timeout_s: float = Field(
         900.0, gt=0, validation_alias=env_name("ARAG_VISIBILITY_TIMEOUT", "visibility_timeout_s")
+    )
+    # Redis broker: each worker's consumer renews a lease every quarter of this; the messages
+    # reserved by one whose lease ran out (its process or host died, or it was cut off from the
+    # broker this long) are put back on their queues by the other workers' next sweep (every
+    # `consumer_lease_s / 2`). A worker only cut off may then run a task another runs too (one
+    # result is written): keep it above the broker hiccups you expect.
+    consumer_lease_s: float = Field(
+        10.0, ge=2, validation_alias=env_name("ARAG_CONSUMER_LEASE", "consumer_lease_s")
     )
     # Transient failures (retriever or LLM unreachable, index missing) retried with exponential
     # backoff from `task_retry_backoff_s`, each wait capped at `task_retry_max_backoff_s`; after the

@@ -67,6 +67,9 @@ class AdmissionConfig:
     # A request still queued, never marked published and unchanged this long lost its publish:
     # `upkeep.relay_unpublished` publishes it again (None: never).
     unpublished_after_s: float | None = None
+    # A request published this long ago and never delivered is looked for in the broker; when the
+    # broker holds it nowhere, `upkeep.republish_lost` publishes it again (None: never).
+    lost_after_s: float | None = None
     # Wait budget per tier (`queue_delay.QueueDelayGate`); a tier left out is limited by length only.
     queue_wait_target_s: Mapping[Tier, float] = field(default_factory=dict)
     queue_wait_interval_s: float = 1.0

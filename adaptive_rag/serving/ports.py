@@ -7,7 +7,7 @@ tests pass in-memory fakes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Collection, Hashable
 from datetime import datetime
 from typing import Protocol
 
@@ -58,6 +58,16 @@ class Records(Protocol):
         for `older_than_s` (or of `request_id` only), mark them; their ids. Replicas take
         disjoint rows."""
         ...
+    def undelivered(self, older_than_s: float) -> list[str]:
+        """Requests queued, published at least `older_than_s` ago and never delivered (waiting
+        in the queue, or lost on the way to a worker)."""
+        ...
+    def publish_lost(
+        self, publish: Callable[[AnswerTask], None], request_ids: Collection[str], older_than_s: float,
+    ) -> list[str]:
+        """`publish` again those of `request_ids` still undelivered that long after their
+        publish, mark them; their ids. Replicas publish each one once."""
+        ...
     def record_decision(self, request_id: str, decision: RoutingDecision) -> None: ...
     def decision_for(self, request_id: str) -> RoutingDecision | None: ...
     def set_status(self, request_id: str, status: RequestStatus) -> None: ...
@@ -92,6 +102,10 @@ class TaskQueue(Protocol):
     def forget(self, task_id: str) -> None:
         """Drop a finished task's stored result (a re-admitted request's new run must not be
         answered by its old run's result)."""
+        ...
+    def held(self, task_ids: Collection[str]) -> set[str] | None:
+        """Which of `task_ids` the broker holds, waiting in a queue or reserved by a worker;
+        None when this broker cannot tell."""
         ...
 
 

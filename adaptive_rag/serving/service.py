@@ -26,6 +26,9 @@ class AnswerService(Serving):
     async def relay_unpublished(self) -> list[str]:
         return await upkeep.relay_unpublished(self)
 
+    async def republish_lost(self) -> list[str]:
+        return await upkeep.republish_lost(self)
+
     async def expire_stale(self) -> list[str]:
         return await upkeep.expire_stale(self)
 

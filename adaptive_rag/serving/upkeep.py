@@ -1,8 +1,10 @@
-"""What the front door does besides calls: publish again the tasks whose publish was lost, expire
-requests left queued, forget cached API keys once a key is revoked, say what keeps it from serving
+"""What the front door does besides calls: publish again the tasks whose publish was lost or whose
+message the broker lost on the way to a worker, expire requests left queued, forget cached API keys once a key is revoked, say what keeps it from serving
 (health), read the queues' depths (the gauge)."""
 
 from __future__ import annotations
+
+import asyncio
 
 import structlog
 
@@ -26,6 +28,42 @@ async def relay_unpublished(serving: Serving) -> list[str]:
         serving.on_republished(len(published))
         LOG.warning("requests_republished", count=len(published), request_ids=published[:20],
                     unpublished_after_s=after_s)
+    return published
+
+
+async def republish_lost(serving: Serving, confirm_after_s: float = 1.0) -> list[str]:
+    """Publish again the task of every request published at least `lost_after_s` ago, never
+    delivered, whose message the broker no longer holds (in no queue, reserved by no worker),
+    and mark them; returns their ids (empty when none, the check is off, or the broker cannot
+    tell).
+
+    Such a message was taken off its queue by a worker host that died before it wrote its
+    reserved copy (Redis hands a message over, then the worker records it: a host killed between
+    the two takes the message with it). Only a request still undelivered is looked for, and only
+    one that the broker misses twice, `confirm_after_s` apart: a live worker records what it took
+    within microseconds. A task published twice runs at most once more and writes one result."""
+    after_s = serving.config.lost_after_s
+    if after_s is None:
+        return []
+    waiting = await serving.io(serving.records.undelivered, after_s)
+    if not waiting:
+        return []
+    held = await serving.io(serving.queue.held, waiting)
+    if held is None:
+        return []
+    missing = [request_id for request_id in waiting if request_id not in held]
+    if not missing:
+        return []
+    await asyncio.sleep(confirm_after_s)
+    held = await serving.io(serving.queue.held, missing)
+    if held is None:
+        return []
+    lost = [request_id for request_id in missing if request_id not in held]
+    published = await serving.io(serving.records.publish_lost, serving.queue.enqueue, lost, after_s)
+    if published:
+        serving.on_republished(len(published))
+        LOG.warning("lost_messages_republished", count=len(published), request_ids=published[:20],
+                    lost_after_s=after_s)
     return published
 
 

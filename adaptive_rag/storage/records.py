@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -379,17 +379,58 @@ class RecordStore:
         reads and marks without row locks.
         """
         cutoff = utcnow() - timedelta(seconds=older_than_s)
-        claim = (
+        claim = self._queued_tasks(QueryRequest.enqueued_at.is_(None), QueryRequest.updated_at <= cutoff)
+        claim = claim.order_by(QueryRequest.updated_at).limit(limit)
+        if request_id is not None:
+            claim = claim.where(QueryRequest.request_id == request_id)
+        return self._claim_and_publish(claim, publish)
+
+    def undelivered(self, older_than_s: float, limit: int = RELAY_BATCH) -> list[str]:
+        """Requests still `queued` whose task was marked published at least `older_than_s` ago
+        and never delivered to a worker (the oldest first): either waiting their turn in the
+        queue, or lost on the way (the broker handed the message to a worker host that died
+        before it wrote its reserved copy). Only the broker can tell which
+        (`TaskQueue.held`)."""
+        cutoff = utcnow() - timedelta(seconds=older_than_s)
+        statement = (
+            select(QueryRequest.request_id)
+            .where(QueryRequest.status == RequestStatus.QUEUED.value, QueryRequest.deliveries == 0,
+                   QueryRequest.enqueued_at.is_not(None), QueryRequest.enqueued_at <= cutoff)
+            .order_by(QueryRequest.enqueued_at).limit(limit)
+        )
+        with self._autocommit.connect() as conn:
+            return list(conn.execute(statement).scalars())
+
+    def publish_lost(
+        self, publish: Callable[[AnswerTask], None], request_ids: Collection[str], older_than_s: float,
+    ) -> list[str]:
+        """Publish again the tasks of `request_ids` that the broker no longer holds, when each is
+        still undelivered `older_than_s` after its publish (as `undelivered` found it: no worker
+        began it meanwhile, no other front door published it again), and mark them published
+        now; returns their ids. Rows are claimed as in `publish_unpublished`, so replicas that
+        found the same loss publish it once."""
+        if not request_ids:
+            return []
+        cutoff = utcnow() - timedelta(seconds=older_than_s)
+        claim = self._queued_tasks(QueryRequest.request_id.in_(list(request_ids)), QueryRequest.deliveries == 0,
+                                   QueryRequest.enqueued_at.is_not(None), QueryRequest.enqueued_at <= cutoff)
+        return self._claim_and_publish(claim.order_by(QueryRequest.enqueued_at), publish)
+
+    @staticmethod
+    def _queued_tasks(*conditions: Any) -> Any:
+        """The task (id, tenant, question as searched, tier, strategy) of each `queued` request
+        meeting `conditions`."""
+        return (
             select(QueryRequest.request_id, QueryRequest.tenant,
                    func.coalesce(QueryRequest.standalone_query, QueryRequest.query).label("query"),
                    DecisionRow.tier, DecisionRow.strategy)
             .join(DecisionRow, DecisionRow.request_id == QueryRequest.request_id)
-            .where(QueryRequest.status == RequestStatus.QUEUED.value,
-                   QueryRequest.enqueued_at.is_(None), QueryRequest.updated_at <= cutoff)
-            .order_by(QueryRequest.updated_at).limit(limit)
+            .where(QueryRequest.status == RequestStatus.QUEUED.value, *conditions)
         )
-        if request_id is not None:
-            claim = claim.where(QueryRequest.request_id == request_id)
+
+    def _claim_and_publish(self, claim: Any, publish: Callable[[AnswerTask], None]) -> list[str]:
+        """Claim the rows `claim` selects, publish each one's task and mark it published: on
+        PostgreSQL `FOR UPDATE SKIP LOCKED`, held until the marks commit."""
         if self.engine.dialect.name == "postgresql":
             with self.engine.begin() as conn:
                 rows = conn.execute(claim.with_for_update(of=QueryRequest, skip_locked=True)).all()

@@ -74,11 +74,12 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
             retriever, llm, top_k=settings.top_k, abstention=abstention,
             reader_abstains=settings.reader_abstains, style=style,
             abstain_min_confidence=settings.reader_abstain_min_confidence,
+            evidence_tokens=settings.evidence_tokens or None,
         )
     if name == StrategyName.SELF_ROUTE:
         single = SingleStep(
             retriever, llm, top_k=settings.top_k, abstention=abstention, reader_abstains=True,
-            style=style,
+            style=style, evidence_tokens=settings.evidence_tokens or None,
         )
         return SelfRoute(single, build_strategy(multi_step_strategy(settings), retriever, llm, settings,
                                                 abstention, style))
@@ -120,7 +121,8 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
         # Parts read at once on an LLM server's slots; a model in this process reads in turn.
         return PartsInParallel(retriever, llm, whole, top_k=settings.top_k, abstention=abstention,
                                reader_abstains=settings.reader_abstains, style=style,
-                               parallel=2 if settings.llm_base_url else 1)
+                               parallel=2 if settings.llm_base_url else 1,
+                               evidence_tokens=settings.evidence_tokens or None)
     raise ConfigurationError(
         f"unknown strategy {name!r}; choose one of {', '.join((*ALL_STRATEGY_NAMES, SMALL_TALK))}")
 

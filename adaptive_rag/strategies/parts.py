@@ -63,6 +63,8 @@ class PartsInParallel:
     # How many parts are read at once: the LLM server's slots for this call; 1 reads them in turn
     # (a model in this process serves one call at a time).
     parallel: int = 2
+    # Each part's reader gets only its passages' best sentences, up to this many tokens (None: whole).
+    evidence_tokens: int | None = None
 
     @property
     def name(self) -> str:
@@ -100,7 +102,7 @@ class PartsInParallel:
         def read(part: _Part) -> None:
             with metered_alone() as usage:
                 part.answer = answer_in_style(self.llm, part.question, part.passages, self.style,
-                                              self.reader_abstains)
+                                              self.reader_abstains, self.evidence_tokens)
             part.usage = usage
 
         if self.parallel <= 1 or len(parts) <= 1:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from adaptive_rag.contracts import AnswerStyle, StrategyName
 from adaptive_rag.domain import Passage, StrategyResult
+from adaptive_rag.evidence.sentences import format_evidence
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.prompts import Prompt, format_passages
 from adaptive_rag.prompts import single_step as prompt
@@ -68,20 +69,32 @@ def clean_support_answer(text: str) -> str:
     return "\n".join(lines).strip()
 
 
+def reader_evidence(question: str, passages: Sequence[Passage], evidence_tokens: int | None = None) -> str:
+    """What the reader reads: the passages whole (each cut to `PASSAGE_CHARS`), or with
+    `evidence_tokens` only their sentences that answer `question`, up to that many tokens, under
+    the same passage numbers (`evidence.sentences`)."""
+    if not evidence_tokens:
+        return format_passages(passages)
+    return format_evidence(question, passages, evidence_tokens)
+
+
 def answer_in_style(llm: LLM, question: str, passages: Sequence[Passage],
-                    style: AnswerStyle = AnswerStyle.SHORT, abstains: bool = False) -> str:
+                    style: AnswerStyle = AnswerStyle.SHORT, abstains: bool = False,
+                    evidence_tokens: int | None = None) -> str:
     """The shared reader in `style`: a span (`short`), or a full answer citing its passages
     (`support`; see `ensure_citation`). With `abstains` it may answer the no-answer marker,
-    which is returned as written (`says_no_answer` tells it)."""
-    return read_in_style(llm, question, passages, style, abstains)[0]
+    which is returned as written (`says_no_answer` tells it). `evidence_tokens`: see
+    `reader_evidence`."""
+    return read_in_style(llm, question, passages, style, abstains, evidence_tokens)[0]
 
 
 def read_in_style(llm: LLM, question: str, passages: Sequence[Passage],
-                  style: AnswerStyle = AnswerStyle.SHORT, abstains: bool = False) -> tuple[str, float | None]:
+                  style: AnswerStyle = AnswerStyle.SHORT, abstains: bool = False,
+                  evidence_tokens: int | None = None) -> tuple[str, float | None]:
     """`answer_in_style` and the probability of the reply's first token (None when the
     generator reports no log-probabilities): how sure the reader was of what it began with."""
-    completion = ask(llm, reader_prompt(style, abstains), passages=format_passages(passages),
-                     question=question)
+    completion = ask(llm, reader_prompt(style, abstains),
+                     passages=reader_evidence(question, passages, evidence_tokens), question=question)
     first = math.exp(completion.token_logprobs[0]) if completion.token_logprobs else None
     if style != AnswerStyle.SUPPORT:
         return clean_answer(completion.text), first
@@ -125,6 +138,8 @@ class SingleStep:
     # The marker abstains only when its first token is at least this likely; an unsure marker is
     # asked again without it (None: every marker abstains; so does one without log-probabilities).
     abstain_min_confidence: float | None = None
+    # The reader gets only the passages' best sentences, up to this many tokens (None: whole).
+    evidence_tokens: int | None = None
 
     def run(self, question: str) -> StrategyResult:
         timer = PhaseTimer()
@@ -134,11 +149,13 @@ class SingleStep:
         if why is not None:
             return abstained(self.name, passages, 1, timer.finish(), why)
         with timer.phase("generate"):
-            answer, confidence = read_in_style(self.llm, question, passages, self.style, self.reader_abstains)
+            answer, confidence = read_in_style(self.llm, question, passages, self.style, self.reader_abstains,
+                                               self.evidence_tokens)
             unsure = (self.abstain_min_confidence is not None and confidence is not None
                       and confidence < self.abstain_min_confidence)
             if self.reader_abstains and says_no_answer(answer, self.style) and unsure:
-                answer = answer_in_style(self.llm, question, passages, self.style, abstains=False)
+                answer = answer_in_style(self.llm, question, passages, self.style, abstains=False,
+                                         evidence_tokens=self.evidence_tokens)
         if self.reader_abstains and says_no_answer(answer, self.style) and not unsure:
             return abstained(self.name, passages, 1, timer.finish(), READER_FOUND_NONE)
         return StrategyResult(

@@ -42,10 +42,10 @@ DOWN_AFTER_MS = 1000
 FAILOVER_TIMEOUT_MS = 5000
 
 
-def _redis(port: int, timeout: float = 1.0) -> Any:
+def _redis(port: int, timeout: float = 1.0, address: str = "127.0.0.1") -> Any:
     import redis
 
-    return redis.Redis(host="127.0.0.1", port=port, socket_timeout=timeout, socket_connect_timeout=timeout,
+    return redis.Redis(host=address, port=port, socket_timeout=timeout, socket_connect_timeout=timeout,
                        decode_responses=True)
 
 
@@ -57,16 +57,18 @@ class LocalRedisNode(LocalRedis):
     def __init__(self, workdir: Path, port: int | None = None, *, replica_of: int | None = None,
                  log: Path | None = None) -> None:
         super().__init__(workdir, port, persistent=True, log=log)
-        self.replica_of = replica_of
+        self.replica_of = replica_of  # the primary's port, on this node's address
         self.config = self.workdir / "redis.conf"
 
     def prepare(self) -> None:
         if self.config.exists():  # what the last run, or Sentinel, left there
             return
-        lines = [f"port {self.port}", "bind 127.0.0.1", f'dir "{self.workdir}"', "daemonize no",
+        lines = [f"port {self.port}", f"bind {self.address}", f'dir "{self.workdir}"', "daemonize no",
                  "appendonly yes", "appendfsync everysec", "maxmemory-policy noeviction", 'save ""']
+        if self.address != "127.0.0.1":  # on a host: other hosts are clients too
+            lines.append("protected-mode no")
         if self.replica_of is not None:
-            lines.append(f"replicaof 127.0.0.1 {self.replica_of}")
+            lines.append(f"replicaof {self.address} {self.replica_of}")
         self.config.write_text("\n".join(lines) + "\n")
 
     def command(self) -> list[str]:
@@ -74,7 +76,7 @@ class LocalRedisNode(LocalRedis):
 
     def role(self) -> str:
         """"master" or "slave", as the node itself says."""
-        client = _redis(self.port)
+        client = _redis(self.port, address=self.address)
         try:
             return str(client.info("replication")["role"])
         finally:
@@ -98,15 +100,16 @@ class LocalSentinel(LocalServer):
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}"
+        return f"redis://{self.address}:{self.port}"
 
     def prepare(self) -> None:
         if self.config.exists():  # Sentinel keeps its state (current primary, peers) in it
             return
         name = self.master_name
         self.config.write_text("\n".join([
-            f"port {self.port}", "bind 127.0.0.1", f'dir "{self.workdir}"', "daemonize no",
-            f"sentinel monitor {name} 127.0.0.1 {self.master_port} {self.quorum}",
+            f"port {self.port}", f"bind {self.address}", f'dir "{self.workdir}"', "daemonize no",
+            *(["protected-mode no"] if self.address != "127.0.0.1" else []),
+            f"sentinel monitor {name} {self.address} {self.master_port} {self.quorum}",
             f"sentinel down-after-milliseconds {name} {self.down_after_ms}",
             f"sentinel failover-timeout {name} {self.failover_timeout_ms}",
             f"sentinel parallel-syncs {name} 1",
@@ -116,7 +119,7 @@ class LocalSentinel(LocalServer):
         return [REDIS_SENTINEL, str(self.config)]
 
     def ready(self) -> bool:
-        client = _redis(self.port)
+        client = _redis(self.port, address=self.address)
         try:
             return bool(client.ping())
         finally:
@@ -124,7 +127,7 @@ class LocalSentinel(LocalServer):
 
     def master(self) -> dict[str, Any]:
         """`SENTINEL MASTER <name>`: the primary's address, flags and counts as this one sees it."""
-        client = _redis(self.port)
+        client = _redis(self.port, address=self.address)
         try:
             return client.sentinel_master(self.master_name)
         finally:
@@ -155,9 +158,16 @@ class LocalRedisSentinel(Started):
             for n in range(1, sentinels + 1)
         ]
 
+    def on_host(self, host: Any) -> LocalRedisSentinel:
+        """Every node and Sentinel on `host` (an `infra.local.hosts.Host`), listening on its
+        address; call before `start()`."""
+        for server in self.processes:
+            server.on_host(host)
+        return self
+
     @property
     def url(self) -> str:
-        hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
+        hosts = ",".join(f"{s.address}:{s.port}" for s in self.sentinels)
         return f"sentinel://{hosts}/0?master_name={self.master_name}"
 
     @property
@@ -199,7 +209,7 @@ class LocalRedisSentinel(Started):
         for node in self.nodes:
             if node is primary or not node.is_running():
                 continue
-            client = _redis(node.port)
+            client = _redis(node.port, address=node.address)
             try:
                 if client.info("replication").get("master_link_status") != "up":
                     return False
@@ -227,7 +237,7 @@ class LocalRedisSentinel(Started):
         """The primary's port as the first answering Sentinel names it."""
         errors = []
         for sentinel in self.sentinels:
-            client = _redis(sentinel.port)
+            client = _redis(sentinel.port, address=sentinel.address)
             try:
                 address = client.sentinel_get_master_addr_by_name(self.master_name)
                 if address:
@@ -297,7 +307,7 @@ class LocalPostgresReplica(LocalPostgres):
         if not (self.data / "PG_VERSION").exists():
             if not self.primary.is_running():
                 raise ServerStartError("a replica is copied from a running primary: start it first")
-            _run_as(self.user, [str(PG_BIN / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(self.primary.port),
+            _run_as(self.user, [str(PG_BIN / "pg_basebackup"), "-h", self.primary.address, "-p", str(self.primary.port),
                                 "-U", "arag", "-D", str(self.data), "-R", "-X", "stream", "--checkpoint=fast",
                                 "--no-sync"], self.log)
 
@@ -341,7 +351,7 @@ def multi_host_url(servers: Sequence[LocalPostgres], database: str | None = None
                    target_session_attrs: str = "read-write") -> str:
     """A libpq multi-host URL over `servers` (tried in order; `read-write`: the first one that
     accepts writes), the form `DATABASE_URL` takes for a primary with replicas."""
-    hosts = ",".join(f"127.0.0.1:{s.port}" for s in servers)
+    hosts = ",".join(f"{s.address}:{s.port}" for s in servers)
     name = database or servers[0].database
     return f"postgresql://arag@{hosts}/{name}?target_session_attrs={target_session_attrs}"
 

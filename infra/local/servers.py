@@ -420,14 +420,24 @@ def _as_user(user: pwd.struct_passwd | None) -> dict[str, Any]:
     return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
 
 
+SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
+
+
 def _run_as(user: pwd.struct_passwd | None, args: Sequence[str], log: Path, attempts: int = 3) -> None:
     """Run a PostgreSQL program to its end as `user`, its output appended to `log`. A child killed
-    by a signal (see `LocalServer.start`) is run again."""
+    by a signal (see `LocalServer.start`) is run again.
+
+    The switch to `user` is `setpriv`'s, not Popen's `user=`: with it Python forks (no vfork), and
+    a child forked from a process whose gRPC threads are busy (a campaign's load client) was seen
+    to die of SIGSEGV before its exec three times in a row (`pg_ctl promote`, exit -11)."""
+    command = list(args) if user is None or not Path(SETPRIV).exists() else [
+        SETPRIV, f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--", *args]
+    options = _as_user(user) if command[0] != SETPRIV else {}
     for attempt in range(1, attempts + 1):
         with log.open("ab") as out:
             proc = subprocess.run(
-                list(args), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                env={**os.environ, "LC_ALL": "C.UTF-8"}, cwd="/", timeout=120, **_as_user(user),
+                command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                env={**os.environ, "LC_ALL": "C.UTF-8"}, cwd="/", timeout=120, **options,
             )
         if proc.returncode == 0:
             return
@@ -490,10 +500,11 @@ class LocalPostgres(LocalServer):
     def allow_host_clients(self) -> None:
         """On a host, trust the clients of its own subnet too (initdb trusts loopback only)."""
         hba = self.data / "pg_hba.conf"
-        line = "host all all samenet trust"
-        if self.host is not None and hba.exists() and line not in hba.read_text():
+        # (replication: a streaming replica on a host copies and follows this server)
+        lines = ("host all all samenet trust", "host replication all samenet trust")
+        if self.host is not None and hba.exists() and lines[1] not in hba.read_text():
             with hba.open("a") as out:
-                out.write(f"\n# the harness's hosts (infra.local.hosts)\n{line}\n")
+                out.write("\n# the harness's hosts (infra.local.hosts)\n" + "\n".join(lines) + "\n")
 
     def command(self) -> list[str]:
         options = [f"listen_addresses={self.address}", f"max_connections={self.max_connections}",

@@ -654,8 +654,12 @@ def plan_runs(faults: Sequence[str], repeat: int) -> list[tuple[str, int]]:
     return [(f, r) for r in range(1, repeat + 1) for f in faults]
 
 
-async def run_campaign(load: CampaignLoad, handles: Handles, plan: Sequence[tuple[str, int]],
-                       quiet_s: float, observe_s: float, faults_path: Path) -> list[FaultRun]:
+async def run_campaign(load: CampaignLoad, handles: Any, plan: Sequence[tuple[str, int]],
+                       quiet_s: float, observe_s: float, faults_path: Path,
+                       faults: Mapping[str, FaultSpec] = FAULTS) -> list[FaultRun]:
+    """Each fault of `plan` in its window (quiet load, `handles.inject`, load while observing)
+    under one open-loop load; `faults`: the specs the fault names refer to (`handles`: anything
+    with `prepare(name)` and `inject(name)`, like `Handles`). The windows, as they ran."""
     stop = asyncio.Event()
     health_stop = asyncio.Event()
     health = asyncio.create_task(load.watch_health(health_stop))
@@ -670,7 +674,7 @@ async def run_campaign(load: CampaignLoad, handles: Handles, plan: Sequence[tupl
                 prepared = {"prepare_error": f"{type(exc).__name__}: {exc}"[:300]}
             load.window = label
             start = time.time()
-            log(f"{label}: {quiet_s:g} s quiet, then {FAULTS[fault].title}" + (f" (prepared: {prepared})" if prepared else ""))
+            log(f"{label}: {quiet_s:g} s quiet, then {faults[fault].title}" + (f" (prepared: {prepared})" if prepared else ""))
             await asyncio.sleep(quiet_s)
             injected = time.time()
             if runs:
@@ -1051,7 +1055,8 @@ def health_intervals(health: Sequence[tuple[float, bool]], t0: float) -> list[tu
     return out
 
 
-def plot_timeline(result: dict[str, Any], path: Path) -> bool:
+def plot_timeline(result: dict[str, Any], path: Path, faults: Mapping[str, FaultSpec] = FAULTS,
+                  title: str = "Fault campaign") -> bool:
     try:
         import matplotlib
 
@@ -1067,14 +1072,14 @@ def plot_timeline(result: dict[str, Any], path: Path) -> bool:
            align="edge")
     top = max([o + f for o, f in zip(series["ok"], series["failed"])] + [1])
     colours = plt.get_cmap("tab10")
-    names = list(FAULTS)
+    names = list(faults)
     for row in result["rows"]:
         c = colours(names.index(row["fault"]) % 10)
         x0 = row["injected_s"]
         ax.axvspan(x0, x0 + max(row["outage_s"], 1.0), color=c, alpha=0.35, lw=0)
         rec = row["recovery_s"]
         ax.axvspan(x0, x0 + (rec if rec is not None else row["window_end_s"] - x0), color=c, alpha=0.12, lw=0)
-        ax.text(x0 + 0.5, top * 1.04, f"{FAULTS[row['fault']].title} #{row['repetition']}", rotation=90,
+        ax.text(x0 + 0.5, top * 1.04, f"{faults[row['fault']].title} #{row['repetition']}", rotation=90,
                 fontsize=7, va="bottom", ha="left")
     for a, b in result["health_down"]:
         ax.plot([a, b], [-top * 0.04, -top * 0.04], color="black", lw=4, solid_capstyle="butt")
@@ -1084,7 +1089,7 @@ def plot_timeline(result: dict[str, Any], path: Path) -> bool:
                   "black bar: health NOT_SERVING)")
     ax.set_ylabel("calls ended per second")
     ax.legend(loc="upper right", fontsize=8)
-    ax.set_title("Fault campaign: client calls per second (Answer + GetResult, 'still running' polls left out)")
+    ax.set_title(f"{title}: client calls per second (Answer + GetResult, 'still running' polls left out)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

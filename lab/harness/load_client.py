@@ -20,6 +20,7 @@ load a front door built from an older commit).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import time
@@ -59,11 +60,19 @@ def tier_name(value: int) -> str | None:
     return pb2.Tier.Name(value).removeprefix("TIER_") if value else None
 
 
+def answer_digest(answer: str | None) -> str:
+    """A short digest of an answer's text, so a log can tell two deliveries of one request apart
+    without keeping the text."""
+    return hashlib.sha256((answer or "").encode("utf-8")).hexdigest()[:16]
+
+
 def reply_fields(reply: Any) -> dict[str, Any]:
     """What a record keeps of an `AnswerReply` or a `RouteReply`."""
     out: dict[str, Any] = {"tier": tier_name(reply.tier), "strategy": reply.strategy or None,
                            "fallback": reply.classifier.fallback,
                            "model_version": reply.classifier.model_version}
+    if hasattr(reply, "answer"):
+        out["answer_digest"] = answer_digest(reply.answer)
     if hasattr(reply, "timings"):
         t = reply.timings
         out.update(request_id=reply.request_id, classify_ms=t.classify_ms, queue_wait_ms=t.queue_wait_ms,
@@ -117,6 +126,7 @@ class CallRecord:
     fallback: bool | None = None  # the rules routed it (the classifier did not answer)
     model_version: int | None = None
     replayed: bool | None = None
+    answer_digest: str | None = None  # of the reply's answer text (`answer_digest`)
     retry_after_s: float | None = None
     detail: str = ""
     error_code: str | None = None  # the front door's stable reason (`x-error-code`, CallError)

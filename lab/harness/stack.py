@@ -94,8 +94,11 @@ class Parts:
     """Which implementation of each part runs. None: what `make demo` would use (the server the
     environment configures, else the embedded default)."""
 
-    broker: Literal["redis", "filesystem"] | None = None
-    records: Literal["postgres", "sqlite"] | None = None
+    # redis-sentinel: a primary, a replica and three Sentinels (`infra.local.failover`)
+    broker: Literal["redis", "redis-sentinel", "filesystem"] | None = None
+    # postgres-replica: a primary and a streaming replica, the services on a multi-host URL
+    # (`target_session_attrs=read-write`); a promotion is the lab's to do (`infra.local.failover`)
+    records: Literal["postgres", "postgres-replica", "sqlite"] | None = None
     # triton: the model repository's newest classifier version (one must be published);
     # rules: no classifier (an empty repository): every decision is the flagged rules fallback
     classifier: Literal["triton", "rules"] | None = None
@@ -142,6 +145,8 @@ class LabStack:
     postgres: Any = None  # infra.local.servers.LocalPostgres
     opensearch: Any = None  # infra.local.opensearch.OpenSearchNode or OpenSearchCluster
     llm: Any = None  # lab.harness.instant_llm.InstantLLM or infra.local.llama_server.LlamaServerProcess
+    sentinel: Any = None  # infra.local.failover.LocalRedisSentinel (broker "redis-sentinel")
+    postgres_replica: Any = None  # infra.local.failover.LocalPostgresReplica (records "postgres-replica")
     # what the parts are, in words, for reports
     using: dict[str, str] = field(default_factory=dict)
     # past one machine (`hosts=`): the network, the balancer, the replicas and pools per host
@@ -291,6 +296,27 @@ class LabStack:
             pool.process.wait(timeout=10)
         return killed
 
+    def start_pools_on(self, name: str, pools: Iterable[str] | None = None) -> Any:
+        """New worker pools on host `name` (after `kill_host`: its link set up again first), the
+        pools it ran unless `pools` says; waits until they are ready; returns them."""
+        from workers.pools import WorkerPools
+
+        host = self.host(name)
+        host.reconnect()
+        old = self.host_pools.get(name)
+        names = tuple(pools) if pools is not None else (tuple(old.pool_names) if old is not None else TIER_POOLS)
+        self._restarts[f"pools-{name}"] += 1
+        settings = self.settings
+        fresh = WorkerPools(settings.workers, pools=names, library=settings.library,
+                            log_dir=self.core.logs / "workers" / f"{name}-{self._restarts[f'pools-{name}'] + 1}",
+                            extra_env=self.core.child_env, migrate=False, wrap=host.wrap, node_host=name)
+        self._started.callback(fresh.stop)
+        self.host_pools[name] = fresh
+        fresh.start(wait=False)
+        for pool in fresh.pool_names:
+            fresh.wait_ready(pool)
+        return fresh
+
     # --- what it is, for reports --------------------------------------------------------------
     def facts(self) -> dict[str, Any]:
         """The stack's parts and the settings a report states (pool sizes, queue limits, ...)."""
@@ -355,6 +381,7 @@ def lab_stack(
     llama_parallel: int = 4,
     llama_threads: int = 2,
     postgres_durability: Durability = "off",
+    sentinel_down_after_ms: int | None = None,
     hosts: Hosts | None = None,
     opensearch_heap: str = "512m",
     dotenv: bool = True,
@@ -396,17 +423,31 @@ def lab_stack(
             redis = servers["redis"] = started.enter_context(placed(LocalRedis(workdir / "redis")))
             chosen["redis_url"] = redis.url
             say(f"redis-server on {redis.url}")
+        elif parts.broker == "redis-sentinel" and "redis_url" not in given:
+            from infra.local.failover import DOWN_AFTER_MS, LocalRedisSentinel
+
+            shutil.rmtree(workdir / "redis", ignore_errors=True)
+            sentinel = servers["sentinel"] = started.enter_context(placed(LocalRedisSentinel(
+                workdir / "redis", down_after_ms=sentinel_down_after_ms or DOWN_AFTER_MS)))
+            chosen["redis_url"] = sentinel.url
+            say(f"Redis under Sentinel on {sentinel.url} (down-after-milliseconds {sentinel.down_after_ms})")
         elif parts.broker == "filesystem":
             chosen["redis_url"] = None
 
-        if parts.records == "postgres" and "database_url" not in given:
+        if parts.records in ("postgres", "postgres-replica") and "database_url" not in given:
             from infra.local.servers import LocalPostgres
 
             # a temporary data directory: under root the server runs as its own account, which must enter it
             postgres = servers["postgres"] = started.enter_context(placed(LocalPostgres(
                 durability=postgres_durability, max_connections=300, log=logs / "postgres.log")))
             chosen["database_url"] = postgres.url
-            say(f"PostgreSQL on {postgres.url} (durability {postgres_durability})")
+            if parts.records == "postgres-replica":
+                from infra.local.failover import LocalPostgresReplica, multi_host_url
+
+                replica = servers["postgres_replica"] = started.enter_context(placed(LocalPostgresReplica(
+                    postgres, log=logs / "postgres-replica.log")))
+                chosen["database_url"] = multi_host_url([postgres, replica])
+            say(f"PostgreSQL on {chosen['database_url']} (durability {postgres_durability})")
         elif parts.records == "sqlite":
             chosen["database_url"] = f"sqlite:///{workdir / 'arag.db'}"
 
@@ -465,7 +506,8 @@ def lab_stack(
         llm = llm or core.llm_server
         described = _describe_llm(parts, llm, llm_latency_ms)
         running = LabStack(core, parts, redis=servers.get("redis"), postgres=servers.get("postgres"),
-                           opensearch=servers.get("opensearch"), llm=llm,
+                           opensearch=servers.get("opensearch"), llm=llm, sentinel=servers.get("sentinel"),
+                           postgres_replica=servers.get("postgres_replica"),
                            using={**core.plan.using, **({"llm": described} if described else {})},
                            _started=started, network=network)
         if hosts is not None:

@@ -37,8 +37,8 @@ LOW, HIGH = 2.5, 97.5  # percentiles of the resampled statistics: the 95 % inter
 
 __all__ = [
     "CpuLatencyUnavailable", "CpuMeter", "Interval", "block_bootstrap_ratio", "cpu_seconds",
-    "hold_cpu_latency", "mean_interval", "median", "paired_difference_interval", "percentile",
-    "percentile_ranks", "percentile_ratio_interval", "percentiles", "ratio_of_medians_interval",
+    "hold_cpu_latency", "mean_interval", "median", "paired_difference_interval",
+    "paired_percentile_ratio_interval", "percentile", "percentile_ranks", "percentile_ratio_interval", "percentiles", "ratio_of_medians_interval",
     "slope", "wilson_interval",
 ]
 
@@ -148,6 +148,25 @@ def percentile_ratio_interval(numerator: Sequence[float], denominator: Sequence[
         return float(np.percentile(picked, q))
 
     return block_bootstrap_ratio(list(numerator), list(denominator), pct, resamples, seed)
+
+
+def paired_percentile_ratio_interval(numerator: Sequence[float], denominator: Sequence[float], q: float,
+                                     resamples: int = DEFAULT_RESAMPLES, seed: Seed = DEFAULT_SEED) -> Interval | None:
+    """percentile_q(numerator) / percentile_q(denominator) where numerator[i] and denominator[i]
+    were measured on the same item side by side (two ways of answering one question), with its
+    95 % interval: items resampled as pairs, so the interval keeps what the pairs share (the
+    question's length, the machine's moment). None with fewer than two pairs."""
+    if len(numerator) != len(denominator):
+        raise ValueError(f"paired samples differ in length: {len(numerator)} vs {len(denominator)}")
+    if len(numerator) < 2:
+        return None
+    num, den = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(num), (resamples, len(num)))
+    ratios = np.percentile(num[picks], q, axis=1) / np.percentile(den[picks], q, axis=1)
+    low, high = np.percentile(ratios, [LOW, HIGH])
+    estimate = float(np.percentile(num, q) / np.percentile(den, q))
+    return Interval(estimate, float(low), float(high), len(num))
 
 
 def slope(points: Sequence[tuple[float, float]]) -> float | None:

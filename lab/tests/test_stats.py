@@ -205,3 +205,17 @@ def test_a_limit_that_cannot_be_held_says_why(tmp_path) -> None:
     with pytest.raises(ValueError):
         with hold_cpu_latency(-1, tmp_path / "missing"):
             pass
+
+
+def test_paired_ratio_of_medians_keeps_what_the_pairs_share():
+    from lab.harness.stats import paired_percentile_ratio_interval
+
+    whole = [4.0, 8.0, 12.0, 16.0, 20.0, 24.0, 28.0, 32.0]
+    budget = [w / 2 for w in whole]  # every pair exactly half: no spread left once paired
+    cell = paired_percentile_ratio_interval(budget, whole, 50)
+    assert cell.estimate == 0.5 and cell.low == 0.5 and cell.high == 0.5 and cell.n == 8
+    noisy = paired_percentile_ratio_interval([b * (1.2 if i % 2 else 0.8) for i, b in enumerate(budget)], whole, 50)
+    assert noisy.low < 0.5 < noisy.high
+    assert paired_percentile_ratio_interval([1.0], [2.0], 50) is None
+    with pytest.raises(ValueError):
+        paired_percentile_ratio_interval([1.0, 2.0], [1.0], 50)

@@ -58,8 +58,9 @@ class FrontDoorMetrics:
             "that the sweep moved to expired", registry=self.registry,
         )
         self.republished = Counter(
-            "arag_requests_republished_total", "Queued requests whose task was never marked "
-            "published (a front door died between record and enqueue) that the relay published again",
+            "arag_requests_republished_total", "Queued requests published again: their task was "
+            "never marked published (a front door died between record and enqueue), or the broker "
+            "lost it on the way to a worker",
             registry=self.registry,
         )
         self.workers_alive = Gauge(

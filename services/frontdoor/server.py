@@ -212,6 +212,7 @@ def answer_service(
         key_cache_s=settings.key_cache_s, slot_lease_s=settings.tenant_lease_s,
         queued_expiry_s=settings.queued_expiry_s, queue_wait_target_s=settings.queue_wait_target_s,
         unpublished_after_s=settings.unpublished_after_s if settings.relay_every_s else None,
+        lost_after_s=settings.lost_after_s if settings.lost_check_every_s else None,
         queue_wait_interval_s=settings.queue_wait_interval_s,
         depth_max_age_s=settings.queue_depth_max_age_s, io_threads=settings.io_threads,
         conversation_turns=settings.conversation_turns,
@@ -418,6 +419,7 @@ class FrontDoor(pb2_grpc.AdaptiveRagServicer):
         """Run an upkeep pass now and then every `interval_s`: the expiry sweep
         (`AnswerService.expire_stale`; on PostgreSQL one replica sweeps at a time), the relay of
         unpublished tasks (`AnswerService.relay_unpublished`; replicas take disjoint rows), the
+        republish of messages the broker lost (`AnswerService.republish_lost`), the
         revocation watch (`AnswerService.drop_revoked_keys`). A failed pass (the records or the
         broker away) is tried again on the next cycle."""
         while True:
@@ -504,6 +506,9 @@ async def start_server(
     if settings.relay_every_s:  # its first pass at start-up: what a dead front door left
         tasks.append(asyncio.create_task(servicer.every(
             settings.relay_every_s, service.relay_unpublished, "relay"), name="relay"))
+    if settings.lost_check_every_s:
+        tasks.append(asyncio.create_task(servicer.every(
+            settings.lost_check_every_s, service.republish_lost, "lost_check"), name="lost-check"))
     if settings.key_revocation_s and settings.key_cache_s:  # nothing cached: nothing to forget
         tasks.append(asyncio.create_task(servicer.every(
             settings.key_revocation_s, service.drop_revoked_keys, "key_revocation"), name="key-revocation"))

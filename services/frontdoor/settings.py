@@ -155,6 +155,18 @@ class FrontDoorSettings(BaseSettings):
     relay_every_s: float = Field(
         2.0, ge=0, validation_alias=env_name("ARAG_RELAY_EVERY", "relay_every_s")
     )
+    # A request published this long ago and still never delivered to a worker is looked for in
+    # the broker; one it holds nowhere (a worker host took the message and died before recording
+    # it) is published again. Keep it above the broker's hand-over time (milliseconds); a second
+    # publish is harmless (one result is written).
+    lost_after_s: float = Field(
+        10.0, gt=0, validation_alias=env_name("ARAG_LOST_AFTER", "lost_after_s")
+    )
+    # How often a front door looks for such requests; 0 switches the check off. Each look reads
+    # the waiting messages of every queue once, and only when some request is that old.
+    lost_check_every_s: float = Field(
+        5.0, ge=0, validation_alias=env_name("ARAG_LOST_CHECK_EVERY", "lost_check_every_s")
+    )
     # TEST ONLY, never in production: the process exits (`os._exit`, no clean-up) right after a
     # new request's row is committed and before its task is enqueued, to show the relay and a
     # resend recover such a request (tests/integration/test_stranded_request.py).

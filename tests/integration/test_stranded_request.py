@@ -10,6 +10,10 @@ the lab's stack (`lab.harness.stack`) without a front door of its own.
 - with the relay off, the resend itself publishes it and is answered;
 - a replay that waits on work that cannot finish gets DEADLINE_EXCEEDED with the request id at
   the server's margin, like a new Answer, never the client's own deadline.
+- a message the broker handed to a worker host that died before recording it (taken off its
+  queue by hand here, as the dead host's BRPOP did) is published again by the front door once it
+  is older than `ARAG_LOST_AFTER` and the broker holds it nowhere; a message still waiting on its
+  queue is left alone.
 
 Run: `.venv/bin/python -m pytest -q tests/integration/test_stranded_request.py`
 """
@@ -24,6 +28,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+import redis
 
 from adaptive_rag.contracts import CallError, RequestStatus
 from adaptive_rag.knowledge.documents import Document, Section
@@ -183,5 +188,41 @@ def test_a_replay_of_work_that_cannot_finish_ends_at_the_servers_margin_with_the
     finally:
         channel.close()
         process.stop()
+        for request_id in ids:  # the records are shared with the other modules: leave nothing queued
+            stack.store.set_status(request_id, RequestStatus.EXPIRED)
+
+
+def test_a_message_lost_on_the_way_to_a_dead_worker_is_published_again(stack):
+    """Tier C has no pool here: its messages stay on `tier-c` until the test takes one."""
+    process, stub, channel = stack.front_door("lost-check", ARAG_LOST_AFTER="2", ARAG_LOST_CHECK_EVERY="0.5")
+    broker = redis.Redis.from_url(stack.settings.workers.redis_url)
+    queue = CeleryTaskQueue(create_app(stack.settings.workers))
+    broker.delete("tier-c")  # what the other tests' tier-C requests left (expired since)
+    ids = []
+    try:
+        for n in range(2):
+            with pytest.raises(grpc.RpcError) as info:
+                stub.Answer(pb2.AnswerRequest(query_text=SLOW_QUERY, client_request_id=f"lost-{n}-{uuid.uuid4().hex[:6]}"),
+                            metadata=stack.auth, timeout=DEADLINE_S)
+            assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+            ids.append(dict(info.value.trailing_metadata())["x-request-id"])
+        assert queue.held(ids) == set(ids) and queue.depth("tier-c") == 2
+        taken = broker.rpop("tier-c")  # the dead host's BRPOP: the older message, never recorded
+        lost, waiting = (ids[0], ids[1]) if ids[0].encode() in taken else (ids[1], ids[0])
+        assert queue.held(ids) == {waiting}
+        took_at = time.monotonic()
+        while queue.held([lost]) != {lost}:
+            assert time.monotonic() - took_at < 15, "the lost message was not published again"
+            time.sleep(0.2)
+        print(f"\na message lost in transit published again {time.monotonic() - took_at:.1f} s after it was taken")
+        time.sleep(1.5)  # a few more checks: nothing is published twice
+        assert queue.depth("tier-c") == 2 and queue.held(ids) == set(ids)
+        assert (stack.logs / "lost-check.log").read_text().count("lost_messages_republished") == 1
+        view = stack.store.get_request(lost)
+        assert view.status is RequestStatus.QUEUED and view.deliveries == 0
+    finally:
+        channel.close()
+        process.stop()
+        broker.delete("tier-c")
         for request_id in ids:  # the records are shared with the other modules: leave nothing queued
             stack.store.set_status(request_id, RequestStatus.EXPIRED)

@@ -139,6 +139,27 @@ class FakeStore:
                 published.append(r.request_id)
         return published
 
+    def undelivered(self, older_than_s):
+        """RecordStore's contract: queued, published that long ago, never delivered; oldest first."""
+        cutoff = time.time() - older_than_s
+        with self.lock:
+            found = [r for r in self.requests.values() if r.status is RequestStatus.QUEUED and not r.deliveries
+                     and r.enqueued_at is not None and r.enqueued_at <= cutoff]
+        return [r.request_id for r in sorted(found, key=lambda r: r.enqueued_at)]
+
+    def publish_lost(self, publish, request_ids, older_than_s):
+        """RecordStore's contract without row locks: those of `request_ids` still undelivered."""
+        still = set(self.undelivered(older_than_s)) & set(request_ids)
+        published = []
+        with self.lock:
+            for request_id in (r for r in request_ids if r in still):
+                r, decision = self.requests[request_id], self.decisions[request_id]
+                publish(AnswerTask(request_id=r.request_id, tenant=r.tenant, query=r.searched_query,
+                                   tier=decision.tier, strategy=decision.strategy, enqueued_at=time.time()))
+                r.enqueued_at = r.updated_at = time.time()
+                published.append(r.request_id)
+        return published
+
     def conversation_turns(self, tenant, conversation_id, since, limit):
         """RecordStore's contract: the tenant's turns since `since`, oldest first; None if none."""
         turns = sorted((r for r in self.requests.values()
@@ -243,9 +264,19 @@ class FakeQueue:
         self.done: dict[str, threading.Event] = {}
         self.down: Exception | None = None  # raised by enqueue and depth while set (broker away)
         self.forgotten: list[str] = []
+        self.lost: set[str] = set()  # tasks the broker no longer holds (`held`)
+        self.tells = True
 
     def queue_name(self, tier: Tier) -> str:
         return QUEUE_FOR_TIER[Tier(tier)]
+
+    def held(self, task_ids):
+        """The broker's view: every task enqueued and not yet taken by the fake worker, minus
+        those a test took off (`lost`); None when `tells` is off (a broker that cannot tell)."""
+        if not self.tells:
+            return None
+        return {task_id for task_id in task_ids
+                if any(t.task_id == task_id for t in self.tasks) and task_id not in self.lost}
 
     def enqueue(self, task: AnswerTask) -> None:
         if self.down is not None:

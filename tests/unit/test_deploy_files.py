@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from adaptive_rag.contracts import QUEUE_FOR_TIER
+from infra.local.llama_server import MODEL_ALIAS, PARITY_ARGS
 
 DEPLOY = Path(__file__).resolve().parents[2] / "infra" / "deploy"
 MANIFESTS = sorted((DEPLOY / "k8s").glob("*.yaml"))
@@ -66,15 +67,46 @@ def test_scaled_objects_scale_existing_deployments_on_tier_queues() -> None:
 def test_compose_file_is_read_by_docker_compose(tmp_path: Path) -> None:
     compose = shutil.which("docker-compose")
     assert compose, "docker-compose (Debian package) is installed by `make setup`"
-    env = {**os.environ, "LLM_BASE_URL": "http://llm:8000/v1"}
+    env = dict(os.environ)
     done = subprocess.run([compose, "-f", str(DEPLOY / "compose.yaml"), "config", "-q"],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
     assert done.returncode == 0, done.stderr
 
 
-def test_compose_refuses_to_start_without_an_llm_endpoint(tmp_path: Path) -> None:
-    """A missing required setting is an error when the file is read, not at the first request."""
-    env = {k: v for k, v in os.environ.items() if k != "LLM_BASE_URL"}
-    done = subprocess.run(["docker-compose", "-f", str(DEPLOY / "compose.yaml"), "config", "-q"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
-    assert done.returncode != 0 and "LLM_BASE_URL" in done.stderr
+def compose_config(tmp_path: Path, **env: str) -> dict:
+    """The compose file as docker-compose resolves it, with `env` (and no LLM_* of this process)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LLM_")}
+    done = subprocess.run(["docker-compose", "-f", str(DEPLOY / "compose.yaml"), "config"],
+                          capture_output=True, text=True, env={**base, **env}, cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return yaml.safe_load(done.stdout)
+
+
+def test_without_an_llm_endpoint_the_pools_use_the_stacks_own_llama_server(tmp_path: Path) -> None:
+    config = compose_config(tmp_path)
+    llm = config["services"]["llm"]
+    assert llm["build"]["target"] == "llm-server" and "--parallel" in llm["command"]
+    for name, service in config["services"].items():
+        if name.startswith("worker-"):
+            env = service["environment"]
+            assert (env["LLM_BASE_URL"], env["LLM_MODEL"], env["LLM_API"]) == (
+                "http://llm:8080/v1", MODEL_ALIAS, "completions"), name
+    elsewhere = compose_config(tmp_path, LLM_BASE_URL="http://vllm:8000/v1", LLM_API="chat")
+    assert elsewhere["services"]["worker-c"]["environment"]["LLM_BASE_URL"] == "http://vllm:8000/v1"
+    assert elsewhere["services"]["worker-c"]["environment"]["LLM_API"] == "chat"
+
+
+def test_the_llm_image_runs_llama_server_as_the_local_stack_does() -> None:
+    """The container's flags are the local launcher's (`infra.local.llama_server`): the model's
+    alias the pools name and the flags that keep the embedded model's numerics."""
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    stage = dockerfile[dockerfile.index("AS llm-server"):]
+    stage = stage[:stage.index("\nFROM ") if "\nFROM " in stage else len(stage)]
+    entrypoint = stage[stage.index("ENTRYPOINT"):stage.index("CMD [")]
+    for flag in (*PARITY_ARGS, "--alias", MODEL_ALIAS, "--cont-batching"):
+        assert f'"{flag}"' in entrypoint, flag
+    [deployment] = [d for _, d in CORE if d["kind"] == "Deployment" and d["metadata"]["name"] == "llm"]
+    [service] = [d for _, d in CORE if d["kind"] == "Service" and d["metadata"]["name"] == "llm"]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health"

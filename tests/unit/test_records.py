@@ -577,6 +577,46 @@ def test_one_pass_publishes_at_most_its_batch_oldest_first(store):
     assert store.publish_unpublished(lambda task: None, 30.0, limit=2) == [ids[0]]
 
 
+def published_ago(store: RecordStore, request_id: str, seconds: float) -> None:
+    """Mark the request's task published `seconds` ago."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from adaptive_rag.storage import QueryRequest
+    from adaptive_rag.storage.models import utcnow
+
+    with store.engine.begin() as conn:
+        conn.execute(update(QueryRequest).where(QueryRequest.request_id == request_id)
+                     .values(enqueued_at=utcnow() - timedelta(seconds=seconds)))
+
+
+def test_undelivered_lists_published_requests_no_worker_began_oldest_first(store):
+    waiting, older, fresh, begun, unpublished, expired = (routed_request(store) for _ in range(6))
+    for request_id, seconds in ((waiting, 20.0), (older, 40.0), (fresh, 2.0), (begun, 40.0), (expired, 40.0)):
+        published_ago(store, request_id, seconds)
+    assert store.begin_run(begun) == 1
+    store.set_status(expired, RequestStatus.EXPIRED)
+    assert store.undelivered(10.0) == [older, waiting]
+    assert store.undelivered(10.0, limit=1) == [older]
+
+
+def test_a_lost_message_is_published_once_and_only_while_still_undelivered(store):
+    lost, begun, young = (routed_request(store, Tier.C) for _ in range(3))
+    for request_id in (lost, begun):
+        published_ago(store, request_id, 30.0)
+    published_ago(store, young, 1.0)
+    assert store.begin_run(begun) == 1  # a worker began it after the check looked: not lost
+    sent = []
+    assert store.publish_lost(sent.append, [lost, begun, young], 10.0) == [lost]
+    [task] = sent
+    assert (task.request_id, task.tier, task.strategy) == (lost, Tier.C, "single_step")
+    # marked published now: another replica that found the same loss publishes nothing
+    assert store.publish_lost(sent.append, [lost], 10.0) == [] and len(sent) == 1
+    assert store.undelivered(10.0) == [] and store.get_request(lost).status is RequestStatus.QUEUED
+    assert store.publish_lost(sent.append, [], 10.0) == []
+
+
 # --- conversations -------------------------------------------------------------------------------
 
 

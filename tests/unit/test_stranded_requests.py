@@ -31,7 +31,7 @@ class FrontDoorDied(BaseException):
 
 
 def service(unpublished_after_s: float | None = 0.05, delay_s: float = 0.0, die_after_record: bool = False,
-            ) -> tuple[AnswerService, FakeStore, FakeQueue, list]:
+            lost_after_s: float | None = None) -> tuple[AnswerService, FakeStore, FakeQueue, list]:
     store = FakeStore()
     store.add_key(KEY, "acme")
     queue = FakeQueue(store, delay_s=delay_s)
@@ -43,7 +43,8 @@ def service(unpublished_after_s: float | None = 0.05, delay_s: float = 0.0, die_
             raise FrontDoorDied(request_id)
 
     config = AdmissionConfig(max_query_chars=100, max_queue_depth={Tier.A: 5, Tier.B: 5, Tier.C: 5},
-                             strategy_for=lambda tier: "no_retrieval", unpublished_after_s=unpublished_after_s)
+                             strategy_for=lambda tier: "no_retrieval", unpublished_after_s=unpublished_after_s,
+                             lost_after_s=lost_after_s)
     svc = AnswerService(store, queue, FakeWaiter(queue), FakeRouter({"compare": "C"}), config,
                         has_knowledge_base=lambda tenant: True, on_recorded=recorded,
                         on_republished=lambda count: seen.append(("republished", count)))
@@ -238,3 +239,33 @@ def test_a_step_before_the_request_is_recorded_that_hangs_ends_by_the_deadline_t
         assert progress.request_id is None and store.requests == {} and queue.tasks == []
     finally:
         release.set()
+
+
+def test_a_published_message_the_broker_holds_nowhere_is_published_again_once():
+    """A worker host took the message off its queue and died before recording it: the records
+    say published and never delivered, the broker holds it nowhere."""
+    svc, store, queue, seen = service(delay_s=60.0, lost_after_s=0.05)
+    progress = CallProgress()
+    with pytest.raises(AnswerTimeoutError):
+        asyncio.run(svc.answer(Answer(KEY, QUERY, "lost-1", time.monotonic() + 0.3), progress))
+    request_id = progress.request_id
+    time.sleep(0.06)
+    assert asyncio.run(svc.republish_lost()) == []  # still waiting on its queue
+    queue.lost.add(request_id)
+    assert asyncio.run(svc.republish_lost()) == [request_id] and seen[-1] == ("republished", 1)
+    assert [t.request_id for t in queue.tasks] == [request_id, request_id]
+    assert asyncio.run(svc.republish_lost()) == []  # published just now
+    queue.tells = False  # a broker that cannot tell: nothing is published on a guess
+    time.sleep(0.06)
+    assert asyncio.run(svc.republish_lost()) == [] and len(queue.tasks) == 2
+
+
+def test_a_message_a_worker_began_is_never_looked_for():
+    svc, store, queue, _ = service(delay_s=60.0, lost_after_s=0.05)
+    progress = CallProgress()
+    with pytest.raises(AnswerTimeoutError):
+        asyncio.run(svc.answer(Answer(KEY, QUERY, "begun-1", time.monotonic() + 0.3), progress))
+    assert store.begin_run(progress.request_id) == 1
+    queue.lost.add(progress.request_id)  # acknowledged and gone from the broker, as a run in progress may be
+    time.sleep(0.06)
+    assert asyncio.run(svc.republish_lost()) == [] and len(queue.tasks) == 1
