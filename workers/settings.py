@@ -53,6 +53,12 @@ class WorkerSettings(BaseSettings):
     visibility_timeout_s: float = Field(
         900.0, gt=0, validation_alias=env_name("ARAG_VISIBILITY_TIMEOUT", "visibility_timeout_s")
     )
+    # How long a finished task's result stays in the result backend (Redis: a key with this time
+    # to live) for the front doors waiting on it; the records database keeps every answer. Keep
+    # it above the longest Answer wait (the default 60 s, a client deadline of minutes).
+    result_ttl_s: float = Field(
+        900.0, ge=60, validation_alias=env_name("ARAG_RESULT_TTL", "result_ttl_s")
+    )
     # Redis broker: each worker's consumer renews a lease every quarter of this; the messages
     # reserved by one whose lease ran out (its process or host died, or it was cut off from the
     # broker this long) are put back on their queues by the other workers' next sweep (every
