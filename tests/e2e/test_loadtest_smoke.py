@@ -62,7 +62,9 @@ def test_headless_locust_run_has_per_tier_rows_and_no_failures(stack, tmp_path: 
         assert list(csv.DictReader(handle)) == []
 
     calls = [json.loads(line) for line in (tmp_path / "locust_requests.jsonl").read_text().splitlines()]
-    assert len(calls) == int(total["Request Count"])
+    # Locust writes its counts as it stops its users; a call a user had in flight may still end
+    # and be logged after that (at most one per user), never the other way round.
+    assert int(total["Request Count"]) <= len(calls) <= int(total["Request Count"]) + USERS
     assert all(c["ok"] and c["tier"] in "ABC" and c["request_id"] and c["expected_tier"] in "ABC" for c in calls)
     assert len({c["request_id"] for c in calls}) == len(calls)  # a fresh client_request_id each
 
