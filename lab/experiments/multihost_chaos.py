@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.experiments import chaos
+from lab.experiments.chaos import _f, _mark
 from lab.experiments.chaos import (
     RECOVERY_GOAL_S, TENANT, CampaignLoad, FaultSpec, Record, analyse, drain_records, log, machine, plan_runs,
     read_records, run_campaign, window_of,
@@ -419,18 +420,6 @@ def unpack_raw(folder: Path, into: Path) -> Path:
             with gzip.open(src, "rb") as f_in, (into / name).open("wb") as f_out:
                 shutil.copyfileobj(f_in, f_out)
     return into
-
-
-def _f(v: Any, digits: int = 0) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:,.{digits}f}"
-    return str(v)
-
-
-def _mark(ok: bool) -> str:
-    return "pass" if ok else "**FAIL**"
 
 
 def headline(result: Mapping[str, Any]) -> str:
