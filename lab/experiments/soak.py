@@ -18,8 +18,8 @@ answers; a cache without a bound would show as growth).
 Rates: `instant` at half of min(`--ceiling`, a closed-loop probe of `--probe-s` s at the start);
 `--ceiling` defaults to the distinct-query ceiling on Redis, PostgreSQL and Triton with the
 instant LLM in `reports/load/ceiling-servers` (117.0 Answers/s). `reader` at `--reader-rate`
-(default 0.15/s: half of about 0.3/s, the mix's capacity when tier B/C answers (40 % of it) are
-bound by the reader's ~0.12 answers/s at 4 concurrent clients in `reports/reader_limit`).
+(default 0.07/s: half of the mix's measured capacity, about 0.12-0.15/s: at 0.15/s the reader
+answered 0.117/s and 16 % of the calls ran out of time; a decompose answer is several reader calls).
 
 Every `--interval` s (60) each process of the stack (every descendant of this process: front
 door, each pool's main and child processes, Redis, PostgreSQL's postmaster and backends, Triton,
@@ -55,7 +55,7 @@ REPO = Path(__file__).resolve().parents[2]
 PROC = Path("/proc")
 DEFAULT_CEILING = 117.0  # reports/load/ceiling-servers, distinct queries (run8, 2026-12-03)
 CEILING_SOURCE = "reports/load/ceiling-servers (distinct queries, Redis + PostgreSQL + Triton, instant LLM)"
-DEFAULT_READER_RATE = 0.15
+DEFAULT_READER_RATE = 0.07
 MEMORY_LIMIT_PCT_PER_H = 5.0  # a process's RSS may grow at most this share of its median per hour
 FD_LIMIT_PER_H = 1.0  # descriptors: flat = a slope of at most one descriptor per hour
 MIN_SAMPLES = 5  # after the warm-up, fewer samples than this: the process is not judged
