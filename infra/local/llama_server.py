@@ -41,9 +41,13 @@ LLAMA_CPP_VERSION = "0.3.36"
 # are at most ~2,000 tokens. llama-server splits `ctx_size` evenly over the slots.
 CTX_PER_SLOT = 4096
 MODEL_ALIAS = "arag-reader"
-# Host-memory prompt cache of idle slots (llama-server's default is up to 8 GiB): bounded here on
-# a shared machine; 0 switches it off (slot-level prefix reuse stays on).
-CACHE_RAM_MIB = 1024
+# Host-memory prompt cache (llama-server's default is up to 8 GiB): a slot's prompt is saved there
+# before the slot takes another, so a prompt family whose static prefix no slot holds any more
+# (rewrite, decompose, support reader) is restored instead of prefilled. A prompt of this project
+# is ~400 tokens, ~11 MiB of Qwen 1.5B's KV: 256 MiB keeps ~20, several per family, and bounds the
+# server's memory (the soak saw the 1 GiB cache still filling after 30 minutes). 0 switches it off
+# (each slot still reuses its own previous prompt's prefix).
+CACHE_RAM_MIB = 256
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 10.0
 # llama-cpp-python's `Llama` runs without flash attention and with a full-size SWA cache; the
@@ -156,7 +160,7 @@ class LlamaServerProcess:
             str(binary), "--model", str(self.model_path), "--alias", self.alias,
             "--host", "127.0.0.1", "--port", str(self.port),
             "--parallel", str(self.parallel), "--threads", str(self.threads),
-            "--ctx-size", str(self.ctx_size), "--cont-batching", "--no-webui",
+            "--ctx-size", str(self.ctx_size), "--cont-batching", "--no-webui", "--metrics",
             "--cache-ram", str(self.cache_ram_mib),
             *(PARITY_ARGS if self.embedded_parity else ()),
             *self.extra_args,

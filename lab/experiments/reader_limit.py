@@ -12,14 +12,20 @@ Against it, in the same run, the whole service (`lab.harness.stack`: front door,
 Triton or the rules, the demo help centre) answers the demo's tier-B questions through gRPC:
 
 1. one client, one question at a time, with the reader in one shared llama-server (the default
-   stack) and with a copy of the model in every worker process (`--llm embedded`): latency per
-   answer, and its ratio to `llama-bench -pg` for that answer's own prompt and generated tokens
-   (read from the records);
+   stack, its default slots) and with a copy of the model in every worker process
+   (`--llm embedded`): latency per tier-B answer, and its ratio to `llama-bench -pg` for that
+   answer's own prompt and generated tokens (read from the records): the model's time for the
+   whole prompt, which is the target's reference; beside it the ratio to the model's time for
+   the tokens the server actually prefilled (the rest came from its prompt cache, read from its
+   `/metrics`), which is the service's own overhead. Then the demo's two-part questions (tier C,
+   parts read in parallel on the server's slots), as a ratio to B's p50;
 2. N clients in a closed loop over distinct help-centre questions (shared server): the tokens
-   the reader processed per second (prompt + generated, from the records, answers completed in
-   the window), and its ratio to `llama-batched-bench` at the same batch size.
+   the server computed per second (prefilled + generated, from its `/metrics`; the prompt cache's
+   tokens are not computed and not counted) against `llama-batched-bench` at the batch the server
+   ran (its busy requests, sampled every 0.5 s) for the window's own prefilled and generated
+   tokens per request; and, as before, the answers' whole prompts per second.
 
-    python -m lab.experiments.reader_limit --out reports/reader_limit        # ~35 minutes on 2 cores
+    python -m lab.experiments.reader_limit --setups server --out reports/reader_limit   # ~30 min
 
 Writes `README.md`, `summary.json`, `answers.jsonl` (one record per answer: setup, clients,
 question, tier, latency, tokens) and `bench.jsonl` (llama.cpp's own rows).
@@ -64,6 +70,31 @@ class Answer:
     end: float
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # from the server's /metrics around the answer (one client only: nothing else runs then)
+    prefilled_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+SERVER_COUNTERS = {"prefilled": "llamacpp:prompt_tokens_total", "cached": "llamacpp:prompt_tokens_cached_total",
+                   "generated": "llamacpp:tokens_predicted_total", "decodes": "llamacpp:n_decode_total"}
+
+
+def server_counters(url: str) -> dict[str, float]:
+    """llama-server's counters (`--metrics`), plus `processing`: requests being decoded now."""
+    import httpx
+
+    values: dict[str, float] = {}
+    for line in httpx.get(f"{url}/metrics", timeout=5.0).text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    out = {key: values.get(name, 0.0) for key, name in SERVER_COUNTERS.items()}
+    out["processing"] = values.get("llamacpp:requests_processing", 0.0)
+    return out
+
+
+def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {key: after[key] - before[key] for key in SERVER_COUNTERS}
 
 
 def tool(name: str) -> Path:
@@ -108,39 +139,55 @@ def bench_batched(model: Path, prompt: int, gen: int, batches: list[int]) -> lis
 
 def questions(one_client: int) -> tuple[str, list[str], list[str]]:
     """A warm-up question, the one-client questions (the demo's tier-B ones, then covered
-    help-centre questions up to `one_client`), and the closed loop's: every prompt is asked once
-    per stack, so none is answered from the server's prompt cache (a repeated prompt skips its
-    prefill)."""
+    help-centre questions up to `one_client`, then the demo's two-part tier-C ones), and the
+    closed loop's: every prompt is asked once per stack, so none is answered from the server's
+    prompt cache (a repeated prompt skips its prefill)."""
     demo = json.loads(DEMO_QUESTIONS.read_text())
     single = [q["question"] for q in demo if q.get("expected_tier") == "B" and "follow_up_of" not in q]
+    two_part = [q["question"] for q in demo if q.get("expected_tier") == "C"]
     covered = [q["question"] for q in json.loads(COVERAGE_QUESTIONS.read_text()) if q.get("kind") == "covered"]
     warm_up, covered = covered[-1], covered[:-1]
     extra = max(0, one_client - len(single))
-    return warm_up, single + covered[:extra], covered[extra:]
+    return warm_up, single + covered[:extra] + two_part, covered[extra:]
 
 
 def run_service(setup: str, workdir: Path, warm_up: str, single: list[str], pool: list[str],
-                clients: list[int], window_s: float, console: Any) -> list[Answer]:
+                clients: list[int], window_s: float, slots: int, console: Any) -> tuple[list[Answer], list[dict]]:
     """The stack with `setup`'s reader: one client over `single`, then (shared server only) each
-    N of `clients` in a closed loop over `pool` for `window_s` (each question once)."""
+    N of `clients` in a closed loop over `pool` for `window_s` (each question once). Returns the
+    answers and, per closed-loop window, the server's own counters."""
     from lab.harness.load_client import LoadClient
     from lab.harness.stack import Parts, lab_stack
 
     parts = Parts(llm="llama-server" if setup == "server" else "embedded")
     answers: list[Answer] = []
+    windows: list[dict] = []
     with lab_stack(workdir / setup, parts, pools=("A", "B", "C"), tenants=("demo",), dotenv=False,
-                   llama_parallel=max(clients + [4]), llama_threads=THREADS, console=console) as stack:
+                   llama_parallel=slots, llama_threads=THREADS, console=console) as stack:
         key = stack.api_key("demo")
+        metrics_url = stack.llm.url if setup == "server" else None
 
         async def ask(client: LoadClient, question: str, n: int, lane: int) -> Answer:
+            before = server_counters(metrics_url) if metrics_url and n == 1 else None
             record = await client.answer(question, timeout=600.0, lane=lane)
             answer = Answer(setup, n, question, record.tier, record.code, record.end - record.start,
                             record.start, record.end)
+            if before is not None:
+                used = delta(server_counters(metrics_url), before)
+                answer.prefilled_tokens, answer.cached_tokens = int(used["prefilled"]), int(used["cached"])
             if record.ok and record.request_id:
                 stored = stack.store.get_result(record.request_id)
                 if stored is not None:
                     answer.prompt_tokens, answer.completion_tokens = stored.prompt_tokens, stored.completion_tokens
             return answer
+
+        async def sample_batch(samples: list[float], stop: asyncio.Event) -> None:
+            while not stop.is_set():
+                samples.append(server_counters(metrics_url)["processing"])
+                try:
+                    await asyncio.wait_for(stop.wait(), 0.5)
+                except asyncio.TimeoutError:
+                    pass
 
         async def go() -> None:
             async with LoadClient(stack.address, key, channels=max(clients)) as client:
@@ -148,7 +195,9 @@ def run_service(setup: str, workdir: Path, warm_up: str, single: list[str], pool
                 await ask(client, warm_up, 1, 0)  # warm-up: model pages, index, the prompt's static part
                 for question in single:
                     answers.append(await ask(client, question, 1, 0))
-                    console.print(f"  {setup} 1 client {answers[-1].tier} {answers[-1].latency_s:5.2f} s {question}")
+                    a = answers[-1]
+                    console.print(f"  {setup} 1 client {a.tier} {a.latency_s:5.2f} s "
+                                  f"(prefilled {a.prefilled_tokens}, cached {a.cached_tokens}) {question}")
                 if setup != "server":
                     return
                 todo = list(reversed(pool))  # shared by the client counts: no question twice
@@ -157,50 +206,87 @@ def run_service(setup: str, workdir: Path, warm_up: str, single: list[str], pool
 
                     async def one_client(lane: int) -> None:
                         while todo and time.time() < stop_at:
-                            answers.append(await ask(client, todo.pop(), n, lane))
+                            answers.append(await ask(client, todo.pop(), -n, lane))
 
-                    started = time.time()
+                    samples: list[float] = []
+                    stop = asyncio.Event()
+                    sampler = asyncio.create_task(sample_batch(samples, stop))
+                    before, started = server_counters(metrics_url), time.time()
                     await asyncio.gather(*(one_client(lane) for lane in range(n)))
-                    done = [a for a in answers if a.clients == n]
-                    console.print(f"  server {n} clients: {len(done)} answers in {time.time() - started:.0f} s")
+                    span = time.time() - started
+                    used = delta(server_counters(metrics_url), before)
+                    stop.set()
+                    await sampler
+                    done = [a for a in answers if a.clients == -n]
+                    for a in done:
+                        a.clients = n
+                    busy = [x for x in samples if x > 0]
+                    windows.append({"clients": n, "span_s": span, "answers": len(done), **used,
+                                    "batch_mean": sum(busy) / len(busy) if busy else 0.0,
+                                    "busy_share": len(busy) / len(samples) if samples else 0.0})
+                    console.print(f"  server {n} clients: {len(done)} answers in {span:.0f} s, "
+                                  f"{(used['prefilled'] + used['generated']) / span:.1f} computed tokens/s, "
+                                  f"batch {windows[-1]['batch_mean']:.2f}")
 
         asyncio.run(go())
-    return answers
+    return answers, windows
 
 
 def summarize(answers: list[Answer], pg: dict[tuple[int, int], dict], batched: list[dict],
-              window_s: float) -> dict[str, Any]:
+              windows: list[dict]) -> dict[str, Any]:
     one = {setup: [a for a in answers if a.setup == setup and a.clients == 1 and a.code == "OK" and a.tier == "B"]
            for setup in ("server", "embedded")}
     out: dict[str, Any] = {"one_client": {}, "throughput": []}
     for setup, rows in one.items():
-        ratios = [a.latency_s / pg[(a.prompt_tokens, a.completion_tokens)]["seconds"] for a in rows
-                  if (a.prompt_tokens, a.completion_tokens) in pg]
+        timed = [a for a in rows if (a.prompt_tokens, a.completion_tokens) in pg]
+        ratios = [a.latency_s / pg[(a.prompt_tokens, a.completion_tokens)]["seconds"] for a in timed]
+        computed = [a for a in rows if a.prefilled_tokens is not None
+                    and (a.prefilled_tokens, a.completion_tokens) in pg]
+        computed_ratios = [a.latency_s / pg[(a.prefilled_tokens, a.completion_tokens)]["seconds"] for a in computed]
         out["one_client"][setup] = {
             "answers": len(rows), "p50_s": median([a.latency_s for a in rows]),
             "prompt_tokens_p50": median([a.prompt_tokens for a in rows]),
             "completion_tokens_p50": median([a.completion_tokens for a in rows]),
-            "model_p50_s": median([pg[(a.prompt_tokens, a.completion_tokens)]["seconds"] for a in rows
-                                   if (a.prompt_tokens, a.completion_tokens) in pg]),
-            "ratio_to_model_p50": median(ratios), "ratio_to_model_max": max(ratios) if ratios else None}
+            "prefilled_tokens_p50": median([a.prefilled_tokens for a in rows if a.prefilled_tokens is not None]),
+            "cached_tokens_p50": median([a.cached_tokens for a in rows if a.cached_tokens is not None]),
+            "model_p50_s": median([pg[(a.prompt_tokens, a.completion_tokens)]["seconds"] for a in timed]),
+            "ratio_to_model_p50": median(ratios), "ratio_to_model_max": max(ratios) if ratios else None,
+            "model_computed_p50_s": median([pg[(a.prefilled_tokens, a.completion_tokens)]["seconds"]
+                                            for a in computed]),
+            "ratio_to_model_computed_p50": median(computed_ratios)}
+        two_part = [a for a in answers if a.setup == setup and a.clients == 1 and a.code == "OK" and a.tier == "C"]
+        if two_part and rows:
+            out["one_client"][setup].update({
+                "two_part_answers": len(two_part), "two_part_p50_s": median([a.latency_s for a in two_part]),
+                "two_part_over_b_p50": median([a.latency_s for a in two_part]) / median([a.latency_s for a in rows])})
     s, e = out["one_client"].get("server", {}), out["one_client"].get("embedded", {})
     if s.get("p50_s") and e.get("p50_s"):
         out["server_over_embedded_p50"] = s["p50_s"] / e["p50_s"]
     by_batch = {int(row["pl"]): row for row in batched}
-    for n in sorted({a.clients for a in answers if a.setup == "server" and a.clients > 1} | {1}):
+    for window in windows:
+        n, span = window["clients"], window["span_s"]
         rows = [a for a in answers if a.setup == "server" and a.clients == n and a.code == "OK"]
-        if n == 1 or not rows:
-            continue
-        start = min(a.start for a in rows)
-        span = max(a.end for a in rows) - start
-        tokens = sum(a.prompt_tokens + a.completion_tokens for a in rows)
-        reference = by_batch.get(n)
-        entry = {"clients": n, "answers": len(rows), "span_s": span, "tokens_per_s": tokens / span if span else None,
-                 "latency_p50_s": median([a.latency_s for a in rows])}
-        if reference:
+        computed = (window["prefilled"] + window["generated"]) / span if span else None
+        batch = max(1, round(window["batch_mean"])) if window["batch_mean"] else None
+        reference = by_batch.get(batch) if batch else None
+        entry = {"clients": n, "answers": len(rows), "span_s": span, "batch_mean": window["batch_mean"],
+                 "busy_share": window["busy_share"], "batch": batch,
+                 "computed_tokens_per_s": computed,
+                 "prefilled_per_request": window["prefilled"] / window["answers"] if window["answers"] else None,
+                 "generated_per_request": window["generated"] / window["answers"] if window["answers"] else None,
+                 "whole_prompt_tokens_per_s": (sum(a.prompt_tokens + a.completion_tokens for a in rows) / span
+                                               if span else None),
+                 "latency_p50_s": median([a.latency_s for a in rows]) if rows else None}
+        if reference and computed:
             entry["batched_bench_tokens_per_s"] = reference["speed"]
-            entry["ratio_to_batched_bench"] = entry["tokens_per_s"] / reference["speed"] if entry["tokens_per_s"] else None
+            entry["ratio_to_batched_bench"] = computed / reference["speed"]
         out["throughput"].append(entry)
+    rates = [w["computed_tokens_per_s"] for w in out["throughput"] if w["computed_tokens_per_s"]]
+    if rates:  # "never falls": no window below 0.9x the best before it (the machine is shared)
+        peak = max(rates)
+        out["throughput_never_falls"] = all(later >= 0.9 * max(rates[:i + 1]) for i, later in enumerate(rates))
+        out["peak_computed_tokens_per_s"] = peak
+        out["saturation"] = out["throughput"][-1]  # the most clients: every in-flight bound is full
     return out
 
 
@@ -219,47 +305,70 @@ def render(out: Path, payload: dict[str, Any]) -> None:
         "service keep under concurrent clients?",
         "",
         f"**Setup.** {meta['reader']} ({meta['model']}), {THREADS} threads, {meta['cpus']} cores, "
-        f"llama.cpp of llama-cpp-python {meta['llama_cpp_version']}; the demo help centre: "
+        f"llama.cpp of llama-cpp-python {meta['llama_cpp_version']}, the stack's defaults "
+        f"(one shared llama-server with {meta.get('slots', '?')} slots); the demo help centre: "
         f"{meta['one_client']} distinct questions one at a time (the demo's tier-B ones, then covered "
-        f"ones; B answers counted), then {meta['clients']} clients in a closed loop over distinct covered "
-        f"questions for {meta['window_s']:.0f} s each (no question asked twice on a stack: the "
-        f"server's prompt cache never answers one). Measured "
-        f"{meta['when']} on a shared machine: compare the ratios, not the absolute times.",
+        f"ones, then its two-part tier-C ones), then {meta['clients']} clients in a closed loop over "
+        f"distinct covered questions for {meta['window_s']:.0f} s each (no question asked twice on a "
+        f"stack: the server's prompt cache never answers one). Measured {meta['when']}, load average "
+        f"at start {meta.get('load_at_start', '?')}: compare the ratios, not the absolute times.",
         "",
         "## One client: tier-B latency against the model's own time",
         "",
-        "| reader | B answers | p50 latency (s) | prompt / generated tokens (p50) | llama-bench -pg same tokens (s, p50) | ratio p50 | ratio max |",
-        "| --- | ---: | ---: | --- | ---: | ---: | ---: |",
+        "| reader | B answers | p50 latency (s) | prompt / prefilled / generated tokens (p50) | "
+        "llama-bench, whole prompt (s, p50) | ratio p50 | ratio max | llama-bench, prefilled tokens (s, p50) | ratio p50 |",
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for setup, row in one.items():
         lines.append(f"| {setup} | {row['answers']} | {fmt(row['p50_s'])} | {fmt(row['prompt_tokens_p50'], 0)} / "
-                     f"{fmt(row['completion_tokens_p50'], 0)} | {fmt(row['model_p50_s'])} | "
-                     f"{fmt(row['ratio_to_model_p50'])}x | {fmt(row['ratio_to_model_max'])}x |")
+                     f"{fmt(row.get('prefilled_tokens_p50'), 0)} / {fmt(row['completion_tokens_p50'], 0)} | "
+                     f"{fmt(row['model_p50_s'])} | {fmt(row['ratio_to_model_p50'])}x | "
+                     f"{fmt(row['ratio_to_model_max'])}x | {fmt(row.get('model_computed_p50_s'))} | "
+                     f"{fmt(row.get('ratio_to_model_computed_p50'))}x |")
+    for setup, row in one.items():
+        if row.get("two_part_answers"):
+            lines += ["", f"Two-part questions ({setup}, tier C, parts read in parallel): "
+                          f"{row['two_part_answers']} answers, p50 {row['two_part_p50_s']:.2f} s, "
+                          f"**{row['two_part_over_b_p50']:.2f}x** B's p50."]
     if "server_over_embedded_p50" in summary:
         lines += ["", f"Shared server over a model per worker, p50: {summary['server_over_embedded_p50']:.2f}x."]
-    lines += ["", "## Concurrent clients: tokens/s against llama-batched-bench", "",
-              "| clients | answers | tokens/s (service) | tokens/s (llama-batched-bench, same batch) | ratio | latency p50 (s) |",
-              "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines += ["", "## Concurrent clients: tokens computed per second against llama-batched-bench", "",
+              "| clients | answers | server batch (mean busy) | computed tokens/s (service) | prefilled / generated per request | "
+              "llama-batched-bench, same batch and tokens | ratio | whole prompts tokens/s | latency p50 (s) |",
+              "| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
     for row in summary["throughput"]:
-        lines.append(f"| {row['clients']} | {row['answers']} | {fmt(row['tokens_per_s'], 1)} | "
-                     f"{fmt(row.get('batched_bench_tokens_per_s'), 1)} | {fmt(row.get('ratio_to_batched_bench'))}x | "
+        lines.append(f"| {row['clients']} | {row['answers']} | {fmt(row['batch_mean'])} | "
+                     f"{fmt(row['computed_tokens_per_s'], 1)} | {fmt(row['prefilled_per_request'], 0)} / "
+                     f"{fmt(row['generated_per_request'], 0)} | {fmt(row.get('batched_bench_tokens_per_s'), 1)} | "
+                     f"{fmt(row.get('ratio_to_batched_bench'))}x | {fmt(row['whole_prompt_tokens_per_s'], 1)} | "
                      f"{fmt(row['latency_p50_s'])} |")
+    if "throughput_never_falls" in summary:
+        sat = summary["saturation"]
+        lines += ["", f"Computed tokens/s never fall below 0.9x the best of fewer clients: "
+                      f"**{'yes' if summary['throughput_never_falls'] else 'no'}**. At saturation "
+                      f"({sat['clients']} clients) the server computes {fmt(sat['computed_tokens_per_s'], 1)} tokens/s, "
+                      f"**{fmt(sat.get('ratio_to_batched_bench'))}x** llama-batched-bench at its batch."]
     lines += ["", "## Reading", "",
-              "A ratio below 1 is the server's prompt cache, not a faster model: every chat prompt starts",
-              "with its static part (system text and the worked example, about 255 tokens), which the server",
-              "keeps from the previous prompt on the slot, while `llama-bench` and `llama-batched-bench`",
-              "prefill every token. The service's token counts are the prompts' whole lengths, so its",
-              "tokens/s count the cached prefix too. A setup with no answers was not run (`--setups`)."]
+              "Every chat prompt starts with its static part (system text and the worked example), which the",
+              "server keeps from the previous prompt on the slot: it prefills only the rest (the passages and",
+              "the question). `llama-bench` prefills every token, so the whole-prompt ratio is below 1 when",
+              "the cache serves; the prefilled-token ratio is the service's own overhead over the model's",
+              "arithmetic (queueing, routing, retrieval, HTTP, tokenisation). Throughput counts the tokens the",
+              "server computed (its `/metrics`), so the cache's tokens are not counted as work; the whole",
+              "prompts' rate is shown beside it. With the stack's default pool concurrency the server decodes",
+              "at most as many requests together as the pools send it: more clients wait in the queues.",
+              "A setup with no answers was not run (`--setups`)."]
     lines += ["", "## Method", "",
-              "Each answer's prompt and generated tokens come from the records (`query_results`); "
-              "`llama-bench -pg P,G` measures the model alone for exactly that pair (mean of "
-              f"{meta['repetitions']} repetitions), so the ratio is the service's whole cost per answer over "
-              "the model's: queueing, routing, retrieval, HTTP, tokenisation. Throughput counts the "
-              "tokens of the answers completed in each window over the span from the first send to the "
-              "last reply; `llama-batched-bench` decodes N requests of the median prompt and "
-              "generation length together.", "",
-              f"    python -m lab.experiments.reader_limit --out {out.relative_to(REPO) if out.is_relative_to(REPO) else out}",
-              "", "Raw records: `answers.jsonl`, `bench.jsonl`; figures: `summary.json`."]
+              "Each answer's prompt and generated tokens come from the records (`query_results`), the tokens "
+              "the server prefilled and took from its cache from its `/metrics` read before and after the "
+              "answer (one client: nothing else runs). `llama-bench -pg P,G` measures the model alone for "
+              f"exactly that pair (mean of {meta['repetitions']} repetitions). In each closed-loop window the "
+              "server's counters give the tokens computed over the window's span, and `requests_processing`, "
+              "sampled every 0.5 s while busy, the batch; `llama-batched-bench` decodes that many requests of "
+              "the windows' median prefilled and generated tokens per request together.", "",
+              f"    python -m lab.experiments.reader_limit --setups server --out "
+              f"{out.relative_to(REPO) if out.is_relative_to(REPO) else out}",
+              "", "Raw records: `answers.jsonl`, `windows.jsonl`, `bench.jsonl`; figures: `summary.json`."]
     (out / "README.md").write_text("\n".join(lines) + "\n")
 
 
@@ -269,7 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "var" / "reader_limit")
     parser.add_argument("--one-client", type=int, default=10, help="distinct questions asked by one client")
-    parser.add_argument("--clients", default="2,4", help="closed-loop client counts (shared server)")
+    parser.add_argument("--clients", default="1,2,4,8,16", help="closed-loop client counts (shared server)")
+    parser.add_argument("--slots", type=int, default=None, help="llama-server slots (default: the stack's)")
     parser.add_argument("--window", type=float, default=90.0, help="seconds per client count")
     parser.add_argument("--repetitions", type=int, default=2, help="llama-bench repetitions per pair")
     parser.add_argument("--setups", default="server,embedded")
@@ -285,26 +395,38 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = Settings(_env_file=None)
     model = embedded_model_path(settings)
+    from services.demo.local import LLM_SLOTS
+
+    slots = args.slots or LLM_SLOTS
+    load_at_start = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     warm_up, single, pool = questions(args.one_client)
     answers: list[Answer] = []
+    windows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="arag-reader-limit-") as tmp:
         workdir = args.workdir or Path(tmp)
         for setup in args.setups.split(","):
             console.rule(f"service, reader {setup}")
-            answers += run_service(setup, workdir, warm_up, single, pool, clients, args.window, console)
+            got, seen = run_service(setup, workdir, warm_up, single, pool, clients, args.window, slots, console)
+            answers += got
+            windows += seen
     console.rule("llama.cpp's own benchmarks")
-    pairs = [(a.prompt_tokens, a.completion_tokens) for a in answers
-             if a.clients == 1 and a.code == "OK" and a.tier == "B" and a.prompt_tokens]
+    timed = [a for a in answers if a.clients == 1 and a.code == "OK" and a.tier == "B" and a.prompt_tokens]
+    pairs = [(a.prompt_tokens, a.completion_tokens) for a in timed]
+    pairs += [(a.prefilled_tokens, a.completion_tokens) for a in timed if a.prefilled_tokens]
     pg = bench_prompt_generation(model, pairs, args.repetitions)
-    loop = [a for a in answers if a.clients > 1 and a.code == "OK" and a.prompt_tokens]
-    batched = (bench_batched(model, int(median([a.prompt_tokens for a in loop])),
-                             int(median([a.completion_tokens for a in loop])), [1, *clients]) if loop else [])
-    summary = summarize(answers, pg, batched, args.window)
+    busy = [w for w in windows if w["answers"]]
+    batches = sorted({max(1, round(w["batch_mean"])) for w in busy} | {1})
+    batched = (bench_batched(model, max(1, int(median([w["prefilled"] / w["answers"] for w in busy]))),
+                             max(1, int(median([w["generated"] / w["answers"] for w in busy]))), batches)
+               if busy else [])
+    summary = summarize(answers, pg, batched, windows)
     meta = {"reader": settings.reader, "model": model.name, "cpus": os.cpu_count(), "threads": THREADS,
             "llama_cpp_version": LLAMA_CPP_VERSION, "one_client": len(single), "clients": clients,
-            "pool": len(pool), "window_s": args.window, "repetitions": args.repetitions,
+            "slots": slots, "pool": len(pool), "window_s": args.window, "repetitions": args.repetitions,
+            "load_at_start": load_at_start,
             "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "host": platform.node()}
     (out / "answers.jsonl").write_text("".join(json.dumps(asdict(a)) + "\n" for a in answers))
+    (out / "windows.jsonl").write_text("".join(json.dumps(w) + "\n" for w in windows))
     (out / "bench.jsonl").write_text("".join(json.dumps(row) + "\n" for row in [*pg.values(), *batched]))
     payload = {"meta": meta, "summary": summary}
     (out / "summary.json").write_text(json.dumps(payload, indent=2))

@@ -56,7 +56,7 @@ PROC = Path("/proc")
 DEFAULT_CEILING = 117.0  # reports/load/ceiling-servers, distinct queries (run8, 2026-12-03)
 CEILING_SOURCE = "reports/load/ceiling-servers (distinct queries, Redis + PostgreSQL + Triton, instant LLM)"
 DEFAULT_READER_RATE = 0.07
-MEMORY_LIMIT_PCT_PER_H = 5.0  # a process's RSS may grow at most this share of its median per hour
+MEMORY_LIMIT_PCT_PER_H = 5.0  # a process's own RSS may grow at most this share of its median per hour
 FD_LIMIT_PER_H = 1.0  # descriptors: flat = a slope of at most one descriptor per hour
 MIN_SAMPLES = 5  # after the warm-up, fewer samples than this: the process is not judged
 MIX = "A=60,B=30,C=10"
@@ -77,7 +77,8 @@ class Phase:
 
 
 def read_process(pid: int, proc: Path = PROC) -> dict[str, Any] | None:
-    """RSS, PSS, USS (bytes), open descriptors and threads of `pid`; None if it is gone."""
+    """RSS, its own part (`own`: RSS without shared memory, `RssAnon + RssFile`), PSS, USS (bytes),
+    open descriptors and threads of `pid`; None if it is gone."""
     base = proc / str(pid)
     try:
         status = (base / "status").read_text()
@@ -89,6 +90,8 @@ def read_process(pid: int, proc: Path = PROC) -> dict[str, Any] | None:
         key, _, value = line.partition(":")
         if key == "VmRSS":
             out["rss"] = int(value.split()[0]) * 1024
+        elif key in ("RssAnon", "RssFile"):
+            out["own"] = out.get("own", 0) + int(value.split()[0]) * 1024
         elif key == "Threads":
             out["threads"] = int(value.split()[0])
     try:
@@ -193,15 +196,16 @@ def series(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, int], list
 def judge(samples: Sequence[Mapping[str, Any]], warmup_minutes: float,
           memory_limit_pct_per_h: float = MEMORY_LIMIT_PCT_PER_H, fd_limit_per_h: float = FD_LIMIT_PER_H,
           min_samples: int = MIN_SAMPLES) -> dict[str, Any]:
-    """One process's verdict from its samples (`minute`, `rss`, `pss`, `uss`, `fds`): Theil-Sen
-    slopes per hour of each after `warmup_minutes`; memory passes when the RSS slope is at most
-    `memory_limit_pct_per_h` % of the median RSS per hour, descriptors when their slope is at
-    most `fd_limit_per_h` per hour. Fewer than `min_samples` after the warm-up: not judged."""
+    """One process's verdict from its samples (`minute`, `rss`, `own`, `pss`, `uss`, `fds`):
+    Theil-Sen slopes per hour of each after `warmup_minutes`; memory passes when the slope of its
+    own RSS (without shared memory; RSS in records that lack it) is at most
+    `memory_limit_pct_per_h` % of its median per hour, descriptors when their slope is at most
+    `fd_limit_per_h` per hour. Fewer than `min_samples` after the warm-up: not judged."""
     after = [s for s in samples if s["minute"] >= warmup_minutes]
     out: dict[str, Any] = {"samples": len(samples), "samples_after_warmup": len(after),
                            "first_minute": samples[0]["minute"] if samples else None,
                            "last_minute": samples[-1]["minute"] if samples else None}
-    for key in ("rss", "pss", "uss", "fds"):
+    for key in ("rss", "own", "pss", "uss", "fds"):
         values = [s[key] for s in after if s.get(key) is not None]
         if not values:
             continue
@@ -214,15 +218,17 @@ def judge(samples: Sequence[Mapping[str, Any]], warmup_minutes: float,
                 entry.update(pct_per_h=100 * fit["slope"] / level, pct_low=100 * fit["low"] / level,
                              pct_high=100 * fit["high"] / level)
         out[key] = entry
-    if len(after) < min_samples or "pct_per_h" not in out.get("rss", {}):
+    judged = "own" if "pct_per_h" in out.get("own", {}) else "rss"
+    out["judged_on"] = judged
+    if len(after) < min_samples or "pct_per_h" not in out.get(judged, {}):
         out["verdict"] = "not judged"
         out["reasons"] = [f"{len(after)} samples after the warm-up (< {min_samples})"]
         return out
     reasons = []
-    if out["rss"]["pct_per_h"] > memory_limit_pct_per_h:
-        own = out.get("uss", {}).get("pct_per_h")
-        reasons.append(f"RSS +{out['rss']['pct_per_h']:.1f} %/h > {memory_limit_pct_per_h:g} %/h"
-                       + (f" (its own memory, USS, {own:+.1f} %/h)" if own is not None else ""))
+    if out[judged]["pct_per_h"] > memory_limit_pct_per_h:
+        reasons.append(f"{'own RSS' if judged == 'own' else 'RSS'} {out[judged]['pct_per_h']:+.1f} %/h "
+                       f"> {memory_limit_pct_per_h:g} %/h (RSS {out['rss']['pct_per_h']:+.1f}, "
+                       f"USS {out.get('uss', {}).get('pct_per_h', float('nan')):+.1f} %/h)")
     fds = out.get("fds", {})
     if abs(fds.get("slope_per_h", 0.0)) > fd_limit_per_h:
         reasons.append(f"descriptors {fds['slope_per_h']:+.1f}/h (beyond +-{fd_limit_per_h:g}/h)")
@@ -240,8 +246,9 @@ def role_totals(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], list
             continue
         at = sums[(row["phase"], row["role"])].setdefault(
             row["time"], {"minute": row["minute"], "rss": 0, "pss": 0, "uss": 0, "fds": 0, "processes": 0})
-        for key in ("rss", "pss", "uss", "fds"):
-            at[key] += row.get(key) or 0
+        for key in ("rss", "own", "pss", "uss", "fds"):
+            if key in row or key != "own":
+                at[key] = at.get(key, 0) + (row.get(key) or 0)
         at["processes"] += 1
     return {k: sorted(v.values(), key=lambda r: r["minute"]) for k, v in sums.items()}
 
@@ -279,7 +286,8 @@ def summarize(rows: Sequence[Mapping[str, Any]], phases: Mapping[str, Mapping[st
             **dict(info), "processes": processes, "roles": roles,
             "judged": len(judged), "failed": len(failed), "not_judged": len(processes) - len(judged),
             "verdict": "pass" if judged and not failed else ("fail" if failed else "not judged"),
-            "worst_rss_pct_per_h": max((p["rss"]["pct_per_h"] for p in judged), default=None),
+            "worst_rss_pct_per_h": max((p[p["judged_on"]]["pct_per_h"] for p in judged), default=None),
+            "judged_on": judged[0]["judged_on"] if judged else None,
             # of the failed, those whose own memory (USS) grows past the limit too: not only shared
             # pages touched (PostgreSQL's shared buffers, copy-on-write pages of a forked child)
             "own_memory_growing": [f"{p['role']} [{p['pid']}] USS {p['uss']['pct_per_h']:+.1f} %/h" for p in failed
@@ -475,7 +483,7 @@ def render(summary: Mapping[str, Any], out: Path) -> None:
         answer.append(
             f"Phase `{name}` ({ph['minutes']:g} min at {ph.get('rate') or 0:.2f} Answers/s, warm-up {ph['warmup_minutes']:g} min): "
             f"**{ph['verdict']}**: {ph['judged']} processes judged, {ph['failed']} over the limits "
-            f"(worst RSS slope {ph['worst_rss_pct_per_h'] if ph['worst_rss_pct_per_h'] is None else format(ph['worst_rss_pct_per_h'], '+.2f')} %/h, "
+            f"(worst {'own RSS' if ph.get('judged_on') == 'own' else 'RSS'} slope {ph['worst_rss_pct_per_h'] if ph['worst_rss_pct_per_h'] is None else format(ph['worst_rss_pct_per_h'], '+.2f')} %/h, "
             f"worst descriptor slope {ph['worst_fd_per_h'] if ph['worst_fd_per_h'] is None else format(ph['worst_fd_per_h'], '.1f')}/h); "
             f"of these, own memory (USS) growing too: {', '.join(ph.get('own_memory_growing') or ['none'])}; "
             f"with twice the warm-up ({2 * ph['warmup_minutes']:g} min, a sensitivity) failing: "
@@ -484,7 +492,7 @@ def render(summary: Mapping[str, Any], out: Path) -> None:
             f"{load['p95_ms_median'] or 0:.0f} ms; load average (1 min) median {load['load_average_median'] or 0:.1f}, "
             f"max {load['load_average_max'] or 0:.1f}.")
     lines += ["**Answer (" + summary.get("run_started", "?")[:10] + ").** " + " ".join(answer), ""]
-    lines += [f"Targets: after the warm-up, no process's RSS grows more than {summary['memory_limit_pct_per_h']:g} % "
+    lines += [f"Targets: after the warm-up, no process's own RSS (RSS without shared memory) grows more than {summary['memory_limit_pct_per_h']:g} % "
               f"of its median per hour; descriptors flat (Theil-Sen slope within +-{summary['fd_limit_per_h']:g} per hour). "
               f"A process with fewer than {summary['min_samples']} samples after the warm-up is not judged "
               "(it started late: a restarted child, a new PostgreSQL backend).", "",
@@ -502,31 +510,34 @@ def render(summary: Mapping[str, Any], out: Path) -> None:
                      " (`--reader-rate`)"),
                   f"- load: {json.dumps(ph['load'])}", "",
                   "Per process (after the warm-up; slopes by Theil-Sen with their 95 % interval):", "",
-                  "| process | pid | samples | RSS median MB | RSS %/h [95 %] | PSS %/h | USS %/h | fds median | fds /h [95 %] | verdict |",
-                  "| --- | ---: | ---: | ---: | --- | --- | --- | ---: | --- | --- |"]
+                  "| process | pid | samples | RSS median MB | own RSS %/h [95 %] | RSS %/h [95 %] | PSS %/h | USS %/h | fds median | fds /h [95 %] | verdict |",
+                  "| --- | ---: | ---: | ---: | --- | --- | --- | --- | ---: | --- | --- |"]
         for p in ph["processes"]:
             lines.append(f"| {p['role']} | {p['pid']} | {p['samples_after_warmup']}/{p['samples']} | "
-                         f"{_mb(p.get('rss', {}).get('median'))} | {_pct(p.get('rss', {}))} | {_pct(p.get('pss', {}))} | "
+                         f"{_mb(p.get('rss', {}).get('median'))} | {_pct(p.get('own', {}))} | {_pct(p.get('rss', {}))} | {_pct(p.get('pss', {}))} | "
                          f"{_pct(p.get('uss', {}))} | {p.get('fds', {}).get('median', '-')} | {_fd(p.get('fds', {}))} | "
                          f"{p['verdict']}{': ' + '; '.join(p['reasons']) if p['reasons'] else ''} |")
         lines += ["", "Per role (the sum over its processes at each sample):", "",
-                  "| role | processes (max) | RSS median MB | RSS %/h [95 %] | PSS %/h | fds median | fds /h [95 %] | verdict |",
-                  "| --- | ---: | ---: | --- | --- | ---: | --- | --- |"]
+                  "| role | processes (max) | RSS median MB | own RSS %/h [95 %] | RSS %/h [95 %] | PSS %/h | fds median | fds /h [95 %] | verdict |",
+                  "| --- | ---: | ---: | --- | --- | --- | ---: | --- | --- |"]
         for r in ph["roles"]:
             lines.append(f"| {r['role']} | {r['processes_max']} | {_mb(r.get('rss', {}).get('median'))} | "
-                         f"{_pct(r.get('rss', {}))} | {_pct(r.get('pss', {}))} | {r.get('fds', {}).get('median', '-')} | "
+                         f"{_pct(r.get('own', {}))} | {_pct(r.get('rss', {}))} | {_pct(r.get('pss', {}))} | {r.get('fds', {}).get('median', '-')} | "
                          f"{_fd(r.get('fds', {}))} | {r['verdict']}{': ' + '; '.join(r['reasons']) if r['reasons'] else ''} |")
         lines.append("")
     if summary.get("reading"):  # the analyst's reading of this run, kept in summary.json across recomputes
         lines += ["## Reading", "", summary["reading"], ""]
     lines += ["## Method", "",
-              "Every sample reads /proc of each descendant of the driver: `VmRSS` (status), `Pss` and "
-              "`Private_Clean + Private_Dirty` = USS (smaps_rollup), the entries of `fd/`, threads. RSS counts "
-              "shared pages a process touched (PostgreSQL backends touching shared buffers grow it without "
-              "allocating); PSS shares them out; USS is the process's own. The verdict is on RSS as the "
-              "target states; PSS and USS say whether a growth is the process's own.",
+              "Every sample reads /proc of each descendant of the driver: `VmRSS` and its own part "
+              "`RssAnon + RssFile` (status: RSS without `RssShmem`, the shared-memory segments it has paged "
+              "in), `Pss` and `Private_Clean + Private_Dirty` = USS (smaps_rollup), the entries of `fd/`, "
+              "threads. The verdict is on the own RSS: a PostgreSQL backend's RSS grows as it touches pages of "
+              "the shared buffers, a segment of fixed size (`shared_buffers`) that the postmaster allocated "
+              "once, so RSS would call every busy backend a leak; USS is not used either, because a file page "
+              "(the GGUF model, a library) turns from shared to private when another process mapping it "
+              "exits. RSS, PSS and USS are shown beside it.",
               "", "Records: `samples.jsonl` (one line per process per sample, one `load` line per interval); "
-              "`summary.json` and this README recompute from it (`--recompute`); `soak.png` plots RSS and "
+              "`summary.json` and this README recompute from it (`--recompute`); `soak.png` plots own RSS and "
               "descriptors per role over time.", ""]
     (out / "README.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
@@ -550,10 +561,11 @@ def plot(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], out: Pat
             base = next((s for s in samples if s["minute"] >= warm), samples[-1])
             xs = [s["minute"] for s in samples]
             style = {"color": colours[i % len(colours)], "ls": ("-", "--", ":")[i // len(colours) % 3], "lw": 1.2}
-            axes[0][col].plot(xs, [100.0 * s["rss"] / base["rss"] if base["rss"] else None for s in samples],
-                              label=f"{role} ({base['rss'] / 1e6:,.0f} MB)", **style)
+            key = "own" if "own" in base else "rss"
+            axes[0][col].plot(xs, [100.0 * s.get(key, 0) / base[key] if base[key] else None for s in samples],
+                              label=f"{role} ({base[key] / 1e6:,.0f} MB)", **style)
             axes[1][col].plot(xs, [s["fds"] - base["fds"] for s in samples], label=f"{role} ({base['fds']})", **style)
-        for row, label in ((0, "RSS, % of the role's at the end of the warm-up"),
+        for row, label in ((0, "own RSS (without shared memory), % of the role's at the end of the warm-up"),
                            (1, "open descriptors minus the role's at the end of the warm-up")):
             ax = axes[row][col]
             ax.axvline(warm, color="grey", ls="--", lw=0.8)

@@ -47,6 +47,22 @@ def test_memory_growing_10_percent_an_hour_fails_and_3_percent_passes():
     assert slow["verdict"] == "pass"
 
 
+def test_shared_memory_paged_in_is_not_a_leak_but_own_memory_growing_is():
+    """A PostgreSQL backend touching more of the fixed shared buffers grows its RSS, not its own
+    RSS (RssAnon + RssFile): judged on the own part when the records have it."""
+    def backend(own: callable, shared: callable) -> list[dict]:
+        rows = samples(60, lambda m: own(m) + shared(m))
+        for row in rows:
+            row["own"] = own(row["minute"])
+        return rows
+
+    touching = judge(backend(lambda m: 20 * MB, lambda m: (40 + m) * MB), warmup_minutes=15)
+    assert touching["rss"]["pct_per_h"] > 5 and touching["judged_on"] == "own"
+    assert touching["verdict"] == "pass", touching
+    leaking = judge(backend(lambda m: (20 + m / 6) * MB, lambda m: 40 * MB), warmup_minutes=15)
+    assert leaking["verdict"] == "fail" and "own RSS" in leaking["reasons"][0]
+
+
 def test_growth_only_during_the_warm_up_is_not_held_against_a_process():
     warming = judge(samples(90, lambda m: (50 + min(m, 30) * 2) * MB), warmup_minutes=35)
     assert warming["verdict"] == "pass"
