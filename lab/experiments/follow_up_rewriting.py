@@ -24,7 +24,10 @@ first five passages' documents):
   conversation ("how many can I have?"): would widening the reader's gate help?
 
 Per turn the records keep each row's query, how it was made (`none` = unchanged, `rules`,
-`reader`, `context`), its hit@5 and the reader's seconds. Intervals: percentile bootstrap over
+`reader`, `context`), its hit@5, the reader's seconds, and whether the rewrite asks two
+questions where the standalone question asks one (`routing.rules.asks_two_questions`, or two
+question marks: the earlier question repeated; such a turn is escalated to tier C and its reply
+answers a question the user did not ask, a cost hit@5 does not show). Intervals: percentile bootstrap over
 turns (`adaptive_rag.evaluation.bootstrap`); the ratio to `standalone` resampled jointly, turn by
 turn; differences paired by turn. `--report-only` renders the report again from `records.jsonl`
 without a reader.
@@ -52,6 +55,7 @@ from adaptive_rag.evaluation.bootstrap import ratio_interval
 from adaptive_rag.evaluation.support import FollowUpTurn, SupportSuite, doc_id_of, retrieval_hits
 from adaptive_rag.evaluation.support_kbs import KNOWLEDGE_BASES, build_knowledge_base_suite
 from adaptive_rag.ports import LLM, Retriever
+from adaptive_rag.routing.rules import asks_two_questions
 from adaptive_rag.settings import Settings
 from adaptive_rag.strategies.follow_up import RewriteMethod, Turn, by_reader, standalone_question
 from lab.harness.stats import mean_interval, paired_difference_interval
@@ -69,6 +73,12 @@ def hit(retriever: Retriever, query: str, gold: Sequence[str]) -> tuple[float, l
     found = retriever.search(query, K)
     docs = [doc_id_of(p.id, p.doc_id) for p in found]
     return retrieval_hits(docs, [tuple(gold)], K)[1], docs
+
+
+def _two_questions(query: str) -> bool:
+    """Whether `query` asks two questions: the two-question rule's, or two question marks (the
+    earlier question repeated before the follow-up)."""
+    return asks_two_questions(query) or query.count("?") > 1
 
 
 def rewrite_turn(turn: FollowUpTurn, llm: LLM | None) -> tuple[dict[str, str], dict[str, str], dict[str, float]]:
@@ -111,9 +121,14 @@ def run_knowledge_base(suite: SupportSuite, retriever: Retriever, turns: Sequenc
         hits, tops = {}, {}
         for row, query in queries.items():
             hits[row], tops[row] = hit(retriever, query, turn.gold)
+        # A rewrite asking two questions where the standalone asks one is routed to tier C
+        # (`rules.escalate_two_questions`): a cost the hit@5 does not show.
+        two = {row: _two_questions(queries[row]) and not _two_questions(turn.standalone)
+               for row in REWRITE_ROWS if row in queries}
         records.append({"kb": suite.name, "id": turn.id, "split": turn.split, "previous": turn.previous,
                         "follow_up": turn.follow_up, "gold_docs": list(turn.gold), "queries": queries,
-                        "methods": methods, "hit_5": hits, "top_5": tops, "reader_seconds": seconds})
+                        "methods": methods, "hit_5": hits, "top_5": tops, "reader_seconds": seconds,
+                        "two_questions": two})
     return records
 
 
@@ -141,6 +156,7 @@ def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             if row != "rules":
                 summary["differences"][f"{row} - rules"] = _cell(paired_difference_interval(values["rules"], values[row]))
             summary["methods"][row] = dict(sorted(Counter(r["methods"][row] for r in records).items()))
+            summary.setdefault("two_questions", {})[row] = sum(bool(r["two_questions"].get(row)) for r in records)
     seconds = [r["reader_seconds"]["rules+reader"] for r in records if "rules+reader" in r["reader_seconds"]]
     summary["reader_calls"] = len(seconds)
     summary["reader_seconds_mean"] = sum(seconds) / len(seconds) if seconds else None
@@ -184,14 +200,16 @@ def readme(found: dict[str, dict[str, Any]], command: str, meta: dict[str, Any])
     for kb, per_split in found.items():
         held = " (held out: its `test` turns read once)" if kb == HELD_OUT else ""
         lines += [f"## {kb}{held}", "",
-                  "| split | turns | row | hit@5 | / standalone | methods |", "| --- | --- | --- | --- | --- | --- |"]
+                  "| split | turns | row | hit@5 | / standalone | methods | asks two questions |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
         for split, s in per_split.items():
             if not s.get("turns"):
                 continue
             for row, cell in s["hit_5"].items():
                 methods = ", ".join(f"{m} {n}" for m, n in s["methods"].get(row, {}).items())
                 lines.append(f"| {split} | {s['turns']} | `{row}` | {_pct(cell)} | "
-                             f"{_pct(s['vs_standalone'].get(row)) if row != 'standalone' else '-'} | {methods} |")
+                             f"{_pct(s['vs_standalone'].get(row)) if row != 'standalone' else '-'} | {methods} | "
+                             f"{s.get('two_questions', {}).get(row, '-')} |")
         lines.append("")
         for split, s in per_split.items():
             if s.get("turns") and s.get("reader_calls"):
