@@ -197,12 +197,28 @@ def by_rules(question: str, previous: str) -> str | None:
     return _ellipsis(question, previous) or _pronoun(question, previous)
 
 
+def _plain(text: str) -> str:
+    return " ".join(_tokens(text.rstrip("?.! ")))
+
+
+def _without_earlier(line: str, history: Sequence[Turn]) -> str:
+    """`line` without the sentences that repeat an earlier question word for word: a small reader
+    often writes the earlier question back before the rewritten one ("How long is the incubation
+    period? When is someone infectious?"), which then reads, and is routed, as two questions; or
+    only the earlier question. "" when nothing else is left."""
+    earlier = {_plain(turn.question) for turn in history}
+    parts = [part for part in re.split(r"(?<=[?.!])\s+", line) if part.strip()]
+    return " ".join(part for part in parts if _plain(part) not in earlier).strip()
+
+
 def by_reader(llm: LLM, question: str, history: Sequence[Turn]) -> str | None:
-    """The reader's standalone question, or None when what it wrote is unusable."""
+    """The reader's standalone question, or None when what it wrote is unusable (empty, rambling,
+    or only an earlier question written back)."""
     earlier = "\n".join(turn.question for turn in history)
     text = ask(llm, prompt.PROMPT, history=earlier, question=question).text
     line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
     line = re.sub(r"^(rewritten( question)?|question)\s*:\s*", "", line, flags=re.IGNORECASE).strip().strip('"')
+    line = _without_earlier(line, history)
     if not line or len(line) > _MAX_GROWTH * (len(question) + len(history[-1].question)):
         return None
     return line

@@ -73,6 +73,16 @@ def test_an_unusable_reader_reply_falls_back_to_the_previous_topic(reply: str) -
                                                   RewriteMethod.CONTEXT)
 
 
+def test_the_earlier_question_written_back_by_the_reader_is_dropped() -> None:
+    history = [Turn("How long is the incubation period for COVID-19?")]
+    both = standalone_question("and when is someone infectious then?", history,
+                               FakeLLM(["How long is the incubation period for COVID-19? When is someone infectious?"]))
+    assert (both.question, both.method) == ("When is someone infectious?", RewriteMethod.READER)
+    only = standalone_question("and when is someone infectious then?", history,
+                               FakeLLM(["How long is the incubation period for COVID-19?"]))
+    assert only.method is RewriteMethod.CONTEXT
+
+
 def test_a_reader_that_is_away_costs_the_rewrite_not_the_turn() -> None:
     def away(prompt: str) -> str:
         raise LLMUnavailableError("connection refused")
