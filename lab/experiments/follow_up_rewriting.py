@@ -156,7 +156,8 @@ def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             if row != "rules":
                 summary["differences"][f"{row} - rules"] = _cell(paired_difference_interval(values["rules"], values[row]))
             summary["methods"][row] = dict(sorted(Counter(r["methods"][row] for r in records).items()))
-            summary.setdefault("two_questions", {})[row] = sum(bool(r["two_questions"].get(row)) for r in records)
+            summary.setdefault("two_questions", {})[row] = sum(
+                _two_questions(r["queries"][row]) and not _two_questions(r["queries"]["standalone"]) for r in records)
     seconds = [r["reader_seconds"]["rules+reader"] for r in records if "rules+reader" in r["reader_seconds"]]
     summary["reader_calls"] = len(seconds)
     summary["reader_seconds_mean"] = sum(seconds) / len(seconds) if seconds else None
