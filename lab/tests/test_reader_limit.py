@@ -1,0 +1,55 @@
+"""The reader-limit experiment's arithmetic on synthetic answers and server counters (no stack)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lab.experiments.reader_limit import Answer, delta, render, summarize
+
+
+def answer(tier: str, latency: float, clients: int = 1, prompt: int = 380, prefilled: int | None = 125,
+           generated: int = 20) -> Answer:
+    return Answer("server", clients, f"q{latency}", tier, "OK", latency, 0.0, latency, prompt, generated,
+                  prefilled, None if prefilled is None else prompt - prefilled)
+
+
+def test_one_client_ratios_use_the_whole_prompt_and_the_prefilled_tokens():
+    answers = [answer("B", 4.0), answer("B", 6.0), answer("C", 9.0), answer("C", 11.0)]
+    pg = {(380, 20): {"seconds": 8.0}, (125, 20): {"seconds": 3.0}}
+    out = summarize(answers, pg, [], [])["one_client"]["server"]
+    assert out["answers"] == 2 and out["p50_s"] == pytest.approx(5.0)
+    assert out["ratio_to_model_p50"] == pytest.approx(5.0 / 8.0)
+    assert out["ratio_to_model_computed_p50"] == pytest.approx(5.0 / 3.0)
+    assert out["two_part_over_b_p50"] == pytest.approx(10.0 / 5.0)
+
+
+def test_throughput_counts_computed_tokens_against_the_bench_at_the_servers_batch():
+    windows = [{"clients": 1, "span_s": 100.0, "answers": 10, "prefilled": 1250.0, "cached": 2550.0,
+                "generated": 200.0, "decodes": 0.0, "batch_mean": 1.0, "busy_share": 0.9},
+               {"clients": 4, "span_s": 100.0, "answers": 20, "prefilled": 2500.0, "cached": 5100.0,
+                "generated": 400.0, "decodes": 0.0, "batch_mean": 1.8, "busy_share": 1.0},
+               {"clients": 16, "span_s": 100.0, "answers": 12, "prefilled": 1500.0, "cached": 3060.0,
+                "generated": 240.0, "decodes": 0.0, "batch_mean": 2.1, "busy_share": 1.0}]
+    batched = [{"pl": 1, "speed": 20.0}, {"pl": 2, "speed": 30.0}]
+    out = summarize([], {}, batched, windows)
+    rows = {row["clients"]: row for row in out["throughput"]}
+    assert rows[1]["computed_tokens_per_s"] == pytest.approx(14.5)
+    assert rows[4]["batch"] == 2 and rows[4]["ratio_to_batched_bench"] == pytest.approx(29.0 / 30.0)
+    # 17.4 tokens/s at 16 clients is below 0.9x the 29.0 of 4 clients: the throughput fell
+    assert out["throughput_never_falls"] is False
+    assert out["saturation"]["clients"] == 16
+
+
+def test_counter_deltas_and_the_report_render(tmp_path):
+    before = {"prefilled": 10.0, "cached": 0.0, "generated": 5.0, "decodes": 3.0, "processing": 1.0}
+    after = {"prefilled": 135.0, "cached": 255.0, "generated": 25.0, "decodes": 30.0, "processing": 0.0}
+    assert delta(after, before) == {"prefilled": 125.0, "cached": 255.0, "generated": 20.0, "decodes": 27.0}
+    summary = summarize([answer("B", 4.0)], {(380, 20): {"seconds": 8.0}, (125, 20): {"seconds": 3.0}}, [], [])
+    meta = {"reader": "qwen-1.5b", "model": "m.gguf", "cpus": 2, "llama_cpp_version": "0.3.36", "one_client": 1,
+            "clients": [1], "slots": 4, "window_s": 60.0, "repetitions": 2, "when": "now", "load_at_start": "0.1"}
+    render(tmp_path, {"meta": meta, "summary": summary})
+    text = (tmp_path / "README.md").read_text()
+    assert "| server | 1 | 4.00 | 380 / 125 / 20 | 8.00 | 0.50x" in text
+    json.dumps(summary)  # the summary is written as JSON
