@@ -202,6 +202,22 @@ def follow_up_ratios(reports: Path) -> str:
     return "; ".join(parts)
 
 
+def follow_up_reader_ratios(reports: Path) -> str:
+    """Per knowledge base, every follow-up turn's hit@5 rewritten as the front door does with a
+    reader (rules, then the reader for what no rule fits), as a ratio to the standalone question's
+    (paired over turns), from the follow-up rewriting experiment's records."""
+    from adaptive_rag.evaluation.bootstrap import ratio_interval
+
+    records = list(read_jsonl(reports / "conversations" / "reader" / "records.jsonl"))
+    parts = []
+    for label, kb in (("COVID FAQ", "covid-faq"), ("help centre", "help-centre"), ("Quillbill", "quillbill")):
+        mine = [r for r in records if r["kb"] == kb]
+        hits = {row: {("all", r["id"]): r["hit_5"][row] for r in mine} for row in ("standalone", "rules+reader")}
+        c = ratio_interval(hits["rules+reader"], hits["standalone"])
+        parts.append(f"{label} ({len(mine)} turns): {100 * c.estimate:.0f} % [{100 * c.low:.0f}, {100 * c.high:.0f}]")
+    return "; ".join(parts)
+
+
 def support_knowledge_base(path: str, split: str | None = "test") -> Callable[[Path], str]:
     """One knowledge base of the support suite, retrieval alone, from its per-question records:
     in-KB hit@5; questions it must abstain on caught / in-KB ones abstained, with the automatic
@@ -534,6 +550,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Abstention, demo help centre test, automatic threshold: caught / false", abstention("demo", "automatic")),
     Figure("Abstention, demo help centre test, automatic threshold or coverage below the train-picked floor: caught / false", abstention("demo", "automatic+coverage")),
     Figure("Follow-up hit@5 vs the standalone question, as typed / rewritten by rules, all turns", follow_up_ratios),
+    Figure("Follow-up hit@5 vs the standalone question, rewritten by rules + reader (the front door with a reader), all turns", follow_up_reader_ratios),
     Figure("Support per knowledge base, COVID FAQ test: in-KB hit@5; caught / false abstentions", support_knowledge_base("report.json")),
     Figure("Support per knowledge base, demo help centre test: in-KB hit@5; caught / false abstentions", support_knowledge_base("help_centre/report.json")),
     Figure("Support per knowledge base, Quillbill Markdown help centre (held out) test: in-KB hit@5; caught / false abstentions", support_knowledge_base("quillbill/report.json")),
