@@ -75,3 +75,41 @@ def test_a_lab_stack_runs_its_parts_restarts_them_and_leaves_nothing(tmp_path: P
     assert extra.process.poll() is not None and stack.llm.proc is None
     logs = {path.name for path in stack_logs(stack.workdir)}
     assert {"tier-a.log", "frontdoor.log", "frontdoor-2.log", "second.log", "instant_llm.log"} <= logs
+
+
+DRIVER = """
+import sys, time
+from pathlib import Path
+from lab.harness.stack import Parts, lab_stack
+parts = Parts(broker="filesystem", records="sqlite", classifier="rules", retriever="tantivy", llm="instant")
+with lab_stack(Path(sys.argv[1]), parts, pools=("A",), dotenv=False) as stack:
+    print(stack.core.marker, stack.llm.proc.pid, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_driver_stopped_by_sigterm_stops_every_process_of_its_stack(tmp_path: Path) -> None:
+    """A benchmark killed with SIGTERM (a timeout, an operator) unwinds like Ctrl-C: its front
+    door, pools and servers do not outlive it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    repo = Path(__file__).resolve().parents[2]
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path / "stack")], cwd=repo,
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(repo)})
+    try:
+        marker, llm_pid = driver.stdout.readline().split()
+        assert processes_with_marker(marker), "the stack's processes carry its marker"
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(timeout=60) != 0
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    deadline = time.monotonic() + 10
+    while processes_with_marker(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not processes_with_marker(marker)
+    assert not Path(f"/proc/{llm_pid}").exists()
