@@ -512,6 +512,24 @@ def soak(reports: Path) -> str:
     return "; ".join(out)
 
 
+def reader_limit(reports: Path) -> str:
+    """Tier B at one client against llama-bench (whole prompt, prefilled tokens), two-part answers
+    against B, and the closed loop's computed tokens/s against llama-batched-bench, from the records."""
+    from lab.experiments.reader_limit import Answer, summarize
+
+    folder = reports / "reader_limit"
+    answers = [Answer(**row) for row in read_jsonl(folder / "answers.jsonl")]
+    bench = list(read_jsonl(folder / "bench.jsonl"))
+    pg = {(row["n_prompt"], row["n_gen"]): row for row in bench if row["tool"] == "llama-bench"}
+    out = summarize(answers, pg, [row for row in bench if row["tool"] == "llama-batched-bench"],
+                    list(read_jsonl(folder / "windows.jsonl")))
+    one, sat = out["one_client"]["server"], out["saturation"]
+    return (f"B p50 {one['p50_s']:.2f} s, {one['ratio_to_model_p50']:.2f}x llama-bench (whole prompt), "
+            f"{one['ratio_to_model_computed_p50']:.2f}x (prefilled tokens); two-part {one['two_part_over_b_p50']:.2f}x B; "
+            f"{sat['clients']} clients {sat['computed_tokens_per_s']:.1f} tokens/s, "
+            f"{sat['ratio_to_batched_bench']:.2f}x llama-batched-bench")
+
+
 def evidence_budget(group: str) -> Callable[[Path], str]:
     """Tier B with the evidence budget vs whole passages, side by side on `test` questions of
     `group` (`help-centre`, `support`, `benchmark`): the ratio of p50 latencies (paired interval),
@@ -578,6 +596,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Fault campaign", reliability),
     Figure("Fault campaign past one machine", reliability_multihost),
     Figure("Soak, processes within 5 %/h own RSS and flat descriptors after the warm-up", soak),
+    Figure("Reader limit, demo help centre: one client, two-part answers, 16 clients", reader_limit),
     Figure("Tracing to files, extra CPU per request", tracing_extra_cpu),
     Figure("Shared llama-server vs a model per process, tier A, 8 clients", llm_serving_ratio),
     Figure("Demo install", setup_demo),

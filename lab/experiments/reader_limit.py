@@ -73,6 +73,7 @@ class Answer:
     # from the server's /metrics around the answer (one client only: nothing else runs then)
     prefilled_tokens: int | None = None
     cached_tokens: int | None = None
+    phase: str = "one"  # one: the one-client questions; loop: a closed-loop window
 
 
 SERVER_COUNTERS = {"prefilled": "llamacpp:prompt_tokens_total", "cached": "llamacpp:prompt_tokens_cached_total",
@@ -137,6 +138,11 @@ def bench_batched(model: Path, prompt: int, gen: int, batches: list[int]) -> lis
     return [{"tool": "llama-batched-bench", **row} for row in rows]
 
 
+def two_part_questions() -> set[str]:
+    """The demo's two-part questions (tier C by parts), whatever tier the router gave them."""
+    return {q["question"] for q in json.loads(DEMO_QUESTIONS.read_text()) if q.get("expected_tier") == "C"}
+
+
 def questions(one_client: int) -> tuple[str, list[str], list[str]]:
     """A warm-up question, the one-client questions (the demo's tier-B ones, then covered
     help-centre questions up to `one_client`, then the demo's two-part tier-C ones), and the
@@ -144,7 +150,7 @@ def questions(one_client: int) -> tuple[str, list[str], list[str]]:
     prompt cache (a repeated prompt skips its prefill)."""
     demo = json.loads(DEMO_QUESTIONS.read_text())
     single = [q["question"] for q in demo if q.get("expected_tier") == "B" and "follow_up_of" not in q]
-    two_part = [q["question"] for q in demo if q.get("expected_tier") == "C"]
+    two_part = sorted(two_part_questions())
     covered = [q["question"] for q in json.loads(COVERAGE_QUESTIONS.read_text()) if q.get("kind") == "covered"]
     warm_up, covered = covered[-1], covered[:-1]
     extra = max(0, one_client - len(single))
@@ -219,7 +225,7 @@ def run_service(setup: str, workdir: Path, warm_up: str, single: list[str], pool
                     await sampler
                     done = [a for a in answers if a.clients == -n]
                     for a in done:
-                        a.clients = n
+                        a.clients, a.phase = n, "loop"
                     busy = [x for x in samples if x > 0]
                     windows.append({"clients": n, "span_s": span, "answers": len(done), **used,
                                     "batch_mean": sum(busy) / len(busy) if busy else 0.0,
@@ -234,7 +240,7 @@ def run_service(setup: str, workdir: Path, warm_up: str, single: list[str], pool
 
 def summarize(answers: list[Answer], pg: dict[tuple[int, int], dict], batched: list[dict],
               windows: list[dict]) -> dict[str, Any]:
-    one = {setup: [a for a in answers if a.setup == setup and a.clients == 1 and a.code == "OK" and a.tier == "B"]
+    one = {setup: [a for a in answers if a.setup == setup and a.phase == "one" and a.code == "OK" and a.tier == "B"]
            for setup in ("server", "embedded")}
     out: dict[str, Any] = {"one_client": {}, "throughput": []}
     for setup, rows in one.items():
@@ -254,7 +260,8 @@ def summarize(answers: list[Answer], pg: dict[tuple[int, int], dict], batched: l
             "model_computed_p50_s": median([pg[(a.prefilled_tokens, a.completion_tokens)]["seconds"]
                                             for a in computed]),
             "ratio_to_model_computed_p50": median(computed_ratios)}
-        two_part = [a for a in answers if a.setup == setup and a.clients == 1 and a.code == "OK" and a.tier == "C"]
+        two_part = [a for a in answers if a.setup == setup and a.phase == "one" and a.code == "OK"
+                    and a.question in two_part_questions()]
         if two_part and rows:
             out["one_client"][setup].update({
                 "two_part_answers": len(two_part), "two_part_p50_s": median([a.latency_s for a in two_part]),
@@ -265,7 +272,7 @@ def summarize(answers: list[Answer], pg: dict[tuple[int, int], dict], batched: l
     by_batch = {int(row["pl"]): row for row in batched}
     for window in windows:
         n, span = window["clients"], window["span_s"]
-        rows = [a for a in answers if a.setup == "server" and a.clients == n and a.code == "OK"]
+        rows = [a for a in answers if a.setup == "server" and a.phase == "loop" and a.clients == n and a.code == "OK"]
         computed = (window["prefilled"] + window["generated"]) / span if span else None
         batch = max(1, round(window["batch_mean"])) if window["batch_mean"] else None
         reference = by_batch.get(batch) if batch else None
@@ -368,8 +375,23 @@ def render(out: Path, payload: dict[str, Any]) -> None:
               "the windows' median prefilled and generated tokens per request together.", "",
               f"    python -m lab.experiments.reader_limit --setups server --out "
               f"{out.relative_to(REPO) if out.is_relative_to(REPO) else out}",
-              "", "Raw records: `answers.jsonl`, `windows.jsonl`, `bench.jsonl`; figures: `summary.json`."]
+              "", "Raw records: `answers.jsonl`, `windows.jsonl`, `bench.jsonl`; figures: `summary.json` "
+              "(`--report-only` recomputes it and this page from them)."]
     (out / "README.md").write_text("\n".join(lines) + "\n")
+
+
+def recompute(out: Path) -> int:
+    """summary.json and README.md again from `answers.jsonl`, `windows.jsonl` and `bench.jsonl`."""
+    answers = [Answer(**json.loads(line)) for line in (out / "answers.jsonl").read_text().splitlines() if line]
+    windows = [json.loads(line) for line in (out / "windows.jsonl").read_text().splitlines() if line]
+    bench = [json.loads(line) for line in (out / "bench.jsonl").read_text().splitlines() if line]
+    pg = {(row["n_prompt"], row["n_gen"]): row for row in bench if row["tool"] == "llama-bench"}
+    batched = [row for row in bench if row["tool"] == "llama-batched-bench"]
+    meta = json.loads((out / "summary.json").read_text())["meta"]
+    payload = {"meta": meta, "summary": summarize(answers, pg, batched, windows)}
+    (out / "summary.json").write_text(json.dumps(payload, indent=2))
+    render(out, payload)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -384,7 +406,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repetitions", type=int, default=2, help="llama-bench repetitions per pair")
     parser.add_argument("--setups", default="server,embedded")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--report-only", action="store_true",
+                        help="no run: recompute summary.json and README.md from the records in --out")
     args = parser.parse_args(argv)
+    if args.report_only:
+        return recompute(args.out.resolve())
     console = Console()
     clients = [int(x) for x in args.clients.split(",") if x]
     out = args.out.resolve()
@@ -410,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
             answers += got
             windows += seen
     console.rule("llama.cpp's own benchmarks")
-    timed = [a for a in answers if a.clients == 1 and a.code == "OK" and a.tier == "B" and a.prompt_tokens]
+    timed = [a for a in answers if a.phase == "one" and a.code == "OK" and a.tier == "B" and a.prompt_tokens]
     pairs = [(a.prompt_tokens, a.completion_tokens) for a in timed]
     pairs += [(a.prefilled_tokens, a.completion_tokens) for a in timed if a.prefilled_tokens]
     pg = bench_prompt_generation(model, pairs, args.repetitions)

@@ -76,16 +76,30 @@ class Phase:
 # --- reading the processes ------------------------------------------------------------------------
 
 
+def fd_kinds(folder: Path, names: Sequence[str]) -> dict[str, int]:
+    """Open descriptors by what they point at: `socket`, `pipe`, `anon` (eventfd, epoll, ...),
+    `file` (a path), so a growing count says whether connections or files pile up."""
+    kinds: Counter = Counter()
+    for name in names:
+        try:
+            target = os.readlink(folder / name)
+        except OSError:
+            continue  # closed meanwhile
+        kinds["socket" if target.startswith("socket:") else "pipe" if target.startswith("pipe:")
+              else "anon" if target.startswith("anon_inode:") else "file"] += 1
+    return dict(kinds)
+
+
 def read_process(pid: int, proc: Path = PROC) -> dict[str, Any] | None:
     """RSS, its own part (`own`: RSS without shared memory, `RssAnon + RssFile`), PSS, USS (bytes),
     open descriptors and threads of `pid`; None if it is gone."""
     base = proc / str(pid)
     try:
         status = (base / "status").read_text()
-        fds = len(os.listdir(base / "fd"))
+        fd_names = os.listdir(base / "fd")
     except OSError:
         return None
-    out: dict[str, Any] = {"fds": fds}
+    out: dict[str, Any] = {"fds": len(fd_names), "fd_kinds": fd_kinds(base / "fd", fd_names)}
     for line in status.splitlines():
         key, _, value = line.partition(":")
         if key == "VmRSS":
@@ -231,7 +245,12 @@ def judge(samples: Sequence[Mapping[str, Any]], warmup_minutes: float,
                        f"USS {out.get('uss', {}).get('pct_per_h', float('nan')):+.1f} %/h)")
     fds = out.get("fds", {})
     if abs(fds.get("slope_per_h", 0.0)) > fd_limit_per_h:
-        reasons.append(f"descriptors {fds['slope_per_h']:+.1f}/h (beyond +-{fd_limit_per_h:g}/h)")
+        first, last = after[0].get("fd_kinds"), after[-1].get("fd_kinds")
+        change = ""
+        if first is not None and last is not None:  # what they point at, first -> last sample judged
+            change = "; " + ", ".join(f"{kind} {first.get(kind, 0)} -> {last.get(kind, 0)}"
+                                      for kind in sorted(set(first) | set(last)))
+        reasons.append(f"descriptors {fds['slope_per_h']:+.1f}/h (beyond +-{fd_limit_per_h:g}/h{change})")
     out["verdict"] = "pass" if not reasons else "fail"
     out["reasons"] = reasons
     return out

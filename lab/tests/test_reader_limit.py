@@ -6,17 +6,20 @@ import json
 
 import pytest
 
-from lab.experiments.reader_limit import Answer, delta, render, summarize
+from lab.experiments.reader_limit import Answer, delta, render, summarize, two_part_questions
 
 
 def answer(tier: str, latency: float, clients: int = 1, prompt: int = 380, prefilled: int | None = 125,
            generated: int = 20) -> Answer:
     return Answer("server", clients, f"q{latency}", tier, "OK", latency, 0.0, latency, prompt, generated,
-                  prefilled, None if prefilled is None else prompt - prefilled)
+                  prefilled, None if prefilled is None else prompt - prefilled, "one" if clients == 1 else "loop")
 
 
 def test_one_client_ratios_use_the_whole_prompt_and_the_prefilled_tokens():
-    answers = [answer("B", 4.0), answer("B", 6.0), answer("C", 9.0), answer("C", 11.0)]
+    first, second = sorted(two_part_questions())[:2]
+    answers = [answer("B", 4.0), answer("B", 6.0), answer("C", 9.0), answer("C", 11.0),
+               answer("C", 30.0)]  # a one-part question the router sent to C: not a two-part one
+    answers[2].question, answers[3].question = first, second
     pg = {(380, 20): {"seconds": 8.0}, (125, 20): {"seconds": 3.0}}
     out = summarize(answers, pg, [], [])["one_client"]["server"]
     assert out["answers"] == 2 and out["p50_s"] == pytest.approx(5.0)

@@ -130,3 +130,21 @@ def test_the_report_recomputes_from_the_samples_alone(tmp_path):
     assert "Phase `instant` (60 min at 1.00 Answers/s, warm-up 15 min): **fail**: 2 processes judged, 1 over" in text
     assert (tmp_path / "soak.png").stat().st_size > 0
     assert json.loads((tmp_path / "summary.json").read_text())["phases"]["instant"]["failed"] == 1
+
+
+def test_descriptors_are_counted_by_what_they_point_at(tmp_path):
+    import os
+
+    from lab.experiments.soak import fd_kinds
+
+    folder = tmp_path / "fd"
+    folder.mkdir()
+    for name, target in (("0", "socket:[1]"), ("1", "pipe:[2]"), ("2", "anon_inode:[eventpoll]"),
+                         ("3", "/var/lib/postgresql/base/1/2600"), ("4", "socket:[3]")):
+        os.symlink(target, folder / name)
+    assert fd_kinds(folder, sorted(os.listdir(folder)) + ["9"]) == {"socket": 2, "pipe": 1, "anon": 1, "file": 1}
+    rows = samples(60, lambda m: 100 * MB, fds=lambda m: 6 + m // 5)
+    for row in rows:
+        row["fd_kinds"] = {"socket": 2, "file": row["fds"] - 2}
+    verdict = judge(rows, warmup_minutes=15)
+    assert verdict["verdict"] == "fail" and "file 7 -> 16, socket 2 -> 2" in verdict["reasons"][0]
