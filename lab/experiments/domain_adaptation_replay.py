@@ -50,8 +50,16 @@ from lab.experiments.domain_adaptation import (
 
 
 def records_up_to(source: Path, target: Path, later_requests: Sequence[str]) -> None:
-    """A copy of the run's records without later rounds' feedback and without live labels."""
-    shutil.copy(source, target)
+    """A copy of the run's records without later rounds' feedback and without live labels.
+
+    Copied through SQLite's backup API, not as a file: in write-ahead-log mode the newest rows may
+    still be in `<db>-wal` (a connection left open keeps them there), which a file copy leaves out."""
+    source_db, target_db = sqlite3.connect(source), sqlite3.connect(target)
+    try:
+        source_db.backup(target_db)
+    finally:
+        source_db.close()
+        target_db.close()
     with sqlite3.connect(target) as db:
         db.executemany("DELETE FROM feedback WHERE request_id = ?", [(r,) for r in later_requests])
         db.execute("DELETE FROM training_labels WHERE origin = 'live'")

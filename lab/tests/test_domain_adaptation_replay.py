@@ -20,7 +20,7 @@ from lab.experiments.domain_adaptation_replay import render, replay
 DATA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 
 
-def recorded_run(run: Path) -> None:
+def recorded_run(run: Path) -> RecordStore:
     """Two rounds of a support tenant's traffic: FAQ-like questions answered right at B (round 1)
     and wrong at B and C alike (round 2), served by a version 1 that over-retrieves."""
     examples = [LabelledQuery(f"how do I clean my mask {i}", Tier.C) for i in range(30)]
@@ -43,13 +43,16 @@ def recorded_run(run: Path) -> None:
         store.add_feedback(request_id, "support", 1 if round_no == 1 else -1, None, None)
         lines.append(json.dumps({"round": round_no, "request_id": request_id}))
     (run / "replay.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return store
 
 
 def test_each_round_relabels_only_its_feedback_and_keeps_a_prior_that_pays(tmp_path) -> None:
     if not (DATA_DIR / FAQ_FILE).is_file():
         pytest.skip(f"support data not found in {DATA_DIR}")
-    recorded_run(tmp_path)
+    # the store stays open, as a live stack's would: its newest rows may sit in the write-ahead log
+    store = recorded_run(tmp_path)
     result = replay(tmp_path, DATA_DIR)
+    del store
     first, second = result["rounds"]
     # Round 1: 12 thumbs up, B said the same as C -> B; round 2 adds 12 where both failed -> B too.
     assert sum(first["labels"].values()) == 12 and first["labels"]["B"] == 12
