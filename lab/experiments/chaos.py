@@ -749,6 +749,19 @@ def read_records(store: Any) -> list[Record]:
 # --- stack ------------------------------------------------------------------------------------------------
 
 
+def drain_and_save_records(store: Any, scratch: Path, run: dict[str, Any], drain_s: float) -> list[Record]:
+    """After the faults: wait for the records to drain (noted in `run`), read every request row
+    and write them to `scratch/records.jsonl`."""
+    log("waiting for the records to drain")
+    run["drain"] = drain_records(store, drain_s)
+    log(f"drain: {run['drain']}")
+    records = read_records(store)
+    with (scratch / "records.jsonl").open("w") as f:
+        for r in records:
+            f.write(json.dumps(asdict(r)) + "\n")
+    return records
+
+
 def ensure_model_repository(repository: Path, scratch: Path) -> tuple[bool, str]:
     """A classifier version for Triton: the newest in `repository`, or an untrained one bootstrapped
     (`arag model bootstrap`, needs the train extras); none -> the rules route."""
@@ -1288,13 +1301,7 @@ def campaign(args: argparse.Namespace, plan: Sequence[tuple[str, int]], scratch:
 
             runs = asyncio.run(go())
             run["window_ends"] = {r.window: r.window_end for r in runs}
-            log("waiting for the records to drain")
-            run["drain"] = drain_records(running.store, args.drain_s)
-            log(f"drain: {run['drain']}")
-            records = read_records(running.store)
-            with (scratch / "records.jsonl").open("w") as f:
-                for r in records:
-                    f.write(json.dumps(asdict(r)) + "\n")
+            records = drain_and_save_records(running.store, scratch, run, args.drain_s)
             log(f"{len(records)} request rows read; stopping the stack")
     except (KeyboardInterrupt, Interrupted) as exc:
         run["error"] = f"interrupted ({type(exc).__name__})"

@@ -51,7 +51,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -59,8 +59,8 @@ from typing import Any
 from lab.experiments import chaos
 from lab.experiments.chaos import _f, _mark
 from lab.experiments.chaos import (
-    RECOVERY_GOAL_S, TENANT, CampaignLoad, FaultSpec, Record, analyse, drain_records, log, machine, plan_runs,
-    read_records, run_campaign, window_of,
+    RECOVERY_GOAL_S, TENANT, CampaignLoad, FaultSpec, Record, analyse, drain_and_save_records, log, machine,
+    plan_runs, run_campaign, window_of,
 )
 from lab.harness.load_client import CallRecord, LoadClient
 
@@ -629,13 +629,7 @@ def campaign(args: argparse.Namespace, plan: Sequence[tuple[str, int]], scratch:
 
             runs = asyncio.run(go())
             run["window_ends"] = {r.window: r.window_end for r in runs}
-            log("waiting for the records to drain")
-            run["drain"] = drain_records(stack.store, args.drain_s)
-            log(f"drain: {run['drain']}")
-            records = read_records(stack.store)
-            with (scratch / "records.jsonl").open("w") as f:
-                for r in records:
-                    f.write(json.dumps(asdict(r)) + "\n")
+            records = drain_and_save_records(stack.store, scratch, run, args.drain_s)
             (scratch / "answers.json").write_text(json.dumps(stored_digests(stack.store)))
             log(f"{len(records)} request rows read; stopping the stack")
     except (KeyboardInterrupt, Interrupted) as exc:
