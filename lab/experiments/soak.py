@@ -1,8 +1,8 @@
 """Does any process of the stack leak memory or descriptors under hours of steady load? A soak:
-an hour at half the ceiling with the instant LLM, then 30 minutes with the real reader at half
+an hour at half the ceiling with the instant LLM (after a half-hour warm-up), then 30 minutes with the real reader at half
 its capacity, every process sampled every minute.
 
-    .venv/bin/python -m lab.experiments.soak            # ~95 min, writes reports/soak/
+    .venv/bin/python -m lab.experiments.soak            # ~2 h 10 min, writes reports/soak/
     .venv/bin/python -m lab.experiments.soak --quick    # ~6 min smoke run, var/soak/quick/
     .venv/bin/python -m lab.experiments.soak --recompute reports/soak   # summary/README/plot from samples.jsonl
 
@@ -26,7 +26,11 @@ door, each pool's main and child processes, Redis, PostgreSQL's postmaster and b
 the LLM) is read from /proc: RSS, PSS and USS (`smaps_rollup`), open descriptors, threads. Per
 process, after the phase's warm-up, the slope per hour of each by Theil-Sen
 (`lab.harness.stats.theil_sen`, 95 % interval); the verdict: memory (RSS) grows at most
-`MEMORY_LIMIT_PCT_PER_H` % of its median per hour, descriptors at most `FD_LIMIT_PER_H` per hour.
+`MEMORY_LIMIT_PCT_PER_H` % of its median per hour, descriptors at most `FD_LIMIT_PER_H` per hour
+(PostgreSQL's descriptors on its own data files are its bounded file cache: shown, and failed only
+when one file is open twice). The warm-up is fixed before the load starts: in `instant` twice the
+results' expiry (Redis fills with a window of results, then sees it replaced once); Redis's own
+account (keys, `used_memory`) is sampled beside its RSS.
 
 Writes `samples.jsonl` (one line per process per sample, and one per minute of load: the figures
 recompute from it), `summary.json`, `README.md` and `soak.png` to `--out`.
@@ -67,7 +71,7 @@ END_GRACE_S = 45.0  # at a phase's end, calls still out get this long before the
 class Phase:
     name: str  # instant | reader
     minutes: float
-    warmup_minutes: float
+    warmup_minutes: float | None  # None: twice the stack's result expiry (`ARAG_RESULT_TTL`)
     timeout_s: float  # per Answer call
     rate: float | None = None  # Answers/s offered (instant: set after the probe)
     source: str = "all"  # the load test's query pools (`lab.loadtest.queries.build_pools`)
@@ -76,17 +80,29 @@ class Phase:
 # --- reading the processes ------------------------------------------------------------------------
 
 
-def fd_kinds(folder: Path, names: Sequence[str]) -> dict[str, int]:
+def fd_kinds(folder: Path, names: Sequence[str], data_dir: str | None = None) -> dict[str, int]:
     """Open descriptors by what they point at: `socket`, `pipe`, `anon` (eventfd, epoll, ...),
-    `file` (a path), so a growing count says whether connections or files pile up."""
+    `file` (a path), so a growing count says whether connections or files pile up. With `data_dir`
+    (a database server's data directory) a file below it is `data` (PostgreSQL's relation files),
+    and `data_repeated` counts the descriptors beyond one per such file: a file cache holds each
+    file once, a leak opens the same one again."""
     kinds: Counter = Counter()
+    data_targets: set[str] = set()
+    prefix = data_dir.rstrip("/") + "/" if data_dir else None
     for name in names:
         try:
             target = os.readlink(folder / name)
         except OSError:
             continue  # closed meanwhile
+        if prefix is not None and target.startswith(prefix):
+            kinds["data"] += 1
+            data_targets.add(target)
+            continue
         kinds["socket" if target.startswith("socket:") else "pipe" if target.startswith("pipe:")
               else "anon" if target.startswith("anon_inode:") else "file"] += 1
+    if prefix is not None:
+        kinds["data"] += 0  # present, even when none is open
+        kinds["data_repeated"] = kinds["data"] - len(data_targets)
     return dict(kinds)
 
 
@@ -99,7 +115,15 @@ def read_process(pid: int, proc: Path = PROC) -> dict[str, Any] | None:
         fd_names = os.listdir(base / "fd")
     except OSError:
         return None
-    out: dict[str, Any] = {"fds": len(fd_names), "fd_kinds": fd_kinds(base / "fd", fd_names)}
+    data_dir = None
+    if status.startswith("Name:\tpostgres"):  # its working directory is the cluster's data directory
+        try:
+            data_dir = os.readlink(base / "cwd")
+        except OSError:
+            pass
+    kinds = fd_kinds(base / "fd", fd_names, data_dir)
+    out: dict[str, Any] = {"fds": len(fd_names), "fd_kinds": kinds,
+                           "fds_judged": len(fd_names) - kinds.get("data", 0)}
     for line in status.splitlines():
         key, _, value = line.partition(":")
         if key == "VmRSS":
@@ -179,6 +203,41 @@ def role_of(pid: int, tree: Mapping[int, tuple[int, str]], known: Mapping[int, s
     return "other: " + cmd[:40]
 
 
+def read_redis(url: str | None) -> dict[str, Any] | None:
+    """Redis's own account of its memory: keys held, bytes its allocator gives the data
+    (`used_memory`), the RSS it sees, fragmentation and keys expired so far; None without Redis."""
+    if not url:
+        return None
+    import redis
+
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=5)
+        try:
+            memory, stats, keys = client.info("memory"), client.info("stats"), client.dbsize()
+        finally:
+            client.close()
+    except redis.RedisError:
+        return None
+    return {"keys": keys, "used_memory": memory.get("used_memory"), "used_memory_rss": memory.get("used_memory_rss"),
+            "fragmentation": memory.get("mem_fragmentation_ratio"), "expired_keys": stats.get("expired_keys")}
+
+
+def redis_account(rows: Sequence[Mapping[str, Any]], phase: str, warmup_minutes: float) -> dict[str, Any] | None:
+    """After the warm-up: keys and `used_memory` first, last and their Theil-Sen slope per hour (is
+    a growing RSS more data, or the allocator?)."""
+    after = [r for r in rows if r.get("type") == "redis" and r.get("phase") == phase and r["minute"] >= warmup_minutes]
+    if len(after) < MIN_SAMPLES:
+        return None
+    out: dict[str, Any] = {"samples": len(after)}
+    for key in ("keys", "used_memory", "used_memory_rss"):
+        fit = theil_sen([(r["minute"] / 60.0, r[key]) for r in after])
+        level = percentile([r[key] for r in after], 50) or 0.0
+        out[key] = {"first": after[0][key], "last": after[-1][key], "median": level,
+                    "pct_per_h": 100 * fit["slope"] / level if fit and level else None}
+    out["fragmentation_last"] = after[-1].get("fragmentation")
+    return out
+
+
 def sample(root: int, known: Mapping[int, str], phase: str, t0: float, proc: Path = PROC) -> list[dict[str, Any]]:
     """One sample of every process under `root`: a record per process."""
     now = time.time()
@@ -214,12 +273,14 @@ def judge(samples: Sequence[Mapping[str, Any]], warmup_minutes: float,
     Theil-Sen slopes per hour of each after `warmup_minutes`; memory passes when the slope of its
     own RSS (without shared memory; RSS in records that lack it) is at most
     `memory_limit_pct_per_h` % of its median per hour, descriptors when their slope is at most
-    `fd_limit_per_h` per hour. Fewer than `min_samples` after the warm-up: not judged."""
+    `fd_limit_per_h` per hour. A database server's descriptors on its own data files (`fds_judged`
+    leaves them out) are its file cache, bounded by the files it has: they pass while no file is
+    open twice (`data_repeated`). Fewer than `min_samples` after the warm-up: not judged."""
     after = [s for s in samples if s["minute"] >= warmup_minutes]
     out: dict[str, Any] = {"samples": len(samples), "samples_after_warmup": len(after),
                            "first_minute": samples[0]["minute"] if samples else None,
                            "last_minute": samples[-1]["minute"] if samples else None}
-    for key in ("rss", "own", "pss", "uss", "fds"):
+    for key in ("rss", "own", "pss", "uss", "fds", "fds_judged"):
         values = [s[key] for s in after if s.get(key) is not None]
         if not values:
             continue
@@ -228,7 +289,7 @@ def judge(samples: Sequence[Mapping[str, Any]], warmup_minutes: float,
         entry: dict[str, Any] = {"median": level, "first": values[0], "last": values[-1], "max": max(values)}
         if fit is not None:
             entry.update(slope_per_h=fit["slope"], low_per_h=fit["low"], high_per_h=fit["high"])
-            if key != "fds" and level > 0:
+            if not key.startswith("fds") and level > 0:
                 entry.update(pct_per_h=100 * fit["slope"] / level, pct_low=100 * fit["low"] / level,
                              pct_high=100 * fit["high"] / level)
         out[key] = entry
@@ -243,7 +304,13 @@ def judge(samples: Sequence[Mapping[str, Any]], warmup_minutes: float,
         reasons.append(f"{'own RSS' if judged == 'own' else 'RSS'} {out[judged]['pct_per_h']:+.1f} %/h "
                        f"> {memory_limit_pct_per_h:g} %/h (RSS {out['rss']['pct_per_h']:+.1f}, "
                        f"USS {out.get('uss', {}).get('pct_per_h', float('nan')):+.1f} %/h)")
-    fds = out.get("fds", {})
+    fds = out.get("fds_judged") or out.get("fds", {})
+    out["fds_judged_on"] = "fds_judged" if "fds_judged" in out else "fds"
+    repeated = max((s.get("fd_kinds", {}).get("data_repeated", 0) for s in after), default=0)
+    if any("data" in s.get("fd_kinds", {}) for s in after):
+        out["data_fds_max"] = max(s["fd_kinds"].get("data", 0) for s in after)
+    if repeated:
+        reasons.append(f"a data file open more than once ({int(repeated)} extra descriptors): not a cache")
     if abs(fds.get("slope_per_h", 0.0)) > fd_limit_per_h:
         first, last = after[0].get("fd_kinds"), after[-1].get("fd_kinds")
         change = ""
@@ -265,8 +332,8 @@ def role_totals(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], list
             continue
         at = sums[(row["phase"], row["role"])].setdefault(
             row["time"], {"minute": row["minute"], "rss": 0, "pss": 0, "uss": 0, "fds": 0, "processes": 0})
-        for key in ("rss", "own", "pss", "uss", "fds"):
-            if key in row or key != "own":
+        for key in ("rss", "own", "pss", "uss", "fds", "fds_judged"):
+            if key in row or key not in ("own", "fds_judged"):
                 at[key] = at.get(key, 0) + (row.get(key) or 0)
         at["processes"] += 1
     return {k: sorted(v.values(), key=lambda r: r["minute"]) for k, v in sums.items()}
@@ -316,8 +383,9 @@ def summarize(rows: Sequence[Mapping[str, Any]], phases: Mapping[str, Mapping[st
             "failed_with_double_warmup": [
                 f"{role} [{pid}]" for (phase, role, pid), samples_ in sorted(per_process.items())
                 if phase == name and judge(samples_, 2 * warm)["verdict"] == "fail"],
-            "worst_fd_per_h": max((abs(p["fds"]["slope_per_h"]) for p in judged if "slope_per_h" in p.get("fds", {})),
-                                  default=None),
+            "worst_fd_per_h": max((abs(p[p["fds_judged_on"]]["slope_per_h"]) for p in judged
+                                   if "slope_per_h" in p.get(p["fds_judged_on"], {})), default=None),
+            "redis": redis_account(rows, name, warm),
             "load": {"calls_ended": sent, "codes": dict(codes), "tiers": dict(tiers), "strategies": dict(strategies), "ok_share": (codes.get("OK", 0) / sent) if sent else None,
                      "answered_per_s_median": percentile([r["ok_per_s"] for r in load], 50),
                      "p50_ms_median": percentile([r["p50_ms"] for r in load], 50),
@@ -435,13 +503,17 @@ async def drive(stack: Any, phase: Phase, args: argparse.Namespace, journal: Any
             next_at = time.monotonic()
             while True:
                 rows = await asyncio.to_thread(sample, os.getpid(), known, phase.name, t0)
+                account = await asyncio.to_thread(read_redis, stack.settings.workers.redis_url)
+                if account is not None:
+                    rows.append({"type": "redis", "phase": phase.name, "time": round(time.time(), 3),
+                                 "minute": round((time.time() - t0) / 60.0, 3), **account})
                 done, bucket = bucket, MinuteBucket()
                 client.records.clear()
                 load_row = done.row(phase.name, t0, args.interval)
                 for row in (*rows, load_row):
                     journal.write(json.dumps(row) + "\n")
                 journal.flush()
-                say(f"{phase.name} {load_row['minute']:6.1f} min: {len(rows)} processes, "
+                say(f"{phase.name} {load_row['minute']:6.1f} min: {len(rows)} rows, "
                     f"{load_row['ok_per_s']:.2f} OK/s, p95 {load_row['p95_ms'] or 0:.0f} ms, codes {load_row['codes']}, "
                     f"load {load_row['load_average'][0]:.1f}")
                 next_at += args.interval
@@ -467,6 +539,9 @@ def run_phase(phase: Phase, args: argparse.Namespace, workdir: Path, journal: An
     settings = {"tenant_rate_per_s": 0, "tenant_slots": {"A": 0, "B": 0, "C": 0}}
     with lab_stack(workdir / phase.name, parts, pools=("A", "B", "C"), settings=settings, tenants=("soak",),
                    model_repository=repository, dotenv=False, env={"ARAG_TRACES": "off"}, console=console) as stack:
+        if phase.warmup_minutes is None:  # Redis holds a full window of results, then sees it replaced once
+            phase.warmup_minutes = 2 * stack.settings.workers.result_ttl_s / 60.0
+        console.print(f"phase {phase.name}: warm-up {phase.warmup_minutes:g} min, stated before the load starts")
         info = asyncio.run(drive(stack, phase, args, journal, console.print))
     info["leftovers"] = stack.leftovers
     return info
@@ -491,6 +566,26 @@ def _fd(entry: Mapping[str, Any]) -> str:
     return f"{entry['slope_per_h']:+.1f} [{entry['low_per_h']:+.1f}, {entry['high_per_h']:+.1f}]"
 
 
+def _redis(account: Mapping[str, Any] | None) -> str:
+    if not account:
+        return "-"
+
+    def one(key: str, scale: float, unit: str) -> str:
+        e = account[key]
+        slope = "-" if e["pct_per_h"] is None else f"{e['pct_per_h']:+.1f} %/h"
+        return f"{e['first'] / scale:,.1f} -> {e['last'] / scale:,.1f}{unit} ({slope})"
+
+    return (f"keys {one('keys', 1, '')}; `used_memory` {one('used_memory', 1e6, ' MB')}; "
+            f"`used_memory_rss` {one('used_memory_rss', 1e6, ' MB')}; fragmentation at the end "
+            f"{account.get('fragmentation_last')}")
+
+
+def _fds(judged: Mapping[str, Any]) -> str:
+    """Median and slope of the descriptors judged (without a database's own data files)."""
+    entry = judged.get(judged.get("fds_judged_on", "fds"), {})
+    return f"{entry.get('median', '-')} | {_fd(entry)}"
+
+
 def render(summary: Mapping[str, Any], out: Path) -> None:
     phases = summary["phases"]
     lines = ["# Soak: memory and descriptors of every process under hours of steady load", "",
@@ -513,6 +608,12 @@ def render(summary: Mapping[str, Any], out: Path) -> None:
     lines += ["**Answer (" + summary.get("run_started", "?")[:10] + ").** " + " ".join(answer), ""]
     lines += [f"Targets: after the warm-up, no process's own RSS (RSS without shared memory) grows more than {summary['memory_limit_pct_per_h']:g} % "
               f"of its median per hour; descriptors flat (Theil-Sen slope within +-{summary['fd_limit_per_h']:g} per hour). "
+              "PostgreSQL's descriptors on its own data files (a relation's file stays open once read or written, "
+              "up to `max_files_per_process`; the background writer closes them at each checkpoint) are a file cache "
+              "bounded by the files the database has: they are shown (`data files open`), left out of the "
+              "descriptor slope, and fail a process only if one file is open twice. "
+              "The warm-up is stated before the run: in `instant` twice the results' expiry (`ARAG_RESULT_TTL`), "
+              "the time for Redis to hold a full window of results and then see it replaced once. "
               f"A process with fewer than {summary['min_samples']} samples after the warm-up is not judged "
               "(it started late: a restarted child, a new PostgreSQL backend).", "",
               f"Command: `{summary.get('command', '?')}`  ",
@@ -527,22 +628,22 @@ def render(summary: Mapping[str, Any], out: Path) -> None:
                   + (f"; half of min(given ceiling {ph['given_ceiling']:g} from {ph.get('ceiling_source')}, "
                      f"closed-loop probe at the start {ph['probe_answers_per_s']:g})" if ph.get("probe_answers_per_s") else
                      " (`--reader-rate`)"),
-                  f"- load: {json.dumps(ph['load'])}", "",
+                  f"- load: {json.dumps(ph['load'])}",
+                  f"- Redis's own account after the warm-up: {_redis(ph.get('redis'))}", "",
                   "Per process (after the warm-up; slopes by Theil-Sen with their 95 % interval):", "",
-                  "| process | pid | samples | RSS median MB | own RSS %/h [95 %] | RSS %/h [95 %] | PSS %/h | USS %/h | fds median | fds /h [95 %] | verdict |",
-                  "| --- | ---: | ---: | ---: | --- | --- | --- | --- | ---: | --- | --- |"]
+                  "| process | pid | samples | RSS median MB | own RSS %/h [95 %] | RSS %/h [95 %] | PSS %/h | USS %/h | fds median | fds /h [95 %] | data files open (max) | verdict |",
+                  "| --- | ---: | ---: | ---: | --- | --- | --- | --- | ---: | --- | ---: | --- |"]
         for p in ph["processes"]:
             lines.append(f"| {p['role']} | {p['pid']} | {p['samples_after_warmup']}/{p['samples']} | "
                          f"{_mb(p.get('rss', {}).get('median'))} | {_pct(p.get('own', {}))} | {_pct(p.get('rss', {}))} | {_pct(p.get('pss', {}))} | "
-                         f"{_pct(p.get('uss', {}))} | {p.get('fds', {}).get('median', '-')} | {_fd(p.get('fds', {}))} | "
+                         f"{_pct(p.get('uss', {}))} | {_fds(p)} | {p.get('data_fds_max', '-')} | "
                          f"{p['verdict']}{': ' + '; '.join(p['reasons']) if p['reasons'] else ''} |")
         lines += ["", "Per role (the sum over its processes at each sample):", "",
                   "| role | processes (max) | RSS median MB | own RSS %/h [95 %] | RSS %/h [95 %] | PSS %/h | fds median | fds /h [95 %] | verdict |",
                   "| --- | ---: | ---: | --- | --- | --- | ---: | --- | --- |"]
         for r in ph["roles"]:
             lines.append(f"| {r['role']} | {r['processes_max']} | {_mb(r.get('rss', {}).get('median'))} | "
-                         f"{_pct(r.get('own', {}))} | {_pct(r.get('rss', {}))} | {_pct(r.get('pss', {}))} | {r.get('fds', {}).get('median', '-')} | "
-                         f"{_fd(r.get('fds', {}))} | {r['verdict']}{': ' + '; '.join(r['reasons']) if r['reasons'] else ''} |")
+                         f"{_pct(r.get('own', {}))} | {_pct(r.get('rss', {}))} | {_pct(r.get('pss', {}))} | {_fds(r)} | {r['verdict']}{': ' + '; '.join(r['reasons']) if r['reasons'] else ''} |")
         lines.append("")
     if summary.get("reading"):  # the analyst's reading of this run, kept in summary.json across recomputes
         lines += ["## Reading", "", summary["reading"], ""]
@@ -629,9 +730,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="~6 min: 3 + 2 min phases, a sample every 10 s")
     parser.add_argument("--phases", default="instant,reader")
-    parser.add_argument("--instant-minutes", type=float, default=60.0)
+    parser.add_argument("--instant-minutes", type=float, default=90.0, help="the warm-up, then an hour judged")
     parser.add_argument("--reader-minutes", type=float, default=30.0)
-    parser.add_argument("--instant-warmup", type=float, default=15.0, help="minutes not judged at the start")
+    parser.add_argument("--instant-warmup", type=float, default=None,
+                        help="minutes not judged at the start (default: twice the results' expiry, ARAG_RESULT_TTL)")
     parser.add_argument("--reader-warmup", type=float, default=10.0)
     parser.add_argument("--interval", type=float, default=60.0, help="seconds between samples")
     parser.add_argument("--ceiling", type=float, default=DEFAULT_CEILING,
@@ -674,13 +776,14 @@ def main(argv: list[str] | None = None) -> int:
     with (out / "samples.jsonl").open("w", encoding="utf-8") as journal:
         for name in chosen:
             phase = plan[name]
-            console.print(f"[bold]phase {name}[/]: {phase.minutes:g} min, warm-up {phase.warmup_minutes:g} min")
+            console.print(f"[bold]phase {name}[/]: {phase.minutes:g} min")
             try:
                 info = run_phase(phase, args, workdir, journal, console)
             except Exception as exc:  # noqa: BLE001 - the other phase still runs; the report says why
                 console.print_exception()
                 info = {"error": f"{type(exc).__name__}: {exc}"}
-            phases[name] = {"minutes": phase.minutes, "warmup_minutes": phase.warmup_minutes, "rate": phase.rate,
+            warm = phase.warmup_minutes if phase.warmup_minutes is not None else 0.0  # None: it failed to start
+            phases[name] = {"minutes": phase.minutes, "warmup_minutes": warm, "rate": phase.rate,
                             "queries": phase.source, "timeout_s": phase.timeout_s, **info}
             meta["run_ended"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
             summary = finish(out, meta, phases)  # after every phase: an interrupted run still reports

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -148,3 +149,43 @@ def test_descriptors_are_counted_by_what_they_point_at(tmp_path):
         row["fd_kinds"] = {"socket": 2, "file": row["fds"] - 2}
     verdict = judge(rows, warmup_minutes=15)
     assert verdict["verdict"] == "fail" and "file 7 -> 16, socket 2 -> 2" in verdict["reasons"][0]
+
+
+def test_a_databases_own_data_files_are_its_cache_unless_one_is_open_twice(tmp_path):
+    import os
+
+    from lab.experiments.soak import fd_kinds
+
+    folder = tmp_path / "fd"
+    folder.mkdir()
+    for name, target in (("0", "socket:[1]"), ("1", "/pgdata/base/1/2600"), ("2", "/pgdata/base/1/2601"),
+                         ("3", "/pgdata/base/1/2600"), ("4", "/var/log/pg.log")):
+        os.symlink(target, folder / name)
+    assert fd_kinds(folder, sorted(os.listdir(folder)), data_dir="/pgdata") == {
+        "socket": 1, "data": 3, "data_repeated": 1, "file": 1}
+
+    def backend(data: Any, repeated: Any = lambda m: 0) -> list[dict[str, Any]]:
+        rows = samples(60, lambda m: 100 * MB, fds=lambda m: 10 + data(m))
+        for row in rows:
+            m = row["minute"]
+            row["fd_kinds"] = {"socket": 10, "data": data(m), "data_repeated": repeated(m)}
+            row["fds_judged"] = 10
+        return rows
+
+    caching = judge(backend(lambda m: 6 + (m % 5) * 3 + m // 6), warmup_minutes=15)
+    assert caching["verdict"] == "pass" and caching["fds_judged_on"] == "fds_judged"
+    assert caching["fds"]["slope_per_h"] > 1 and caching["data_fds_max"] >= 16
+    leaking = judge(backend(lambda m: 6 + m // 6, repeated=lambda m: m // 20), warmup_minutes=15)
+    assert leaking["verdict"] == "fail" and "a data file open more than once (" in leaking["reasons"][0]
+
+
+def test_redis_account_after_the_warm_up():
+    from lab.experiments.soak import redis_account
+
+    rows = [{"type": "redis", "phase": "instant", "minute": m, "keys": 50_000 if m >= 15 else 3_000 * m,
+             "used_memory": 40e6 if m >= 15 else 2.6e6 * m, "used_memory_rss": 50e6 + m * 1e4,
+             "fragmentation": 1.2} for m in range(60)]
+    account = redis_account(rows, "instant", 30)
+    assert account["samples"] == 30 and account["keys"]["pct_per_h"] == 0
+    assert account["used_memory_rss"]["first"] == 50e6 + 30e4 and 0 < account["used_memory_rss"]["pct_per_h"] < 2
+    assert redis_account(rows, "reader", 30) is None
