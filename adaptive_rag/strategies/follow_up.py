@@ -78,6 +78,19 @@ _PREPOSITIONS = frozenset({"on", "for", "of", "about", "with", "in", "to", "from
                            "after", "before", "during", "without", "into", "over", "under"})
 # Words that make a turn a question of its own, not a bare "and X?".
 _VERBISH = _AUXILIARIES | _WH
+# Closed-class words and light verbs: a turn made only of these and the words above names no
+# subject of its own ("how many can I have?", "how much at once?", "why not?"), so it is about
+# the previous question's.
+_FUNCTION_WORDS = frozenset({
+    "not", "no", "n't", "many", "much", "more", "most", "less", "least", "few", "once", "twice",
+    "again", "then", "too", "also", "still", "yet", "instead", "else", "ever", "already", "even",
+    "just", "only", "all", "both", "each", "every", "either", "neither", "enough", "so", "as",
+    "than", "up", "out", "off", "down", "if", "or", "and", "but", "any", "anything", "something",
+    "now", "later", "soon", "here", "way", "ways", "time", "times", "exactly", "really", "possible",
+    "have", "get", "got", "do", "make", "take", "go", "happen", "happens", "mean", "means", "need",
+    "come", "about", "please", "i", "me", "my", "we", "us", "our", "you", "your",
+    "long", "often", "far", "old", "big", "which", "kind", "type", "sort", "lot",
+})
 
 
 def _words(text: str) -> list[str]:
@@ -150,10 +163,21 @@ def topic(question: str, last: bool = False) -> str:
     return " ".join(words[span[0]:span[1]]) if span else ""
 
 
+def names_no_subject(question: str) -> bool:
+    """Whether the turn has no word of its own beyond question words, auxiliaries, pronouns,
+    determiners, prepositions and other closed-class words ("how many can I have?")."""
+    words = [t for t in _tokens(question) if t[0].isalnum()]
+    closed = (_WH | _WH_MODIFIERS | _AUXILIARIES | _SUBJECT_PRONOUNS | _DETERMINERS | _PREPOSITIONS
+              | _PRONOUNS | _OTHER_REFERENCES | _FUNCTION_WORDS)
+    return bool(words) and all(w in closed or w.isdigit() for w in words)
+
+
 def depends_on_conversation(question: str) -> bool:
-    """Whether the turn shows a sign of needing the earlier turns to be understood."""
+    """Whether the turn shows a sign of needing the earlier turns to be understood: a reference
+    to them (a pronoun, a leading "and X?") or no subject of its own."""
     tokens = _tokens(question)
-    return bool(_ELLIPSIS.match(question.strip()) or set(tokens) & (_PRONOUNS | _OTHER_REFERENCES))
+    return bool(_ELLIPSIS.match(question.strip()) or set(tokens) & (_PRONOUNS | _OTHER_REFERENCES)
+                or names_no_subject(question))
 
 
 def _ellipsis(question: str, previous: str) -> str | None:

@@ -9,7 +9,7 @@ from fakes import FakeLLM
 
 from adaptive_rag.errors import LLMUnavailableError
 from adaptive_rag.strategies.follow_up import (
-    RewriteMethod, Turn, depends_on_conversation, standalone_question, topic,
+    RewriteMethod, Turn, depends_on_conversation, names_no_subject, standalone_question, topic,
 )
 
 
@@ -99,3 +99,21 @@ def test_without_a_reader_the_previous_topic_keeps_retrieval_on_the_subject() ->
 def test_a_do_question_keeps_its_subject_and_drops_its_verb() -> None:
     rewrite = standalone_question("how do I cancel it?", [Turn("What does the Lumora Plus plan include?")])
     assert rewrite.question == "How do I cancel the Lumora Plus plan?"
+
+
+@pytest.mark.parametrize("question", ["how many can I have?", "how many at once?", "why not?", "how much?",
+                                      "and how long?", "can I do that more than once?"])
+def test_a_turn_that_names_no_subject_of_its_own_depends_on_the_conversation(question: str) -> None:
+    assert depends_on_conversation(question)
+
+
+@pytest.mark.parametrize("question", ["How many API keys can I have?", "Why is my hub offline?",
+                                      "how much is express shipping?", "Should I still go to work?",
+                                      "Who wrote Hamlet?", "How long is the warranty?"])
+def test_a_question_with_a_word_of_its_own_names_its_subject(question: str) -> None:
+    assert not names_no_subject(question)
+
+
+def test_a_turn_without_a_subject_is_searched_with_the_previous_topic() -> None:
+    rewrite = standalone_question("how many can I have?", [Turn("How do I create an API key?")])
+    assert (rewrite.question, rewrite.method) == ("how many can I have? (an API key)", RewriteMethod.CONTEXT)
