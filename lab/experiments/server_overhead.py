@@ -59,7 +59,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
 
 
 def variable_part(i: int) -> str:
-    """About 120 prompt tokens that differ from every other request's from the first word."""
+    """About 120 prompt tokens that differ from every other request's within the first line."""
     return (f"Passages:\n[1] Hub H{i} setup: Plug the Lumora Hub H{i} into power and open the app; "
             f"pairing takes about {i + 2} minutes and the ring turns green when finished. "
             f"Keep the hub within {10 + i} metres of your router during setup.\n"

@@ -3,8 +3,8 @@ from __future__ import annotations
 from lab.experiments.server_overhead import CONFIGS, readme, summarise, variable_part
 
 
-def test_every_request_prefills_its_own_text_from_the_first_word():
-    assert variable_part(1).split()[:3] != variable_part(2).split()[:3]
+def test_every_request_prefills_its_own_text_from_the_first_line():
+    assert variable_part(1).splitlines()[1] != variable_part(2).splitlines()[1]
 
 
 def test_per_token_times_are_ratios_to_the_model_at_the_same_depth():
