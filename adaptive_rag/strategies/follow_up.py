@@ -85,10 +85,10 @@ _FUNCTION_WORDS = frozenset({
     "not", "no", "n't", "many", "much", "more", "most", "less", "least", "few", "once", "twice",
     "again", "then", "too", "also", "still", "yet", "instead", "else", "ever", "already", "even",
     "just", "only", "all", "both", "each", "every", "either", "neither", "enough", "so", "as",
-    "than", "up", "out", "off", "down", "if", "or", "and", "but", "any", "anything", "something",
-    "now", "later", "soon", "here", "way", "ways", "time", "times", "exactly", "really", "possible",
+    "than", "out", "off", "down", "if", "or", "and", "but", "any", "anything", "something",
+    "now", "later", "soon", "here", "way", "ways", "exactly", "really", "possible",
     "have", "get", "got", "do", "make", "take", "go", "happen", "happens", "mean", "means", "need",
-    "come", "about", "please", "i", "me", "my", "we", "us", "our", "you", "your",
+    "come", "about", "i", "me", "my", "we", "us", "our",
     "long", "often", "far", "old", "big", "which", "kind", "type", "sort", "lot",
 })
 
@@ -163,13 +163,20 @@ def topic(question: str, last: bool = False) -> str:
     return " ".join(words[span[0]:span[1]]) if span else ""
 
 
+_ADDRESSEE = frozenset({"you", "your", "yours", "u", "ya"})
+
+
 def names_no_subject(question: str) -> bool:
-    """Whether the turn has no word of its own beyond question words, auxiliaries, pronouns,
-    determiners, prepositions and other closed-class words ("how many can I have?")."""
+    """Whether the turn asks something (a question word or auxiliary first, or a question mark)
+    with no word of its own beyond question words, auxiliaries, pronouns, determiners,
+    prepositions and other closed-class words ("how many can I have?"; not "no", "later")."""
     words = [t for t in _tokens(question) if t[0].isalnum()]
+    asks = bool(words) and (words[0] in _WH | _AUXILIARIES or question.rstrip().endswith("?"))
+    if _ADDRESSEE & set(words):  # "how are you?", "what do you mean?": about the assistant or its reply
+        return False
     closed = (_WH | _WH_MODIFIERS | _AUXILIARIES | _SUBJECT_PRONOUNS | _DETERMINERS | _PREPOSITIONS
               | _PRONOUNS | _OTHER_REFERENCES | _FUNCTION_WORDS)
-    return bool(words) and all(w in closed or w.isdigit() for w in words)
+    return asks and all(w in closed or w.isdigit() for w in words)
 
 
 def depends_on_conversation(question: str) -> bool:

@@ -5,7 +5,8 @@ Knowledge base: the support suite's COVID FAQ (`adaptive_rag.evaluation.support`
 the suite indexes it (tantivy, the tenant chunking). Turns: `support_data/follow_ups.jsonl`, 40
 two-turn conversations written for this experiment (a previous question, the follow-up as a user
 types it, the same question written standalone, the FAQ rows that answer it). The rewrite
-rules were written before these turns; they were not changed after this experiment ran.
+rules were written before these turns; the later rule for a turn that names no subject of its own
+(`follow_up.names_no_subject`) left their figures unchanged (`reports/support/`).
 
 Rows, each the top-5 retrieval of one query per turn, scored hit@5 (an FAQ row answering it
 among the first five passages' documents):

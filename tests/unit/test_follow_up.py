@@ -117,3 +117,13 @@ def test_a_question_with_a_word_of_its_own_names_its_subject(question: str) -> N
 def test_a_turn_without_a_subject_is_searched_with_the_previous_topic() -> None:
     rewrite = standalone_question("how many can I have?", [Turn("How do I create an API key?")])
     assert (rewrite.question, rewrite.method) == ("how many can I have? (an API key)", RewriteMethod.CONTEXT)
+
+
+@pytest.mark.parametrize("turn", ["no", "not now", "later", "ok then"])
+def test_a_reply_that_asks_nothing_is_not_taken_for_a_subjectless_question(turn: str) -> None:
+    assert not names_no_subject(turn)
+
+
+@pytest.mark.parametrize("turn", ["how are you?", "what's up?", "what do you mean?"])
+def test_small_talk_to_the_assistant_is_not_taken_for_a_subjectless_question(turn: str) -> None:
+    assert not names_no_subject(turn)
