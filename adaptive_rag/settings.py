@@ -140,9 +140,11 @@ class Settings(BaseSettings):
     llm_threads: int | None = Field(
         None, validation_alias=AliasChoices("ARAG_LLM_THREADS", "llm_threads")
     )
-    # Load the embedded model with token log-probabilities (llama.cpp `logits_all`; slower on
-    # every call). Off: the uncertainty strategy loads its own log-probability copy for its drafts
-    # (`adaptive_rag.llm.logprob_llm`); on: everything shares this one. The HTTP client always asks.
+    # Completions with token log-probabilities: the embedded model loaded with `logits_all` (slower
+    # on every call), the HTTP client asking the server for them (a sort of the vocabulary per
+    # generated token). Off: asked only where they are read (the reader's calibrated gate,
+    # `wants_logprobs`; the uncertainty strategy's drafts get their own copy or client,
+    # `adaptive_rag.llm.logprob_llm`); on: everything shares this one.
     llm_logprobs: bool = Field(
         False, validation_alias=env_name("ARAG_LLM_LOGPROBS", "llm_logprobs")
     )
@@ -155,6 +157,12 @@ class Settings(BaseSettings):
         0.0, ge=0,
         validation_alias=env_name("ARAG_PRICE_PER_1K_COMPLETION_TOKENS", "price_per_1k_completion_tokens"),
     )
+
+    @property
+    def wants_logprobs(self) -> bool:
+        """Whether the reader's completions must carry log-probabilities: asked for everywhere
+        (`llm_logprobs`), or read by the reader's calibrated abstention gate."""
+        return self.llm_logprobs or self.reader_abstain_min_confidence is not None
 
     def llm_cost(self, prompt_tokens: int, completion_tokens: int) -> float:
         """The estimated cost of these tokens at the configured prices."""

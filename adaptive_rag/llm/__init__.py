@@ -12,8 +12,10 @@ from adaptive_rag.settings import Settings, prompt_style
 def build_llm(settings: Settings, *, logprobs: bool | None = None) -> LLM:
     """OpenAI-compatible client when `LLM_BASE_URL` is set, else the embedded llama.cpp reader.
 
-    `logprobs` (default: `settings.llm_logprobs`) loads the embedded model so that completions
-    carry token log-probabilities; the HTTP client always asks the server for them.
+    `logprobs` makes completions carry token log-probabilities. The HTTP client asks the server
+    for them only when something reads them (default `settings.wants_logprobs`: a server sorts
+    the whole vocabulary for every generated token to give them); the embedded model is loaded
+    with them (`logits_all`) when `settings.llm_logprobs` says so.
     """
     if settings.llm_base_url:
         from adaptive_rag.llm.openai_compat import OpenAICompatibleLLM
@@ -26,6 +28,7 @@ def build_llm(settings: Settings, *, logprobs: bool | None = None) -> LLM:
             timeout_s=settings.llm_timeout_s,
             max_retries=settings.llm_max_retries,
             prompt_style=prompt_style(settings),
+            logprobs=settings.wants_logprobs if logprobs is None else logprobs,
         )
     from adaptive_rag.llm.llama_cpp import LlamaCppLLM
 

@@ -135,3 +135,17 @@ def test_build_index_then_open_retriever_tantivy(monkeypatch, tmp_path) -> None:
     assert isinstance(opened, TantivyRetriever)
     assert opened.title_boost == 4.0 and built.count() == 2
     assert [p.id for p in opened.search("river", 5)] == ["1"]
+
+
+def test_the_http_client_asks_for_log_probabilities_only_where_they_are_read(monkeypatch) -> None:
+    from adaptive_rag.llm import logprob_llm
+
+    monkeypatch.setenv("LLM_BASE_URL", "http://llm.test:8000/")
+    plain = build_llm(env_settings())
+    assert plain.logprobs is False
+    assert logprob_llm(env_settings(), plain).logprobs is True  # the uncertainty drafts' own client
+    monkeypatch.setenv("ARAG_READER_ABSTAIN_MIN_CONFIDENCE", "0.7")
+    assert build_llm(env_settings()).logprobs is True  # the reader's calibrated gate reads them
+    monkeypatch.delenv("ARAG_READER_ABSTAIN_MIN_CONFIDENCE")
+    monkeypatch.setenv("ARAG_LLM_LOGPROBS", "true")
+    assert build_llm(env_settings()).logprobs is True
