@@ -150,11 +150,25 @@ def summarise(records: list[dict[str, Any]], reference: dict[str, float]) -> dic
     return out
 
 
+def answer(summary: dict[str, Any]) -> str:
+    """The configurations' ratios to the model, in one sentence."""
+    c = summary["configs"]
+    d = c.get("default")
+    if not d:
+        return "no request ran."
+    others = "; ".join(f"`{name}` {v['prefill_ratio']:.2f}x / {v['generate_ratio']:.2f}x" for name, v in c.items()
+                       if name != "default")
+    return (f"As the stack runs it, llama-server prefills at {d['prefill_ratio']:.2f}x and generates at "
+            f"{d['generate_ratio']:.2f}x the model's own time per token at the same depth, and HTTP adds "
+            f"{d['outside_timings_ms']:.0f} ms to a request; with one flag changed: {others}.")
+
+
 def readme(summary: dict[str, Any], command: str, meta: str) -> str:
     ref = summary["reference"]
     lines = ["# llama-server against the model on a tier-B-shaped request", "",
              "**Question.** Where does the server spend more than the model itself: prefill, generation, "
              "or around them; and does a flag change it?", "",
+             "**Answer.** " + answer(summary), "",
              f"Reference, `llama-bench` at the cached prefix's depth: prefill {ref['prefill_ms_per_token']:.1f} ms per "
              f"token, generation {ref['generate_ms_per_token']:.1f} ms per token ({meta}).", "",
              "| configuration | requests | prompt tokens prefilled (p50) | prefill ms/token | x llama-bench | "
@@ -173,8 +187,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--out", type=Path, default=REPO / "reports" / "reader_limit" / "server_overhead")
+    parser.add_argument("--report-only", action="store_true", help="the summary and README from records.jsonl")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.report_only:
+        old = json.loads((args.out / "summary.json").read_text(encoding="utf-8"))
+        records = [json.loads(line) for line in (args.out / "records.jsonl").read_text(encoding="utf-8").splitlines() if line]
+        summary = {**old, **summarise(records, old["reference"])}
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+        meta = (f"depth {old['depth']}, {old['prefilled']} new tokens, {GENERATED} generated; {old['started'][:16]} UTC, "
+                f"load average at start {old['load_average_at_start'][0]:.2f}")
+        (args.out / "README.md").write_text(readme(summary, "python -m lab.experiments.server_overhead", meta), encoding="utf-8")
+        return 0
     workdir = REPO / "var" / "server_overhead"
     workdir.mkdir(parents=True, exist_ok=True)
     started = datetime.now(timezone.utc)
@@ -192,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     meta = (f"depth {cached}, {prefilled} new tokens, {GENERATED} generated; {started:%Y-%m-%d %H:%M} UTC, "
             f"load average at start {load[0]:.2f}")
-    (args.out / "README.md").write_text(readme(summary, "python -m lab.experiments.server_overhead " + " ".join(argv or []), meta),
+    (args.out / "README.md").write_text(readme(summary, "python -m lab.experiments.server_overhead", meta),
                                         encoding="utf-8")
     print(readme(summary, "", meta))
     return 0

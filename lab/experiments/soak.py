@@ -1,8 +1,9 @@
 """Does any process of the stack leak memory or descriptors under hours of steady load? A soak:
-an hour at half the ceiling with the instant LLM (after a half-hour warm-up), then 30 minutes with the real reader at half
-its capacity, every process sampled every minute.
+an hour at half the ceiling with the instant LLM (after a half-hour warm-up), then 30 minutes with
+the real reader at half its capacity (after its prompt cache has filled), every process sampled
+every minute.
 
-    .venv/bin/python -m lab.experiments.soak            # ~2 h 10 min, writes reports/soak/
+    .venv/bin/python -m lab.experiments.soak            # ~2 h 40 min, writes reports/soak/
     .venv/bin/python -m lab.experiments.soak --quick    # ~6 min smoke run, var/soak/quick/
     .venv/bin/python -m lab.experiments.soak --recompute reports/soak   # summary/README/plot from samples.jsonl
 
@@ -731,10 +732,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="~6 min: 3 + 2 min phases, a sample every 10 s")
     parser.add_argument("--phases", default="instant,reader")
     parser.add_argument("--instant-minutes", type=float, default=90.0, help="the warm-up, then an hour judged")
-    parser.add_argument("--reader-minutes", type=float, default=30.0)
+    parser.add_argument("--reader-minutes", type=float, default=55.0, help="the warm-up, then 30 minutes judged")
     parser.add_argument("--instant-warmup", type=float, default=None,
                         help="minutes not judged at the start (default: twice the results' expiry, ARAG_RESULT_TTL)")
-    parser.add_argument("--reader-warmup", type=float, default=10.0)
+    parser.add_argument("--reader-warmup", type=float, default=25.0,
+                        help="minutes not judged: llama-server's host prompt cache (CACHE_RAM_MIB, 256 MiB) "
+                             "filled in 21 minutes at 0.07 Answers/s (reports/soak, 2026-12-06)")
     parser.add_argument("--interval", type=float, default=60.0, help="seconds between samples")
     parser.add_argument("--ceiling", type=float, default=DEFAULT_CEILING,
                         help=f"the instant LLM's ceiling, Answers/s (default {DEFAULT_CEILING:g}: {CEILING_SOURCE})")

@@ -83,15 +83,19 @@ def test_health_models_and_slots(server: LlamaServerProcess) -> None:
 
 
 def test_completion_through_build_llm(server: LlamaServerProcess) -> None:
-    llm = llm_for(server.base_url)
+    llm, reading = llm_for(server.base_url), llm_for(server.base_url, llm_logprobs=True)
     try:
         completion = llm.generate(*tier_a("What is the capital of France?"))
+        with_logprobs = reading.generate(*tier_a("What is the capital of France?"))
     finally:
         llm.close()
+        reading.close()
     assert "Paris" in completion.text
     assert "\n" not in completion.text  # the stop sequence was applied
     assert completion.prompt_tokens > 40 and completion.completion_tokens >= 1
-    assert completion.token_logprobs  # llama-server returns them; the adapter keeps them
+    assert completion.token_logprobs is None  # not asked: nothing reads them
+    assert with_logprobs.text == completion.text
+    assert with_logprobs.token_logprobs  # asked: llama-server returns them; the adapter keeps them
 
 
 def test_model_name_is_not_checked(server: LlamaServerProcess) -> None:
