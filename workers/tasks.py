@@ -141,9 +141,13 @@ def resources() -> WorkerResources:
 
 @worker_process_init.connect
 def _preload(**_: Any) -> None:
-    """Load the LLM when a pool process starts, not on its first query (tenants' retrievers open
-    on their first query)."""
+    """Load the LLM and the evidence scorer when a pool process starts, not on its first query
+    (tenants' retrievers open on their first query)."""
     try:
+        if resources().settings.evidence_tokens:
+            from adaptive_rag.evidence.sentences import warm
+
+            warm()
         resources().llm()
     except Exception as exc:  # noqa: BLE001 - the task reports it, with retries, when it runs
         log.warning("worker.preload_failed", error=f"{type(exc).__name__}: {exc}")

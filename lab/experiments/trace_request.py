@@ -25,6 +25,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=REPO / "var" / "trace-request")
     parser.add_argument("--question", default=QUESTION)
     parser.add_argument("--embedded", action="store_true", help="the embedded reader, not the instant LLM")
+    parser.add_argument("--llama-server", action="store_true",
+                        help="the default reader on one shared llama-server (the stack's default), not the instant LLM")
+    parser.add_argument("--warm-up", default=None,
+                        help="a question asked first, untraced (the model's pages, the prompt's static part in the cache)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
@@ -37,18 +41,22 @@ def main(argv: list[str] | None = None) -> int:
     traces = (args.workdir / "traces").resolve()
     for old in traces.glob("*.jsonl"):
         old.unlink()
-    parts = Parts(llm="embedded" if args.embedded else "instant")
+    parts = Parts(llm="embedded" if args.embedded else "llama-server" if args.llama_server else "instant")
     with lab_stack(args.workdir, parts, pools=TIER_POOLS, defaults={"llm_api": "completions"},
                    env={"ARAG_TRACES": "file", "ARAG_TRACES_DIR": str(traces)}) as running:
         key = running.api_key("demo")
         with grpc.insecure_channel(running.address) as channel:
+            if args.warm_up:
+                pb2_grpc.AdaptiveRagStub(channel).Answer(pb2.AnswerRequest(query_text=args.warm_up),
+                                                         metadata=(("authorization", f"Bearer {key}"),), timeout=300)
             reply, call = pb2_grpc.AdaptiveRagStub(channel).Answer.with_call(
                 pb2.AnswerRequest(query_text=args.question),
                 metadata=(("authorization", f"Bearer {key}"),), timeout=300)
         trace_id = dict(call.trailing_metadata())["trace-id"]
         time.sleep(2.0)  # the exporters write every 0.5 s
     spans = find_trace(list(read_spans([traces])), trace_id)
-    header = (f"# python -m lab.experiments.trace_request ({'embedded reader' if args.embedded else 'instant LLM endpoint'})\n"
+    reader = "embedded reader" if args.embedded else "llama-server, default reader" if args.llama_server else "instant LLM endpoint"
+    header = (f"# python -m lab.experiments.trace_request ({reader})\n"
               f"# question: {args.question}\n"
               f"# reply: tier {pb2.Tier.Name(reply.tier)}, strategy {reply.strategy}, steps {reply.steps}, "
               f"answer {reply.answer!r}, total {reply.timings.total_ms:.0f} ms (queue wait "

@@ -118,3 +118,12 @@ def test_each_part_reads_its_own_fitted_evidence():
     whole.run("How many devices can one Hub H2 control, and how do I reset a bulb?")
     assert len(llm.prompts) == 2
     assert all("1100 lumens" not in prompt for prompt in llm.prompts)
+
+
+def test_warming_imports_the_scorer_before_any_answer() -> None:
+    import sys
+
+    from adaptive_rag.evidence.sentences import warm
+
+    warm()
+    assert "sklearn.feature_extraction.text" in sys.modules
