@@ -144,12 +144,15 @@ def _preload(**_: Any) -> None:
     """Load the LLM and the evidence scorer when a pool process starts, not on its first query
     (tenants' retrievers open on their first query)."""
     try:
+        resources().llm()
+    except Exception as exc:  # noqa: BLE001 - the task reports it, with retries, when it runs
+        log.warning("worker.preload_failed", error=f"{type(exc).__name__}: {exc}")
+    try:
         if resources().settings.evidence_tokens:
             from adaptive_rag.evidence.sentences import warm
 
             warm()
-        resources().llm()
-    except Exception as exc:  # noqa: BLE001 - the task reports it, with retries, when it runs
+    except Exception as exc:  # noqa: BLE001 - the first answer then pays the import
         log.warning("worker.preload_failed", error=f"{type(exc).__name__}: {exc}")
 
 
