@@ -164,6 +164,8 @@ def topic(question: str, last: bool = False) -> str:
 
 
 _ADDRESSEE = frozenset({"you", "your", "yours", "u", "ya"})
+_CLOSED_CLASS = (_WH | _WH_MODIFIERS | _AUXILIARIES | _SUBJECT_PRONOUNS | _DETERMINERS | _PREPOSITIONS
+                 | _PRONOUNS | _OTHER_REFERENCES | _FUNCTION_WORDS)
 
 
 def names_no_subject(question: str) -> bool:
@@ -171,12 +173,10 @@ def names_no_subject(question: str) -> bool:
     with no word of its own beyond question words, auxiliaries, pronouns, determiners,
     prepositions and other closed-class words ("how many can I have?"; not "no", "later")."""
     words = [t for t in _tokens(question) if t[0].isalnum()]
-    asks = bool(words) and (words[0] in _WH | _AUXILIARIES or question.rstrip().endswith("?"))
+    asks = bool(words) and (words[0] in _VERBISH or question.rstrip().endswith("?"))
     if _ADDRESSEE & set(words):  # "how are you?", "what do you mean?": about the assistant or its reply
         return False
-    closed = (_WH | _WH_MODIFIERS | _AUXILIARIES | _SUBJECT_PRONOUNS | _DETERMINERS | _PREPOSITIONS
-              | _PRONOUNS | _OTHER_REFERENCES | _FUNCTION_WORDS)
-    return asks and all(w in closed or w.isdigit() for w in words)
+    return asks and all(w in _CLOSED_CLASS or w.isdigit() for w in words)
 
 
 def depends_on_conversation(question: str) -> bool:

@@ -12,10 +12,9 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
+from adaptive_rag.evaluation.datasets import DATASETS, load_dataset
 from adaptive_rag.strategies.follow_up import names_no_subject
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,38 +22,21 @@ SUPPORT = REPO / "adaptive_rag" / "evaluation" / "support_data"
 SMALL_TALK = REPO / "lab" / "experiments" / "small_talk_data" / "rasa_demo_nlu.jsonl"
 
 
-def _questions(node: Any) -> Iterator[str]:
-    if isinstance(node, dict):
-        if isinstance(node.get("question"), str):
-            yield node["question"]
-        for value in node.values():
-            yield from _questions(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _questions(value)
-
-
 def _jsonl(path: Path, key: str) -> list[str]:
     return [json.loads(line)[key] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def question_sets(data: Path) -> dict[str, list[str]]:
-    """Questions that stand alone, per source."""
+    """Questions that stand alone, per source: every benchmark dataset (`evaluation.datasets`),
+    the COVID FAQ's questions and their paraphrases, Quillbill's questions."""
     with (data / "covid-faq_en_covid-qa.csv").open(encoding="utf-8") as handle:
         covid = [row["question"] for row in csv.DictReader(handle)]
     with (data / "covid-faq_question-similarity-en_covid-qa.csv").open(encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     paraphrases = [row[c] for row in rows for c in row if c and "question" in c.lower() and row[c]]
-    squad = json.loads((data / "squad-v1.1_train-dev-mix_mrc-odqa-tutorial.json").read_text(encoding="utf-8"))
-    return {
-        "NQ-open dev": _jsonl(data / "nq-open_dev_natural-questions.jsonl", "question"),
-        "TriviaQA": _jsonl(data / "triviaqa_test1000_reason-over-search.jsonl", "question"),
-        "SQuAD": list(_questions(squad)),
-        "HotpotQA": _jsonl(data / "hotpotqa_dev500_amor.jsonl", "question"),
-        "COVID FAQ questions": covid,
-        "COVID FAQ paraphrases": paraphrases,
-        "Quillbill questions": _jsonl(SUPPORT / "quillbill_questions.jsonl", "question"),
-    }
+    sets = {name: [q.question for q in load_dataset(data, name)] for name in DATASETS}
+    return {**sets, "COVID FAQ questions": covid, "COVID FAQ paraphrases": paraphrases,
+            "Quillbill questions": _jsonl(SUPPORT / "quillbill_questions.jsonl", "question")}
 
 
 def main(argv: list[str] | None = None) -> int:

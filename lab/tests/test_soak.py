@@ -133,17 +133,23 @@ def test_the_report_recomputes_from_the_samples_alone(tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text())["phases"]["instant"]["failed"] == 1
 
 
-def test_descriptors_are_counted_by_what_they_point_at(tmp_path):
+def fd_folder(tmp_path, targets: list[str]):
+    """A /proc/PID/fd look-alike: descriptor N links to targets[N]."""
     import os
-
-    from lab.experiments.soak import fd_kinds
 
     folder = tmp_path / "fd"
     folder.mkdir()
-    for name, target in (("0", "socket:[1]"), ("1", "pipe:[2]"), ("2", "anon_inode:[eventpoll]"),
-                         ("3", "/var/lib/postgresql/base/1/2600"), ("4", "socket:[3]")):
-        os.symlink(target, folder / name)
-    assert fd_kinds(folder, sorted(os.listdir(folder)) + ["9"]) == {"socket": 2, "pipe": 1, "anon": 1, "file": 1}
+    for number, target in enumerate(targets):
+        os.symlink(target, folder / str(number))
+    return folder, sorted(os.listdir(folder))
+
+
+def test_descriptors_are_counted_by_what_they_point_at(tmp_path):
+    from lab.experiments.soak import fd_kinds
+
+    folder, names = fd_folder(tmp_path, ["socket:[1]", "pipe:[2]", "anon_inode:[eventpoll]",
+                                         "/var/lib/postgresql/base/1/2600", "socket:[3]"])
+    assert fd_kinds(folder, names + ["9"]) == {"socket": 2, "pipe": 1, "anon": 1, "file": 1}
     rows = samples(60, lambda m: 100 * MB, fds=lambda m: 6 + m // 5)
     for row in rows:
         row["fd_kinds"] = {"socket": 2, "file": row["fds"] - 2}
@@ -152,16 +158,11 @@ def test_descriptors_are_counted_by_what_they_point_at(tmp_path):
 
 
 def test_a_databases_own_data_files_are_its_cache_unless_one_is_open_twice(tmp_path):
-    import os
-
     from lab.experiments.soak import fd_kinds
 
-    folder = tmp_path / "fd"
-    folder.mkdir()
-    for name, target in (("0", "socket:[1]"), ("1", "/pgdata/base/1/2600"), ("2", "/pgdata/base/1/2601"),
-                         ("3", "/pgdata/base/1/2600"), ("4", "/var/log/pg.log")):
-        os.symlink(target, folder / name)
-    assert fd_kinds(folder, sorted(os.listdir(folder)), data_dir="/pgdata") == {
+    folder, names = fd_folder(tmp_path, ["socket:[1]", "/pgdata/base/1/2600", "/pgdata/base/1/2601",
+                                         "/pgdata/base/1/2600", "/var/log/pg.log"])
+    assert fd_kinds(folder, names, data_dir="/pgdata") == {
         "socket": 1, "data": 3, "data_repeated": 1, "file": 1}
 
     def backend(data: Any, repeated: Any = lambda m: 0) -> list[dict[str, Any]]:
