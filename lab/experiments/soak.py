@@ -6,6 +6,7 @@ every minute.
     .venv/bin/python -m lab.experiments.soak            # ~2 h 40 min, writes reports/soak/
     .venv/bin/python -m lab.experiments.soak --quick    # ~6 min smoke run, var/soak/quick/
     .venv/bin/python -m lab.experiments.soak --recompute reports/soak   # summary/README/plot from samples.jsonl
+    .venv/bin/python -m lab.experiments.soak --recompute reports/soak --merge-from var/soak/rerun   # one phase run again
 
 Each phase starts the lab's one stack (`lab.harness.stack.lab_stack`) afresh: Redis, PostgreSQL,
 Triton serving the router the repository ships (`arag model ship`), embedded tantivy over the demo
@@ -622,6 +623,8 @@ def render(summary: Mapping[str, Any], out: Path) -> None:
               f"{summary.get('machine', '')}", ""]
     for name, ph in phases.items():
         lines += [f"## Phase `{name}`", "",
+                  *([f"- run: `{ph['run'].get('command')}`, {ph['run'].get('run_started')} -> {ph['run'].get('run_ended')}, "
+                     f"commit {ph['run'].get('code') or '?'}"] if ph.get("run") else []),
                   f"- LLM: {ph.get('stack', {}).get('llm', '?')}",
                   f"- stack: " + "; ".join(f"{k}: {v}" for k, v in ph.get("stack", {}).items() if k != "llm"),
                   f"- pools: concurrency {ph.get('facts', {}).get('concurrency')}, queue limits {ph.get('facts', {}).get('queue_limits')}",
@@ -725,6 +728,46 @@ def finish(out: Path, meta: Mapping[str, Any], phases: Mapping[str, Mapping[str,
     return summary
 
 
+RUN_KEYS = ("command", "run_started", "run_ended", "machine", "interval_s", "code", "reading")
+DERIVED = ("processes", "roles", "judged", "failed", "not_judged", "verdict", "worst_rss_pct_per_h", "worst_fd_per_h",
+           "load", "own_memory_growing", "failed_with_double_warmup")
+
+
+def _phase_inputs(summary: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each phase's inputs as the run recorded them (its derived figures are recomputed)."""
+    return {name: {k: v for k, v in ph.items() if k not in DERIVED} for name, ph in summary["phases"].items()}
+
+
+def recompute(folder: Path) -> dict[str, Any]:
+    old = json.loads((folder / "summary.json").read_text())
+    return finish(folder, {k: old[k] for k in RUN_KEYS if k in old}, _phase_inputs(old))
+
+
+def merge(target: Path, source: Path) -> dict[str, Any]:
+    """Replace the phases of the report in `target` by those a later run wrote to `source` (one
+    phase run again): its samples replace theirs, each phase keeps the run it came from (`run`:
+    command, times, commit), and the report recomputes from the merged samples."""
+    old = json.loads((target / "summary.json").read_text())
+    new = json.loads((source / "summary.json").read_text())
+    rerun = set(new["phases"])
+    rows = [r for r in read_samples(target / "samples.jsonl") if r.get("phase") not in rerun]
+    rows += read_samples(source / "samples.jsonl")
+    with (target / "samples.jsonl").open("w", encoding="utf-8") as journal:
+        journal.writelines(json.dumps(row) + "\n" for row in rows)
+    phases: dict[str, dict[str, Any]] = {}
+    for summary, names in ((old, [n for n in old["phases"] if n not in rerun]), (new, list(new["phases"]))):
+        inputs = _phase_inputs(summary)
+        for name in names:
+            run = inputs[name].pop("run", None) or {k: summary.get(k) for k in ("command", "run_started", "run_ended", "code")}
+            phases[name] = {**inputs[name], "run": run}
+    order = list(old["phases"]) + [n for n in new["phases"] if n not in old["phases"]]
+    meta = {k: old[k] for k in RUN_KEYS if k in old}
+    meta.update(command="; ".join(dict.fromkeys(phases[n]["run"]["command"] for n in order)),
+                run_started=min(phases[n]["run"]["run_started"] for n in order),
+                run_ended=max(phases[n]["run"]["run_ended"] for n in order))
+    return finish(target, meta, {n: phases[n] for n in order})
+
+
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
@@ -747,15 +790,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="default reports/soak (quick: var/soak/quick)")
     parser.add_argument("--workdir", type=Path, default=None, help="default var/soak/<run>")
     parser.add_argument("--recompute", type=Path, default=None, help="rewrite summary, README and plot of a report folder")
+    parser.add_argument("--merge-from", type=Path, default=None,
+                        help="with --recompute: replace the report's phases by those of a later run's --out folder")
     args = parser.parse_args(argv)
+    if args.recompute and args.merge_from:
+        merge(args.recompute, args.merge_from)
+        return 0
     if args.recompute:
-        old = json.loads((args.recompute / "summary.json").read_text())
-        keep = ("command", "run_started", "run_ended", "machine", "interval_s", "code", "reading")
-        phases = {name: {k: v for k, v in ph.items() if k not in ("processes", "roles", "judged", "failed", "not_judged",
-                                                                  "verdict", "worst_rss_pct_per_h", "worst_fd_per_h", "load",
-                                                                  "own_memory_growing", "failed_with_double_warmup")}
-                  for name, ph in old["phases"].items()}
-        finish(args.recompute, {k: old[k] for k in keep if k in old}, phases)
+        recompute(args.recompute)
         return 0
     if args.quick:
         args.instant_minutes, args.reader_minutes, args.instant_warmup, args.reader_warmup = 3.0, 2.0, 1.0, 0.5

@@ -190,3 +190,39 @@ def test_redis_account_after_the_warm_up():
     assert account["samples"] == 30 and account["keys"]["pct_per_h"] == 0
     assert account["used_memory_rss"]["first"] == 50e6 + 30e4 and 0 < account["used_memory_rss"]["pct_per_h"] < 2
     assert redis_account(rows, "reader", 30) is None
+
+
+def write_run(folder, phases: dict[str, float], command: str, started: str) -> None:
+    """A finished run's folder: `phases` maps a phase to its memory growth (MB per minute)."""
+    import json
+
+    from lab.experiments.soak import finish
+
+    folder.mkdir()
+    with (folder / "samples.jsonl").open("w") as out:
+        for phase, grow in phases.items():
+            for s in samples(60, lambda m, g=grow: 100 * MB + m * g * MB):
+                out.write(json.dumps({"type": "process", "phase": phase, "time": s["minute"] * 60, "pid": 1,
+                                      "role": "llama-server", **s}) + "\n")
+            out.write(json.dumps({"type": "load", "phase": phase, "ended": 10, "codes": {"OK": 10}, "ok_per_s": 1.0,
+                                  "p50_ms": 5.0, "p95_ms": 9.0, "load_average": [1.0, 1.0, 1.0]}) + "\n")
+    finish(folder, {"command": command, "run_started": started, "run_ended": started.replace("T1", "T2"), "code": "abc"},
+           {phase: {"warmup_minutes": 15, "minutes": 60, "rate": 1.0} for phase in phases})
+
+
+def test_a_phase_run_again_replaces_that_phase_only(tmp_path):
+    import json
+
+    from lab.experiments.soak import merge
+
+    write_run(tmp_path / "report", {"instant": 0.0, "reader": 0.4}, "soak", "2026-12-06T14:00:00")
+    write_run(tmp_path / "rerun", {"reader": 0.0}, "soak --phases reader", "2026-12-06T17:00:00")
+    assert json.loads((tmp_path / "report" / "summary.json").read_text())["phases"]["reader"]["verdict"] == "fail"
+    summary = merge(tmp_path / "report", tmp_path / "rerun")
+    assert {name: ph["verdict"] for name, ph in summary["phases"].items()} == {"instant": "pass", "reader": "pass"}
+    assert summary["phases"]["instant"]["run"]["command"] == "soak"
+    assert summary["phases"]["reader"]["run"]["command"] == "soak --phases reader"
+    assert summary["command"] == "soak; soak --phases reader"
+    rows = [json.loads(line) for line in (tmp_path / "report" / "samples.jsonl").read_text().splitlines()]
+    assert sum(r["phase"] == "reader" for r in rows) == sum(r["phase"] == "instant" for r in rows) == 62
+    assert "- run: `soak --phases reader`, 2026-12-06T17:00:00" in (tmp_path / "report" / "README.md").read_text()
