@@ -66,12 +66,12 @@ from adaptive_rag.evaluation.support import (
 )
 from adaptive_rag.evaluation.support_kbs import build_knowledge_base_suite
 from adaptive_rag.knowledge.calibration import calibrate
-from adaptive_rag.prompts import Prompt, format_passages
+from adaptive_rag.prompts import Prompt
 from adaptive_rag.prompts import answerable, single_step
 from adaptive_rag.retrieval.relevance import relevance
 from adaptive_rag.settings import Settings
 from adaptive_rag.strategies.abstention import Abstention
-from adaptive_rag.strategies.single_step import clean_support_answer, says_no_answer
+from adaptive_rag.strategies.single_step import clean_support_answer, reader_evidence, says_no_answer
 from lab.harness.stats import mean_interval, paired_difference_interval, percentile
 
 SELECT_KBS = ("help-centre", "covid-faq")  # the knowledge bases a gate is chosen on (`train` only)
@@ -85,17 +85,24 @@ PROMPTS: dict[str, tuple[Prompt, int]] = {
 NEVER, RETRIEVAL, SUPPORT, JUDGE = "never", "retrieval", "retrieval+support_abstain", "retrieval+judge"
 JUDGE_AT = "retrieval+judge@t"
 SUPPORT_AT = "retrieval+support_abstain@t"
-DEFAULT_CUTS = {JUDGE_AT: 0.5, SUPPORT_AT: 0.0}
+# The retrieval gate at a share of the knowledge base's threshold, then the calibrated marker: with
+# the reader as a second gate, the retrieval gate may refuse fewer covered questions.
+RELAXED = "retrieval@a+support_abstain@t"
+RELAXED_SHARE = "retrieval share"  # the key of the share in `cuts`
+DEFAULT_CUTS = {JUDGE_AT: 0.5, SUPPORT_AT: 0.0, RELAXED: 0.0, RELAXED_SHARE: 1.0}
+SHARES = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 MAX_FALSE = 0.05
 P_GRID = tuple(round(0.02 * i, 2) for i in range(1, 50))  # thresholds on a probability, picked on `train`
 DEFAULT_IN_KB = 15
 
 
-def prompt_version(prompt: Prompt, max_tokens: int) -> str:
-    """A short hash of everything that shapes the reply: a changed prompt gets new calls."""
+def prompt_version(prompt: Prompt, max_tokens: int, evidence_tokens: int = 0) -> str:
+    """A short hash of everything that shapes the reply: a changed prompt gets new calls; the
+    evidence budget is part of it (whole passages, 0, keep the plain hash)."""
     text = json.dumps([prompt.messages(passages="{passages}", question="{question}"), max_tokens,
                        list(prompt.chat_stop)])
-    return hashlib.sha256(text.encode()).hexdigest()[:10]
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    return f"{digest}-e{evidence_tokens}" if evidence_tokens else digest
 
 
 @dataclass
@@ -112,7 +119,7 @@ class Question:
     threshold: float
     retrieved: int
     retrieval_abstained: bool
-    passages: str  # as the reader reads them (`format_passages`)
+    passages: str  # as the reader reads them (`reader_evidence`: whole, or the best sentences)
 
     def record(self) -> dict[str, Any]:
         row = asdict(self)
@@ -140,7 +147,8 @@ def retrieval_full_split(suite: Any, retriever: Any, gate: Abstention, split: st
     return {"caught": _cell(caught), "false_abstain": _cell(false), "n_out": len(caught), "n_in": len(false)}
 
 
-def build_questions(kb: str, settings: Settings, split: str, in_kb: int | None) -> tuple[list[Question], dict[str, Any]]:
+def build_questions(kb: str, settings: Settings, split: str, in_kb: int | None,
+                    evidence_tokens: int = 0) -> tuple[list[Question], dict[str, Any]]:
     from adaptive_rag.retrieval.tantivy_index import TantivyRetriever
 
     suite = build_knowledge_base_suite(kb, settings)
@@ -157,7 +165,7 @@ def build_questions(kb: str, settings: Settings, split: str, in_kb: int | None) 
                 expect_abstain=q.kind in EXPECT_ABSTAIN,
                 relevance=relevance(retriever, q.query, found) if found else None, threshold=threshold,
                 retrieved=len(found), retrieval_abstained=gate.reason(retriever, q.query, found) is not None,
-                passages=format_passages(found),
+                passages=reader_evidence(q.query, found, evidence_tokens),
             ))
         full = retrieval_full_split(suite, retriever, gate, split)
     info = {"description": suite.description, "passages": len(suite.passages), "threshold": threshold,
@@ -171,8 +179,9 @@ def build_questions(kb: str, settings: Settings, split: str, in_kb: int | None) 
 class ReaderCache:
     """Reader replies keyed by (prompt, version, knowledge base, question), appended as JSON lines."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, evidence_tokens: int = 0) -> None:
         self.path = path
+        self.evidence_tokens = evidence_tokens
         self.records: dict[tuple[str, str, str, str], dict[str, Any]] = {}
         self._lock = threading.Lock()
         if path.exists():
@@ -187,7 +196,7 @@ class ReaderCache:
 
     def get(self, prompt: str, kb: str, question: str) -> dict[str, Any] | None:
         template, tokens = PROMPTS[prompt]
-        return self.records.get((prompt, prompt_version(template, tokens), kb, question))
+        return self.records.get((prompt, prompt_version(template, tokens, self.evidence_tokens), kb, question))
 
     def add(self, row: dict[str, Any]) -> None:
         with self._lock:
@@ -196,7 +205,8 @@ class ReaderCache:
                 handle.write(json.dumps(row, sort_keys=True) + "\n")
 
 
-def call_reader(client: httpx.Client, base_url: str, prompt_name: str, q: Question) -> dict[str, Any]:
+def call_reader(client: httpx.Client, base_url: str, prompt_name: str, q: Question,
+                evidence_tokens: int = 0) -> dict[str, Any]:
     """One chat completion as the product's OpenAI-compatible client sends it (greedy, the chat
     form the Qwen reader takes, log-probabilities on), plus the top-5 alternatives and the
     server's timings, which the product does not read."""
@@ -217,7 +227,7 @@ def call_reader(client: httpx.Client, base_url: str, prompt_name: str, q: Questi
     timings = body.get("timings") or {}
     usage = body.get("usage") or {}
     return {
-        "prompt": prompt_name, "version": prompt_version(template, tokens), "kb": q.kb, "question": q.question,
+        "prompt": prompt_name, "version": prompt_version(template, tokens, evidence_tokens), "kb": q.kb, "question": q.question,
         "question_id": q.id, "reply": choice["message"]["content"], "seconds": round(seconds, 3),
         "prompt_tokens": usage.get("prompt_tokens"),
         "cached_tokens": (usage.get("prompt_tokens_details") or {}).get("cached_tokens"),
@@ -227,13 +237,13 @@ def call_reader(client: httpx.Client, base_url: str, prompt_name: str, q: Questi
     }
 
 
-def call_order(questions: Sequence[Question]) -> list[Question]:
+def call_order(questions: Sequence[Question], ask_all: bool = False) -> list[Question]:
     """The questions the retrieval gate lets through (the only ones that need a call), taking
     turns between the groups (each knowledge base's questions to abstain on, its in-KB ones; each
     group in its stable hash order): a run cut short still holds a balanced sample."""
     seen: dict[tuple[str, bool], int] = {}
     ranked = []
-    for position, q in enumerate(x for x in questions if not x.retrieval_abstained):
+    for position, q in enumerate(x for x in questions if (x.retrieved if ask_all else not x.retrieval_abstained)):
         group = (q.kb, q.expect_abstain)
         turn = seen.get(group, 0)
         seen[group] = turn + 1
@@ -242,17 +252,18 @@ def call_order(questions: Sequence[Question]) -> list[Question]:
 
 
 def run_calls(questions: Sequence[Question], cache: ReaderCache, base_url: str, workers: int = 2,
-              prompts: Sequence[str] = tuple(PROMPTS)) -> int:
-    """Ask the reader gates (`prompts`) about every question the retrieval gate lets through
-    (cached ones skipped); returns the number of calls made."""
-    todo = [(name, q) for q in questions if not q.retrieval_abstained for name in prompts
+              prompts: Sequence[str] = tuple(PROMPTS), ask_all: bool = False) -> int:
+    """Ask the reader gates (`prompts`) about every question the retrieval gate lets through, or
+    with `ask_all` about every question that retrieved a passage (cached ones skipped); returns
+    the number of calls made."""
+    todo = [(name, q) for q in questions if (q.retrieved if ask_all else not q.retrieval_abstained) for name in prompts
             if cache.get(name, q.kb, q.question) is None]
     if not todo:
         return 0
     done = 0
     started = time.monotonic()
     with httpx.Client() as client, ThreadPoolExecutor(max_workers=workers) as pool:
-        for row in pool.map(lambda item: call_reader(client, base_url, item[0], item[1]), todo):
+        for row in pool.map(lambda item: call_reader(client, base_url, item[0], item[1], cache.evidence_tokens), todo):
             cache.add(row)
             done += 1
             print(f"  [{done}/{len(todo)}] {time.monotonic() - started:6.0f} s  {row['prompt']:15s} "
@@ -298,9 +309,16 @@ def decisions(q: Mapping[str, Any], replies: Mapping[str, Mapping[str, Any]],
     """Whether each row abstains on one question (`replies`: its reader records by prompt; a
     question the retrieval gate stops needs none, and a reader row whose prompt was not asked is
     left out)."""
+    cuts = {**DEFAULT_CUTS, **cuts}
     never = q["retrieved"] == 0
     stopped = q["retrieval_abstained"]
     rows = {NEVER: never, RETRIEVAL: stopped}
+    support = replies.get("support_abstain")
+    relaxed_stop = never or (q["relevance"] or 0.0) < cuts[RELAXED_SHARE] * q["threshold"]
+    if relaxed_stop:
+        rows[RELAXED] = True
+    elif support is not None:
+        rows[RELAXED] = support_says_no(support["reply"]) and p_marker(support) >= cuts[RELAXED]
     if stopped:
         rows.update({SUPPORT: True, SUPPORT_AT: True, JUDGE: True, JUDGE_AT: True})
         return rows
@@ -361,10 +379,16 @@ def select(train: Sequence[Mapping[str, Any]], replies: Mapping, asked: Sequence
                                                        (JUDGE, JUDGE, None)]
     candidates += [(f"{SUPPORT_AT}: marker with p >= {t:g}", SUPPORT_AT, t) for t in P_GRID]
     candidates += [(f"{JUDGE_AT}: p(yes) < {t:g}", JUDGE_AT, t) for t in P_GRID]
-    available = {RETRIEVAL, *(row for name in asked for row in ROWS_OF_PROMPT[name])}
+    relaxed = all_asked(train, replies)
+    if relaxed:
+        candidates += [(f"{RELAXED}: relevance < {a:g} x threshold, or marker with p >= {t:g}", RELAXED, (a, t))
+                       for a in SHARES for t in P_GRID]
+    available = {RETRIEVAL, *(row for name in asked for row in ROWS_OF_PROMPT[name]), *([RELAXED] if relaxed else [])}
     table = []
     for name, row, t in (c for c in candidates if c[1] in available):
         cuts = {**DEFAULT_CUTS, **({row: t} if t is not None else {})}
+        if row == RELAXED:
+            cuts.update({RELAXED_SHARE: t[0], RELAXED: t[1]})
         cells = {kb: rates([q for q in train if q["kb"] == kb], replies, row, cuts) for kb in SELECT_KBS}
         table.append({"candidate": name, "row": row, "threshold": t, "cells": cells,
                       "mean_j": sum(c - f for c, f in cells.values()) / len(cells)})
@@ -372,11 +396,20 @@ def select(train: Sequence[Mapping[str, Any]], replies: Mapping, asked: Sequence
     best = max(allowed, key=lambda c: c["mean_j"]) if allowed else table[0]
     best["picked"] = True
     cuts = dict(DEFAULT_CUTS)
-    for row in (SUPPORT_AT, JUDGE_AT):
+    for row in (SUPPORT_AT, JUDGE_AT, RELAXED):
         mine = [c for c in allowed if c["row"] == row]
         if mine:
             cuts[row] = max(mine, key=lambda c: c["mean_j"])["threshold"]
+    if isinstance(cuts[RELAXED], tuple):
+        cuts[RELAXED_SHARE], cuts[RELAXED] = cuts[RELAXED]
     return {"table": table, "picked": best["candidate"], "picked_row": best["row"], "cuts": cuts}
+
+
+def all_asked(questions: Sequence[Mapping[str, Any]], replies: Mapping) -> bool:
+    """Whether every question that retrieved a passage has a support reply (an `--ask-all` run):
+    only then can the retrieval gate's threshold be relaxed."""
+    return bool(questions) and all("support_abstain" in replies.get((q["kb"], q["question"]), {})
+                                   for q in questions if q["retrieved"])
 
 
 def timing(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -412,13 +445,16 @@ def row_label(row: str, cuts: Mapping[str, float]) -> str:
         return f"retrieval+judge, p(yes) < {cuts[row]:g}"
     if row == SUPPORT_AT:
         return f"retrieval+support_abstain, marker p >= {cuts[row]:g}"
+    if row == RELAXED:
+        return f"retrieval at {cuts[RELAXED_SHARE]:g} x threshold + support_abstain, marker p >= {cuts[row]:g}"
     return row
 
 
 def summarise(questions: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str, Any]], kb_info: Mapping[str, Any],
               meta: Mapping[str, Any]) -> dict[str, Any]:
     """Every figure of the report from the question records and the reader records."""
-    versions = {name: prompt_version(template, tokens) for name, (template, tokens) in PROMPTS.items()}
+    evidence = int(meta.get("evidence_tokens") or 0)
+    versions = {name: prompt_version(template, tokens, evidence) for name, (template, tokens) in PROMPTS.items()}
     replies: dict[tuple[str, str], dict[str, Mapping[str, Any]]] = {}
     for r in records:
         if r["version"] == versions[r["prompt"]]:
@@ -443,7 +479,8 @@ def summarise(questions: Sequence[Mapping[str, Any]], records: Sequence[Mapping[
         for kb in dict.fromkeys(q["kb"] for q in chosen):
             mine = [q for q in chosen if q["kb"] == kb]
             passed = [q for q in mine if not q["retrieval_abstained"]]
-            rows = (NEVER, RETRIEVAL, *(row for name in asked[split] for row in ROWS_OF_PROMPT[name]))
+            rows = (NEVER, RETRIEVAL, *(row for name in asked[split] for row in ROWS_OF_PROMPT[name]),
+                    *([RELAXED] if all_asked(mine, replies) else []))
             unsure = [p_marker(r) < cuts[SUPPORT_AT] for q in passed
                       for r in [replies.get((q["kb"], q["question"]), {}).get("support_abstain")]
                       if r and support_says_no(r["reply"])]
@@ -511,7 +548,7 @@ def plot(summary: Mapping[str, Any], path: Path, split: str = "test") -> None:
     data = summary["splits"].get(split, {})
     fig, axes = plt.subplots(1, max(1, len(data)), figsize=(4.6 * max(1, len(data)), 4.2), sharey=True)
     axes = list(axes) if len(data) > 1 else [axes]
-    markers = {NEVER: "o", RETRIEVAL: "s", SUPPORT: "^", SUPPORT_AT: "<", JUDGE: "D", JUDGE_AT: "v"}
+    markers = {NEVER: "o", RETRIEVAL: "s", SUPPORT: "^", SUPPORT_AT: "<", JUDGE: "D", JUDGE_AT: "v", RELAXED: "*"}
     for ax, (kb, table) in zip(axes, data.items()):
         for row, cell in table["rows"].items():
             c, f = cell["caught"], cell["false_abstain"]
@@ -549,10 +586,10 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
     questions: list[Question] = []
     kb_info: dict[str, Any] = {}
     for kb, split, n in plan:
-        mine, info = build_questions(kb, settings, split, n)
+        mine, info = build_questions(kb, settings, split, n, args.evidence_tokens)
         questions += mine
         kb_info[f"{kb}/{split}"] = info
-    cache = ReaderCache(out / "reader_records.jsonl")
+    cache = ReaderCache(out / "reader_records.jsonl", args.evidence_tokens)
     if not args.report_only:
         server = None
         base_url = args.llm_url
@@ -563,9 +600,9 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
                 server = LlamaServerProcess(args.model, parallel=2, threads=2).start()
                 base_url = server.base_url
             for split in ("train", "test"):  # train first: `test` read after selection
-                chosen = tuple(PROMPTS) if split == "train" else args.test_prompts
-                made = run_calls(call_order([q for q in questions if q.split == split]), cache, base_url.rstrip("/"),
-                                 prompts=chosen)
+                chosen = args.train_prompts if split == "train" else args.test_prompts
+                made = run_calls(call_order([q for q in questions if q.split == split], args.ask_all), cache,
+                                 base_url.rstrip("/"), prompts=chosen, ask_all=args.ask_all)
                 print(f"{split}: {made} reader calls", flush=True)
         finally:
             if server is not None:
@@ -582,6 +619,9 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
                   f"{args.in_kb if args.test_in_kb is None else args.test_in_kb} (test) in-KB questions per knowledge base "
                   "in a stable hash order",
         "support_abstain": f"prompts.single_step.SUPPORT_ABSTAIN, first {SUPPORT_TOKENS} tokens (the decision; no extra call)",
+        "evidence_tokens": args.evidence_tokens,
+        "evidence": (f"the passages' best sentences up to {args.evidence_tokens} tokens (`strategies.single_step.reader_evidence`, "
+                     "what tier B's reader reads by default)" if args.evidence_tokens else "the top passages whole"),
         "judge": "prompts.answerable.PROMPT, 1 token, one extra call",
     }
     summary = summarise(rows, list(cache.records.values()), kb_info, meta)
@@ -601,6 +641,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--test-in-kb", type=int, default=None, help="the same on `test` (default: --in-kb)")
     parser.add_argument("--test-prompts", type=lambda text: tuple(t.strip() for t in text.split(",") if t.strip()),
                         default=tuple(PROMPTS), help="reader gates asked on `test` (default: both)")
+    parser.add_argument("--train-prompts", type=lambda text: tuple(t.strip() for t in text.split(",") if t.strip()),
+                        default=tuple(PROMPTS), help="reader gates asked on `train` (default: both)")
+    parser.add_argument("--ask-all", action="store_true",
+                        help="ask the reader about every question that retrieved a passage, not only those the "
+                             "retrieval gate lets through: measures the retrieval gate at a share of its threshold")
+    parser.add_argument("--evidence-tokens", type=int, default=0,
+                        help="what the reader reads: 0 the passages whole, N their best sentences up to N tokens "
+                             "(the product's ARAG_EVIDENCE_TOKENS)")
     parser.add_argument("--llm-url", default=None, help="a running llama-server's /v1 URL (default: start one)")
     parser.add_argument("--model", type=Path, default=None, help="GGUF (default: the configured reader)")
     parser.add_argument("--report-only", action="store_true", help="no reader call: recompute from the records")

@@ -44,7 +44,7 @@ def test_reader_rows_decide_from_their_own_reply() -> None:
     replies = {"support_abstain": _support("not in the passages", 0.6), "judge": _judge("yes", 0.7)}
     made = rg.decisions(_question("kb", "q", True), replies, {rg.JUDGE_AT: 0.8, rg.SUPPORT_AT: 0.7})
     assert made == {rg.NEVER: False, rg.RETRIEVAL: False, rg.SUPPORT: True, rg.SUPPORT_AT: False,
-                    rg.JUDGE: False, rg.JUDGE_AT: True}
+                    rg.JUDGE: False, rg.JUDGE_AT: True, rg.RELAXED: True}
 
 
 def test_the_marker_probability_counts_only_a_marker_reply() -> None:
@@ -111,3 +111,31 @@ def test_the_call_order_takes_turns_between_groups_and_skips_questions_the_retri
     ordered = rg.call_order([q("a", "a-out-1", True), q("a", "a-out-2", True), q("a", "a-out-3", True, stopped=True),
                              q("a", "a-in-1", False), q("a", "a-in-2", False), q("b", "b-in-1", False)])
     assert [x.id for x in ordered] == ["a-out-1", "a-in-1", "b-in-1", "a-out-2", "a-in-2"]
+
+
+def test_the_relaxed_row_lets_the_reader_decide_between_a_share_of_the_threshold_and_the_threshold() -> None:
+    below = {**_question("kb", "q", False, stopped=True), "relevance": 0.40}  # threshold 0.45
+    cuts = {rg.RELAXED_SHARE: 0.8, rg.RELAXED: 0.7}
+    assert rg.decisions(below, {"support_abstain": _support("You can [1]")}, cuts)[rg.RELAXED] is False
+    assert rg.decisions(below, {"support_abstain": _support("not in the passages", 0.9)}, cuts)[rg.RELAXED] is True
+    assert rg.decisions(below, {"support_abstain": _support("not in the passages", 0.5)}, cuts)[rg.RELAXED] is False
+    far_below = {**below, "relevance": 0.30}  # under 0.8 x 0.45: stopped without the reader
+    assert rg.decisions(far_below, {"support_abstain": _support("You can [1]")}, cuts)[rg.RELAXED] is True
+    assert rg.decisions({**below, "retrieved": 0, "relevance": None}, {}, cuts)[rg.RELAXED] is True
+
+
+def test_selection_relaxes_the_retrieval_gate_only_when_every_question_was_asked() -> None:
+    questions, replies = [], {}
+    for kb in rg.SELECT_KBS:
+        for i in range(20):  # in-KB; two of them just under the threshold: the retrieval gate refuses them
+            q = {**_question(kb, f"in {i}", False, stopped=i < 2), "relevance": 0.42 if i < 2 else 0.9}
+            questions.append(q)
+            replies[(kb, q["question"])] = {"support_abstain": _support("Yes [1]")}
+        q = {**_question(kb, "out", True), "relevance": 0.5}  # passes retrieval; the reader is sure it is not there
+        questions.append(q)
+        replies[(kb, "out")] = {"support_abstain": _support("not in the passages", 0.9)}
+    picked = rg.select(questions, replies, ("support_abstain",))
+    assert picked["picked_row"] == rg.RELAXED and picked["cuts"][rg.RELAXED_SHARE] < 0.93
+    for kb in rg.SELECT_KBS:  # one in-KB question never asked: the retrieval gate stays as it is
+        del replies[(kb, "in 0")]
+    assert rg.select(questions, replies, ("support_abstain",))["picked_row"] != rg.RELAXED
