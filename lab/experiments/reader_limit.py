@@ -38,7 +38,9 @@ import asyncio
 import json
 import os
 import platform
+import shlex
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -373,8 +375,8 @@ def render(out: Path, payload: dict[str, Any]) -> None:
               "server's counters give the tokens computed over the window's span, and `requests_processing`, "
               "sampled every 0.5 s while busy, the batch; `llama-batched-bench` decodes that many requests of "
               "the windows' median prefilled and generated tokens per request together.", "",
-              f"    python -m lab.experiments.reader_limit --setups server --out "
-              f"{out.relative_to(REPO) if out.is_relative_to(REPO) else out}",
+              "    " + (meta.get("command") or "python -m lab.experiments.reader_limit --setups server --out "
+                          f"{out.relative_to(REPO) if out.is_relative_to(REPO) else out}"),
               "", "Raw records: `answers.jsonl`, `windows.jsonl`, `bench.jsonl`; figures: `summary.json` "
               "(`--report-only` recomputes it and this page from them)."]
     (out / "README.md").write_text("\n".join(lines) + "\n")
@@ -446,7 +448,8 @@ def main(argv: list[str] | None = None) -> int:
                              max(1, int(median([w["generated"] / w["answers"] for w in busy]))), batches)
                if busy else [])
     summary = summarize(answers, pg, batched, windows)
-    meta = {"reader": settings.reader, "model": model.name, "cpus": os.cpu_count(), "threads": THREADS,
+    meta = {"command": "python -m lab.experiments.reader_limit " + shlex.join(sys.argv[1:] if argv is None else argv),
+            "reader": settings.reader, "model": model.name, "cpus": os.cpu_count(), "threads": THREADS,
             "llama_cpp_version": LLAMA_CPP_VERSION, "one_client": len(single), "clients": clients,
             "slots": slots, "pool": len(pool), "window_s": args.window, "repetitions": args.repetitions,
             "load_at_start": load_at_start,
