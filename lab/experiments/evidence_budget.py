@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from lab.harness.stack import unwind_on_stop_signals
 from lab.harness.stats import median, paired_difference_interval, paired_percentile_ratio_interval
 
 REPO = Path(__file__).resolve().parents[2]
@@ -349,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the benchmark corpus's tantivy index (`arag index --benchmark`)")
     parser.add_argument("--render-only", action="store_true", help="summarise answers.jsonl again")
     args = parser.parse_args(argv)
+    unwind_on_stop_signals()  # SIGTERM stops the llama-server started here too
     console = Console()
     args.out.mkdir(parents=True, exist_ok=True)
     command = (f"python -m lab.experiments.evidence_budget --budget {args.budget} --per-source {args.per_source} "

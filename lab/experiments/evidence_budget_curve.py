@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.harness.stack import unwind_on_stop_signals
 from lab.harness.stats import mean_interval, paired_difference_interval
 
 REPO = Path(__file__).resolve().parents[2]
@@ -309,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--benchmark-limit", type=int, default=450,
                         help="benchmark train questions (interleaved over the three datasets)")
     args = parser.parse_args(argv)
+    unwind_on_stop_signals()  # SIGTERM stops the llama-server started here too
     console = Console()
     settings = Settings(_env_file=None, data_dir=args.data_dir, index_dir=args.index_dir)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -58,6 +58,7 @@ from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.routing.rules import asks_two_questions
 from adaptive_rag.settings import Settings
 from adaptive_rag.strategies.follow_up import RewriteMethod, Turn, by_reader, standalone_question
+from lab.harness.stack import unwind_on_stop_signals
 from lab.harness.stats import mean_interval, paired_difference_interval
 
 K = 5
@@ -260,6 +261,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--reader", choices=("none", "server", "embedded", "configured"), default="none")
     parser.add_argument("--report-only", action="store_true", help="render the report from records.jsonl")
     args = parser.parse_args(argv)
+    unwind_on_stop_signals()  # SIGTERM stops the llama-server started here too
     args_list = list(argv if argv is not None else sys.argv[1:])
     command = "python -m lab.experiments.follow_up_rewriting " + shlex.join(a for a in args_list if a != "--report-only")
     records_path = args.out / "records.jsonl"

@@ -52,6 +52,7 @@ from typing import Any
 
 from adaptive_rag.domain import Passage
 from adaptive_rag.prompts import format_passages, no_retrieval, single_step
+from lab.harness.stack import unwind_on_stop_signals
 from lab.harness.stats import median, percentile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -505,6 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render-only", action="store_true",
                         help="rewrite report.md from an existing report.json, measure nothing")
     args = parser.parse_args(argv)
+    unwind_on_stop_signals()  # SIGTERM stops the llama-server started here too
     if args.render_only:
         render_markdown(args.out, json.loads((args.out / "report.json").read_text("utf-8")))
         print((args.out / "report.md").read_text(encoding="utf-8"))

@@ -72,6 +72,7 @@ from adaptive_rag.retrieval.relevance import relevance
 from adaptive_rag.settings import Settings
 from adaptive_rag.strategies.abstention import Abstention
 from adaptive_rag.strategies.single_step import clean_support_answer, reader_evidence, says_no_answer
+from lab.harness.stack import unwind_on_stop_signals
 from lab.harness.stats import mean_interval, paired_difference_interval, percentile
 
 SELECT_KBS = ("help-centre", "covid-faq")  # the knowledge bases a gate is chosen on (`train` only)
@@ -653,6 +654,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--model", type=Path, default=None, help="GGUF (default: the configured reader)")
     parser.add_argument("--report-only", action="store_true", help="no reader call: recompute from the records")
     args = parser.parse_args(argv)
+    unwind_on_stop_signals()  # SIGTERM stops the llama-server started here too
     command = "python -m lab.experiments.reader_gate " + shlex.join(sys.argv[1:] if argv is None else argv)
     summary = run(args, command.strip())
     for split, per_kb in summary["splits"].items():

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.experiments.reader_limit import THREADS, tool
+from lab.harness.stack import unwind_on_stop_signals
 
 REPO = Path(__file__).resolve().parents[2]
 GENERATED = 24
@@ -189,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "reports" / "reader_limit" / "server_overhead")
     parser.add_argument("--report-only", action="store_true", help="the summary and README from records.jsonl")
     args = parser.parse_args(argv)
+    unwind_on_stop_signals()  # SIGTERM stops the llama-server started here too
     args.out.mkdir(parents=True, exist_ok=True)
     if args.report_only:
         old = json.loads((args.out / "summary.json").read_text(encoding="utf-8"))

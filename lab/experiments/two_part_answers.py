@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from lab.harness.stack import unwind_on_stop_signals
 from lab.harness.stats import median, percentile_ratio_interval, wilson_interval
 
 REPO = Path(__file__).resolve().parents[2]
@@ -294,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="questions per knowledge base")
     parser.add_argument("--render-only", action="store_true", help="rewrite README.md from answers.jsonl")
     args = parser.parse_args(argv)
+    unwind_on_stop_signals()  # SIGTERM stops the llama-server started here too
     console = Console()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.render_only:

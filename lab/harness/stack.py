@@ -361,7 +361,7 @@ def _describe_llm(parts: Parts, llm: Any, latency_ms: float) -> str | None:
     return None
 
 
-def _unwind_on_stop_signals() -> None:
+def unwind_on_stop_signals() -> None:
     """SIGTERM and SIGHUP unwind a run like Ctrl-C, so the stack stops every process it started
     (by default they end the driver at once and leave its servers and pools running). Only from
     the main thread (where Python delivers signals) and only over the default handlers: a run
@@ -418,7 +418,7 @@ def lab_stack(
         given["concurrency"] = dict(concurrency)
     chosen: dict[str, Any] = {}
     servers: dict[str, Any] = {}
-    _unwind_on_stop_signals()
+    unwind_on_stop_signals()
     with ExitStack() as started:
         logs.mkdir(exist_ok=True)
         network, server_host = None, None
