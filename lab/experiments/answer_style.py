@@ -3,7 +3,8 @@ FAQ's own answers than the `short` span reader, and at what cost in time?
 
 The support suite's in-KB `paraphrase` and `faq` queries (`adaptive_rag.evaluation.support`), a
 small subset of `--split` (`--limit` per kind, the suite's stable order); one retrieval per query
-(single step, the settings' top_k), then each style's reader on the same passages. Scores against
+(single step, the settings' top_k), then each style's reader on the same passages, read as tier B
+reads them (`ARAG_EVIDENCE_TOKENS`: their best sentences up to that budget; 0, whole passages). Scores against
 the gold FAQ answer(s): ROUGE-L, token recall (share of the gold answer's tokens the reply holds,
 SQuAD normalisation) and token F1; seconds per reply; for `support`, whether the reader cited a
 passage on its own (before the top source is appended to a reply citing none). Intervals:
@@ -77,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                       "passages": [p.id for p in passages]}
             for style in STYLES:
                 start = time.perf_counter()
-                answer = answer_in_style(llm, query.query, passages, style)
+                answer = answer_in_style(llm, query.query, passages, style, evidence_tokens=settings.evidence_tokens or None)
                 seconds = time.perf_counter() - start
                 record[style.value] = {
                     "answer": answer, "seconds": seconds,
@@ -108,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     summary["support_cited_on_its_own"] = sum(r["support_cited_on_its_own"] for r in records) / max(len(records), 1)
     command = "python -m lab.experiments.answer_style " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     meta = {"reader": settings.llm_base_url or settings.reader, "top_k": settings.top_k,
+            "evidence_tokens": settings.evidence_tokens,
             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": f"{platform.machine()}, {platform.python_version()}"}
     (args.out / "summary.json").write_text(json.dumps({"summary": summary, "meta": meta, "command": command},
