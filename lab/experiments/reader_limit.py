@@ -396,6 +396,52 @@ def recompute(out: Path) -> int:
     return 0
 
 
+def repeated(folder: Path) -> dict[str, Any]:
+    """The one-client figures of every run in `folder`'s subfolders (each a `--out` of its own,
+    made one after the other on the same machine), their medians, and a README that shows them:
+    one run's p50 rests on a dozen answers on a shared machine, so a target is read on the median
+    of the runs' p50s."""
+    runs = []
+    for summary_path in sorted(folder.glob("*/summary.json")):
+        payload = json.loads(summary_path.read_text())
+        one = payload["summary"]["one_client"].get("server") or {}
+        if not one.get("answers"):
+            continue
+        runs.append({"run": summary_path.parent.name, "when": payload["meta"]["when"],
+                     "load_at_start": payload["meta"].get("load_at_start"),
+                     "command": payload["meta"].get("command"), "b_answers": one["answers"], "b_p50_s": one["p50_s"],
+                     "ratio_to_model_p50": one.get("ratio_to_model_p50"),
+                     "ratio_to_model_computed_p50": one.get("ratio_to_model_computed_p50"),
+                     "two_part_p50_s": one.get("two_part_p50_s"), "two_part_over_b_p50": one.get("two_part_over_b_p50")})
+    keys = ("b_p50_s", "ratio_to_model_p50", "ratio_to_model_computed_p50", "two_part_p50_s", "two_part_over_b_p50")
+    medians = {k: median([r[k] for r in runs if r[k] is not None]) if any(r[k] is not None for r in runs) else None
+               for k in keys}
+    out = {"runs": runs, "medians": medians}
+    (folder / "repeated.json").write_text(json.dumps(out, indent=2) + "\n")
+    lines = ["# Reader limit, one client, repeated", "",
+             "**Question.** Is a tier-B answer's p50 on the demo help centre within 4.5 s on 2 cores, and a two-part "
+             "tier-C answer within 2.2x B's, when the run is repeated (one run's p50 rests on about a dozen answers "
+             "on a shared machine)?", "",
+             f"**Answer.** Over {len(runs)} runs, the median of the runs' B p50s is **{fmt(medians['b_p50_s'])} s** "
+             f"(runs: {', '.join(fmt(r['b_p50_s']) for r in runs)}); two-part C over B: median "
+             f"**{fmt(medians['two_part_over_b_p50'])}x**; B against the model's own time for the tokens the server "
+             f"prefilled: median {fmt(medians['ratio_to_model_computed_p50'])}x.", "",
+             "| run | when (UTC) | load at start | B answers | B p50 (s) | ratio to llama-bench, whole prompt | "
+             "ratio to llama-bench, prefilled tokens | two-part C p50 (s) | C / B |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in runs:
+        lines.append(f"| [{r['run']}]({r['run']}/README.md) | {r['when']} | {r['load_at_start']} | {r['b_answers']} | "
+                     f"{fmt(r['b_p50_s'])} | {fmt(r['ratio_to_model_p50'])}x | {fmt(r['ratio_to_model_computed_p50'])}x | "
+                     f"{fmt(r['two_part_p50_s'])} | {fmt(r['two_part_over_b_p50'])}x |")
+    lines += ["", "Each run is a whole `reader_limit` run of its own (a fresh stack, the same questions), one after the "
+              "other; its folder holds its records and report. Commands:", ""]
+    lines += [f"    {r['command']}" for r in runs if r.get("command")]
+    lines += ["", f"    python -m lab.experiments.reader_limit --repeated {folder.relative_to(REPO) if folder.is_relative_to(REPO) else folder}"
+              "   # this page and repeated.json from the runs' summaries"]
+    (folder / "README.md").write_text("\n".join(lines) + "\n")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
@@ -408,9 +454,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repetitions", type=int, default=2, help="llama-bench repetitions per pair")
     parser.add_argument("--setups", default="server,embedded")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--repeated", type=Path, default=None,
+                        help="no run: the one-client figures of every run under this folder, and their medians")
     parser.add_argument("--report-only", action="store_true",
                         help="no run: recompute summary.json and README.md from the records in --out")
     args = parser.parse_args(argv)
+    if args.repeated:
+        repeated(args.repeated.resolve())
+        return 0
     if args.report_only:
         return recompute(args.out.resolve())
     console = Console()

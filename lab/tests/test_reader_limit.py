@@ -56,3 +56,19 @@ def test_counter_deltas_and_the_report_render(tmp_path):
     text = (tmp_path / "README.md").read_text()
     assert "| server | 1 | 4.00 | 380 / 125 / 20 | 8.00 | 0.50x" in text
     json.dumps(summary)  # the summary is written as JSON
+
+
+def test_repeated_runs_are_read_on_the_median_of_their_p50s(tmp_path):
+    from lab.experiments.reader_limit import repeated
+
+    for name, p50 in (("run-1", 4.6), ("run-2", 4.2), ("run-3", 4.4), ("empty", None)):
+        (tmp_path / name).mkdir()
+        one = {"answers": 12, "p50_s": p50, "ratio_to_model_p50": 0.5, "ratio_to_model_computed_p50": 1.1,
+               "two_part_p50_s": 9.0, "two_part_over_b_p50": 2.0} if p50 else {"answers": 0}
+        (tmp_path / name / "summary.json").write_text(json.dumps(
+            {"meta": {"when": "now", "command": f"python -m lab.experiments.reader_limit --out {name}"},
+             "summary": {"one_client": {"server": one}}}))
+    out = repeated(tmp_path)
+    assert [r["run"] for r in out["runs"]] == ["run-1", "run-2", "run-3"]
+    assert out["medians"]["b_p50_s"] == pytest.approx(4.4)
+    assert "median of the runs' B p50s is **4.40 s**" in (tmp_path / "README.md").read_text()
