@@ -762,7 +762,7 @@ def merge(target: Path, source: Path) -> dict[str, Any]:
             phases[name] = {**inputs[name], "run": run}
     order = list(old["phases"]) + [n for n in new["phases"] if n not in old["phases"]]
     meta = {k: old[k] for k in RUN_KEYS if k in old}
-    meta.update(command="; ".join(dict.fromkeys(phases[n]["run"]["command"] for n in order)),
+    meta.update(command="; ".join(dict.fromkeys(phases[n]["run"]["command"].strip() for n in order)),
                 run_started=min(phases[n]["run"]["run_started"] for n in order),
                 run_ended=max(phases[n]["run"]["run_ended"] for n in order))
     return finish(target, meta, {n: phases[n] for n in order})
