@@ -426,7 +426,7 @@ def repeated(folder: Path) -> dict[str, Any]:
              f"(runs: {', '.join(fmt(r['b_p50_s']) for r in runs)}); two-part C over B: median "
              f"**{fmt(medians['two_part_over_b_p50'])}x**; B against the model's own time for the tokens the server "
              f"prefilled: median {fmt(medians['ratio_to_model_computed_p50'])}x.", "",
-             "| run | when (UTC) | load at start | B answers | B p50 (s) | ratio to llama-bench, whole prompt | "
+             "| run | written (UTC) | load at start | B answers | B p50 (s) | ratio to llama-bench, whole prompt | "
              "ratio to llama-bench, prefilled tokens | two-part C p50 (s) | C / B |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in runs:
