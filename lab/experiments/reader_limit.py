@@ -159,6 +159,30 @@ def questions(one_client: int) -> tuple[str, list[str], list[str]]:
     return warm_up, single + covered[:extra] + two_part, covered[extra:]
 
 
+LOAD_CLIENT = "load client and this driver"
+
+
+def cpu_seconds(known: dict[int, str], root: int | None = None) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each role of the processes under `root` (this
+    process by default) and by `root` itself, which runs the load client: over a window, their
+    differences say where the two cores went besides llama-server."""
+    from lab.experiments.soak import descendants, role_of
+
+    root = os.getpid() if root is None else root
+    tree = descendants(root)
+    tick = os.sysconf("SC_CLK_TCK")
+    used: dict[str, float] = {}
+    for pid in (*tree, root):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it ended
+        role = LOAD_CLIENT if pid == root else role_of(pid, tree, known)
+        role = role.removesuffix(" child")  # a pool's children count as the pool
+        used[role] = used.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return used
+
+
 def run_service(setup: str, workdir: Path, warm_up: str, single: list[str], pool: list[str],
                 clients: list[int], window_s: float, slots: int, console: Any) -> tuple[list[Answer], list[dict]]:
     """The stack with `setup`'s reader: one client over `single`, then (shared server only) each
@@ -219,10 +243,14 @@ def run_service(setup: str, workdir: Path, warm_up: str, single: list[str], pool
                     samples: list[float] = []
                     stop = asyncio.Event()
                     sampler = asyncio.create_task(sample_batch(samples, stop))
+                    cpu_before = cpu_seconds(stack.processes())
                     before, started = server_counters(metrics_url), time.time()
                     await asyncio.gather(*(one_client(lane) for lane in range(n)))
                     span = time.time() - started
                     used = delta(server_counters(metrics_url), before)
+                    cpu_after = cpu_seconds(stack.processes())
+                    cores = {role: round((cpu_after[role] - cpu_before.get(role, 0.0)) / span, 3)
+                             for role in cpu_after}
                     stop.set()
                     await sampler
                     done = [a for a in answers if a.clients == -n]
@@ -231,7 +259,8 @@ def run_service(setup: str, workdir: Path, warm_up: str, single: list[str], pool
                     busy = [x for x in samples if x > 0]
                     windows.append({"clients": n, "span_s": span, "answers": len(done), **used,
                                     "batch_mean": sum(busy) / len(busy) if busy else 0.0,
-                                    "busy_share": len(busy) / len(samples) if samples else 0.0})
+                                    "busy_share": len(busy) / len(samples) if samples else 0.0,
+                                    "cpu_cores": dict(sorted(cores.items(), key=lambda item: -item[1]))})
                     console.print(f"  server {n} clients: {len(done)} answers in {span:.0f} s, "
                                   f"{(used['prefilled'] + used['generated']) / span:.1f} computed tokens/s, "
                                   f"batch {windows[-1]['batch_mean']:.2f}")
@@ -285,7 +314,8 @@ def summarize(answers: list[Answer], pg: dict[tuple[int, int], dict], batched: l
                  "generated_per_request": window["generated"] / window["answers"] if window["answers"] else None,
                  "whole_prompt_tokens_per_s": (sum(a.prompt_tokens + a.completion_tokens for a in rows) / span
                                                if span else None),
-                 "latency_p50_s": median([a.latency_s for a in rows]) if rows else None}
+                 "latency_p50_s": median([a.latency_s for a in rows]) if rows else None,
+                 "cpu_cores": window.get("cpu_cores")}
         if reference and computed:
             entry["batched_bench_tokens_per_s"] = reference["speed"]
             entry["ratio_to_batched_bench"] = computed / reference["speed"]
@@ -357,6 +387,17 @@ def render(out: Path, payload: dict[str, Any]) -> None:
                       f"**{'yes' if summary['throughput_never_falls'] else 'no'}**. At saturation "
                       f"({sat['clients']} clients) the server computes {fmt(sat['computed_tokens_per_s'], 1)} tokens/s, "
                       f"**{fmt(sat.get('ratio_to_batched_bench'))}x** llama-batched-bench at its batch."]
+    measured = [row for row in summary["throughput"] if row.get("cpu_cores")]
+    if measured:
+        lines += ["", "Where the two cores went in each window (CPU seconds per second of the window, user + system; "
+                      "a pool counts with its children; the load client runs in this driver):", "",
+                  "| clients | llama-server | everything else | of it, the top three |", "| ---: | ---: | ---: | --- |"]
+        for row in measured:
+            cores = row["cpu_cores"]
+            rest = {role: value for role, value in cores.items() if role != "llama-server"}
+            top = sorted(rest.items(), key=lambda item: -item[1])[:3]
+            lines.append(f"| {row['clients']} | {fmt(cores.get('llama-server'))} | {fmt(sum(rest.values()))} | "
+                         + ", ".join(f"{role} {value:.2f}" for role, value in top) + " |")
     lines += ["", "## Reading", "",
               "Every chat prompt starts with its static part (system text and the worked example), which the",
               "server keeps from the previous prompt on the slot: it prefills only the rest (the passages and",

@@ -72,3 +72,21 @@ def test_repeated_runs_are_read_on_the_median_of_their_p50s(tmp_path):
     assert [r["run"] for r in out["runs"]] == ["run-1", "run-2", "run-3"]
     assert out["medians"]["b_p50_s"] == pytest.approx(4.4)
     assert "median of the runs' B p50s is **4.40 s**" in (tmp_path / "README.md").read_text()
+
+
+def test_cpu_seconds_are_counted_per_role_with_this_process_as_the_load_client():
+    import subprocess
+    import sys
+    import time
+
+    from lab.experiments.reader_limit import LOAD_CLIENT, cpu_seconds
+
+    spin = "import time\nend = time.time() + 0.6\nwhile time.time() < end: pass\ntime.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        time.sleep(1.5)
+        used = cpu_seconds({child.pid: "worker pool B"})
+    finally:
+        child.kill()
+        child.wait()
+    assert LOAD_CLIENT in used and used["worker pool B"] >= 0.4
