@@ -140,6 +140,22 @@ def bench_batched(model: Path, prompt: int, gen: int, batches: list[int]) -> lis
     return [{"tool": "llama-batched-bench", **row} for row in rows]
 
 
+def bench_windows(model: Path, windows: list[dict]) -> list[dict]:
+    """`llama-batched-bench` once per busy closed-loop window, at that window's own batch and its
+    own prefilled and generated tokens per request: a generation-heavy window computes fewer
+    tokens per second than a prefill-heavy one on the same hardware, so each window is compared
+    with its own mix (rows tagged with the window's client count)."""
+    rows = []
+    for window in windows:
+        if not window["answers"] or not window["batch_mean"]:
+            continue
+        prompt = max(1, round(window["prefilled"] / window["answers"]))
+        gen = max(1, round(window["generated"] / window["answers"]))
+        for row in bench_batched(model, prompt, gen, [max(1, round(window["batch_mean"]))]):
+            rows.append({**row, "window": window["clients"]})
+    return rows
+
+
 def two_part_questions() -> set[str]:
     """The demo's two-part questions (tier C by parts), whatever tier the router gave them."""
     return {q["question"] for q in json.loads(DEMO_QUESTIONS.read_text()) if q.get("expected_tier") == "C"}
@@ -300,7 +316,8 @@ def summarize(answers: list[Answer], pg: dict[tuple[int, int], dict], batched: l
     s, e = out["one_client"].get("server", {}), out["one_client"].get("embedded", {})
     if s.get("p50_s") and e.get("p50_s"):
         out["server_over_embedded_p50"] = s["p50_s"] / e["p50_s"]
-    by_batch = {int(row["pl"]): row for row in batched}
+    by_batch = {int(row["pl"]): row for row in batched if "window" not in row}
+    own_mix = {int(row["window"]): row for row in batched if "window" in row}
     for window in windows:
         n, span = window["clients"], window["span_s"]
         rows = [a for a in answers if a.setup == "server" and a.phase == "loop" and a.clients == n and a.code == "OK"]
@@ -319,6 +336,9 @@ def summarize(answers: list[Answer], pg: dict[tuple[int, int], dict], batched: l
         if reference and computed:
             entry["batched_bench_tokens_per_s"] = reference["speed"]
             entry["ratio_to_batched_bench"] = computed / reference["speed"]
+        if n in own_mix and computed:
+            entry["own_mix_tokens_per_s"] = own_mix[n]["speed"]
+            entry["ratio_to_own_mix"] = computed / own_mix[n]["speed"]
         out["throughput"].append(entry)
     rates = [w["computed_tokens_per_s"] for w in out["throughput"] if w["computed_tokens_per_s"]]
     if rates:  # "never falls": no window below 0.9x the best before it (the machine is shared)
@@ -387,6 +407,14 @@ def render(out: Path, payload: dict[str, Any]) -> None:
                       f"**{'yes' if summary['throughput_never_falls'] else 'no'}**. At saturation "
                       f"({sat['clients']} clients) the server computes {fmt(sat['computed_tokens_per_s'], 1)} tokens/s, "
                       f"**{fmt(sat.get('ratio_to_batched_bench'))}x** llama-batched-bench at its batch."]
+    own = [row for row in summary["throughput"] if row.get("ratio_to_own_mix") is not None]
+    if own:
+        lines += ["", "Each window against llama-batched-bench at its own batch and its own prefilled and generated "
+                      "tokens per request (a generation-heavy window computes fewer tokens per second on the same "
+                      "hardware):", "", "| clients | computed tokens/s | llama-batched-bench, own mix | ratio |",
+                  "| ---: | ---: | ---: | ---: |"]
+        lines += [f"| {row['clients']} | {fmt(row['computed_tokens_per_s'], 1)} | {fmt(row['own_mix_tokens_per_s'], 1)} | "
+                  f"{fmt(row['ratio_to_own_mix'])}x |" for row in own]
     measured = [row for row in summary["throughput"] if row.get("cpu_cores")]
     if measured:
         lines += ["", "Where the two cores went in each window (CPU seconds per second of the window, user + system; "
@@ -435,6 +463,19 @@ def recompute(out: Path) -> int:
     (out / "summary.json").write_text(json.dumps(payload, indent=2))
     render(out, payload)
     return 0
+
+
+def rebench(out: Path) -> int:
+    """The per-window references (`bench_windows`) for a run recorded before they existed, added
+    to its `bench.jsonl` (replacing any earlier ones), then `recompute`."""
+    from adaptive_rag.llm import embedded_model_path
+    from adaptive_rag.settings import Settings
+
+    windows = [json.loads(line) for line in (out / "windows.jsonl").read_text().splitlines() if line]
+    bench = [json.loads(line) for line in (out / "bench.jsonl").read_text().splitlines() if line]
+    bench = [row for row in bench if "window" not in row] + bench_windows(embedded_model_path(Settings(_env_file=None)), windows)
+    (out / "bench.jsonl").write_text("".join(json.dumps(row) + "\n" for row in bench))
+    return recompute(out)
 
 
 def repeated(folder: Path) -> dict[str, Any]:
@@ -495,6 +536,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repetitions", type=int, default=2, help="llama-bench repetitions per pair")
     parser.add_argument("--setups", default="server,embedded")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--rebench", action="store_true",
+                        help="no run: llama-batched-bench at each recorded window's own mix, then recompute --out")
     parser.add_argument("--repeated", type=Path, default=None,
                         help="no run: the one-client figures of every run under this folder, and their medians")
     parser.add_argument("--report-only", action="store_true",
@@ -503,6 +546,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeated:
         repeated(args.repeated.resolve())
         return 0
+    if args.rebench:
+        return rebench(args.out.resolve())
     if args.report_only:
         return recompute(args.out.resolve())
     console = Console()
@@ -539,6 +584,7 @@ def main(argv: list[str] | None = None) -> int:
     batched = (bench_batched(model, max(1, int(median([w["prefilled"] / w["answers"] for w in busy]))),
                              max(1, int(median([w["generated"] / w["answers"] for w in busy]))), batches)
                if busy else [])
+    batched += bench_windows(model, windows)
     summary = summarize(answers, pg, batched, windows)
     meta = {"command": "python -m lab.experiments.reader_limit " + shlex.join(sys.argv[1:] if argv is None else argv),
             "reader": settings.reader, "model": model.name, "cpus": os.cpu_count(), "threads": THREADS,

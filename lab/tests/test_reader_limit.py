@@ -90,3 +90,15 @@ def test_cpu_seconds_are_counted_per_role_with_this_process_as_the_load_client()
         child.kill()
         child.wait()
     assert LOAD_CLIENT in used and used["worker pool B"] >= 0.4
+
+
+def test_each_window_is_compared_with_the_bench_at_its_own_mix_too():
+    windows = [{"clients": 4, "span_s": 100.0, "answers": 20, "prefilled": 2400.0, "cached": 0.0,
+                "generated": 440.0, "decodes": 0.0, "batch_mean": 1.9, "busy_share": 1.0},
+               {"clients": 16, "span_s": 100.0, "answers": 20, "prefilled": 2300.0, "cached": 0.0,
+                "generated": 660.0, "decodes": 0.0, "batch_mean": 1.9, "busy_share": 1.0}]
+    batched = [{"pl": 2, "speed": 40.0}, {"pl": 2, "speed": 36.0, "window": 4}, {"pl": 2, "speed": 32.0, "window": 16}]
+    rows = {row["clients"]: row for row in summarize([], {}, batched, windows)["throughput"]}
+    assert rows[16]["ratio_to_batched_bench"] == pytest.approx(29.6 / 40.0)  # the shared reference
+    assert rows[16]["ratio_to_own_mix"] == pytest.approx(29.6 / 32.0)
+    assert rows[4]["ratio_to_own_mix"] == pytest.approx(28.4 / 36.0)
