@@ -184,6 +184,17 @@ def readme(summary: dict[str, Any], command: str, meta: str) -> str:
     return "\n".join(lines)
 
 
+def write_report(out: Path, summary: dict[str, Any]) -> str:
+    """summary.json and README.md from a summary holding the run's facts (start, load, depth,
+    prefilled tokens); returns the README."""
+    meta = (f"depth {summary['depth']}, {summary['prefilled']} new tokens, {GENERATED} generated; "
+            f"{summary['started'][:16]} UTC, load average at start {summary['load_average_at_start'][0]:.2f}")
+    text = readme(summary, "python -m lab.experiments.server_overhead", meta)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    (out / "README.md").write_text(text, encoding="utf-8")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=8)
@@ -195,11 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         old = json.loads((args.out / "summary.json").read_text(encoding="utf-8"))
         records = [json.loads(line) for line in (args.out / "records.jsonl").read_text(encoding="utf-8").splitlines() if line]
-        summary = {**old, **summarise(records, old["reference"])}
-        (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-        meta = (f"depth {old['depth']}, {old['prefilled']} new tokens, {GENERATED} generated; {old['started'][:16]} UTC, "
-                f"load average at start {old['load_average_at_start'][0]:.2f}")
-        (args.out / "README.md").write_text(readme(summary, "python -m lab.experiments.server_overhead", meta), encoding="utf-8")
+        write_report(args.out, {**old, **summarise(records, old["reference"])})
         return 0
     workdir = REPO / "var" / "server_overhead"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -215,12 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(records, reference)
     summary.update(started=started.isoformat(timespec="seconds"), load_average_at_start=load,
                    depth=cached, prefilled=prefilled)
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    meta = (f"depth {cached}, {prefilled} new tokens, {GENERATED} generated; {started:%Y-%m-%d %H:%M} UTC, "
-            f"load average at start {load[0]:.2f}")
-    (args.out / "README.md").write_text(readme(summary, "python -m lab.experiments.server_overhead", meta),
-                                        encoding="utf-8")
-    print(readme(summary, "", meta))
+    print(write_report(args.out, summary))
     return 0
 
 
