@@ -206,16 +206,32 @@ class LocalRedisSentinel(Started):
         raise ServerStartError(f"Sentinel setup not settled after {timeout_s:.0f} s: {last}")
 
     def _in_sync(self, primary: LocalRedisNode) -> bool:
+        """Every other running node is a replica of `primary` with its link up."""
         for node in self.nodes:
             if node is primary or not node.is_running():
                 continue
             client = _redis(node.port, address=node.address)
             try:
-                if client.info("replication").get("master_link_status") != "up":
-                    return False
+                replication = client.info("replication")
             finally:
                 client.close()
+            if (replication.get("role") != "slave" or int(replication.get("master_port", 0)) != primary.port
+                    or replication.get("master_link_status") != "up"):
+                return False
         return True
+
+    def switches(self) -> list[str]:
+        """The failovers the Sentinels carried out so far, as `<old port> -> <new port>` (from
+        their `+switch-master` log lines; each Sentinel logs every switch, so they are merged)."""
+        seen: list[str] = []
+        for sentinel in self.sentinels:
+            if not sentinel.log.exists():
+                continue
+            mine = [" -> ".join(line.split("+switch-master", 1)[1].split()[2::3][:2])
+                    for line in sentinel.log.read_text(errors="replace").splitlines() if "+switch-master" in line]
+            if len(mine) > len(seen):
+                seen = mine
+        return seen
 
     def close(self) -> None:
         try:

@@ -1,5 +1,5 @@
 """Broker failover with real parts: Redis under Sentinel (`infra.local.failover.LocalRedisSentinel`:
-a primary, a replica, three Sentinels, `down-after-milliseconds` 1000), real `celery worker`
+a primary, a replica, three Sentinels, `down-after-milliseconds` 3000), real `celery worker`
 pools on `REDIS_URL=sentinel://...`, PostgreSQL records, the instant LLM endpoint. The primary is
 killed (SIGKILL); the Sentinels promote the replica; a task enqueued afterwards is answered, its
 result reaches the front door's result waiter through Redis, and the front door's fair share
@@ -36,7 +36,10 @@ from workers.redis_connections import check_reachable
 
 pytestmark = pytest.mark.integration
 
-DOWN_AFTER_MS = 1000
+# Three seconds, not the harness's one: beside the rest of the suite on two cores, a just-promoted
+# primary has been seen to miss the Sentinels' pings for a second, and they then failed over back
+# to the old primary the test had just restarted (a second, spurious switch).
+DOWN_AFTER_MS = 3000
 ANSWER_S = 60.0  # generous: two shared cores, other jobs beside the tests
 
 
@@ -126,7 +129,8 @@ def test_the_stack_follows_the_new_primary_after_the_old_one_is_killed(stack, ca
 
     old.start()  # the old primary comes back as a replica of the new one
     sentinel.wait_settled()
-    assert old.role() == "slave" and sentinel.primary() is new
+    assert old.role() == "slave" and sentinel.primary() is new, f"failovers: {sentinel.switches()}"
+    assert len(sentinel.switches()) == 1, sentinel.switches()
 
 
 def test_the_front_door_process_answers_through_the_new_primary(stack, capsys):
