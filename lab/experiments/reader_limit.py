@@ -524,6 +524,58 @@ def repeated(folder: Path) -> dict[str, Any]:
     return out
 
 
+def ladders(out: Path, runs: list[Path]) -> dict[str, Any]:
+    """The closed-loop ladders of several whole runs side by side, and per client count the median
+    over the runs of the computed tokens/s and of the ratio to llama-batched-bench at each window's
+    own batch and token mix: one window is 45-90 s of a shared machine, and the own-mix reference
+    itself moves about 10 % between runs, so the saturation target is read on the median."""
+    rows = []
+    for run in runs:
+        payload = json.loads((run / "summary.json").read_text())
+        for window in payload["summary"]["throughput"]:
+            rows.append({"run": str(run.relative_to(REPO) if run.is_relative_to(REPO) else run), "path": run,
+                         "when": payload["meta"]["when"], "load_at_start": payload["meta"].get("load_at_start"),
+                         "command": payload["meta"].get("command"), "clients": window["clients"],
+                         "tokens_per_s": window.get("computed_tokens_per_s"),
+                         "ratio_to_own_mix": window.get("ratio_to_own_mix"), "cpu_cores": window.get("cpu_cores")})
+    counts = sorted({r["clients"] for r in rows})
+    medians = {}
+    for n in counts:
+        mine = [r for r in rows if r["clients"] == n]
+        rates = [r["tokens_per_s"] for r in mine if r["tokens_per_s"]]
+        ratios = [r["ratio_to_own_mix"] for r in mine if r["ratio_to_own_mix"]]
+        medians[n] = {"runs": len(mine), "tokens_per_s": median(rates) if rates else None,
+                      "ratio_to_own_mix": median(ratios) if ratios else None}
+    out.mkdir(parents=True, exist_ok=True)
+    found = {"runs": [str(run.relative_to(REPO) if run.is_relative_to(REPO) else run) for run in runs],
+             "windows": [{k: v for k, v in r.items() if k != "path"} for r in rows],
+             "medians": {str(n): m for n, m in medians.items()}}
+    (out / "ladders.json").write_text(json.dumps(found, indent=2) + "\n")
+    top = medians[counts[-1]] if counts else {}
+    lines = ["# Reader limit, the closed-loop ladder over several runs", "",
+             "**Question.** As clients grow, does the service keep at least 0.85x of what llama-batched-bench does at "
+             "the server's batch, with each window's own prefilled and generated tokens per request?", "",
+             f"**Answer.** At {counts[-1] if counts else '-'} clients the median over {top.get('runs', 0)} runs is "
+             f"**{fmt(top.get('ratio_to_own_mix'))}x** at {fmt(top.get('tokens_per_s'), 1)} tokens/s.", "",
+             "| clients | runs | median tokens/s | median ratio to own mix | each run's ratio |",
+             "| ---: | ---: | ---: | ---: | --- |"]
+    for n in counts:
+        each = ", ".join(f"{fmt(r['ratio_to_own_mix'])}x" for r in rows if r["clients"] == n)
+        lines.append(f"| {n} | {medians[n]['runs']} | {fmt(medians[n]['tokens_per_s'], 1)} | "
+                     f"{fmt(medians[n]['ratio_to_own_mix'])}x | {each} |")
+    lines += ["", "| run | written (UTC) | load at start | command |", "| --- | --- | --- | --- |"]
+    for run in runs:
+        first = next(r for r in rows if r["path"] == run)
+        link = os.path.relpath(run / "README.md", out)
+        lines.append(f"| [{first['run']}]({link}) | {first['when']} | {first['load_at_start']} | `{first['command']}` |")
+    lines += ["", "Each run is a whole `reader_limit` run of its own (a fresh stack), one after the other; every "
+              "figure is recomputed from the runs' `summary.json`:", "",
+              f"    python -m lab.experiments.reader_limit --ladders {shlex.join(found['runs'])} --out "
+              f"{out.relative_to(REPO) if out.is_relative_to(REPO) else out}"]
+    (out / "README.md").write_text("\n".join(lines) + "\n")
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
@@ -540,11 +592,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="no run: llama-batched-bench at each recorded window's own mix, then recompute --out")
     parser.add_argument("--repeated", type=Path, default=None,
                         help="no run: the one-client figures of every run under this folder, and their medians")
+    parser.add_argument("--ladders", nargs="+", type=Path, default=None,
+                        help="no run: the closed-loop ladders of these run folders side by side, medians per client "
+                             "count, written to --out")
     parser.add_argument("--report-only", action="store_true",
                         help="no run: recompute summary.json and README.md from the records in --out")
     args = parser.parse_args(argv)
     if args.repeated:
         repeated(args.repeated.resolve())
+        return 0
+    if args.ladders:
+        ladders(args.out.resolve(), [run.resolve() for run in args.ladders])
         return 0
     if args.rebench:
         return rebench(args.out.resolve())

@@ -74,6 +74,23 @@ def test_repeated_runs_are_read_on_the_median_of_their_p50s(tmp_path):
     assert "median of the runs' B p50s is **4.40 s**" in (tmp_path / "README.md").read_text()
 
 
+def test_ladders_of_several_runs_are_read_on_the_median_per_client_count(tmp_path):
+    from lab.experiments.reader_limit import ladders
+
+    for name, ratios in (("a", (1.0, 0.75)), ("b", (0.9, 0.9)), ("c", (0.8, 0.81))):
+        (tmp_path / name).mkdir()
+        windows = [{"clients": n, "computed_tokens_per_s": 30.0, "ratio_to_own_mix": r, "cpu_cores": {}}
+                   for n, r in zip((1, 16), ratios)]
+        (tmp_path / name / "summary.json").write_text(json.dumps(
+            {"meta": {"when": "now", "command": f"python -m lab.experiments.reader_limit --out {name}"},
+             "summary": {"throughput": windows}}))
+    found = ladders(tmp_path / "ladders", [tmp_path / n for n in ("a", "b", "c")])
+    assert found["medians"]["16"]["ratio_to_own_mix"] == pytest.approx(0.81)
+    assert found["medians"]["1"] == {"runs": 3, "tokens_per_s": 30.0, "ratio_to_own_mix": pytest.approx(0.9)}
+    text = (tmp_path / "ladders" / "README.md").read_text()
+    assert "At 16 clients the median over 3 runs is **0.81x**" in text and "](../a/README.md)" in text
+
+
 def test_cpu_seconds_are_counted_per_role_with_this_process_as_the_load_client():
     import subprocess
     import sys
