@@ -186,6 +186,41 @@ def abstention(kb: str, row: str) -> Callable[[Path], str]:
     return compute
 
 
+def abstention_signals_picked(kb: str) -> Callable[[Path], str]:
+    """Caught / false on one knowledge base's `test` split for the dense rule picked on `train`
+    (`reports/abstention/signals`), from its records and the knowledge base's probes."""
+    def compute(reports: Path) -> str:
+        from lab.experiments.abstention_signals import SignalRecord, candidate_rules
+
+        folder = reports / "abstention" / "signals"
+        report = read_json(folder / "report.json")
+        rule = next(r for r in candidate_rules() if r.name == report["picked"])
+        threshold = rule.dense_threshold(report["probes"][kb])
+        records = [SignalRecord(**r) for r in read_jsonl(folder / "records.jsonl.gz")
+                   if r["kb"] == kb and r["split"] == "test"]
+        caught = [float(rule.abstains(r, threshold)) for r in records if not r.covered]
+        false = [float(rule.abstains(r, threshold)) for r in records if r.covered]
+        return f"{percent(bootstrap_mean({'all': caught}))} / {percent(bootstrap_mean({'all': false}))}"
+    return compute
+
+
+def abstention_signals_ceilings(reports: Path) -> str:
+    """The best pair of thresholds on relevance and dense, labels used, at <= 5 % false: per help
+    centre, `train` / `test` caught."""
+    from lab.experiments.abstention_signals import SignalRecord, ceiling_either
+
+    records = [SignalRecord(**r) for r in read_jsonl(reports / "abstention" / "signals" / "records.jsonl.gz")]
+    parts = []
+    for kb, label in (("help-centre", "demo help centre"), ("quillbill", "Quillbill")):
+        cells = []
+        for split in ("train", "test"):
+            mine = [r for r in records if r.kb == kb and r.split == split]
+            cells.append(100 * ceiling_either([(r.relevance, r.dense) for r in mine if r.covered],
+                                              [(r.relevance, r.dense) for r in mine if not r.covered]))
+        parts.append(f"{label} {cells[0]:.1f} / {cells[1]:.1f} %")
+    return "; ".join(parts)
+
+
 def follow_up_ratios(reports: Path) -> str:
     """Per knowledge base of the support suite, every follow-up turn's hit@5 as typed and rewritten
     by the rules, each as a ratio to the same question asked standalone (paired over turns)."""
@@ -567,6 +602,9 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Abstention, support test, hand-tuned threshold: caught / false", abstention("support", "hand-tuned")),
     Figure("Abstention, demo help centre test, automatic threshold: caught / false", abstention("demo", "automatic")),
     Figure("Abstention, demo help centre test, automatic threshold or coverage below the train-picked floor: caught / false", abstention("demo", "automatic+coverage")),
+    Figure("Abstention ceiling, best relevance and dense thresholds with the labels at <= 5 % false, train / test caught", abstention_signals_ceilings),
+    Figure("Abstention, Quillbill (held out) test, automatic threshold or dense below the train-picked floor: caught / false", abstention_signals_picked("quillbill")),
+    Figure("Abstention, demo help centre test, automatic threshold or dense below the train-picked floor: caught / false", abstention_signals_picked("help-centre")),
     Figure("Follow-up hit@5 vs the standalone question, as typed / rewritten by rules, all turns", follow_up_ratios),
     Figure("Follow-up hit@5 vs the standalone question, rewritten by rules + reader (the front door with a reader), all turns", follow_up_reader_ratios),
     Figure("Support per knowledge base, COVID FAQ test: in-KB hit@5; caught / false abstentions", support_knowledge_base("report.json")),

@@ -268,20 +268,20 @@ def test_rows(records: Sequence[SignalRecord], probes: Mapping[str, Mapping[str,
     out: dict[str, Any] = {}
     for kb in KNOWLEDGE_BASES:
         mine = [r for r in records if r.kb == kb and r.split == split]
-        rows = {"automatic": {(r.id): float(r.automatic) for r in mine}}
+        rows = {"automatic": {(kb, r.id): float(r.automatic) for r in mine}}
         if picked is not None:
             threshold = picked.dense_threshold(probes[kb])
-            rows["picked"] = {r.id: float(picked.abstains(r, threshold)) for r in mine}
+            rows["picked"] = {(kb, r.id): float(picked.abstains(r, threshold)) for r in mine}
         cell: dict[str, Any] = {"covered": sum(r.covered for r in mine), "uncovered": sum(not r.covered for r in mine)}
         for row, decided in rows.items():
             cell[row] = {
-                "caught": interval([decided[r.id] for r in mine if not r.covered]),
-                "false": interval([decided[r.id] for r in mine if r.covered]),
+                "caught": interval([decided[(kb, r.id)] for r in mine if not r.covered]),
+                "false": interval([decided[(kb, r.id)] for r in mine if r.covered]),
             }
         if picked is not None:
             for name, covered in (("caught", False), ("false", True)):
-                a = {r.id: rows["picked"][r.id] for r in mine if r.covered is covered}
-                b = {r.id: rows["automatic"][r.id] for r in mine if r.covered is covered}
+                a = {(kb, r.id): rows["picked"][(kb, r.id)] for r in mine if r.covered is covered}
+                b = {(kb, r.id): rows["automatic"][(kb, r.id)] for r in mine if r.covered is covered}
                 found = difference_interval(a, b)
                 cell[f"picked - automatic, {name}"] = found.as_dict() if found else None
         out[kb] = cell
@@ -393,6 +393,7 @@ def markdown(report: Mapping[str, Any]) -> str:
 def plot(records: Sequence[SignalRecord], probes: Mapping[str, Mapping[str, Any]], picked: Rule | None,
          split: str, path: Path) -> None:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -409,6 +410,7 @@ def plot(records: Sequence[SignalRecord], probes: Mapping[str, Mapping[str, Any]
         if picked is not None and picked.dense_threshold(probes[kb]) > -math.inf:
             ax.axhline(picked.dense_threshold(probes[kb]), color="tab:green", ls=":", lw=1, label="picked dense floor")
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_title(f"{LABELS[kb]} ({split})")
         ax.set_xlabel("relevance (log)")
     axes[0].set_ylabel("best sentence cosine (MiniLM-L6)")

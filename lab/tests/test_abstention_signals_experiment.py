@@ -68,3 +68,18 @@ def test_the_readme_names_the_pick_and_every_knowledge_base():
               "test": {kb: per_kb for kb in ("covid-faq", "help-centre", "quillbill")}}
     text = markdown(report)
     assert "Quillbill (held out)" in text and "**dense below 0.4**" in text and "50.0 [40.0, 60.0]" in text
+
+
+def test_test_rows_pair_the_picked_rule_with_the_automatic_gate_per_knowledge_base():
+    from lab.experiments.abstention_signals import KNOWLEDGE_BASES, test_rows
+
+    records = []
+    for kb in KNOWLEDGE_BASES:
+        records += [SignalRecord(kb, f"in-{i}", "question", True, "test", 1.0, 0.8, False) for i in range(20)]
+        records += [SignalRecord(kb, f"out-{i}", "uncovered", False, "test", 0.3, 0.2, i < 5) for i in range(10)]
+    probes = {kb: {} for kb in KNOWLEDGE_BASES}
+    found = test_rows(records, probes, Rule("automatic, or dense below 0.5", lambda p: 0.5, True), "test")
+    quill = found["quillbill"]
+    assert quill["automatic"]["caught"]["estimate"] == 0.5 and quill["picked"]["caught"]["estimate"] == 1.0
+    assert quill["picked"]["false"]["estimate"] == 0.0
+    assert quill["picked - automatic, caught"]["estimate"] == 0.5
