@@ -227,8 +227,9 @@ class LocalRedisSentinel(Started):
         for sentinel in self.sentinels:
             if not sentinel.log.exists():
                 continue
-            mine = [" -> ".join(line.split("+switch-master", 1)[1].split()[2::3][:2])
-                    for line in sentinel.log.read_text(errors="replace").splitlines() if "+switch-master" in line]
+            events = [line.split("+switch-master", 1)[1].split()  # name, old host, old port, new host, new port
+                      for line in sentinel.log.read_text(errors="replace").splitlines() if "+switch-master" in line]
+            mine = [f"{event[2]} -> {event[4]}" for event in events if len(event) >= 5]
             if len(mine) > len(seen):
                 seen = mine
         return seen

@@ -223,3 +223,18 @@ def test_the_front_door_exits_at_start_on_a_standby_only_list(monkeypatch, tmp_p
     err = capsys.readouterr().err
     assert err.startswith("front door not started: DATABASE_URL: no host accepts writes")
     assert "127.0.0.1:5433 is a standby" in err and "127.0.0.1:5434 is a standby" in err
+
+
+def test_the_local_sentinels_switches_are_read_from_their_logs_once_each(tmp_path):
+    """Every Sentinel logs every `+switch-master`; the harness reports each failover once, as
+    `<old port> -> <new port>`, so a test can tell one failover from a spurious second one."""
+    from infra.local.failover import LocalRedisSentinel
+
+    setup = LocalRedisSentinel(tmp_path)
+    lines = ["1:X 06 Dec 2026 20:31:55.323 # +switch-master arag 127.0.0.1 41111 127.0.0.1 45769",
+             "1:X 06 Dec 2026 20:31:56.341 # +sdown master arag 127.0.0.1 45769",
+             "1:X 06 Dec 2026 20:31:57.443 # +switch-master arag 127.0.0.1 45769 127.0.0.1 41111"]
+    for n, sentinel in enumerate(setup.sentinels):
+        sentinel.log.parent.mkdir(parents=True, exist_ok=True)
+        sentinel.log.write_text("\n".join(lines[: 1 if n == 0 else 3]) + "\n")  # the first saw only one
+    assert setup.switches() == ["41111 -> 45769", "45769 -> 41111"]
