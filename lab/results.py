@@ -312,8 +312,8 @@ def retrieval_recall(reports: Path) -> str:
     return " / ".join(f"{recall[d]['5']:.3f}" for d in ("hotpotqa", "2wiki", "musique"))
 
 
-def chain_reader_pilot(reports: Path) -> str:
-    """Tier C `evidence@5` minus always B, F1 on the pilot's `test` questions (paired per
+def chain_reader_test(reports: Path) -> str:
+    """Tier C `evidence@5` minus always B, F1 on the recorded `test` questions (paired per
     question, the mean of the three sets' means), and C's time per question over B's."""
     rows = list(read_jsonl(reports / "chain_reader" / "test.jsonl"))
     by = {(r["strategy"], r["dataset"], r["question_id"]): r for r in rows}
@@ -616,7 +616,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Retrieval recall@5, HotpotQA / 2Wiki / MuSiQue", retrieval_recall),
     Figure("Search latency p50, tantivy vs OpenSearch", backend_latency),
     Figure("Evidence, all supporting passages among 5, chain vs B, 2Wiki / MuSiQue / HotpotQA", evidence_complete_at_5),
-    Figure("Tier C evidence@5 minus always B, pilot test F1 (mean of 2Wiki, MuSiQue, HotpotQA)", chain_reader_pilot),
+    Figure("Tier C evidence@5 minus always B, test F1 (mean of 2Wiki, MuSiQue, HotpotQA)", chain_reader_test),
     Figure("Two-part support questions, support style: replies with both parts; time vs B", two_part_answers),
     Figure("Tier B evidence budget vs whole passages, demo help centre test: p50 latency ratio; F1 / hit difference", evidence_budget("help-centre")),
     Figure("Tier B evidence budget vs whole passages, support test (help centre + COVID FAQ): p50 latency ratio; F1 / hit difference", evidence_budget("support")),
