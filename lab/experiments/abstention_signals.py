@@ -57,6 +57,7 @@ from adaptive_rag.evidence.sentences import split_units
 from adaptive_rag.knowledge.calibration import calibrate, quantile, reference_questions
 from adaptive_rag.retrieval.relevance import relevance
 from adaptive_rag.settings import Settings
+from lab.experiments.abstention import _pct, _points
 
 KNOWLEDGE_BASES = ("covid-faq", "help-centre", "quillbill")
 DESIGN = ("covid-faq", "help-centre")  # rules are picked on these `train` splits; Quillbill is held out
@@ -322,18 +323,6 @@ def run(data_dir: Path, out: Path, split: str, command: str) -> dict[str, Any]:
 # --- the report ----------------------------------------------------------------------------------
 
 LABELS = {"covid-faq": "COVID FAQ", "help-centre": "demo help centre", "quillbill": "Quillbill (held out)"}
-
-
-def _pct(cell: Mapping[str, Any] | None) -> str:
-    if not cell:
-        return "-"
-    return f"{100 * cell['estimate']:.1f} [{100 * cell['low']:.1f}, {100 * cell['high']:.1f}]"
-
-
-def _points(cell: Mapping[str, Any] | None) -> str:
-    if not cell:
-        return "-"
-    return f"{100 * cell['estimate']:+.1f} [{100 * cell['low']:+.1f}, {100 * cell['high']:+.1f}]"
 
 
 def markdown(report: Mapping[str, Any]) -> str:

@@ -444,8 +444,7 @@ def render(out: Path, payload: dict[str, Any]) -> None:
               "server's counters give the tokens computed over the window's span, and `requests_processing`, "
               "sampled every 0.5 s while busy, the batch; `llama-batched-bench` decodes that many requests of "
               "the windows' median prefilled and generated tokens per request together.", "",
-              "    " + (meta.get("command") or "python -m lab.experiments.reader_limit --setups server --out "
-                          f"{out.relative_to(REPO) if out.is_relative_to(REPO) else out}"),
+              "    " + (meta.get("command") or f"python -m lab.experiments.reader_limit --setups server --out {shown(out)}"),
               "", "Raw records: `answers.jsonl`, `windows.jsonl`, `bench.jsonl`; figures: `summary.json` "
               "(`--report-only` recomputes it and this page from them)."]
     (out / "README.md").write_text("\n".join(lines) + "\n")
@@ -476,6 +475,11 @@ def rebench(out: Path) -> int:
     bench = [row for row in bench if "window" not in row] + bench_windows(embedded_model_path(Settings(_env_file=None)), windows)
     (out / "bench.jsonl").write_text("".join(json.dumps(row) + "\n" for row in bench))
     return recompute(out)
+
+
+def shown(path: Path) -> str:
+    """`path` as a report names it: relative to the repository when inside it."""
+    return str(path.relative_to(REPO) if path.is_relative_to(REPO) else path)
 
 
 def repeated(folder: Path) -> dict[str, Any]:
@@ -518,7 +522,7 @@ def repeated(folder: Path) -> dict[str, Any]:
     lines += ["", "Each run is a whole `reader_limit` run of its own (a fresh stack, the same questions), one after the "
               "other; its folder holds its records and report. Commands:", ""]
     lines += [f"    {r['command']}" for r in runs if r.get("command")]
-    lines += ["", f"    python -m lab.experiments.reader_limit --repeated {folder.relative_to(REPO) if folder.is_relative_to(REPO) else folder}"
+    lines += ["", f"    python -m lab.experiments.reader_limit --repeated {shown(folder)}"
               "   # this page and repeated.json from the runs' summaries"]
     (folder / "README.md").write_text("\n".join(lines) + "\n")
     return out
@@ -533,7 +537,7 @@ def ladders(out: Path, runs: list[Path]) -> dict[str, Any]:
     for run in runs:
         payload = json.loads((run / "summary.json").read_text())
         for window in payload["summary"]["throughput"]:
-            rows.append({"run": str(run.relative_to(REPO) if run.is_relative_to(REPO) else run), "path": run,
+            rows.append({"run": shown(run), "path": run,
                          "when": payload["meta"]["when"], "load_at_start": payload["meta"].get("load_at_start"),
                          "command": payload["meta"].get("command"), "clients": window["clients"],
                          "tokens_per_s": window.get("computed_tokens_per_s"),
@@ -547,7 +551,7 @@ def ladders(out: Path, runs: list[Path]) -> dict[str, Any]:
         medians[n] = {"runs": len(mine), "tokens_per_s": median(rates) if rates else None,
                       "ratio_to_own_mix": median(ratios) if ratios else None}
     out.mkdir(parents=True, exist_ok=True)
-    found = {"runs": [str(run.relative_to(REPO) if run.is_relative_to(REPO) else run) for run in runs],
+    found = {"runs": [shown(run) for run in runs],
              "windows": [{k: v for k, v in r.items() if k != "path"} for r in rows],
              "medians": {str(n): m for n, m in medians.items()}}
     (out / "ladders.json").write_text(json.dumps(found, indent=2) + "\n")
@@ -570,8 +574,7 @@ def ladders(out: Path, runs: list[Path]) -> dict[str, Any]:
         lines.append(f"| [{first['run']}]({link}) | {first['when']} | {first['load_at_start']} | `{first['command']}` |")
     lines += ["", "Each run is a whole `reader_limit` run of its own (a fresh stack), one after the other; every "
               "figure is recomputed from the runs' `summary.json`:", "",
-              f"    python -m lab.experiments.reader_limit --ladders {shlex.join(found['runs'])} --out "
-              f"{out.relative_to(REPO) if out.is_relative_to(REPO) else out}"]
+              f"    python -m lab.experiments.reader_limit --ladders {shlex.join(found['runs'])} --out {shown(out)}"]
     (out / "README.md").write_text("\n".join(lines) + "\n")
     return found
 
