@@ -191,6 +191,11 @@ class Settings(BaseSettings):
     evidence_budget: int = Field(
         5, ge=1, le=50, validation_alias=env_name("ARAG_EVIDENCE_BUDGET", "evidence_budget")
     )
+    # The `evidence` strategy's reader gets only those passages' sentences that answer the
+    # question, up to this many tokens (as tier B with `evidence_tokens`); 0: the passages whole.
+    evidence_read_tokens: int = Field(
+        0, ge=0, le=4000, validation_alias=env_name("ARAG_EVIDENCE_READ_TOKENS", "evidence_read_tokens")
+    )
     # Knowledge bases whose entity graphs a process keeps in memory (least recently used dropped);
     # each is built on first use and again after every write to its knowledge base.
     evidence_graphs: int = Field(

@@ -45,7 +45,7 @@ def label(
     data_dir: DataDir = None,
     retriever: Retr = None,
     index_dir: IndexDir = None,
-    multi_step: Annotated[Optional[str], typer.Option(help="C-tier strategy: ircot | decompose")] = None,
+    multi_step: Annotated[Optional[str], typer.Option(help="C-tier strategy: ircot | decompose | evidence")] = None,
 ) -> None:
     """Label questions with the cheapest correct strategy (silver) or the dataset bias (binary).
 

@@ -49,6 +49,9 @@ class EvidenceRead:
     abstention: Abstention = Abstention()
     # Let the reader abstain with `prompts.single_step.NO_ANSWER_MARKER`, as single step.
     reader_abstains: bool = False
+    # The reader gets only the gathered passages' sentences that answer the question, up to this
+    # many tokens (`evidence.sentences`); None: the passages whole.
+    evidence_tokens: int | None = None
     name: str = StrategyName.EVIDENCE
 
     def gather(self, question: str) -> tuple[Evidence, list[str]]:
@@ -79,7 +82,7 @@ class EvidenceRead:
             return abstained(self.name, passages, steps, timer.finish(), why, trace)
         template = prompt.ABSTAIN if self.reader_abstains else prompt.PROMPT
         with timer.phase("generate"):
-            answer = read_answer(self.llm, question, passages, template)
+            answer = read_answer(self.llm, question, passages, template, self.evidence_tokens)
         if self.reader_abstains and says_no_answer(answer):
             return abstained(self.name, passages, steps, timer.finish(), READER_FOUND_NONE, trace)
         return StrategyResult(

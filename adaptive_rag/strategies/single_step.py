@@ -105,10 +105,12 @@ def read_in_style(llm: LLM, question: str, passages: Sequence[Passage],
 
 
 def read_answer(
-    llm: LLM, question: str, passages: Sequence[Passage], template: Prompt = prompt.PROMPT
+    llm: LLM, question: str, passages: Sequence[Passage], template: Prompt = prompt.PROMPT,
+    evidence_tokens: int | None = None,
 ) -> str:
-    """The shared reader: answer `question` from `passages` in a few words."""
-    completion = ask(llm, template, passages=format_passages(passages), question=question)
+    """The shared reader: answer `question` from `passages` in a few words (`evidence_tokens`:
+    see `reader_evidence`)."""
+    completion = ask(llm, template, passages=reader_evidence(question, passages, evidence_tokens), question=question)
     return clean_answer(completion.text)
 
 

@@ -78,6 +78,15 @@ def test_the_reader_gets_the_chain_prompt_not_single_steps(retriever) -> None:
     assert single_step_prompt.PROMPT.completion.split("\n")[0] not in llm.prompts[0]
 
 
+def test_with_a_sentence_budget_the_reader_gets_the_chain_s_best_sentences_only(retriever) -> None:
+    whole, trimmed = FakeLLM(["x"]), FakeLLM(["x"])
+    read_whole = strategy(retriever, whole, gatherer="chain", budget=3).run(QUESTION)
+    read_trimmed = strategy(retriever, trimmed, gatherer="chain", budget=3, evidence_tokens=40).run(QUESTION)
+    assert ids(read_trimmed.passages) == ids(read_whole.passages)  # the same chain, less of it read
+    assert len(trimmed.prompts[0]) < len(whole.prompts[0])
+    assert "[1]" in trimmed.prompts[0]  # still under the passages' numbers
+
+
 @pytest.mark.parametrize("budget", [1, 2, 5])
 def test_never_more_passages_than_the_budget(budget: int, retriever) -> None:
     result = strategy(retriever, FakeLLM(["x"]), budget=budget).run(QUESTION)
@@ -159,12 +168,13 @@ def test_the_reader_may_abstain(retriever) -> None:
 
 
 def test_build_strategy_takes_the_settings_and_the_gate() -> None:
-    settings = Settings(_env_file=None, evidence_gatherer="bridge", evidence_budget=3, reader_abstains=True)
+    settings = Settings(_env_file=None, evidence_gatherer="bridge", evidence_budget=3, reader_abstains=True,
+                        evidence_read_tokens=200)
     wrapped = build_strategy(StrategyName.EVIDENCE, FakeRetriever(), FakeLLM(), settings,
                              Abstention(min_relevance=0.4))
     built = wrapped.whole  # a two-part question's parts are read on their own (`strategies.parts`)
     assert isinstance(built, EvidenceRead) and wrapped.abstention == Abstention(min_relevance=0.4)
-    assert (built.gatherer, built.budget, built.reader_abstains) == ("bridge", 3, True)
+    assert (built.gatherer, built.budget, built.reader_abstains, built.evidence_tokens) == ("bridge", 3, True, 200)
     assert built.abstention == Abstention(min_relevance=0.4)
     assert built.graphs is not None
 
