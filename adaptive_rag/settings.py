@@ -196,6 +196,12 @@ class Settings(BaseSettings):
     evidence_read_tokens: int = Field(
         0, ge=0, le=4000, validation_alias=env_name("ARAG_EVIDENCE_READ_TOKENS", "evidence_read_tokens")
     )
+    # The `evidence` strategy reads a comparison question ("Which ..., A or B?", "Are A and B of the
+    # same ...?") per side: each side's fact from its own passages, then compared by rule or by one
+    # read of the two facts (`evidence.comparison`). Off: read at once like any question.
+    evidence_compare_sides: bool = Field(
+        False, validation_alias=env_name("ARAG_EVIDENCE_COMPARE_SIDES", "evidence_compare_sides")
+    )
     # Knowledge bases whose entity graphs a process keeps in memory (least recently used dropped);
     # each is built on first use and again after every write to its knowledge base.
     evidence_graphs: int = Field(

@@ -56,3 +56,36 @@ ABSTAIN = Prompt(
     stop=("\n\n", "\nQuestion"),
     chat_stop=("\n",),
 )
+
+# --- comparison questions, read per side (`evidence.comparison`) ---------------------------------
+# One side's passages in, that side's fact out (a date, a number, a place): a single-hop read. The
+# worked example is a comparison whose fact needs the side's two passages (film -> its director).
+
+_SIDE_EXAMPLE = (
+    _EXAMPLE.removesuffix("Question: Where was the director of the film Heat born?")
+    + "Question: Which film has the director born first, Heat or Thief?\n"
+    "About Heat only: give the date (day, month and year) this question compares."
+)
+_SIDE_EXAMPLE_ANSWER = "February 5, 1943"
+
+SIDE = Prompt(
+    completion=(
+        "Each question compares two things; answer about the one named, with only the fact the "
+        "question compares, taken from its passages. The fact may need two passages: one names "
+        "something, another tells about it.\n\n"
+        + _SIDE_EXAMPLE.removeprefix("Passages:\n") + "\nAnswer: " + _SIDE_EXAMPLE_ANSWER
+        + "\n\n{passages}\n\nQuestion: {question}\nAbout {side} only: give the {measure} this question "
+        "compares.\nAnswer:"
+    ),
+    system=(
+        "The question compares two things; answer about the one named only. Reply with only the "
+        "fact the question compares, taken from the passages (a date, a number, a place): a few "
+        "words, no sentence. The fact may need two passages: one names something, another tells "
+        "about it; follow that link."
+    ),
+    user="Passages:\n{passages}\n\nQuestion: {question}\nAbout {side} only: give the {measure} this question compares.",
+    examples=((_SIDE_EXAMPLE, _SIDE_EXAMPLE_ANSWER),),
+    max_tokens=24,
+    stop=("\n\n", "\nQuestion"),
+    chat_stop=("\n",),
+)

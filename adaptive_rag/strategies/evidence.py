@@ -13,6 +13,11 @@ and `chain` also walk the knowledge base's entity graph, held in this process's 
 (`evidence.graphs`) and built from a retriever that can list its passages (`GraphSource`: the
 tantivy and OpenSearch retrievers both can); with any other retriever they gather without it.
 
+With `compare_sides`, a comparison question ("Which film came out first, A or B?", "Are A and B
+of the same nationality?") is read per side (`evidence.comparison`): each side's own few passages
+give that side's fact in a single-hop read, and a rule (two dates or numbers and the question's
+direction) or one read of the two facts alone answers it.
+
 Degenerate input never errors: no graph (the retriever cannot list its passages, or its build
 failed), an empty graph, a question with no entity, a one-document knowledge base: the gatherer
 falls back to B's evidence (the question's own top hits). The trace says what was gathered and
@@ -26,14 +31,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from adaptive_rag.contracts import StrategyName
-from adaptive_rag.domain import StrategyResult
+from adaptive_rag.domain import Passage, StrategyResult
 from adaptive_rag.evidence import NEEDS_GRAPH, Evidence, make_gatherer
+from adaptive_rag.evidence.comparison import MEASURE_WORDS, Comparison, decide, split_comparison
 from adaptive_rag.evidence.graphs import EntityGraphs
 from adaptive_rag.ports import LLM, Retriever
 from adaptive_rag.prompts import evidence as prompt
 from adaptive_rag.strategies.abstention import Abstention, abstained
-from adaptive_rag.strategies.base import PhaseTimer
-from adaptive_rag.strategies.single_step import READER_FOUND_NONE, read_answer, says_no_answer
+from adaptive_rag.strategies.base import PhaseTimer, ask, clean_answer
+from adaptive_rag.strategies.single_step import READER_FOUND_NONE, read_answer, reader_evidence, says_no_answer
 
 
 @dataclass
@@ -52,10 +58,16 @@ class EvidenceRead:
     # The reader gets only the gathered passages' sentences that answer the question, up to this
     # many tokens (`evidence.sentences`); None: the passages whole.
     evidence_tokens: int | None = None
+    # Comparison questions ("Which ..., A or B?", "Are A and B of the same ...?") read per side
+    # (`evidence.comparison`): each side's own passages, `side_budget` of them, give its fact, and
+    # a rule or one read of the two facts compares them. Off: read at once like any question.
+    compare_sides: bool = False
+    side_budget: int = 3
     name: str = StrategyName.EVIDENCE
 
-    def gather(self, question: str) -> tuple[Evidence, list[str]]:
+    def gather(self, question: str, budget: int | None = None) -> tuple[Evidence, list[str]]:
         """The passages for the reader and the trace saying how they were found."""
+        budget = budget or self.budget
         trace: list[str] = []
         graph = None
         if self.gatherer in NEEDS_GRAPH:
@@ -65,13 +77,16 @@ class EvidenceRead:
                 found = self.graphs.lookup(self.retriever)
                 graph = found.graph
                 trace.append(found.note)
-        evidence = make_gatherer(self.gatherer, graph).gather(question, self.retriever, self.budget)
-        trace += [f"gatherer {self.gatherer}, budget {self.budget}", *evidence.steps]
+        evidence = make_gatherer(self.gatherer, graph).gather(question, self.retriever, budget)
+        trace += [f"gatherer {self.gatherer}, budget {budget}", *evidence.steps]
         if evidence.fallback:
             trace.append(f"fell back to B's evidence: {evidence.fallback}")
         return evidence, trace
 
     def run(self, question: str) -> StrategyResult:
+        comparison = split_comparison(question) if self.compare_sides else None
+        if comparison is not None:
+            return self._compare(comparison)
         timer = PhaseTimer()
         with timer.phase("retrieve"):
             evidence, trace = self.gather(question)
@@ -89,3 +104,40 @@ class EvidenceRead:
             strategy=self.name, answer=answer, steps=steps, passages=passages, timings=timer.finish(),
             trace=trace,
         )
+
+    def _compare(self, comparison: Comparison) -> StrategyResult:
+        """Each side's fact from its own passages, then the rule or one read of the two facts."""
+        timer = PhaseTimer()
+        trace = [f"comparison ({comparison.kind}{', ' + comparison.direction if comparison.direction else ''}): "
+                 f"{comparison.sides[0]!r} vs {comparison.sides[1]!r}, read per side"]
+        sides: list[Evidence] = []
+        with timer.phase("retrieve"):
+            for side in comparison.sides:
+                evidence, steps = self.gather(comparison.side_query(side), self.side_budget)
+                sides.append(evidence)
+                trace += [f"{side}: {step}" for step in steps]
+        passages = list({p.id: p for e in sides for p in e.passages}.values())
+        hits = [p for e in sides for p in (e.question_hits or e.passages)]
+        searches = sum(max(1, e.searches) for e in sides)
+        why = self.abstention.reason(self.retriever, comparison.question, hits)
+        if why is not None:
+            return abstained(self.name, passages, searches, timer.finish(), why, trace)
+        with timer.phase("generate"):
+            facts = tuple(
+                clean_answer(ask(self.llm, prompt.SIDE, side=side, measure=MEASURE_WORDS[comparison.measure],
+                                 question=comparison.question,
+                                 passages=reader_evidence(comparison.question, e.passages, self.evidence_tokens)).text)
+                for side, e in zip(comparison.sides, sides)
+            )
+            trace += [f"{side}: {fact!r}" for side, fact in zip(comparison.sides, facts)]
+            answer = decide(comparison, facts)  # type: ignore[arg-type]
+            if answer is not None:
+                trace.append(f"decided by rule: {answer!r}")
+            else:
+                facts_read = [Passage(f"fact-{i}", side, fact or "(not found)")
+                              for i, (side, fact) in enumerate(zip(comparison.sides, facts))]
+                answer = read_answer(self.llm, comparison.question, facts_read, prompt.PROMPT)
+                trace.append("the two facts read together")
+        return StrategyResult(strategy=self.name, answer=answer, steps=searches + 1, passages=passages,
+                              timings=timer.finish(), trace=trace)
+

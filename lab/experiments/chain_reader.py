@@ -15,7 +15,8 @@ Rows, per multi-hop question (2Wiki, MuSiQue, HotpotQA):
 
 - `gold` (train only): the question's supporting passages alone, read at once with the evidence
   prompt: the reader's ceiling;
-- `single_step`: B as served (BM25 top `top_k`, single step's prompt);
+- `single_step`: single step on BM25's top `top_k` passages read whole, with its prompt (B before
+  its 120-token sentence evidence, `ARAG_EVIDENCE_TOKENS=0`; B as served reads those sentences);
 - `evidence@k` (k = 3, 5, 8): the strategy as served, gatherer `chain`, budget k;
 - `evidence@5/b-prompt` (train only): the same passages as `evidence@5`, read with B's prompt
   (does the chain prompt pay?).

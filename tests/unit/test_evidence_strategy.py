@@ -169,12 +169,13 @@ def test_the_reader_may_abstain(retriever) -> None:
 
 def test_build_strategy_takes_the_settings_and_the_gate() -> None:
     settings = Settings(_env_file=None, evidence_gatherer="bridge", evidence_budget=3, reader_abstains=True,
-                        evidence_read_tokens=200)
+                        evidence_read_tokens=200, evidence_compare_sides=True)
     wrapped = build_strategy(StrategyName.EVIDENCE, FakeRetriever(), FakeLLM(), settings,
                              Abstention(min_relevance=0.4))
     built = wrapped.whole  # a two-part question's parts are read on their own (`strategies.parts`)
     assert isinstance(built, EvidenceRead) and wrapped.abstention == Abstention(min_relevance=0.4)
     assert (built.gatherer, built.budget, built.reader_abstains, built.evidence_tokens) == ("bridge", 3, True, 200)
+    assert built.compare_sides
     assert built.abstention == Abstention(min_relevance=0.4)
     assert built.graphs is not None
 
