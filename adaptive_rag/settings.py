@@ -173,7 +173,8 @@ class Settings(BaseSettings):
 
     # --- strategies ----------------------------------------------------------------------------
     # Tier C's strategy. Unset: the embedded reader's tuned choice (`ReaderModel.tuning`), else
-    # decompose (chosen on the Gemma evaluation, the cheaper of the two).
+    # `evidence` (the chain's few passages gathered by retrieval, read once: chosen on `train`
+    # against IRCoT, reports/tier_c_choice/; IRCoT stays for an endpoint measured to reason).
     multi_step: Literal[StrategyName.IRCOT, StrategyName.DECOMPOSE, StrategyName.EVIDENCE] | None = Field(
         None, validation_alias=AliasChoices("ARAG_MULTI_STEP", "multi_step")
     )
@@ -312,10 +313,11 @@ class ClassifierSettings(BaseSettings):
     )
 
 
-# Each multi-step knob's value when neither set nor tuned for the reader: IRCoT in the paper's
-# form (what a strong endpoint gets), decompose as tier C, `max_passages` for IRCoT's bound.
+# Each multi-step knob's value when neither set nor tuned for the reader: `evidence` as tier C,
+# IRCoT in the paper's form (what a strong endpoint gets when it asks for IRCoT), `max_passages`
+# for IRCoT's bound.
 DEFAULT_KNOBS: dict[str, Any] = {
-    "multi_step": StrategyName.DECOMPOSE, "ircot_min_steps": 1, "ircot_reader_answers": False,
+    "multi_step": StrategyName.EVIDENCE, "ircot_min_steps": 1, "ircot_reader_answers": False,
     "ircot_query_with_question": False, "ircot_max_passages": None,
     "decompose_question_hits_first": False,
 }

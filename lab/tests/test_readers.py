@@ -117,4 +117,4 @@ def test_multi_step_knobs_follow_the_embedded_readers_tuning(monkeypatch) -> Non
     # explicitly set wins; an endpoint gets the defaults, never a small reader's tuning
     assert multi_step_strategy(Settings(reader="qwen-0.5b", multi_step="decompose")) == "decompose"
     endpoint = Settings(reader="qwen-0.5b", llm_base_url="http://llm.test")
-    assert (multi_step_strategy(endpoint), strategy_knob(endpoint, "ircot_min_steps")) == ("decompose", 1)
+    assert (multi_step_strategy(endpoint), strategy_knob(endpoint, "ircot_min_steps")) == ("evidence", 1)

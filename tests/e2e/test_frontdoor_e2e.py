@@ -40,7 +40,7 @@ QUERIES = {
     "B": "How long is the Lumora Hub H2 warranty?",
     "C": "What is the maximum brightness of the A19 Color bulb and of the Flex Strip starter kit?",
 }
-STRATEGY = {"A": "no_retrieval", "B": "single_step", "C": "decompose"}
+STRATEGY = {"A": "no_retrieval", "B": "single_step", "C": "evidence"}
 TIER_ENUM = {"A": pb2.TIER_A, "B": pb2.TIER_B, "C": pb2.TIER_C}
 
 

@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 SERVER_SETTINGS = ("REDIS_URL", "DATABASE_URL", "OPENSEARCH_URL", "TRITON_URL", "TRITON_GRPC_URL",
                    "LLM_BASE_URL", "ARAG_RETRIEVER", "ARAG_INDEX_DIR", "ARAG_BROKER_DIR")
 RUN_TIMEOUT_S = 900
-STRATEGIES = {"A": {"no_retrieval", "small_talk"}, "B": {"single_step"}, "C": {"ircot", "decompose"}}
+STRATEGIES = {"A": {"no_retrieval", "small_talk"}, "B": {"single_step"}, "C": {"evidence"}}
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from adaptive_rag.routing.model_repository import open_version
 from lab.harness.models import publish_length_router
 
 DATA_DIR = Path(os.environ.get("ARAG_DATA_DIR", "../shared/data"))
-TIER_STRATEGIES = ("no_retrieval", "single_step", "decompose")
+TIER_STRATEGIES = ("no_retrieval", "single_step", "evidence")
 
 
 def squad_test_questions():
@@ -87,7 +87,7 @@ def test_trained_version_gives_the_adaptive_row_with_shares_of_multi_step(outcom
     assert counts, printed[0]
     assert ast.literal_eval(counts.group(1)) == {
         "A": tiers.count("A"), "B": tiers.count("B"), "C": tiers.count("C"), "fallback": 0}
-    assert report["meta"]["multi_step_row"] == "decompose"
+    assert report["meta"]["multi_step_row"] == "evidence"
     assert set(report["versus_multi_step"]) >= {"adaptive", "single_step", "oracle"}
 
 

@@ -116,7 +116,7 @@ def test_answer_carries_tier_strategy_sources_classifier_and_timings(harness):
     for query, tier in TIERS.items():
         reply, call = harness.answer(query)
         assert reply.tier == {"A": pb2.TIER_A, "B": pb2.TIER_B, "C": pb2.TIER_C}[tier]
-        assert reply.strategy == {"A": "no_retrieval", "B": "single_step", "C": "decompose"}[tier]
+        assert reply.strategy == {"A": "no_retrieval", "B": "single_step", "C": "evidence"}[tier]
         assert reply.answer == f"answer to {query}" and reply.steps == 1 and not reply.replayed
         assert [(s.id, s.title, s.score) for s in reply.sources] == [("p1", "Lumora", 2.5)]
         assert reply.classifier.probabilities[tier] == pytest.approx(0.8)
@@ -328,7 +328,7 @@ def test_shadow_runs_go_to_the_neighbouring_tier_for_the_sampled_share():
         for query in TIERS:
             h.answer(query)
         shadows = [(t.tier, t.strategy) for t in h.queue.tasks if t.kind is ResultKind.SHADOW]
-        assert shadows == [("B", "single_step"), ("C", "decompose"), ("B", "single_step")]
+        assert shadows == [("B", "single_step"), ("C", "evidence"), ("B", "single_step")]
         h.samples[0] = 0.7  # outside
         h.answer("What is 2+2?")
         assert sum(t.kind is ResultKind.SHADOW for t in h.queue.tasks) == 3
@@ -372,7 +372,7 @@ def test_feedback_is_stored_for_the_tenants_own_requests(harness):
 def test_route_returns_the_recorded_decision_without_running_anything(harness):
     reply, call = harness.stub.Route.with_call(pb2.RouteRequest(query=b"Which is older, X or Y?"),
                                                metadata=AUTH)
-    assert reply.tier == pb2.TIER_C and reply.strategy == "decompose"
+    assert reply.tier == pb2.TIER_C and reply.strategy == "evidence"
     assert reply.classifier.model_name == "complexity" and reply.classifier.model_version == 1
     assert reply.classifier.probabilities["C"] == pytest.approx(0.8) and reply.classify_ms > 0
     assert trailing(call.trailing_metadata())["x-request-id"] == reply.decision_id

@@ -23,7 +23,7 @@ from adaptive_rag.storage.models import TrainingLabel
 from tests.support.encoders import tiny_encoder
 
 DATA_DIR = Path(os.environ.get("ARAG_DATA_DIR", "../shared/data"))
-TIER_STRATEGIES = ("no_retrieval", "single_step", "decompose")
+TIER_STRATEGIES = ("no_retrieval", "single_step", "evidence")
 
 
 def test_under_and_over_retrieval_against_the_cheapest_correct_tier() -> None:

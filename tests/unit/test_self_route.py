@@ -99,7 +99,7 @@ def test_build_strategy_uses_the_configured_multi_step_and_keeps_the_tier_list()
 def test_build_strategy_end_to_end_with_decompose() -> None:
     # reader abstains -> decompose: one split, then its own reader call
     llm = FakeLLM([reader_prompt.NO_ANSWER_MARKER, "Who directed Jaws?", "Steven Spielberg"])
-    strategy = build_strategy("self_route", FakeRetriever(make_passages(4)), llm, Settings())
+    strategy = build_strategy("self_route", FakeRetriever(make_passages(4)), llm, Settings(multi_step="decompose"))
     result = strategy.run("When was the director of Jaws born?")
     assert result.answer == "Steven Spielberg"
     assert result.steps == 1 + 2  # B, then decompose: question + one sub-question

@@ -26,8 +26,8 @@ def test_defaults_run_everything_embedded() -> None:
     assert s.retriever == "tantivy"
     assert s.opensearch_url is None and s.llm_base_url is None
     assert (s.top_k, s.max_steps, s.max_passages) == (5, 4, 6)
-    # tier C: the tuned choice of the reader the suite runs (gemma-270m: decompose)
-    assert s.multi_step is None and multi_step_strategy(s) == "decompose"
+    # tier C: the reader the suite runs (gemma-270m) has no tuned choice, so the default: evidence
+    assert s.multi_step is None and multi_step_strategy(s) == "evidence"
     assert s.data_dir == Path("../shared/data")
 
 

@@ -250,6 +250,12 @@ def test_route_fixed_rows_small_talk_and_router_results(settings: Settings) -> N
         route("sometimes", "q", settings)
 
 
+@pytest.fixture
+def settings() -> Settings:
+    """Tier C as the hand-made runs below count it: decompose (its split, then one read)."""
+    return Settings(_env_file=None, multi_step="decompose")
+
+
 def run_hand_made(settings: Settings, tmp_path: Path, llm: FakeLLM):
     from adaptive_rag.strategies import build_strategy
 
