@@ -18,7 +18,8 @@ file's `evidence` outcomes, named NAME), e.g. `evidence` reading the chain's bes
 Per multi-hop set and over the three (the mean of the per-set figures, stratified bootstrap): F1
 with its 95 % interval, each C minus B paired per question, the chosen C minus each other C paired,
 seconds per question and each C's time against B's, and the share of questions whose supporting
-passages were all read. The choice: the C with the highest mean F1 over the sets (ties: the faster).
+passages were all read. The choice, on the questions every C ran: the C with the highest mean F1
+over the sets (ties: the faster).
 """
 
 from __future__ import annotations
@@ -103,8 +104,10 @@ def readme(result: Mapping[str, Any]) -> str:
         "# Tier C with the default reader, chosen on `train`\n",
         f"**Answer (`train`, F1 points).** Chosen: **{chosen or 'none yet (no C ran on every set)'}**"
         + (f"; {chosen}, paired per question, " + "; ".join(against) if against else "") + ".\n",
-        "Each C against B on the same questions, per set and over the three (time: each C's total "
-        "seconds over B's on the questions both ran):\n",
+        "Each C against B on the questions every C ran (the choice is made here; time: each C's "
+        "total seconds over B's on the same questions):\n",
+        table(result["summary_common"]) + "\n",
+        "Each row on all the questions it ran:\n",
         table(summary) + "\n",
         f"Records: `{result['outcomes']}` (the router labels' outcomes: A, B and each C per multi-hop "
         "question)" + "".join(f"; `{name}`: `{path}`" for name, path in result["variants"].items())
@@ -124,10 +127,15 @@ def report(outcomes_path: Path, out: Path, data_dir: Path, commands: Sequence[st
     questions = {(q.dataset, q.id): q for q in load_questions(data_dir, DATASETS, split="train")}
     titles = {p.id: p.title for p in load_corpus(data_dir)}
     summary = {name: cells for name, cells in summarise(outcomes, questions, titles).items() if name != "no_retrieval"}
-    chosen = choose(summary)
+    # the choice compares the Cs on the questions every one of them ran (a C stopped early ran fewer)
+    cs = {s for _, _, s in outcomes} - set(NOT_C)
+    both = {(d, q) for d, q, _ in outcomes if all((d, q, c) in outcomes for c in cs)}
+    common = {name: cells for name, cells in summarise({k: o for k, o in outcomes.items() if k[:2] in both},
+                                                       questions, titles).items() if name != "no_retrieval"}
+    chosen = choose(common)
     others = [name for name in summary if name not in NOT_C and name != chosen]
     result = {"outcomes": str(outcomes_path), "variants": {n: str(p) for n, p in variants.items()},
-              "commands": list(commands), "summary": summary, "chosen": chosen,
+              "commands": list(commands), "summary": summary, "summary_common": common, "chosen": chosen,
               "chosen_minus": {other: versus(outcomes, chosen, other) for other in others} if chosen else {}}
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
