@@ -99,8 +99,10 @@ def test_a_driver_stopped_by_sigterm_stops_every_process_of_its_stack(tmp_path: 
     import time
 
     repo = Path(__file__).resolve().parents[2]
+    errors = tmp_path / "driver.err"
     driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path / "stack")], cwd=repo,
-                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(repo)})
+                              stdout=subprocess.PIPE, stderr=errors.open("w"), text=True,
+                              env={**os.environ, "PYTHONPATH": str(repo)})
     marker = ""
     try:
         marker, llm_pid = driver.stdout.readline().split()
@@ -117,5 +119,9 @@ def test_a_driver_stopped_by_sigterm_stops_every_process_of_its_stack(tmp_path: 
     deadline = time.monotonic() + 10
     while processes_with_marker(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not processes_with_marker(marker)
+    left = processes_with_marker(marker)
+    for pid, _ in left:  # a failure must not leave the stack running beside the rest of the suite
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"{left}; the driver's stderr ends: {errors.read_text()[-2000:]}"
     assert not Path(f"/proc/{llm_pid}").exists()

@@ -238,7 +238,8 @@ def test_report_only_run_records_the_classifier_and_replays_it_when_the_model_is
              "--data-dir", str(DATA_DIR), "--datasets", "squad,hotpotqa", "--limit", "3",
              "--strategies", ",".join(TIERS), "--out", str(out)],
             capture_output=True, text=True, timeout=120, check=False,
-            env={**os.environ, "ARAG_MODEL_REPOSITORY": str(repository), "COLUMNS": "200"},
+            env={**os.environ, "ARAG_MODEL_REPOSITORY": str(repository), "COLUMNS": "200",
+                 "ARAG_MULTI_STEP": "decompose"},  # tier C as the records above have it
             cwd=tmp_path,  # no learned routers a developer trained under ./var/routers (a default)
         )
         assert done.returncode == 0, done.stdout + done.stderr
