@@ -372,7 +372,9 @@ def unwind_on_stop_signals() -> None:
 
     if threading.current_thread() is not threading.main_thread():
         return
-    if all(signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler)
+    # ignored counts as not installed: `nohup` starts a run with SIGHUP ignored, and SIGTERM must
+    # still unwind it
+    if all(signal.getsignal(sig) in (signal.SIG_DFL, signal.SIG_IGN, signal.default_int_handler)
            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
         install_stop_signals()
 

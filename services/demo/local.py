@@ -63,9 +63,11 @@ def _raise_interrupted(signum: int, _frame: Any) -> None:
 
 
 def install_stop_signals() -> None:
-    """Ctrl-C, SIGTERM and SIGHUP unwind the run (so `local_stack` stops everything)."""
+    """Ctrl-C, SIGTERM and SIGHUP unwind the run (so `local_stack` stops everything); a signal the
+    process was started ignoring (SIGHUP under `nohup`) stays ignored."""
     for sig in STOP_SIGNALS:
-        signal.signal(sig, _raise_interrupted)
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, _raise_interrupted)
 
 
 @dataclass
