@@ -63,11 +63,13 @@ def _raise_interrupted(signum: int, _frame: Any) -> None:
 
 
 def install_stop_signals() -> None:
-    """Ctrl-C, SIGTERM and SIGHUP unwind the run (so `local_stack` stops everything); a signal the
-    process was started ignoring (SIGHUP under `nohup`) stays ignored."""
+    """Ctrl-C, SIGTERM and SIGHUP unwind the run (so `local_stack` stops everything); SIGHUP stays
+    ignored when the process was started ignoring it (`nohup`). SIGINT is taken even when ignored:
+    a shell starts background jobs ignoring it, and Ctrl-C sent to the run's group must still stop it."""
     for sig in STOP_SIGNALS:
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, _raise_interrupted)
+        if sig == signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN:
+            continue
+        signal.signal(sig, _raise_interrupted)
 
 
 @dataclass
