@@ -3,6 +3,7 @@ soon as it exists, so a crash at question 900 keeps the first 899 and a rerun co
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -43,12 +44,12 @@ R = TypeVar("R")
 
 
 def load_keyed_jsonl(path: Path, record: Callable[..., R]) -> dict[Any, R]:
-    """Records of a resumable results file by their `.key`; a line cut short by a crash is
-    ignored (and its work redone)."""
+    """Records of a resumable results file by their `.key` (gzipped when its name ends in .gz, as
+    committed records are); a line cut short by a crash is ignored (and its work redone)."""
     records: dict[Any, R] = {}
     if not path.exists():
         return records
-    with path.open(encoding="utf-8") as handle:
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8") as handle:
         for line in handle:
             try:
                 item = record(**json.loads(line))

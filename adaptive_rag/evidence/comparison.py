@@ -116,19 +116,20 @@ def split_comparison(question: str) -> Comparison | None:
     return None
 
 
+def _date(match: re.Match[str]) -> tuple[int, int, int]:
+    groups = match.groupdict()
+    year = next(int(groups[k]) for k in ("y1", "y2", "y3", "y4") if groups[k])
+    month_name = next((groups[k] for k in ("m1", "m2", "m3") if groups[k]), None)
+    month = _MONTHS.get(month_name.lower(), 0) if month_name else 0
+    # "Act 1901" is no month: the year alone
+    day = int(next((groups[k] for k in ("d1", "d2") if groups[k]), 0) or 0) if month else 0
+    return year, month, day
+
+
 def as_date(fact: str) -> tuple[int, int, int] | None:
     """The first date in a fact as (year, month, day), a missing month or day as 0; None if none."""
-    for match in _DATE.finditer(fact):
-        groups = match.groupdict()
-        year = next(int(groups[k]) for k in ("y1", "y2", "y3", "y4") if groups[k])
-        month_name = next((groups[k] for k in ("m1", "m2", "m3") if groups[k]), None)
-        month = _MONTHS.get(month_name.lower(), -1) if month_name else 0
-        if month == -1:  # "Act 1901" is no month: the year alone
-            month, day = 0, 0
-        else:
-            day = int(next((groups[k] for k in ("d1", "d2") if groups[k]), 0) or 0)
-        return year, month, day
-    return None
+    found = _DATE.search(fact)
+    return _date(found) if found else None
 
 
 def as_number(fact: str) -> float | None:
@@ -144,7 +145,7 @@ def as_number(fact: str) -> float | None:
 
 def as_lifespan(fact: str) -> int | None:
     """Years between the first and the last year a fact names (birth and death); None unless two."""
-    years = [as_date(m.group())[0] for m in _DATE.finditer(fact)]  # type: ignore[index]
+    years = [_date(m)[0] for m in _DATE.finditer(fact)]
     return years[-1] - years[0] if len(years) >= 2 and years[-1] >= years[0] else None
 
 
@@ -166,7 +167,9 @@ def decide(comparison: Comparison, facts: tuple[str, str]) -> str | None:
             return None
         first, second = values
         # compare only as precisely as both facts say: two bare years compare by year alone
-        depth = 1 + (first[1] > 0 and second[1] > 0) + (first[2] > 0 and second[2] > 0 and first[1] > 0 and second[1] > 0)
+        depth = 1
+        while depth < 3 and first[depth] and second[depth]:
+            depth += 1
         a, b = first[:depth], second[:depth]
     else:
         numbers = [as_number(f) for f in facts]

@@ -25,7 +25,6 @@ over the sets (ties: the faster).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -34,7 +33,7 @@ from typing import Any
 
 from adaptive_rag.evaluation.bootstrap import bootstrap_mean
 from adaptive_rag.evaluation.datasets import load_questions
-from adaptive_rag.evaluation.runner import Outcome
+from adaptive_rag.evaluation.runner import Outcome, load_outcomes
 from lab.experiments.chain_reader import DATASETS, LABELS, _pct, _signed, summarise, table
 from lab.harness.stats import paired_difference_interval
 
@@ -42,26 +41,11 @@ B = "single_step"
 NOT_C = ("no_retrieval", B)
 
 
-def read_outcomes(path: Path) -> dict[tuple[str, str, str], Outcome]:
-    """The label cache's outcomes by (dataset, question id, strategy), plain or gzipped; a line
-    cut short is skipped, a later line for the same key wins (as the runner resumes)."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    found: dict[tuple[str, str, str], Outcome] = {}
-    with opener(path, "rt", encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                outcome = Outcome(**json.loads(line))
-            except (json.JSONDecodeError, TypeError):
-                continue
-            found[outcome.key] = outcome
-    return found
-
-
 def with_variants(outcomes: dict[tuple[str, str, str], Outcome], variants: Mapping[str, Path]
                   ) -> dict[tuple[str, str, str], Outcome]:
     """`outcomes` plus each variant file's `evidence` outcomes, renamed to the variant's name."""
     for name, path in variants.items():
-        for (dataset, qid, strategy), outcome in read_outcomes(path).items():
+        for (dataset, qid, strategy), outcome in load_outcomes(path).items():
             if strategy == "evidence":
                 outcomes[(dataset, qid, name)] = replace(outcome, strategy=name)
     return outcomes
@@ -123,7 +107,7 @@ def report(outcomes_path: Path, out: Path, data_dir: Path, commands: Sequence[st
     from adaptive_rag.evaluation.corpus import load_corpus
 
     variants = dict(variants or {})
-    outcomes = {k: o for k, o in with_variants(read_outcomes(outcomes_path), variants).items() if k[0] in DATASETS}
+    outcomes = {k: o for k, o in with_variants(load_outcomes(outcomes_path), variants).items() if k[0] in DATASETS}
     questions = {(q.dataset, q.id): q for q in load_questions(data_dir, DATASETS, split="train")}
     titles = {p.id: p.title for p in load_corpus(data_dir)}
     summary = {name: cells for name, cells in summarise(outcomes, questions, titles).items() if name != "no_retrieval"}

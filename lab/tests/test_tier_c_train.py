@@ -10,7 +10,8 @@ from pathlib import Path
 
 from adaptive_rag.evaluation.runner import Outcome
 from lab.experiments.chain_reader import DATASETS
-from lab.experiments.tier_c_train import choose, read_outcomes, versus, with_variants
+from adaptive_rag.evaluation.runner import load_outcomes
+from lab.experiments.tier_c_train import choose, versus, with_variants
 
 
 def outcome(dataset: str, qid: str, strategy: str, f1: float, seconds: float = 1.0) -> Outcome:
@@ -29,8 +30,8 @@ def write(path: Path, outcomes: list[Outcome], zipped: bool = False) -> Path:
 
 def test_a_cache_reads_the_same_plain_or_gzipped_and_skips_a_cut_line(tmp_path: Path) -> None:
     rows = [outcome("2wiki", "q1", "evidence", 1.0), outcome("2wiki", "q1", "evidence", 0.5)]  # a rerun wins
-    plain = read_outcomes(write(tmp_path / "o.jsonl", rows))
-    zipped = read_outcomes(write(tmp_path / "o.jsonl.gz", rows, zipped=True))
+    plain = load_outcomes(write(tmp_path / "o.jsonl", rows))
+    zipped = load_outcomes(write(tmp_path / "o.jsonl.gz", rows, zipped=True))
     assert plain == zipped and list(plain) == [("2wiki", "q1", "evidence")]
     assert plain[("2wiki", "q1", "evidence")].f1 == 0.5
 
