@@ -155,7 +155,7 @@ eval: setup-eval
 	ARAG_READER=$(EVAL_READER) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval --data-dir $(DATA_DIR) \
 	  --index-dir var/bench-index --limit 100 --out $(EVAL_OUT) --llm-judge \
 	  --uncertainty-tuning $(EVAL_OUT)/uncertainty-tuning/tuning.json \
-	  --strategies no_retrieval,single_step,ircot,decompose,self_route,uncertainty
+	  --strategies no_retrieval,single_step,evidence,ircot,self_route,uncertainty
 
 ## eval-support: the support suite on the test split, per knowledge base (the COVID FAQ here, the demo help centre in reports/support/help_centre; ~12 min)
 eval-support: setup-eval

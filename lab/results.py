@@ -528,6 +528,18 @@ def two_part_answers(reports: Path) -> str:
             f"{med('C parts') / med('B'):.2f}x B's median time")
 
 
+def multi_part_routing(reports: Path) -> str:
+    """Quillbill (held out): multi-part questions reaching C and single questions sent to C, with
+    the shipped router and the escalation, from the per-question records."""
+    rows = [r for r in read_jsonl(reports / "multi_part_routing" / "questions.jsonl") if r["kb"] == "quillbill"]
+    multi = [r for r in rows if r["form"] != "single"]
+    single = [r for r in rows if r["form"] == "single"]
+    reached = sum(r["shipped_tier"] == "C" for r in multi)
+    false = sum(r["shipped_tier"] == "C" for r in single)
+    return (f"{reached} of {len(multi)} reach C ({100 * reached / len(multi):.1f} %); "
+            f"{false} of {len(single)} single to C ({100 * false / len(single):.1f} %)")
+
+
 def soak(reports: Path) -> str:
     """Per phase of the soak, the processes whose own RSS (without shared memory) grew within the
     limit and whose descriptors stayed flat after the warm-up, and the worst slope, from the samples."""
@@ -620,6 +632,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("Tier C evidence@5 minus single step on whole passages, test F1 (mean of 2Wiki, MuSiQue, HotpotQA)",
            chain_reader_test),
     Figure("Two-part support questions, support style: replies with both parts; time vs B", two_part_answers),
+    Figure("Multi-part questions in seven forms, Quillbill (held out): reach C; single questions sent to C", multi_part_routing),
     Figure("Tier B evidence budget vs whole passages, demo help centre test: p50 latency ratio; F1 / hit difference", evidence_budget("help-centre")),
     Figure("Tier B evidence budget vs whole passages, support test (help centre + COVID FAQ): p50 latency ratio; F1 / hit difference", evidence_budget("support")),
     Figure("Tier B evidence budget vs whole passages, benchmark single-hop test: p50 latency ratio; F1 / hit difference", evidence_budget("benchmark")),

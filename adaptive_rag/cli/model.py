@@ -107,6 +107,7 @@ def ship(
     when a version built from the same bytes exists. It becomes the served version only in a
     repository nothing was ever promoted into (`served.json` is moved by promotion only)."""
     from adaptive_rag.errors import ConfigurationError
+    from adaptive_rag.pinned import file_sha256
     from adaptive_rag.training.bag_of_words import KIND, model_card, publish
     from adaptive_rag.routing.model_repository import served_version
 
@@ -123,6 +124,8 @@ def ship(
         (router.parent / "MODEL_CARD.md").write_text(model_card(router), encoding="utf-8")
         typer.echo(f"wrote {evaluation_path} and {router.parent / 'MODEL_CARD.md'}")
     evaluation = json.loads(evaluation_path.read_text(encoding="utf-8")) if evaluation_path.is_file() else {}
+    if evaluation.get("test_labels", {}).get("router_sha256") != file_sha256(router):
+        evaluation = {}  # measured on other bytes (refitted since): not this version's figures
     try:
         published = publish(router, settings.model_repository, settings.classifier_model,
                             {"name": f"{KIND} (shipped)", "evaluation": evaluation})
@@ -156,6 +159,7 @@ def test_figures(report_path: Path, router: Path, model_dir: Path) -> dict:
         "n": mine["n"], "accuracy": mine["estimate"], "interval_95": [mine["low"], mine["high"]],
         "dataset_rule_accuracy": rule["estimate"], "dataset_rule_interval_95": [rule["low"], rule["high"]],
         "reader": reader, "report": str(report_path), "command": meta.get("command"), "date": meta.get("date"),
+        "router_sha256": file_sha256(router),
         "label": "the cheapest tier the reader answered correctly (EM or Acc), else the dataset's bias",
     }}
 

@@ -134,6 +134,7 @@ def fit_words(
     out: Annotated[Path, typer.Option(help="folder of router.json, labels.jsonl and MODEL_CARD.md")] = SHIPPED_DIR,
     min_count: Annotated[int, typer.Option(help="a word enters the vocabulary when seen this often")] = 2,
     fill_binary: Annotated[bool, typer.Option(help="label every other benchmark `train` question by its dataset's bias (the paper's binary labels), as labels from the database only cover the questions the reader was run on")] = True,
+    support: Annotated[bool, typer.Option(help="label the `train` questions of the support suites (COVID FAQ, demo help centre; never Quillbill, held out) by their kind's tier, so help-centre wording is learned from help centres")] = True,
     data_dir: DataDir = None,
     database_url: DbUrl = None,
 ) -> None:
@@ -150,7 +151,7 @@ def fit_words(
     from adaptive_rag.training.bag_of_words import fit, model_card
     from adaptive_rag.training.learned_routers import examples_from_labels
     from adaptive_rag.storage.labels import read_label_file, write_label_file
-    from adaptive_rag.training.labelling import binary_labels
+    from adaptive_rag.training.labelling import binary_labels, support_labels
 
     if labels_file is not None:
         if not labels_file.is_file():
@@ -167,6 +168,8 @@ def fit_words(
     run_rows = list(rows)  # what the reader was run on: the committed label file
     if fill_binary:
         rows += binary_labels(load_settings(data_dir=data_dir).data_dir, {(r.dataset, r.question_id) for r in rows})
+    if support:
+        rows += support_labels(load_settings(data_dir=data_dir), {(r.dataset, r.question_id) for r in rows})
     if not rows:
         raise typer.BadParameter(f"no `train` labels in {source}: run `arag label` first")
     examples = examples_from_labels(rows)

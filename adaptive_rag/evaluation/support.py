@@ -50,7 +50,7 @@ from adaptive_rag.evaluation.metrics import f1_score
 from adaptive_rag.evaluation.runner import load_keyed_jsonl
 from adaptive_rag.knowledge.documents import Document, Section, derived_document_id, normalise_title
 from adaptive_rag.ports import LLM, Retriever
-from adaptive_rag.routing.rules import asks_two_questions
+from adaptive_rag.routing.rules import asks_several_things
 from adaptive_rag.routing.small_talk import small_talk_intent
 from adaptive_rag.settings import Settings, multi_step_strategy
 
@@ -497,9 +497,9 @@ def route(
         return Routed(SMALL_TALK_STRATEGY, Tier.A, time.perf_counter() - start, f"small talk: {talk.intent}")
     decided = router(query)
     tier = Tier(getattr(decided, "tier", decided))
-    if tier is not Tier.C and asks_two_questions(query):  # as serving does (`escalate_two_questions`)
+    if tier is not Tier.C and asks_several_things(query):  # as serving does (`escalate_several_things`)
         return Routed(strategy_for_tier(Tier.C, settings), Tier.C, time.perf_counter() - start,
-                      "router; two questions in one: C")
+                      "router; several questions in one: C")
     return Routed(strategy_for_tier(tier, settings), tier, time.perf_counter() - start, "router")
 
 

@@ -28,7 +28,7 @@ from adaptive_rag.errors import (
 )
 from adaptive_rag.ports import LLM
 from adaptive_rag.strategies.follow_up import Rewrite, RewriteMethod, Turn, standalone_question
-from adaptive_rag.routing.rules import escalate_two_questions
+from adaptive_rag.routing.rules import escalate_several_things
 from adaptive_rag.routing.small_talk import small_talk_intent
 from adaptive_rag.serving.ports import FairShare, Records, ResultWaiter, Router, TaskQueue
 from adaptive_rag.serving.queue_delay import DepthEstimate, QueueDelayGate
@@ -59,7 +59,7 @@ class AdmissionConfig:
     shadow_share: float = 0.0
     key_cache_s: float = 0.0
     small_talk: bool = True
-    two_questions_to_c: bool = True  # a query asking two questions goes to C (`rules.asks_two_questions`)
+    two_questions_to_c: bool = True  # a query asking several things goes to C (`rules.escalate_several_things`)
     # How long a fair-share slot may stay held by work still running (the tier's lease).
     slot_lease_s: Mapping[Tier, float] = field(default_factory=dict)
     # A request still queued this long was never started: `expire_stale` expires it (None: never).
@@ -301,7 +301,7 @@ class Serving:
 
         A small-talk turn ("hi", "thanks!", "are you a bot?") is tier A without asking the
         classifier, answered by the small-talk strategy (a short reply, no retrieval, no LLM). A
-        query asking two questions goes to C whatever the router says (`escalate_two_questions`).
+        query asking several things goes to C whatever the router says (`escalate_several_things`).
         """
         start = time.perf_counter()
         with progress.stage("classify"):
@@ -312,7 +312,7 @@ class Serving:
             else:
                 routed = await self.router.route(query, tenant)
                 if self.config.two_questions_to_c:
-                    routed = escalate_two_questions(query, routed)
+                    routed = escalate_several_things(query, routed)
         decision = routed.model_copy(update={
             "strategy": routed.strategy or self.config.strategy_for(routed.tier),
             "classify_ms": 1000 * (time.perf_counter() - start),

@@ -273,8 +273,13 @@ def model_card(router_path: Path) -> str:
         f"{v.get('macro_f1', 0):.1%} on {v.get('n', 0)} labels",
     ]
     evaluation_path = Path(router_path).parent / "evaluation.json"
-    if evaluation_path.is_file():
-        t = json.loads(evaluation_path.read_text(encoding="utf-8"))["test_labels"]
+    measured = json.loads(evaluation_path.read_text(encoding="utf-8"))["test_labels"] \
+        if evaluation_path.is_file() else None
+    if measured is not None and measured.get("router_sha256") != file_sha256(router_path):
+        # Figures of another router's bytes (the router was refitted since): never shown as this one's.
+        lines.append("- `test` labels: not measured for this router yet (`arag model ship --test-report`)")
+    elif measured is not None:
+        t = measured
         lo, hi = t["interval_95"]
         rlo, rhi = t["dataset_rule_interval_95"]
         lines += [

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from adaptive_rag.contracts import Tier
+from adaptive_rag.settings import Settings
 from adaptive_rag.evaluation.datasets import Question, limit_per_dataset
 from adaptive_rag.evaluation.runner import Outcome, run_evaluation
 from adaptive_rag.storage.labels import LabelStore
@@ -84,6 +85,31 @@ def binary_labels(data_dir: Path, known: set[tuple[str, str]], split: str = "tra
                           outcomes={})
             for q in load_questions(data_dir, datasets, split=split)
             if (q.dataset, q.id) not in known and (tier := dataset_tier(q.dataset)) is not None]
+
+
+# The support suites whose `train` questions label the shipped router (Quillbill is held out: never).
+SUPPORT_LABEL_KBS = ("covid-faq", "help-centre")
+
+
+def support_labels(settings: Settings, known: set[tuple[str, str]] = frozenset()) -> list[TrainingLabel]:
+    """A label for every `train` question of the support suites in `SUPPORT_LABEL_KBS`: its kind's
+    tier in the suite (a question an entry answers, or one to abstain on: B; two joined: C; small
+    talk: A), the support sets' bias as the dataset's bias is the benchmark's. Without them the
+    router knows help-centre wording only from trivia and multi-hop questions, and sends single
+    support questions with "both", "if" or "does" in them to C. The COVID FAQ's off-topic questions
+    are benchmark questions, so they are left out."""
+    from adaptive_rag.evaluation.support import GOLD_TIER, OUT_OF_KB
+    from adaptive_rag.evaluation.support_kbs import build_knowledge_base_suite
+
+    labels = []
+    for kb in SUPPORT_LABEL_KBS:
+        for query in build_knowledge_base_suite(kb, settings).queries:
+            if query.split != "train" or (kb == "covid-faq" and query.kind == OUT_OF_KB) or (kb, query.id) in known:
+                continue
+            labels.append(TrainingLabel(origin="support", dataset=kb, question_id=query.id, question=query.query,
+                                        label=GOLD_TIER[query.kind].value, label_source="binary", split="train",
+                                        correct_metric="none", outcomes={}))
+    return labels
 
 
 @dataclass

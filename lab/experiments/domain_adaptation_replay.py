@@ -33,7 +33,7 @@ from typing import Any
 from adaptive_rag.evaluation.support import build_suite
 from adaptive_rag.routers.local_classifier import LocalOnnxClassifier
 from adaptive_rag.routing.model_repository import open_version
-from adaptive_rag.routing.rules import escalate_two_questions
+from adaptive_rag.routing.rules import escalate_several_things
 from adaptive_rag.routing.small_talk import small_talk_intent
 from adaptive_rag.routing.tenant_priors import TENANT_PRIORS_FILE, TenantPriors
 from adaptive_rag.settings import Settings
@@ -73,7 +73,7 @@ def route_test(classifier: LocalOnnxClassifier, priors: TenantPriors, queries: S
             tier = "A"
         else:
             decision = priors.adjust(classifier.classify(query.query), TENANT, classifier.policy)
-            tier = escalate_two_questions(query.query, decision).tier.value
+            tier = escalate_several_things(query.query, decision).tier.value
         rows.append(RoutedQuery(query.id, query.kind, query.gold_tier.value, tier, classifier.version.version))
     return summarise_routes(rows)
 

@@ -25,7 +25,7 @@ first five passages' documents):
 
 Per turn the records keep each row's query, how it was made (`none` = unchanged, `rules`,
 `reader`, `context`), its hit@5, the reader's seconds, and whether the rewrite asks two
-questions where the standalone question asks one (`routing.rules.asks_two_questions`, or two
+questions where the standalone question asks one (`routing.rules.asks_several_things`, or two
 question marks: the earlier question repeated; such a turn is escalated to tier C and its reply
 answers a question the user did not ask, a cost hit@5 does not show). Intervals: percentile bootstrap over
 turns (`adaptive_rag.evaluation.bootstrap`); the ratio to `standalone` resampled jointly, turn by
@@ -55,7 +55,7 @@ from adaptive_rag.evaluation.bootstrap import ratio_interval
 from adaptive_rag.evaluation.support import FollowUpTurn, SupportSuite, doc_id_of, retrieval_hits
 from adaptive_rag.evaluation.support_kbs import KNOWLEDGE_BASES, build_knowledge_base_suite
 from adaptive_rag.ports import LLM, Retriever
-from adaptive_rag.routing.rules import asks_two_questions
+from adaptive_rag.routing.rules import asks_several_things
 from adaptive_rag.settings import Settings
 from adaptive_rag.strategies.follow_up import RewriteMethod, Turn, by_reader, standalone_question
 from lab.harness.stack import unwind_on_stop_signals
@@ -79,7 +79,7 @@ def hit(retriever: Retriever, query: str, gold: Sequence[str]) -> tuple[float, l
 def _two_questions(query: str) -> bool:
     """Whether `query` asks two questions: the two-question rule's, or two question marks (the
     earlier question repeated before the follow-up)."""
-    return asks_two_questions(query) or query.count("?") > 1
+    return asks_several_things(query) or query.count("?") > 1
 
 
 def rewrite_turn(turn: FollowUpTurn, llm: LLM | None) -> tuple[dict[str, str], dict[str, str], dict[str, float]]:
@@ -123,7 +123,7 @@ def run_knowledge_base(suite: SupportSuite, retriever: Retriever, turns: Sequenc
         for row, query in queries.items():
             hits[row], tops[row] = hit(retriever, query, turn.gold)
         # A rewrite asking two questions where the standalone asks one is routed to tier C
-        # (`rules.escalate_two_questions`): a cost the hit@5 does not show.
+        # (`rules.escalate_several_things`): a cost the hit@5 does not show.
         two = {row: _two_questions(queries[row]) and not _two_questions(turn.standalone)
                for row in REWRITE_ROWS if row in queries}
         records.append({"kb": suite.name, "id": turn.id, "split": turn.split, "previous": turn.previous,

@@ -61,7 +61,7 @@ def test_the_reader_sees_only_what_the_product_sends_it_and_the_widened_row_the_
     assert whole["reader_calls"] == 0  # rules+reader asked the reader for no turn
 
 
-def test_a_rewrite_that_asks_two_questions_is_counted() -> None:
+def test_a_rewrite_that_asks_several_things_is_counted() -> None:
     llm = ScriptedLLM("Do you ship to canada at all? How much is express?")
     records = run_knowledge_base(SupportSuite([], [], [], name="kb"), KeywordRetriever(["canada"]), TURNS[1:], llm)
     found = summaries(records)["kb"]

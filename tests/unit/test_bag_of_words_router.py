@@ -13,7 +13,7 @@ import pytest
 from adaptive_rag.contracts import Tier
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.pinned import file_sha256
-from adaptive_rag.training.bag_of_words import BagOfWordsRouter, fit, onnx_parity, publish, words
+from adaptive_rag.training.bag_of_words import BagOfWordsRouter, fit, model_card, onnx_parity, publish, words
 from adaptive_rag.training.learned_routers import LabelledQuery
 from adaptive_rag.routing.model_repository import (
     describe_version, open_version, pin_served, served_version, version_at,
@@ -147,7 +147,8 @@ def test_ship_publishes_once_and_refuses_a_broken_router_file(router, tmp_path):
 
     router.save(tmp_path / "router.json")
     (tmp_path / "evaluation.json").write_text(json.dumps(
-        {"test_labels": {"n": 10, "accuracy": 0.5, "dataset_rule_accuracy": 0.6, "reader": "qwen-1.5b"}}))
+        {"test_labels": {"n": 10, "accuracy": 0.5, "dataset_rule_accuracy": 0.6, "reader": "qwen-1.5b",
+                         "router_sha256": file_sha256(tmp_path / "router.json")}}))
     args = ["model", "ship", "--router", str(tmp_path / "router.json"), "--repository", str(tmp_path / "repo")]
     first, second = run_arag(*args), run_arag(*args)
     assert first.returncode == 0 and "published:" in first.stdout, first.stderr
@@ -167,3 +168,35 @@ def test_a_cached_version_gets_the_figures_measured_since(router, tmp_path):
     version = open_version(tmp_path / "repo")
     assert "accuracy on 5 `test` labels 40.0%" in describe_version(version)
     assert file_sha256(version.onnx_path) == onnx_before
+
+
+def test_figures_measured_on_other_bytes_are_never_shown_as_this_routers(router, tmp_path):
+    """A refitted router keeps the old evaluation.json beside it until measured: its card and its
+    published version must not carry the old router's `test` figures."""
+    from tests.unit.test_cli_errors import run_arag
+
+    router.save(tmp_path / "router.json")
+    (tmp_path / "evaluation.json").write_text(json.dumps({"test_labels": {
+        "n": 10, "accuracy": 0.5, "interval_95": [0.4, 0.6], "dataset_rule_accuracy": 0.6,
+        "dataset_rule_interval_95": [0.5, 0.7], "reader": "qwen-1.5b", "date": "2026-12-02", "command": "arag eval",
+        "label": "cheapest correct", "router_sha256": "0" * 64}}))
+    card = model_card(tmp_path / "router.json")
+    assert "not measured for this router yet" in card and "50.0%" not in card
+    shipped = run_arag("model", "ship", "--router", str(tmp_path / "router.json"), "--repository", str(tmp_path / "repo"))
+    assert shipped.returncode == 0, shipped.stderr
+    assert "`test` labels" not in describe_version(open_version(tmp_path / "repo"))
+
+
+def test_support_labels_come_from_the_suites_train_split_and_never_from_quillbill() -> None:
+    from adaptive_rag.settings import Settings
+    from adaptive_rag.training.labelling import SUPPORT_LABEL_KBS, support_labels
+
+    labels = support_labels(Settings(data_dir=Path(__file__).resolve().parents[3] / "shared" / "data"))
+    assert labels and {label.dataset for label in labels} <= set(SUPPORT_LABEL_KBS)
+    assert "quillbill" not in SUPPORT_LABEL_KBS
+    assert all(label.split == "train" and label.origin == "support" for label in labels)
+    assert {label.label for label in labels if label.dataset == "help-centre"} == {"B"}
+    assert "C" in {label.label for label in labels if label.dataset == "covid-faq"}  # its joined questions
+    again = support_labels(Settings(data_dir=Path(__file__).resolve().parents[3] / "shared" / "data"),
+                           {(labels[0].dataset, labels[0].question_id)})
+    assert len(again) == len(labels) - 1

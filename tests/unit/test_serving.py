@@ -464,7 +464,7 @@ def test_a_query_asking_two_questions_goes_to_c_whatever_the_router_says():
     two = "Which plan is required for the Lumora Developer API, and what is its rate limit?"
     answered = run(svc.answer(Answer(KEY, two.encode(), None, soon()), CallProgress()))
     decision = store.decisions[answered.request_id]
-    assert decision.tier is Tier.C and decision.reason.endswith("; two questions in one: C")
+    assert decision.tier is Tier.C and decision.reason.endswith("; several questions in one: C")
     assert queue.tasks[-1].tier is Tier.C and queue.tasks[-1].strategy == svc.config.strategy_for(Tier.C)
     one = run(svc.answer(Answer(KEY, b"What is the rate limit of the Lumora Developer API?", None, soon()), CallProgress()))
     assert store.decisions[one.request_id].tier is Tier.B  # the fake router's B stands
