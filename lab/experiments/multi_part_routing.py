@@ -19,6 +19,11 @@ each followed by the escalation as serving does it: the rules router (`ARAG_ROUT
 shipped bag-of-words router (`models/router/router.json`, the graph Triton serves; its argmax tier).
 Rates carry Wilson 95 % intervals.
 
+And the passages C reads for them: for the suites' joined questions (the COVID FAQ's `test` split,
+every Quillbill two-page question), whether every part's FAQ entry or page is among the passages
+read, B's top 5 for the whole question against C's top 5 per part (`strategies.parts`), BM25 over
+the knowledge base's own index.
+
     python -m lab.experiments.multi_part_routing --out reports/multi_part_routing   # seconds
 
 Writes `README.md`, `summary.json` and `questions.jsonl` (one record per question).
@@ -31,6 +36,7 @@ import json
 import platform
 import shlex
 import sys
+import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -40,6 +46,10 @@ from typing import Any
 
 from adaptive_rag.contracts import RoutingDecision, Tier
 from adaptive_rag.evaluation import help_centre, quillbill
+from adaptive_rag.evaluation.support import JOINED
+from adaptive_rag.evaluation.support_kbs import build_knowledge_base_suite
+from adaptive_rag.retrieval.tantivy_index import TantivyRetriever
+from adaptive_rag.settings import Settings
 from adaptive_rag.routing.rules import escalate_several_things, question_parts, rules_router
 from adaptive_rag.training.bag_of_words import BagOfWordsRouter
 from lab.harness.stats import wilson_interval
@@ -134,6 +144,28 @@ def summarise(asked: Sequence[Asked]) -> dict[str, Any]:
     return summary
 
 
+def parts_retrieval(settings: Settings, top_k: int = 5) -> dict[str, Any]:
+    """Per knowledge base with joined questions: every part's entry among the passages read, B
+    (the whole question's top k) against C by parts (each part's own top k, merged)."""
+    found: dict[str, Any] = {}
+    for kb, split in (("covid-faq", "test"), (HELD_OUT, None)):
+        suite = build_knowledge_base_suite(kb, settings)
+        joined = [q for q in suite.queries if q.kind == JOINED and (split is None or q.split == split)]
+        with tempfile.TemporaryDirectory(prefix="parts-index-") as folder:
+            retriever = TantivyRetriever.build(Path(folder), suite.passages, title_boost=settings.title_boost)
+
+            def complete(queries: Sequence[str], groups: Sequence[Sequence[str]]) -> bool:
+                read = {p.doc_id for query in queries for p in retriever.search(query, top_k)}
+                return all(any(entry in read for entry in group) for group in groups)
+
+            b = sum(complete([q.query], q.gold_groups) for q in joined)
+            c = sum(complete(question_parts(q.query), q.gold_groups) for q in joined)
+            split_in_parts = sum(len(question_parts(q.query)) > 1 for q in joined)
+        found[kb] = {"n": len(joined), "split": split or "all", "split_in_parts": split_in_parts,
+                     "b": rate(b, len(joined)), "c_parts": rate(c, len(joined))}
+    return found
+
+
 def _pct(r: Mapping[str, Any]) -> str:
     return f"{100 * r['rate']:.1f} % [{100 * r['low']:.1f}, {100 * r['high']:.1f}] ({r['hits']} of {r['n']})"
 
@@ -175,6 +207,13 @@ def markdown(summary: Mapping[str, Any], asked: Sequence[Asked], command: str) -
         lines.append(f"| {label} | {s['multi_part']} | {_pct(s['reach_c']['shipped'])} | {_pct(s['reach_c']['rules'])} "
                      f"| {s['single']} | {_pct(s['false_c']['shipped'])} | {_pct(s['false_c']['rules'])} "
                      f"| {_pct(s['split_as_written'])} |")
+    retrieval = summary.get("parts_retrieval")
+    if retrieval:
+        lines += ["", "Every part's entry among the passages read, the suites' joined questions (BM25, top 5 "
+                  "for the whole question in B, per part in C):", "",
+                  "| knowledge base | questions | split in parts | B | C by parts |", "| --- | ---: | ---: | --- | --- |"]
+        for kb, r in retrieval.items():
+            lines.append(f"| {kb} ({r['split']}) | {r['n']} | {r['split_in_parts']} | {_pct(r['b'])} | {_pct(r['c_parts'])} |")
     lines += ["", "Per form (shipped router; reached C / split as written / questions):", "",
               "| form | " + " | ".join((DESIGN, HELD_OUT)) + " |", "| --- | --- | --- |"]
     forms = sorted({f for kb in (DESIGN, HELD_OUT) for f in summary[kb]["forms"]})
@@ -206,7 +245,7 @@ def markdown(summary: Mapping[str, Any], asked: Sequence[Asked], command: str) -
 def run(out: Path, router_path: Path, command: str) -> dict[str, Any]:
     shipped = BagOfWordsRouter.load(router_path)
     asked = route_all(load_questions(), shipped.route_many)
-    summary = summarise(asked)
+    summary = {**summarise(asked), "parts_retrieval": parts_retrieval(Settings())}
     out.mkdir(parents=True, exist_ok=True)
     (out / "questions.jsonl").write_text("".join(json.dumps(asdict(a)) + "\n" for a in asked), encoding="utf-8")
     (out / "summary.json").write_text(json.dumps({"command": command, **summary}, indent=2) + "\n", encoding="utf-8")

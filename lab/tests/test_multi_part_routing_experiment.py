@@ -37,3 +37,14 @@ def test_the_report_names_the_misses_and_the_verdict() -> None:
     text = markdown(summarise(asked), asked, "python -m lab.experiments.multi_part_routing")
     assert "does not meet the targets" in text and "Which plans include bank feeds? (the router)" in text
     assert json.dumps(summarise(asked))  # the summary is plain JSON
+
+
+def test_parts_retrieval_counts_every_joined_question_and_reading_by_parts_finds_no_fewer_entries() -> None:
+    from adaptive_rag.settings import Settings
+    from lab.experiments.multi_part_routing import parts_retrieval
+
+    found = parts_retrieval(Settings())
+    assert set(found) == {"covid-faq", HELD_OUT}
+    for row in found.values():
+        assert row["n"] > 0 and row["split_in_parts"] == row["n"]
+        assert row["c_parts"]["hits"] >= row["b"]["hits"]
