@@ -165,8 +165,8 @@ def _sentence_parts(sentence: str) -> list[str]:
         second = re.sub(r"^(?:and|also|as well as)\s+(?:then\s+)?", "", second, flags=re.IGNORECASE)
         clause = match.start("and_wh") < 0 or _VERB.search(second) is not None  # "and what other war?": no clause
         # After a question mark, a short second question is still one ("Who makes it? And where?").
-        long_enough = _words(first) >= _MIN_PART_WORDS and (
-            _words(second) >= _MIN_PART_WORDS or match.start("after_mark") >= 0)
+        long_enough = match.start("after_mark") >= 0 or (
+            _words(first) >= _MIN_PART_WORDS and _words(second) >= _MIN_PART_WORDS)
         if clause and long_enough or _IF_SO.match(second):
             return [first, *_sentence_parts(second)]
     if is_comparison(sentence):
