@@ -98,7 +98,11 @@ _LIST_BOUNDARY = re.compile(r"(?:of|for|about|on|include|includes|including|offe
 _PREPOSITION = re.compile(rf"\b(?:of|for|with|along|in|on|at|by|from|to|about|as|than|that|be|{_WH}|{_AUX})\b",
                           re.IGNORECASE)
 # An ask that picks one thing among the items is one question ("Who was born first out of A, B and C?").
-_PICKS_ONE = re.compile(r"\b(?:first|last|earlier|later|older|younger|more|most|less|least|\w+est)\b", re.IGNORECASE)
+_PICKS_ONE = re.compile(
+    r"\b(?:first|last|earlier|later|older|younger|more|most|less|least|best|worst|largest|smallest|biggest|"
+    r"highest|lowest|oldest|youngest|earliest|latest|longest|shortest|fastest|cheapest)\b",
+    re.IGNORECASE,
+)
 _MAX_LIST_ASK_WORDS = 7
 _MAX_ITEM_WORDS = 4
 _MIN_PART_WORDS = 3
