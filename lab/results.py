@@ -75,7 +75,6 @@ def percent(interval: Interval) -> str:
 # --- quality: the test-split evaluation of the default reader ------------------------------------
 
 EVAL = "eval-qwen-1.5b"
-TIER_STRATEGY = {"A": "no_retrieval", "B": "single_step", "C": "ircot"}
 
 
 @dataclass(frozen=True)
@@ -84,6 +83,7 @@ class Evaluation:
 
     outcomes: dict[Key, dict[str, dict[str, Any]]]
     routes: dict[str, dict[Key, str]]
+    tier_strategy: dict[str, str]  # the strategy of each tier in this evaluation (its report's oracle tiers)
 
     @classmethod
     def load(cls, folder: Path) -> Evaluation:
@@ -94,14 +94,15 @@ class Evaluation:
             row: {tuple(key.split("/", 1)): decision["tier"] for key, decision in recorded["questions"].items()}
             for row, recorded in read_json(folder / "routes.json.gz").items()
         }
-        return cls(dict(outcomes), routes)
+        tiers = read_json(folder / "report.json")["meta"]["oracle_tiers"]
+        return cls(dict(outcomes), routes, dict(zip("ABC", tiers)))
 
     def tier_questions(self) -> list[Key]:
         """The questions every tier's strategy answered (the rows on all 583)."""
-        return [k for k, by in self.outcomes.items() if all(s in by for s in TIER_STRATEGY.values())]
+        return [k for k, by in self.outcomes.items() if all(s in by for s in self.tier_strategy.values())]
 
     def f1_by_tier(self, tiers: Mapping[Key, str]) -> dict[Key, float]:
-        return {k: self.outcomes[k][TIER_STRATEGY[tier]]["f1"] for k, tier in tiers.items()}
+        return {k: self.outcomes[k][self.tier_strategy[tier]]["f1"] for k, tier in tiers.items()}
 
     def fixed(self, tier: str) -> dict[Key, str]:
         return {k: tier for k in self.tier_questions()}
@@ -115,7 +116,7 @@ class Evaluation:
         rule = self.dataset_rule()
         labels = {}
         for key in self.tier_questions():
-            correct = [t for t, s in TIER_STRATEGY.items()
+            correct = [t for t, s in self.tier_strategy.items()
                        if self.outcomes[key][s]["em"] > 0 or self.outcomes[key][s]["acc"] > 0]
             labels[key] = correct[0] if correct else rule[key]
         return labels
