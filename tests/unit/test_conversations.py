@@ -41,11 +41,19 @@ def test_an_answer_starts_a_conversation_and_a_follow_up_is_searched_as_a_standa
 
 def test_the_router_sees_the_rewritten_question():
     svc, store, queue, _ = service()
-    svc.router.tiers["compare it with the flu"] = "A"  # what the turn says as typed
+    svc.router.tiers["how does it spread?"] = "A"  # what the turn says as typed
+    first = ask(svc, "What is a novel coronavirus?")
+    follow = ask(svc, "how does it spread?", first.conversation_id)
+    assert follow.rewritten_query == "How does a novel coronavirus spread?"
+    assert follow.decision.tier is Tier.B  # routed on the rewrite, not the typed text
+
+
+def test_a_rewritten_comparison_goes_to_c_whatever_the_router_says():
+    svc, store, queue, _ = service()
     first = ask(svc, "What is a novel coronavirus?")
     follow = ask(svc, "compare it with the flu", first.conversation_id)
     assert follow.rewritten_query == "Compare a novel coronavirus with the flu"
-    assert follow.decision.tier is Tier.B  # routed on the rewrite, not the typed text
+    assert follow.decision.tier is Tier.C and follow.decision.reason.endswith("several questions in one: C")
 
 
 def test_a_turn_that_is_small_talk_stays_small_talk():
