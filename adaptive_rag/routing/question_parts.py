@@ -46,6 +46,7 @@ _ENUMERATION = re.compile(r"(?:^|\s)(?:\(?\d{1,2}[).]|[a-e]\))\s+")
 # ("St. Augustine", "Alex P. Keaton").
 _SENTENCE_END = re.compile(r"(?<![\s.][A-Z][a-z]\.)(?<![\s.][A-Z]\.)(?<![\s.][A-Z][a-z][a-z]\.)(?<=[?.!])\s+(?=[A-Z])")
 _ALSO = re.compile(r"^(?:and\s+)?(?:also|plus|additionally|and|another question)\b[,:]?\s*", re.IGNORECASE)
+_LEADING_AND = re.compile(r"^and\s+", re.IGNORECASE)  # "...; and how ...": the item's own question
 _IF_SO = re.compile(r"^(?:and\s+)?if\s+(?:so|yes|not|no)\b[,:]?\s*", re.IGNORECASE)
 
 # A second question after the first within one sentence; each form marks where the first ends.
@@ -127,7 +128,7 @@ def question_parts(query: str) -> list[str]:
     if ";" in body:
         items = [item.strip(" ,") for item in body.split(";")]
         if len(items) > 1 and all(_asks(item) for item in items):
-            return [_question(re.sub(r"^and\s+", "", item, flags=re.IGNORECASE)) for item in items]
+            return [_question(_LEADING_AND.sub("", item)) for item in items]
     sentences = [s.strip() for s in _SENTENCE_END.split(body) if s.strip()]
     # Every sentence after the first asks only when it starts as a question does (a statement ending
     # in "?" is a quiz's second sentence, not a second question).
@@ -219,7 +220,7 @@ def _enumerated(body: str) -> list[str] | None:
     items = [p.strip(" ,;") for p in pieces[1:]]
     if not all(_words(item) >= 2 for item in items):
         return None
-    return [_question(re.sub(r"^and\s+", "", item, flags=re.IGNORECASE)) for item in items]
+    return [_question(_LEADING_AND.sub("", item)) for item in items]
 
 
 def _dependent(parts: list[str]) -> list[str]:
@@ -240,7 +241,7 @@ def _with_context(parts: list[str], context: str) -> list[str]:
 
 
 def _asks(item: str) -> bool:
-    return _words(item) >= 2 and bool(_QUESTION_START.match(re.sub(r"^and\s+", "", item, flags=re.IGNORECASE)))
+    return _words(item) >= 2 and bool(_QUESTION_START.match(_LEADING_AND.sub("", item)))
 
 
 def _question(text: str) -> str:
