@@ -143,19 +143,25 @@ bench-setup: | $(VENV)/.created
 	  --out reports/setup $(BENCH_SETUP_ARGS)
 
 ## eval: the evaluation report on the test split (long: see README): the shipped router published
-## for the adaptive row, the uncertainty threshold tuned on train, every strategy and the LLM judge
+## for the adaptive row, the three tiers on 100 questions per dataset with the LLM judge's routes,
+## Self-Route and uncertainty (threshold tuned on train) on the first 20, then the report of every row
 # EVAL_READER: whose outcomes (one results directory per reader: reports/eval holds Gemma's)
 EVAL_READER ?= qwen-1.5b
 EVAL_OUT = reports/eval-$(EVAL_READER)
+EVAL_TIERS = no_retrieval,single_step,evidence
+EVAL_ARGS = --data-dir $(DATA_DIR) --index-dir var/bench-index --out $(EVAL_OUT) --classifier-version 1 \
+  --uncertainty-tuning $(EVAL_OUT)/uncertainty-tuning/tuning.json
 eval: setup-eval
 	$(ARAG) index --benchmark --data-dir $(DATA_DIR) --index-dir var/bench-index
 	$(ARAG) model ship --repository $(MODEL_REPOSITORY)
 	ARAG_READER=$(EVAL_READER) $(ARAG) routers tune-uncertainty --limit 20 --data-dir $(DATA_DIR) \
 	  --index-dir var/bench-index --out $(EVAL_OUT)/uncertainty-tuning
-	ARAG_READER=$(EVAL_READER) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval --data-dir $(DATA_DIR) \
-	  --index-dir var/bench-index --limit 100 --out $(EVAL_OUT) --llm-judge \
-	  --uncertainty-tuning $(EVAL_OUT)/uncertainty-tuning/tuning.json \
-	  --strategies no_retrieval,single_step,evidence,ircot,self_route,uncertainty
+	ARAG_READER=$(EVAL_READER) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval $(EVAL_ARGS) \
+	  --limit 100 --strategies $(EVAL_TIERS) --llm-judge
+	ARAG_READER=$(EVAL_READER) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval $(EVAL_ARGS) \
+	  --limit 20 --strategies $(EVAL_TIERS),self_route,uncertainty
+	ARAG_READER=$(EVAL_READER) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval $(EVAL_ARGS) \
+	  --report-only --limit 100 --strategies $(EVAL_TIERS),self_route,uncertainty --llm-judge
 
 ## eval-support: the support suite on the test split, per knowledge base (the COVID FAQ here, the demo help centre in reports/support/help_centre; ~12 min)
 eval-support: setup-eval
