@@ -194,8 +194,9 @@ class Settings(BaseSettings):
     )
     # The `evidence` strategy's reader gets only those passages' sentences that answer the
     # question, up to this many tokens (as tier B with `evidence_tokens`); 0: the passages whole.
-    evidence_read_tokens: int = Field(
-        0, ge=0, le=4000, validation_alias=env_name("ARAG_EVIDENCE_READ_TOKENS", "evidence_read_tokens")
+    # Unset: the configured reader's tuned value, else whole (a multi-step knob, recorded per run).
+    evidence_read_tokens: int | None = Field(
+        None, ge=0, le=4000, validation_alias=env_name("ARAG_EVIDENCE_READ_TOKENS", "evidence_read_tokens")
     )
     # The `evidence` strategy reads a comparison question ("Which ..., A or B?", "Are A and B of the
     # same ...?") per side: each side's fact from its own passages, then compared by rule or by one
@@ -319,7 +320,7 @@ class ClassifierSettings(BaseSettings):
 DEFAULT_KNOBS: dict[str, Any] = {
     "multi_step": StrategyName.EVIDENCE, "ircot_min_steps": 1, "ircot_reader_answers": False,
     "ircot_query_with_question": False, "ircot_max_passages": None,
-    "decompose_question_hits_first": False,
+    "decompose_question_hits_first": False, "evidence_read_tokens": 0,
 }
 
 

@@ -179,6 +179,22 @@ def test_build_strategy_takes_the_settings_and_the_gate() -> None:
     assert built.abstention == Abstention(min_relevance=0.4)
     assert built.graphs is not None
 
+@pytest.mark.parametrize("overrides, expected", [
+    ({"reader": "qwen-1.5b"}, 400),                                              # tuned for this reader
+    ({"reader": "qwen-1.5b", "evidence_read_tokens": 0}, None),                  # set: the passages whole
+    ({"reader": "qwen-1.5b", "llm_base_url": "http://127.0.0.1:9/v1"}, None),    # an endpoint: the default
+    ({"reader": "gemma-270m"}, None),                                            # not tuned: the default
+])
+def test_how_much_evidence_reads_is_a_knob_tuned_per_reader(overrides: dict, expected: int | None) -> None:
+    from adaptive_rag.settings import DEFAULT_KNOBS, strategy_knob
+
+    settings = Settings(_env_file=None, **overrides)
+    built = build_strategy(StrategyName.EVIDENCE, FakeRetriever(), FakeLLM(), settings).whole
+    assert built.evidence_tokens == expected
+    # A run records every knob (`arag eval`'s generator.json), so a change of it cannot resume old outcomes.
+    assert "evidence_read_tokens" in DEFAULT_KNOBS and strategy_knob(settings, "evidence_read_tokens") == (expected or 0)
+
+
 
 def test_which_gatherers_need_the_graph() -> None:
     assert NEEDS_GRAPH == {"links", "ppr", "chain"}
