@@ -113,7 +113,8 @@ def build_strategy(name: str, retriever: Retriever, llm: LLM, settings: Settings
         whole = EvidenceRead(
             retriever, llm, gatherer=settings.evidence_gatherer, budget=settings.evidence_budget,
             graphs=shared_graphs(settings.evidence_graphs), abstention=abstention,
-            reader_abstains=settings.reader_abstains, evidence_tokens=strategy_knob(settings, "evidence_read_tokens") or None,
+            reader_abstains=settings.reader_abstains,
+            evidence_tokens=strategy_knob(settings, "evidence_read_tokens") or None,
             compare_sides=settings.evidence_compare_sides,
         )
     if whole is not None:

@@ -179,6 +179,7 @@ def test_build_strategy_takes_the_settings_and_the_gate() -> None:
     assert built.abstention == Abstention(min_relevance=0.4)
     assert built.graphs is not None
 
+
 @pytest.mark.parametrize("overrides, expected", [
     ({"reader": "qwen-1.5b"}, 400),                                              # tuned for this reader
     ({"reader": "qwen-1.5b", "evidence_read_tokens": 0}, None),                  # set: the passages whole
@@ -193,7 +194,6 @@ def test_how_much_evidence_reads_is_a_knob_tuned_per_reader(overrides: dict, exp
     assert built.evidence_tokens == expected
     # A run records every knob (`arag eval`'s generator.json), so a change of it cannot resume old outcomes.
     assert "evidence_read_tokens" in DEFAULT_KNOBS and strategy_knob(settings, "evidence_read_tokens") == (expected or 0)
-
 
 
 def test_which_gatherers_need_the_graph() -> None:
