@@ -148,20 +148,43 @@ bench-setup: | $(VENV)/.created
 # EVAL_READER: whose outcomes (one results directory per reader: reports/eval holds Gemma's)
 EVAL_READER ?= qwen-1.5b
 EVAL_OUT = reports/eval-$(EVAL_READER)
+# How much of C's passages the reader reads: that report read them whole (0); the served default
+# (the reader's tuned read) is evaluated by `make eval-served` into reports/eval-$(EVAL_READER)-t400
+EVAL_READ_TOKENS ?= 0
 EVAL_TIERS = no_retrieval,single_step,evidence
 EVAL_ARGS = --data-dir $(DATA_DIR) --index-dir var/bench-index --out $(EVAL_OUT) --classifier-version 1 \
   --uncertainty-tuning $(EVAL_OUT)/uncertainty-tuning/tuning.json
 eval: setup-eval
 	$(ARAG) index --benchmark --data-dir $(DATA_DIR) --index-dir var/bench-index
 	$(ARAG) model ship --repository $(MODEL_REPOSITORY)
-	ARAG_READER=$(EVAL_READER) $(ARAG) routers tune-uncertainty --limit 20 --data-dir $(DATA_DIR) \
+	ARAG_READER=$(EVAL_READER) ARAG_EVIDENCE_READ_TOKENS=$(EVAL_READ_TOKENS) $(ARAG) routers tune-uncertainty --limit 20 --data-dir $(DATA_DIR) \
 	  --index-dir var/bench-index --out $(EVAL_OUT)/uncertainty-tuning
-	ARAG_READER=$(EVAL_READER) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval $(EVAL_ARGS) \
+	ARAG_READER=$(EVAL_READER) ARAG_EVIDENCE_READ_TOKENS=$(EVAL_READ_TOKENS) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval $(EVAL_ARGS) \
 	  --limit 100 --strategies $(EVAL_TIERS) --llm-judge
-	ARAG_READER=$(EVAL_READER) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval $(EVAL_ARGS) \
+	ARAG_READER=$(EVAL_READER) ARAG_EVIDENCE_READ_TOKENS=$(EVAL_READ_TOKENS) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval $(EVAL_ARGS) \
 	  --limit 20 --strategies $(EVAL_TIERS),self_route,uncertainty
-	ARAG_READER=$(EVAL_READER) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval $(EVAL_ARGS) \
+	ARAG_READER=$(EVAL_READER) ARAG_EVIDENCE_READ_TOKENS=$(EVAL_READ_TOKENS) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval $(EVAL_ARGS) \
 	  --report-only --limit 100 --strategies $(EVAL_TIERS),self_route,uncertainty --llm-judge
+
+## eval-served: the same questions with tier C as served (the reader's tuned read of its passages)
+## into $(SERVED_OUT), resumed from the committed records of $(SERVED_FROM) (A and B reused from
+## $(EVAL_OUT); SERVED_FROM= runs every tier, ~3.5 hours), then the report of the tiers and routers
+## (Self-Route and uncertainty stay in $(EVAL_OUT))
+SERVED_OUT ?= var/eval-served
+SERVED_FROM ?= $(EVAL_OUT)-t400
+eval-served: setup-eval
+	$(ARAG) index --benchmark --data-dir $(DATA_DIR) --index-dir var/bench-index
+	$(ARAG) model ship --repository $(MODEL_REPOSITORY)
+	if [ -n "$(SERVED_FROM)" ] && [ ! -f $(SERVED_OUT)/results.jsonl ]; then mkdir -p $(SERVED_OUT) && \
+	  cp $(SERVED_FROM)/generator.json $(SERVED_OUT)/ && \
+	  gunzip -c $(SERVED_FROM)/results.jsonl.gz > $(SERVED_OUT)/results.jsonl && \
+	  gunzip -c $(SERVED_FROM)/routes.json.gz > $(SERVED_OUT)/routes.json; fi
+	ARAG_READER=$(EVAL_READER) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval --data-dir $(DATA_DIR) \
+	  --index-dir var/bench-index --limit 100 --strategies $(EVAL_TIERS) --out $(SERVED_OUT) \
+	  --classifier-version 1
+	ARAG_READER=$(EVAL_READER) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval --data-dir $(DATA_DIR) \
+	  --index-dir var/bench-index --limit 100 --strategies $(EVAL_TIERS) --out $(SERVED_OUT) \
+	  --classifier-version 1 --llm-judge --report-only
 
 ## eval-support: the support suite on the test split, per knowledge base (the COVID FAQ here, the demo help centre in reports/support/help_centre; ~12 min)
 eval-support: setup-eval
@@ -302,7 +325,7 @@ bench-ceiling: setup
 ## bench-fair-share: two tenants, one flooding tier C at 10x its share; the other's latency alone,
 ## with the flood and fair share on, and with it off, interleaved (Redis, workers, front door, a
 ## fixed-latency LLM endpoint); reports/fair_share/ (~17 min)
-.PHONY: bench-fair-share eval-support
+.PHONY: bench-fair-share eval-support eval-served
 bench-fair-share: setup
 	$(PY) -m lab.experiments.fair_share
 

@@ -74,7 +74,7 @@ def percent(interval: Interval) -> str:
 
 # --- quality: the test-split evaluation of the default reader ------------------------------------
 
-EVAL = "eval-qwen-1.5b"
+EVAL = "eval-qwen-1.5b-t400"
 
 
 @dataclass(frozen=True)
