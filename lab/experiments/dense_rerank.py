@@ -12,7 +12,9 @@ Variants (each a ranking of the same question's candidates; RRF = reciprocal ran
 - `chain+dense`, `chain+dense/2`: the chain's top 20 fused with their cosine order (weight 1, 0.5);
 - `chain+dense-pool`, `chain+dense-pool/2`: the chain's top 20 fused with the cosine order of every
   candidate any gatherer found (first hop, bridge, links, walk);
-- `dense`: the chain's top 20 in cosine order alone.
+- `dense`: the chain's top 20 in cosine order alone;
+- `hybrid`: a hybrid first hop, BM25's top 20 fused with the question's 20 nearest passages of the
+  whole corpus by cosine; `chain+hybrid`, `chain+hybrid/2`: the chain fused with those nearest.
 
 The encoder is the learned routers' export (`arag routers train` writes it; mean-pooled, 128
 tokens). Passages are embedded as `title: text`. This is a gate before any reader time: a variant
@@ -24,7 +26,6 @@ first 8 titles and complete/recall at 5 and 8) to `--out`.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import shlex
 import statistics
@@ -44,11 +45,12 @@ from adaptive_rag.evaluation.datasets import MULTI_HOP, load_questions
 from adaptive_rag.evidence import WEIGHTS, EntityGraph, Hops, collect, fuse, reciprocal_rank_fusion
 from adaptive_rag.settings import Settings
 from lab.experiments.evidence import DATASET_ORDER, EVERY_LIST, LABELS, benchmark_items, open_index, scores
+from lab.harness.records import write_summary_and_records
 from lab.harness.stats import mean_interval, median, paired_difference_interval
 
 POOL = 20
 VARIANTS = ("bm25", "chain", "bm25+dense", "chain+dense", "chain+dense/2", "chain+dense-pool",
-            "chain+dense-pool/2", "dense")
+            "chain+dense-pool/2", "dense", "hybrid", "chain+hybrid", "chain+hybrid/2")
 TIMED = 50  # questions whose own 20 candidates are embedded alone, as serving would
 
 
@@ -57,7 +59,9 @@ def by_cosine(passages: Sequence[Passage], vectors: dict[str, np.ndarray], quest
 
 
 def rankings(first: list[Passage], chain: list[Passage], pool: list[Passage],
-             vectors: dict[str, np.ndarray], question: np.ndarray) -> dict[str, list[Passage]]:
+             vectors: dict[str, np.ndarray], question: np.ndarray,
+             nearest: list[Passage]) -> dict[str, list[Passage]]:
+    """Every variant's ranking; `nearest` is the question's dense top 20 over the whole corpus."""
     chain_dense, pool_dense = by_cosine(chain, vectors, question), by_cosine(pool, vectors, question)
     return {
         "bm25": first,
@@ -68,6 +72,9 @@ def rankings(first: list[Passage], chain: list[Passage], pool: list[Passage],
         "chain+dense-pool": reciprocal_rank_fusion([(chain, 1.0), (pool_dense, 1.0)]),
         "chain+dense-pool/2": reciprocal_rank_fusion([(chain, 1.0), (pool_dense, 0.5)]),
         "dense": chain_dense,
+        "hybrid": reciprocal_rank_fusion([(first, 1.0), (nearest, 1.0)]),
+        "chain+hybrid": reciprocal_rank_fusion([(chain, 1.0), (nearest, 1.0)]),
+        "chain+hybrid/2": reciprocal_rank_fusion([(chain, 1.0), (nearest, 0.5)]),
     }
 
 
@@ -94,14 +101,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             pool = list({p.id: p for ranking, _ in found.rankings(EVERY_LIST) for p in ranking}.values())
             gathered.append((item, found.first[:POOL], chain, list({p.id: p for p in pool + chain}.values())))
             progress.advance(task)
-    texts = {p.id: f"{p.title}: {p.text}" for _, first, chain, pool in gathered for p in first + chain + pool}
-    ids = list(texts)
-    with Progress() as progress:
-        task = progress.add_task("embedding candidates", total=len(ids))
-        matrix = encoder.embed_many([texts[i] for i in ids], batch_size=64,
-                                    advance=lambda n: progress.advance(task, n))
-    vectors = dict(zip(ids, matrix))
+    texts = {p.id: f"{p.title}: {p.text}" for p in passages}
+    matrix = corpus_vectors(encoder, passages, texts, args.cache)
+    vectors = dict(zip((p.id for p in passages), matrix))
     questions = encoder.embed_many([item.text for item, *_ in gathered])
+    nearest_rows = np.argsort(-(questions @ matrix.T), axis=1)[:, :POOL]
 
     timings = []
     for item, first, chain, pool in gathered[:: max(1, len(gathered) // TIMED)][:TIMED]:
@@ -111,21 +115,42 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         timings.append(1000 * (time.perf_counter() - start))
 
     records = []
-    for (item, first, chain, pool), question in zip(gathered, questions):
-        for name, ranked in rankings(first, chain, pool, vectors, question).items():
+    for (item, first, chain, pool), question, rows in zip(gathered, questions, nearest_rows):
+        nearest = [passages[int(row)] for row in rows]
+        for name, ranked in rankings(first, chain, pool, vectors, question, nearest).items():
             found = [item.key(p) for p in ranked[:8]]
             records.append({"group": item.group, "id": item.id, "split": item.split, "variant": name,
                             **scores(item, found), "found": found})
     report = {
         "command": "python -m lab.experiments.dense_rerank " + shlex.join(sys.argv[1:]),
         "split": args.split, "encoder": json.loads((args.encoder / "encoder.json").read_text(encoding="utf-8")),
-        "title_boost": settings.title_boost, "pool": POOL, "candidates_embedded": len(ids),
+        "title_boost": settings.title_boost, "pool": POOL, "candidates_embedded": len(passages),
         "embed_ms_per_question": {"median": median(timings), "n": len(timings),
                                   "what": "the question and its chain's 20 candidates, embedded alone"},
         "summary": summarise(records),
     }
     write(args.out, report, records)
     return report
+
+
+def corpus_vectors(encoder, passages: Sequence[Passage], texts: dict[str, str], cache: Path) -> np.ndarray:
+    """Every passage's embedding, in corpus order, cached under `cache` by the encoder's and the
+    corpus's identity (embedding the corpus takes minutes on 2 cores)."""
+    import hashlib
+
+    from rich.progress import Progress
+
+    digest = hashlib.sha256("\n".join(f"{p.id}\t{texts[p.id]}" for p in passages).encode()).hexdigest()[:12]
+    path = cache / f"corpus-{encoder.identity[:12]}-{digest}.npy"
+    if path.is_file():
+        return np.load(path)
+    with Progress() as progress:
+        task = progress.add_task("embedding the corpus", total=len(passages))
+        matrix = encoder.embed_many([texts[p.id] for p in passages], batch_size=64,
+                                    advance=lambda n: progress.advance(task, n))
+    cache.mkdir(parents=True, exist_ok=True)
+    np.save(path, matrix)
+    return matrix
 
 
 def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -154,11 +179,7 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def write(out: Path, report: dict[str, Any], records: list[dict[str, Any]]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    with gzip.open(out / "records.jsonl.gz", "wt", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record) + "\n")
+    write_summary_and_records(out, report, records)
     (out / "README.md").write_text(readme(report), encoding="utf-8")
 
 
@@ -192,14 +213,18 @@ def readme(report: dict[str, Any]) -> str:
         "# A sentence encoder over the chain's candidates: does it complete more chains?\n",
         "**Question.** Tier C hands the reader 5 passages gathered by BM25, the entity graph and its "
         "links (`chain`). Does the shipped MiniLM encoder's cosine to the question, reordering those "
-        "candidates, put every supporting passage among the 5 more often, above all on MuSiQue, "
-        "where the chain gains least? Without the reader, on `" + split + "`.\n",
+        "candidates or adding the corpus's nearest passages (a hybrid first hop), put every supporting "
+        "passage among the 5 more often, above all on MuSiQue, where the chain gains least? Without "
+        "the reader, on `" + split + "`.\n",
         f"**Answer.** {'Yes' if pays else 'No'}: the best variant, `{best}`, completes "
         f"{100 * means[best]:.1f} % of chains at 5 on the mean of the three sets against the chain's "
         f"{100 * means['chain']:.1f} % (B's BM25: {100 * means['bm25']:.1f} %). " + musique_line(summary)
         + " The encoder ranks by likeness to the question, and a chain's second hop (the bridge "
-        "entity's own page) is often unlike it. A reranked first hop, against B's BM25: "
+        "entity's own page) is often unlike it. Against B's BM25, a reranked first hop: "
         + ", ".join(f"{LABELS[g]} {_signed(summary['sets'][g]['bm25+dense']['complete@5 - bm25'])}"
+                    for g in DATASET_ORDER if g in summary["sets"])
+        + "; a hybrid first hop (BM25 and the corpus's nearest by cosine): "
+        + ", ".join(f"{LABELS[g]} {_signed(summary['sets'][g]['hybrid']['complete@5 - bm25'])}"
                     for g in DATASET_ORDER if g in summary["sets"]) + ". "
         + ("`test` was not read: nothing passed the gate." if not pays else "") + "\n",
         "## How it was measured\n",
@@ -208,7 +233,7 @@ def readme(report: dict[str, Any]) -> str:
         f"every multi-hop `{split}` question with supporting titles, the {report['pool']} best "
         "candidates of each ranking. The encoder: "
         f"{report['encoder']['base']['description']}, {report['encoder']['max_length']} tokens, sha256 "
-        f"`{report['encoder']['sha256'][:12]}`; {report['candidates_embedded']:,} candidates embedded. "
+        f"`{report['encoder']['sha256'][:12]}`; the whole corpus ({report['candidates_embedded']:,} passages) embedded once. "
         "Serving cost of embedding a question and its chain's 20 candidates, alone, on 2 shared cores: "
         f"{report['embed_ms_per_question']['median']:.0f} ms (median of {report['embed_ms_per_question']['n']}). "
         "Intervals: bootstrap 95 %; differences paired by question.\n",
@@ -240,6 +265,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="where the evidence experiment's benchmark index is (built when missing)")
     parser.add_argument("--encoder", type=Path, default=Path("var/routers/encoders/minilm-l6"),
                         help="an exported encoder directory (`arag routers train` writes one)")
+    parser.add_argument("--cache", type=Path, default=Path("var/dense"),
+                        help="where the corpus's embeddings are kept between runs")
     parser.add_argument("--split", choices=("train", "test"), default="train")
     parser.add_argument("--limit", type=int, default=0, help="at most this many questions per set (smoke runs)")
     parser.add_argument("--out", type=Path, default=Path("reports/dense_rerank"))

@@ -25,7 +25,6 @@ README.md and the plot from summary.json.
 from __future__ import annotations
 
 import argparse
-import gzip
 import itertools
 import json
 import platform
@@ -48,6 +47,7 @@ from adaptive_rag.evidence import GATHERERS, WEIGHTS, EntityGraph, EvidenceGathe
 from adaptive_rag.ports import Retriever
 from adaptive_rag.retrieval.tantivy_index import TantivyRetriever
 from adaptive_rag.settings import Settings
+from lab.harness.records import write_summary_and_records
 from lab.harness.stats import Interval, mean_interval, median, paired_difference_interval
 
 BUDGETS = (5, 8)
@@ -344,11 +344,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def write(out: Path, report: dict[str, Any], records: list[dict[str, Any]]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    with gzip.open(out / "records.jsonl.gz", "wt", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record) + "\n")
+    write_summary_and_records(out, report, records)
     render(out, report)
 
 

@@ -18,13 +18,15 @@ def test_the_cosine_order_reranks_the_same_candidates_and_the_fusions_keep_them(
     # p5 is the nearest to the question, then p2; p1 the farthest.
     vectors = {f"p{n}": np.array([c, np.sqrt(1 - c * c)]) for n, c in
                ((1, 0.0), (2, 0.8), (3, 0.3), (4, 0.5), (5, 1.0))}
-    ranked = rankings(first, chain, pool, vectors, np.array([1.0, 0.0]))
+    nearest = [_passage(5), _passage(2)]
+    ranked = rankings(first, chain, pool, vectors, np.array([1.0, 0.0]), nearest)
     assert set(ranked) == set(VARIANTS)
     assert [p.id for p in ranked["dense"]] == ["p2", "p4", "p1"]
     assert ranked["bm25"] == first and ranked["chain"] == chain
     assert {p.id for p in ranked["chain+dense"]} == {"p1", "p2", "p4"}
     assert {p.id for p in ranked["chain+dense-pool"]} == {"p1", "p2", "p3", "p4", "p5"}  # the pool adds p3, p5
     assert [p.id for p in ranked["bm25+dense"]][0] == "p2"  # 2nd by BM25, 1st by cosine
+    assert [p.id for p in ranked["hybrid"]][:2] == ["p2", "p1"] and "p5" in {p.id for p in ranked["hybrid"]}
 
 
 def _records(group: str, chain: list[float], other: list[float]) -> list[dict]:
