@@ -168,8 +168,8 @@ eval: setup-eval
 
 ## eval-served: the same questions with tier C as served (the reader's tuned read of its passages)
 ## into $(SERVED_OUT), resumed from the committed records of $(SERVED_FROM) (A and B reused from
-## $(EVAL_OUT); SERVED_FROM= runs every tier, ~3.5 hours), then the report of the tiers and routers
-## (Self-Route and uncertainty stay in $(EVAL_OUT))
+## $(EVAL_OUT); SERVED_FROM= runs every tier, ~3.5 hours), Self-Route and uncertainty on the first
+## 20 per set, then the report of every row
 SERVED_OUT ?= var/eval-served
 SERVED_FROM ?= $(EVAL_OUT)-t400
 eval-served: setup-eval
@@ -182,9 +182,12 @@ eval-served: setup-eval
 	ARAG_READER=$(EVAL_READER) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval --data-dir $(DATA_DIR) \
 	  --index-dir var/bench-index --limit 100 --strategies $(EVAL_TIERS) --out $(SERVED_OUT) \
 	  --classifier-version 1
+	ARAG_READER=$(EVAL_READER) $(ARAG) eval --data-dir $(DATA_DIR) --index-dir var/bench-index --limit 20 \
+	  --strategies $(EVAL_TIERS),self_route,uncertainty --out $(SERVED_OUT) \
+	  --uncertainty-tuning $(EVAL_OUT)/uncertainty-tuning/tuning.json
 	ARAG_READER=$(EVAL_READER) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval --data-dir $(DATA_DIR) \
-	  --index-dir var/bench-index --limit 100 --strategies $(EVAL_TIERS) --out $(SERVED_OUT) \
-	  --classifier-version 1 --llm-judge --report-only
+	  --index-dir var/bench-index --limit 100 --strategies $(EVAL_TIERS),self_route,uncertainty --out $(SERVED_OUT) \
+	  --uncertainty-tuning $(EVAL_OUT)/uncertainty-tuning/tuning.json --classifier-version 1 --llm-judge --report-only
 
 ## eval-support: the support suite on the test split, per knowledge base (the COVID FAQ here, the demo help centre in reports/support/help_centre; ~12 min)
 eval-support: setup-eval
