@@ -154,16 +154,17 @@ EVAL_READ_TOKENS ?= 0
 EVAL_TIERS = no_retrieval,single_step,evidence
 EVAL_ARGS = --data-dir $(DATA_DIR) --index-dir var/bench-index --out $(EVAL_OUT) --classifier-version 1 \
   --uncertainty-tuning $(EVAL_OUT)/uncertainty-tuning/tuning.json
+EVAL_ENV = ARAG_READER=$(EVAL_READER) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY)
 eval: setup-eval
 	$(ARAG) index --benchmark --data-dir $(DATA_DIR) --index-dir var/bench-index
 	$(ARAG) model ship --repository $(MODEL_REPOSITORY)
-	ARAG_READER=$(EVAL_READER) ARAG_EVIDENCE_READ_TOKENS=$(EVAL_READ_TOKENS) $(ARAG) routers tune-uncertainty --limit 20 --data-dir $(DATA_DIR) \
-	  --index-dir var/bench-index --out $(EVAL_OUT)/uncertainty-tuning
-	ARAG_READER=$(EVAL_READER) ARAG_EVIDENCE_READ_TOKENS=$(EVAL_READ_TOKENS) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval $(EVAL_ARGS) \
+	$(EVAL_ENV) ARAG_EVIDENCE_READ_TOKENS=$(EVAL_READ_TOKENS) $(ARAG) routers tune-uncertainty --limit 20 \
+	  --data-dir $(DATA_DIR) --index-dir var/bench-index --out $(EVAL_OUT)/uncertainty-tuning
+	$(EVAL_ENV) ARAG_EVIDENCE_READ_TOKENS=$(EVAL_READ_TOKENS) $(ARAG) eval $(EVAL_ARGS) \
 	  --limit 100 --strategies $(EVAL_TIERS) --llm-judge
-	ARAG_READER=$(EVAL_READER) ARAG_EVIDENCE_READ_TOKENS=$(EVAL_READ_TOKENS) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval $(EVAL_ARGS) \
+	$(EVAL_ENV) ARAG_EVIDENCE_READ_TOKENS=$(EVAL_READ_TOKENS) $(ARAG) eval $(EVAL_ARGS) \
 	  --limit 20 --strategies $(EVAL_TIERS),self_route,uncertainty
-	ARAG_READER=$(EVAL_READER) ARAG_EVIDENCE_READ_TOKENS=$(EVAL_READ_TOKENS) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval $(EVAL_ARGS) \
+	$(EVAL_ENV) ARAG_EVIDENCE_READ_TOKENS=$(EVAL_READ_TOKENS) $(ARAG) eval $(EVAL_ARGS) \
 	  --report-only --limit 100 --strategies $(EVAL_TIERS),self_route,uncertainty --llm-judge
 
 ## eval-served: the same questions with tier C as served (the reader's tuned read of its passages)
@@ -172,6 +173,7 @@ eval: setup-eval
 ## 20 per set, then the report of every row
 SERVED_OUT ?= var/eval-served
 SERVED_FROM ?= $(EVAL_OUT)-t400
+SERVED_ARGS = $(subst --out $(EVAL_OUT),--out $(SERVED_OUT),$(EVAL_ARGS))
 eval-served: setup-eval
 	$(ARAG) index --benchmark --data-dir $(DATA_DIR) --index-dir var/bench-index
 	$(ARAG) model ship --repository $(MODEL_REPOSITORY)
@@ -179,15 +181,10 @@ eval-served: setup-eval
 	  cp $(SERVED_FROM)/generator.json $(SERVED_OUT)/ && \
 	  gunzip -c $(SERVED_FROM)/results.jsonl.gz > $(SERVED_OUT)/results.jsonl && \
 	  gunzip -c $(SERVED_FROM)/routes.json.gz > $(SERVED_OUT)/routes.json; fi
-	ARAG_READER=$(EVAL_READER) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval --data-dir $(DATA_DIR) \
-	  --index-dir var/bench-index --limit 100 --strategies $(EVAL_TIERS) --out $(SERVED_OUT) \
-	  --classifier-version 1
-	ARAG_READER=$(EVAL_READER) $(ARAG) eval --data-dir $(DATA_DIR) --index-dir var/bench-index --limit 20 \
-	  --strategies $(EVAL_TIERS),self_route,uncertainty --out $(SERVED_OUT) \
-	  --uncertainty-tuning $(EVAL_OUT)/uncertainty-tuning/tuning.json
-	ARAG_READER=$(EVAL_READER) ARAG_MODEL_REPOSITORY=$(MODEL_REPOSITORY) $(ARAG) eval --data-dir $(DATA_DIR) \
-	  --index-dir var/bench-index --limit 100 --strategies $(EVAL_TIERS),self_route,uncertainty --out $(SERVED_OUT) \
-	  --uncertainty-tuning $(EVAL_OUT)/uncertainty-tuning/tuning.json --classifier-version 1 --llm-judge --report-only
+	$(EVAL_ENV) $(ARAG) eval $(SERVED_ARGS) --limit 100 --strategies $(EVAL_TIERS)
+	$(EVAL_ENV) $(ARAG) eval $(SERVED_ARGS) --limit 20 --strategies $(EVAL_TIERS),self_route,uncertainty
+	$(EVAL_ENV) $(ARAG) eval $(SERVED_ARGS) --report-only --limit 100 \
+	  --strategies $(EVAL_TIERS),self_route,uncertainty --llm-judge
 
 ## eval-support: the support suite on the test split, per knowledge base (the COVID FAQ here, the demo help centre in reports/support/help_centre; ~12 min)
 eval-support: setup-eval

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 
-from adaptive_rag.evaluation.bootstrap import Interval, bootstrap_mean, difference_interval, mean_interval
+from adaptive_rag.evaluation.bootstrap import Interval, bootstrap_mean, difference_interval, mean_interval, ratio_interval
 from adaptive_rag.evaluation.datasets import SINGLE_HOP
 from lab.harness.stats import percentile
 
@@ -153,8 +153,6 @@ def time_ratio(tiers: Callable[[Evaluation], Mapping[Key, str]], baseline: str) 
     """A row's seconds per question over a fixed tier's on the same questions (each set weighs the
     same, resampled question by question): `2.73x [2.68, 2.77]`."""
     def compute(reports: Path) -> str:
-        from adaptive_rag.evaluation.bootstrap import ratio_interval
-
         ev = _evaluation(reports)
         seconds = {k: ev.outcomes[k][ev.tier_strategy[t]]["seconds"] for k, t in tiers(ev).items()}
         base = {k: ev.outcomes[k][ev.tier_strategy[baseline]]["seconds"] for k in ev.tier_questions()}
@@ -243,8 +241,6 @@ def abstention_signals_ceilings(reports: Path) -> str:
 def follow_up_ratios(reports: Path) -> str:
     """Per knowledge base of the support suite, every follow-up turn's hit@5 as typed and rewritten
     by the rules, each as a ratio to the same question asked standalone (paired over turns)."""
-    from adaptive_rag.evaluation.bootstrap import ratio_interval
-
     parts = []
     for label, path in (("COVID FAQ", "report.json"), ("help centre", "help_centre/report.json"),
                         ("Quillbill", "quillbill/report.json")):
@@ -260,8 +256,6 @@ def follow_up_reader_ratios(reports: Path) -> str:
     """Per knowledge base, every follow-up turn's hit@5 rewritten as the front door does with a
     reader (rules, then the reader for what no rule fits), as a ratio to the standalone question's
     (paired over turns), from the follow-up rewriting experiment's records."""
-    from adaptive_rag.evaluation.bootstrap import ratio_interval
-
     records = list(read_jsonl(reports / "conversations" / "reader" / "records.jsonl"))
     parts = []
     for label, kb in (("COVID FAQ", "covid-faq"), ("help centre", "help-centre"), ("Quillbill", "quillbill")):

@@ -26,6 +26,7 @@ first 8 titles and complete/recall at 5 and 8) to `--out`.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shlex
 import statistics
@@ -98,8 +99,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for item in items:
             found = collect(item.text, retriever, EVERY_LIST, Hops(), graph, POOL)
             chain = fuse(found, WEIGHTS["chain"], POOL).passages
+            # Every candidate any list found (the chain is fused from some of these lists).
             pool = list({p.id: p for ranking, _ in found.rankings(EVERY_LIST) for p in ranking}.values())
-            gathered.append((item, found.first[:POOL], chain, list({p.id: p for p in pool + chain}.values())))
+            gathered.append((item, found.first[:POOL], chain, pool))
             progress.advance(task)
     texts = {p.id: f"{p.title}: {p.text}" for p in passages}
     matrix = corpus_vectors(encoder, passages, texts, args.cache)
@@ -124,7 +126,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     report = {
         "command": "python -m lab.experiments.dense_rerank " + shlex.join(sys.argv[1:]),
         "split": args.split, "encoder": json.loads((args.encoder / "encoder.json").read_text(encoding="utf-8")),
-        "title_boost": settings.title_boost, "pool": POOL, "candidates_embedded": len(passages),
+        "title_boost": settings.title_boost, "pool": POOL, "corpus_passages_embedded": len(passages),
         "embed_ms_per_question": {"median": median(timings), "n": len(timings),
                                   "what": "the question and its chain's 20 candidates, embedded alone"},
         "summary": summarise(records),
@@ -136,8 +138,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def corpus_vectors(encoder, passages: Sequence[Passage], texts: dict[str, str], cache: Path) -> np.ndarray:
     """Every passage's embedding, in corpus order, cached under `cache` by the encoder's and the
     corpus's identity (embedding the corpus takes minutes on 2 cores)."""
-    import hashlib
-
     from rich.progress import Progress
 
     digest = hashlib.sha256("\n".join(f"{p.id}\t{texts[p.id]}" for p in passages).encode()).hexdigest()[:12]
@@ -233,7 +233,7 @@ def readme(report: dict[str, Any]) -> str:
         f"every multi-hop `{split}` question with supporting titles, the {report['pool']} best "
         "candidates of each ranking. The encoder: "
         f"{report['encoder']['base']['description']}, {report['encoder']['max_length']} tokens, sha256 "
-        f"`{report['encoder']['sha256'][:12]}`; the whole corpus ({report['candidates_embedded']:,} passages) embedded once. "
+        f"`{report['encoder']['sha256'][:12]}`; the whole corpus ({report['corpus_passages_embedded']:,} passages) embedded once. "
         "Serving cost of embedding a question and its chain's 20 candidates, alone, on 2 shared cores: "
         f"{report['embed_ms_per_question']['median']:.0f} ms (median of {report['embed_ms_per_question']['n']}). "
         "Intervals: bootstrap 95 %; differences paired by question.\n",

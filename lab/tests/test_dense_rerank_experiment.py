@@ -46,7 +46,7 @@ def test_a_variant_below_the_chain_fails_the_gate_and_test_is_not_read() -> None
     assert summary["mean_complete@5"]["chain"] > summary["mean_complete@5"]["dense"]
     assert summary["sets"]["musique"]["dense"]["complete@5 - chain"]["estimate"] == 0.25
     report = {"summary": summary, "split": "train", "command": "python -m lab.experiments.dense_rerank",
-              "title_boost": 1.0, "pool": 20, "candidates_embedded": 12,
+              "title_boost": 1.0, "pool": 20, "corpus_passages_embedded": 12,
               "encoder": {"base": {"description": "MiniLM"}, "max_length": 128, "sha256": "0" * 64},
               "embed_ms_per_question": {"median": 100.0, "n": 4}}
     text = readme(report)
