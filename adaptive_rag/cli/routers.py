@@ -71,6 +71,9 @@ def train(
     datasets: Annotated[Optional[str], typer.Option(help="only these datasets' labels (comma-separated)")] = None,
     val_share: Annotated[float, typer.Option(help="share of the train labels in the validation split (by a hash of the normalised question)")] = 0.2,
     step_budget: Annotated[Optional[float], typer.Option(help="reward router: max mean steps on validation when choosing lambda (default: none, best F1)")] = None,
+    cost: Annotated[str, typer.Option(help="reward router: what a tier costs, its stored steps or its recorded seconds (as a share of C's mean)")] = "steps",
+    time_budget: Annotated[Optional[float], typer.Option(help="reward router: max routed time as a share of always C's when choosing lambda, e.g. 0.6 (needs recorded seconds)")] = None,
+    folds: Annotated[int, typer.Option(help="reward router: choose alpha and lambda on out-of-fold routes over every label (this many hash folds) instead of the validation split; 1: the split")] = 1,
     target: Annotated[str, typer.Option(help="reward router: correctness as stored F1 (f1) or the correct flag (correct)")] = "f1",
     threads: Annotated[int, typer.Option(help="ONNX Runtime threads for embedding")] = 2,
     database_url: DbUrl = None,
@@ -88,6 +91,12 @@ def train(
         raise typer.BadParameter("--val-share lies strictly between 0 and 1")
     if target not in ("f1", "correct"):
         raise typer.BadParameter("--target is f1 or correct")
+    if cost not in RewardRouter.COSTS:
+        raise typer.BadParameter("--cost is steps or seconds")
+    if time_budget is not None and time_budget <= 0:
+        raise typer.BadParameter("--time-budget is a positive share of always C's time, e.g. 0.6")
+    if folds < 1:
+        raise typer.BadParameter("--folds is at least 1")
     database_url = load_settings(database_url=database_url).database_url
     store = open_label_store(database_url)
     chosen = [d.strip() for d in datasets.split(",")] if datasets else None
@@ -115,7 +124,8 @@ def train(
     cards: dict[str, dict[str, Any]] = {}
     with progress_bar("fitting routers", len(kinds)) as advance:
         for name in kinds:
-            router = (RewardRouter(embedder, val_share, target=target, step_budget=step_budget)
+            router = (RewardRouter(embedder, val_share, target=target, step_budget=step_budget, cost=cost,
+                                   time_budget=time_budget, folds=folds)
                       if name == "reward" else KINDS[name](embedder, val_share))
             cards[name] = router.fit(examples, embeddings, note=note)
             router.save(targets[name])

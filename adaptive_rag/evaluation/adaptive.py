@@ -221,8 +221,8 @@ def learned_router_row(router: LearnedRouter, directory: Path) -> RoutingRow:
     params = ", ".join(f"{k} {v}" for k, v in info["hyperparameters"].items())
     return RoutingRow(name, lambda q: router.route(q.question), label=f"{name} ({params})", timed=True,
                       info=info, description=f"{router.card.get('description', router.kind)}; trained on "
-                      "the `train` labels only, hyper-parameters chosen on a hash validation split of them; "
-                      "in-process, routing time included")
+                      "the `train` labels only, hyper-parameters chosen on them (a hash validation split, or "
+                      "hash folds where the card says so); in-process, routing time included")
 
 
 def learned_router_rows(paths: Sequence[Path]) -> tuple[list[RoutingRow], dict[str, str]]:

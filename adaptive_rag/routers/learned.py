@@ -269,23 +269,24 @@ class KnnRouter(LearnedRouter):
 class RewardRouter(LearnedRouter):
     """Cost-aware rewards per tier, regressed from the stored outcomes (MBA-RAG style).
 
-    Soft target of tier t for a question: `correctness_t - lambda * steps_t`, where correctness is
+    Soft target of tier t for a question: `correctness_t - lambda * cost_t`, where correctness is
     the stored F1 (`target="f1"`, default) or the stored correct flag (`target="correct"`) and
-    steps are as stored with the outcome. One multi-output ridge regressor predicts the three
+    the cost is the steps stored with the outcome or (`cost` "seconds") its recorded time as a
+    share of the mean C time. One multi-output ridge regressor predicts the three
     targets from the embedding; the route is the argmax, exact ties to the cheaper tier.
 
-    Lambda rule (with the ridge penalty alpha, on the validation split): the setting whose routes
-    have the highest mean stored F1 on the validation questions among those whose mean steps stay
-    within `step_budget` (None: no budget); F1 ties (within 1e-9) go to fewer mean steps, then to
-    the larger lambda. When no setting meets the budget, the cheapest one is taken. Ridge is linear
-    in its targets, so the regressor of `f1 - lambda * steps` equals the F1 regressor minus lambda
-    times the steps regressor: one fit per alpha scores every lambda, and the final model is
+    Lambda rule (with the ridge penalty alpha, on the validation split or out-of-fold): the setting
+    whose routes have the highest mean stored F1 among those within the budget (mean steps, or time
+    as a share of always C's; None: no budget); F1 ties (within 1e-9) go to the cheaper routes, then
+    to the larger lambda. When no setting meets the budget, the cheapest one is taken. Ridge is
+    linear in its targets, so the regressor of `f1 - lambda * cost` equals the F1 regressor minus
+    lambda times the cost regressor: one fit per alpha scores every lambda, and the final model is
     fitted on the soft targets themselves. Questions without every tier's outcome (most live
     labels) cannot give rewards and are left out (counted in the card).
     """
 
     kind = "reward"
-    description = ("cost-aware reward regression (MBA-RAG style): per tier correctness - lambda * steps, "
+    description = ("cost-aware reward regression (MBA-RAG style): per tier correctness - lambda * cost (steps or time), "
                    "ridge on sentence embeddings, argmax reward")
     target = "f1"  # what correctness was when it was fitted (`f1` or `correct`), from its card
 
@@ -297,9 +298,10 @@ class RewardRouter(LearnedRouter):
         rewards = self.rewards(x)
         chosen = cheapest_best(rewards)
         lam = self.params.get("lambda")
+        cost = "C-time share" if self.params.get("cost") == "seconds" else "steps"
         return [
             (TIER_VALUES[i], None, "argmax reward " + ", ".join(f"{t} {r:.3f}" for t, r in zip(TIER_VALUES, row))
-             + f" (correctness - {lam:g} x steps)")
+             + f" (correctness - {lam:g} x {cost})")
             for i, row in zip(chosen, rewards)
         ]
 

@@ -28,7 +28,7 @@ from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.routers import learned
 from adaptive_rag.routers.embeddings import Embedder
 from adaptive_rag.routers.learned import FORMAT, TIE, cheapest_best, unit
-from adaptive_rag.training.splits import VALIDATION_SHARE, validation_part
+from adaptive_rag.training.splits import VALIDATION_SHARE, question_fraction, validation_part
 
 if TYPE_CHECKING:
     from adaptive_rag.storage.models import TrainingLabel
@@ -46,6 +46,7 @@ class TierOutcome:
     f1: float | None = None
     correct: bool | None = None
     steps: float | None = None
+    seconds: float | None = None  # the strategy's wall time for the question, as recorded
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,11 @@ class LabelledQuery:
     source: str = ""  # silver | binary | feedback | shadow
     outcomes: Mapping[str, TierOutcome] = field(default_factory=dict)
 
-    def has_rewards(self) -> bool:
-        """Every tier's F1 (or correctness) and steps are known: usable by the reward router."""
+    def has_rewards(self, cost: str = "steps") -> bool:
+        """Every tier's F1 (or correctness) and its cost (`steps` or `seconds`) are known: usable
+        by the reward router."""
         return all(
-            (o := self.outcomes.get(t)) is not None and o.steps is not None
+            (o := self.outcomes.get(t)) is not None and getattr(o, cost) is not None
             and (o.f1 is not None or o.correct is not None)
             for t in TIER_VALUES
         )
@@ -82,6 +84,7 @@ def examples_from_labels(rows: Iterable[TrainingLabel]) -> list[LabelledQuery]:
                 f1=_float(o.get("f1")),
                 correct=None if o.get("correct") is None else bool(o["correct"]),
                 steps=_float(o.get("steps")),
+                seconds=_float(o.get("seconds")),
             )
             for tier, o in (row.outcomes or {}).items() if tier in TIER_VALUES and isinstance(o, Mapping)
         }
@@ -133,26 +136,39 @@ def label_scores(truth: Sequence[str], predicted: Sequence[str]) -> dict[str, An
 
 
 def routed_quality(examples: Sequence[LabelledQuery], tiers: Sequence[str]) -> dict[str, float] | None:
-    """Mean stored F1 and steps of the routed tiers, over the examples whose outcomes hold them."""
-    f1 = steps = 0.0
-    n = 0
+    """Mean stored F1 and steps of the routed tiers, over the examples whose outcomes hold them;
+    their mean seconds too when every one of those outcomes recorded its time."""
+    f1 = steps = seconds = 0.0
+    n = timed = 0
     for example, tier in zip(examples, tiers):
         outcome = example.outcomes.get(tier)
         if outcome is None or outcome.f1 is None or outcome.steps is None:
             continue
         f1, steps, n = f1 + outcome.f1, steps + outcome.steps, n + 1
-    return {"f1": f1 / n, "steps": steps / n, "n": n} if n else None
+        if outcome.seconds is not None:
+            seconds, timed = seconds + outcome.seconds, timed + 1
+    if not n:
+        return None
+    found = {"f1": f1 / n, "steps": steps / n, "n": n}
+    if timed == n:
+        found["seconds"] = seconds / n
+    return found
 
 
 def validation_report(examples: Sequence[LabelledQuery], predicted: Sequence[str]) -> dict[str, Any]:
     """Label agreement and, where outcomes are stored, the routed F1 and steps beside always-B's
-    and the labels' own (the cheapest correct tier) on the same questions."""
+    and the labels' own (the cheapest correct tier) on the same questions; where their times are
+    stored too, the routed time as a share of always C's (`time_share_of_c`)."""
     report: dict[str, Any] = label_scores([e.label.value for e in examples], list(predicted))
     quality = routed_quality(examples, predicted)
     if quality is not None:
         report["routed"] = quality
         report["always_b"] = routed_quality(examples, ["B"] * len(examples))
         report["labels"] = routed_quality(examples, [e.label.value for e in examples])
+        always_c = routed_quality(examples, ["C"] * len(examples))
+        if always_c and always_c["n"] == quality["n"] and "seconds" in quality and always_c.get("seconds"):
+            report["always_c"] = always_c
+            report["time_share_of_c"] = quality["seconds"] / always_c["seconds"]
     return report
 
 
@@ -317,66 +333,116 @@ class KnnRouter(LearnedRouterFitting, learned.KnnRouter):
 
 class RewardRouter(LearnedRouterFitting, learned.RewardRouter):
     """Cost-aware rewards per tier, regressed from the stored outcomes (MBA-RAG style); see
-    `adaptive_rag.routers.learned.RewardRouter` for the lambda rule."""
+    `adaptive_rag.routers.learned.RewardRouter` for the lambda rule.
+
+    The cost is the outcome's steps (default) or its recorded seconds as a share of the mean C
+    time of the questions fitted on (`cost="seconds"`: what a deployment pays when tiers take one
+    step each but not the same time). A budget bounds the choice: mean steps (`step_budget`) or
+    routed time as a share of always C's (`time_budget`, e.g. 0.6), on validation. With `folds`
+    above 1 the choice is made on out-of-fold routes over every usable label (hash folds of the
+    normalised question) instead of the one validation split: a fifth of 240 labels is too few to
+    hold a time budget to a few points."""
 
     ALPHAS = (0.1, 1.0, 10.0, 100.0)
-    LAMBDAS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
+    LAMBDAS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0)
+    COSTS = ("steps", "seconds")
 
     def __init__(self, embedder: Embedder | None = None, val_share: float = DEFAULT_VAL_SHARE,
-                 target: str = "f1", step_budget: float | None = None) -> None:
+                 target: str = "f1", step_budget: float | None = None, *, cost: str = "steps",
+                 time_budget: float | None = None, folds: int = 1) -> None:
         super().__init__(embedder, val_share)
         if target not in ("f1", "correct"):
             raise ValueError(f"target is f1 or correct, not {target!r}")
-        self.target, self.step_budget = target, step_budget
+        if cost not in self.COSTS:
+            raise ValueError(f"cost is steps or seconds, not {cost!r}")
+        if time_budget is not None and not 0.0 < time_budget:
+            raise ValueError(f"the time budget is a positive share of always C's time, not {time_budget!r}")
+        if folds < 1:
+            raise ValueError(f"folds is at least 1, not {folds!r}")
+        self.target, self.step_budget, self.cost = target, step_budget, cost
+        self.time_budget, self.folds = time_budget, folds
 
     @property
     def selection_rule(self) -> str:  # type: ignore[override]
-        budget = "no step budget" if self.step_budget is None else f"mean steps <= {self.step_budget:g}"
-        return ("alpha and lambda whose routes have the highest mean stored F1 on the validation questions "
-                f"({budget}); F1 ties go to fewer mean steps, then the larger lambda; over budget everywhere: "
-                "the cheapest setting")
+        budgets = ([f"mean steps <= {self.step_budget:g}"] if self.step_budget is not None else []) + (
+            [f"time <= {self.time_budget:g} x always C's"] if self.time_budget is not None else [])
+        where = ("the validation questions" if self.folds == 1 else
+                 f"out-of-fold routes of every usable label ({self.folds} hash folds)")
+        return (f"alpha and lambda whose routes have the highest mean stored F1 on {where} "
+                f"({' and '.join(budgets) or 'no budget'}); F1 ties go to the cheaper routes, then the larger "
+                "lambda; over budget everywhere: the cheapest setting")
 
     def _usable(self, example: LabelledQuery) -> bool:
-        return example.has_rewards()
+        return example.has_rewards(self.cost) and (self.time_budget is None or example.has_rewards("seconds"))
 
     def _targets(self, examples: Sequence[LabelledQuery]) -> tuple[np.ndarray, np.ndarray]:
+        """Correctness and cost per tier, [n, 3] each; seconds are divided by the mean C time of
+        the questions fitted on (`params["c_seconds"]` once chosen)."""
         quality = np.array([[
             float(e.outcomes[t].f1 if self.target == "f1" and e.outcomes[t].f1 is not None
                   else bool(e.outcomes[t].correct)) for t in TIER_VALUES] for e in examples])
-        steps = np.array([[float(e.outcomes[t].steps) for t in TIER_VALUES] for e in examples])
-        return quality, steps
+        cost = np.array([[float(getattr(e.outcomes[t], self.cost)) for t in TIER_VALUES] for e in examples])
+        if self.cost == "seconds":
+            cost = cost / max(float(cost[:, TIER_VALUES.index("C")].mean()), 1e-9)
+        return quality, cost
+
+    def _out_of_fold(self, x: np.ndarray, examples: list[LabelledQuery], alpha: float) -> np.ndarray:
+        """Predicted [quality | cost] of every example by the ridge fitted on the other folds."""
+        from sklearn.linear_model import Ridge
+
+        fold = np.array([int(question_fraction(e.question, "reward-folds") * self.folds) for e in examples])
+        quality, cost = self._targets(examples)
+        found = np.zeros((len(examples), 6))
+        for k in range(self.folds):
+            held = fold == k
+            if held.any() and (~held).any():
+                found[held] = Ridge(alpha=alpha).fit(x[~held], np.hstack([quality, cost])[~held]).predict(x[held])
+        return found
 
     def _select(self, x_fit, fit, x_val, val):
         from sklearn.linear_model import Ridge
 
-        quality, steps = self._targets(fit)
+        if self.folds > 1:  # every usable label is held out once
+            judged, x_judged = fit + val, np.vstack([x_fit, x_val])
+        else:
+            judged, x_judged = val, x_val
         grid = []
         for alpha in self.ALPHAS:
-            model = Ridge(alpha=alpha).fit(x_fit, np.hstack([quality, steps]))
-            predicted = model.predict(x_val)
-            p_quality, p_steps = predicted[:, :3], predicted[:, 3:]
+            if self.folds > 1:
+                predicted = self._out_of_fold(x_judged, judged, alpha)
+            else:
+                quality, cost = self._targets(fit)
+                predicted = Ridge(alpha=alpha).fit(x_fit, np.hstack([quality, cost])).predict(x_val)
+            p_quality, p_cost = predicted[:, :3], predicted[:, 3:]
             for lam in self.LAMBDAS:
-                chosen = cheapest_best(p_quality - lam * p_steps)
-                tiers = [TIER_VALUES[i] for i in chosen]
-                grid.append({"params": {"alpha": alpha, "lambda": lam, "target": self.target},
-                             "validation": validation_report(val, tiers)})
-        def steps_of(g: Mapping[str, Any]) -> float:
-            return g["validation"]["routed"]["steps"]
+                tiers = [TIER_VALUES[i] for i in cheapest_best(p_quality - lam * p_cost)]
+                grid.append({"params": {"alpha": alpha, "lambda": lam, "target": self.target, "cost": self.cost},
+                             "validation": validation_report(judged, tiers)})
 
-        within = [g for g in grid if self.step_budget is None or steps_of(g) <= self.step_budget + TIE]
-        if within:
-            best = max(within, key=lambda g: (round(g["validation"]["routed"]["f1"], 9), -round(steps_of(g), 9),
-                                              g["params"]["lambda"]))
+        def spent(g: Mapping[str, Any]) -> float:
+            v = g["validation"]
+            return v["time_share_of_c"] if self.time_budget is not None else v["routed"]["steps"]
+
+        def within(g: Mapping[str, Any]) -> bool:
+            v = g["validation"]
+            return ((self.step_budget is None or v["routed"]["steps"] <= self.step_budget + TIE)
+                    and (self.time_budget is None or v["time_share_of_c"] <= self.time_budget + TIE))
+
+        kept = [g for g in grid if within(g)]
+        if kept:
+            best = max(kept, key=lambda g: (round(g["validation"]["routed"]["f1"], 9), -round(spent(g), 9),
+                                            g["params"]["lambda"]))
         else:
-            best = min(grid, key=steps_of)
-        report = {**best["validation"], "step_budget": self.step_budget, "within_budget": bool(within)}
+            best = min(grid, key=spent)
+        report = {**best["validation"], "step_budget": self.step_budget, "time_budget": self.time_budget,
+                  "folds": self.folds, "within_budget": bool(kept)}
         return best["params"], report, grid
 
     def _fit_final(self, x, examples, params) -> None:
         from sklearn.linear_model import Ridge
 
-        quality, steps = self._targets(examples)
-        model = Ridge(alpha=params["alpha"]).fit(x, quality - params["lambda"] * steps)
+        quality, cost = self._targets(examples)
+        model = Ridge(alpha=params["alpha"]).fit(x, quality - params["lambda"] * cost)
         self.weights, self.bias = np.asarray(model.coef_, np.float64), np.asarray(model.intercept_, np.float64)
 
 

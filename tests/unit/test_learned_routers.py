@@ -219,6 +219,53 @@ def test_reward_step_budget_is_kept_on_validation() -> None:
     assert budgeted.route("question number 5 about thing5").tier is Tier.B
 
 
+def one_step_tiers(n: int = 200) -> list[LabelledQuery]:
+    """B and C take one step each, as a single-call C does, but C takes twice B's time and is
+    right where B is half right: steps cannot tell them apart, seconds can."""
+    outcome = {"A": TierOutcome(0.0, False, 0.0, 2.0), "B": TierOutcome(0.6, True, 1.0, 4.0),
+               "C": TierOutcome(1.0, True, 1.0, 8.0)}
+    return [LabelledQuery(f"question number {i} about thing{i % 17}", Tier.B if i % 2 else Tier.C,
+                          "synthetic", str(i), outcomes=outcome) for i in range(n)]
+
+
+def test_reward_time_budget_is_kept_on_validation_where_steps_cannot_see_it() -> None:
+    examples = one_step_tiers()
+    by_steps = RewardRouter(HashingEmbedder(), step_budget=1.0)
+    by_steps.fit(examples)
+    assert by_steps.route("question number 5 about thing5").tier is Tier.C  # within 1 step: C is free
+    budgeted = RewardRouter(HashingEmbedder(), cost="seconds", time_budget=0.6)
+    card = budgeted.fit(examples)
+    v = card["validation"]
+    assert v["time_share_of_c"] <= 0.6 and v["within_budget"] and v["time_budget"] == 0.6
+    assert v["always_c"]["seconds"] == pytest.approx(8.0)
+    assert card["hyperparameters"]["cost"] == "seconds" and card["hyperparameters"]["lambda"] > 0
+    decision = budgeted.route("question number 5 about thing5")
+    assert decision.tier is Tier.B and "C-time share" in decision.reason
+    assert "time <= 0.6 x always C's" in card["selection"]
+
+
+def test_reward_folds_judge_every_label_out_of_fold() -> None:
+    examples = one_step_tiers(150)
+    card = RewardRouter(HashingEmbedder(), cost="seconds", time_budget=0.6, folds=5).fit(examples)
+    assert card["validation"]["n"] == 150 and card["validation"]["folds"] == 5
+    assert card["validation"]["time_share_of_c"] <= 0.6
+    assert "out-of-fold routes of every usable label (5 hash folds)" in card["selection"]
+    split = RewardRouter(HashingEmbedder(), cost="seconds", time_budget=0.6).fit(examples)
+    assert split["validation"]["n"] < 60
+
+
+def test_reward_time_cost_needs_recorded_seconds() -> None:
+    untimed = [LabelledQuery(e.question, e.label, e.dataset, e.question_id,
+                             outcomes={t: TierOutcome(o.f1, o.correct, o.steps) for t, o in e.outcomes.items()})
+               for e in one_step_tiers(60)]
+    with pytest.raises(ConfigurationError):
+        RewardRouter(HashingEmbedder(), cost="seconds").fit(untimed)
+    with pytest.raises(ValueError):
+        RewardRouter(HashingEmbedder(), cost="tokens")
+    with pytest.raises(ValueError):
+        RewardRouter(HashingEmbedder(), folds=0)
+
+
 def test_ridge_of_soft_targets_is_f1_ridge_minus_lambda_steps_ridge() -> None:
     """What lets one fit per alpha score every lambda on validation."""
     from sklearn.linear_model import Ridge

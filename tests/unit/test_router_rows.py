@@ -89,7 +89,8 @@ def write_labels(database_url: str) -> None:
             origin="benchmark", dataset="squad", question_id=f"q{i}", label=tier, label_source="silver",
             question=f"{words[tier]} {words[tier]} w{rng.randrange(300)} w{rng.randrange(300)} n{i}",
             split="test" if i % 10 == 0 else "train", correct_metric="em_or_acc",
-            outcomes={t: {"f1": float(t == tier), "correct": t == tier, "steps": "ABC".index(t)} for t in "ABC"},
+            outcomes={t: {"f1": float(t == tier), "correct": t == tier, "steps": "ABC".index(t),
+                          "seconds": 2.0 * (1 + "ABC".index(t))} for t in "ABC"},
         ))
 
 
@@ -173,3 +174,24 @@ def test_routers_train_then_eval_shows_them_as_rows(tmp_path: Path) -> None:
     replayed = json.loads((out / "report.json").read_text())
     assert {row: replayed["table"][row]["squad"]["f1"] for row in learned} == first
     assert "replayed" in replayed["rows"]["learned knn"]["label"]
+
+
+def test_a_reward_router_under_a_time_budget_from_the_command_line(tmp_path: Path) -> None:
+    database_url = f"sqlite:///{tmp_path / 'labels.db'}"
+    write_labels(database_url)
+    routers = tmp_path / "routers"
+    tiny_encoder(routers / "encoders" / "minilm-l6")
+    arag("routers", "train", "--kind", "reward", "--cost", "seconds", "--time-budget", "0.7", "--folds", "3",
+         "--out", str(routers / "reward-time"), "--database-url", database_url, "--threads", "1")
+    card = json.loads((routers / "reward-time" / "router.json").read_text())
+    assert card["hyperparameters"]["cost"] == "seconds"
+    assert card["validation"]["folds"] == 3 and card["validation"]["n"] == 108  # every `train` label, out of fold
+    assert card["validation"]["time_share_of_c"] <= 0.7 and card["validation"]["within_budget"]
+    for bad, message in ((["--cost", "tokens"], "--cost is steps or seconds"),
+                         (["--time-budget", "0"], "--time-budget is a positive share"),
+                         (["--folds", "0"], "--folds is at least 1")):
+        done = subprocess.run([sys.executable, "-c", "from adaptive_rag.cli import main; main()", "routers", "train",
+                               "--kind", "reward", "--database-url", database_url, *bad],
+                              capture_output=True, text=True, timeout=300, check=False,
+                              env={**os.environ, "COLUMNS": "200"})
+        assert done.returncode == 2 and message in done.stdout + done.stderr
