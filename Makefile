@@ -186,6 +186,24 @@ eval-served: setup-eval
 	$(EVAL_ENV) $(ARAG) eval $(SERVED_ARGS) --report-only --limit 100 \
 	  --strategies $(EVAL_TIERS),self_route,uncertainty --llm-judge
 
+## routers-served: the routers of the served evaluation refitted from the committed `train` labels
+## with C as served (reports/labels-served; the label step finds every outcome in its cache: no
+## reader call): the shipped bag-of-words router (models/router/), the learned routers and the
+## reward router priced by time under a budget of 60 % of always C's (var/routers-served)
+LABELS_SERVED = var/labels-served
+LABELS_SERVED_DB = sqlite:///$(LABELS_SERVED)/labels.db
+routers-served: setup
+	$(ARAG) index --benchmark --data-dir $(DATA_DIR) --index-dir var/bench-index
+	mkdir -p $(LABELS_SERVED)
+	test -f $(LABELS_SERVED)/outcomes.jsonl || gunzip -c reports/labels-served/outcomes.jsonl.gz > $(LABELS_SERVED)/outcomes.jsonl
+	ARAG_READER=$(EVAL_READER) ARAG_EVIDENCE_READ_TOKENS=400 $(ARAG) label --limit 40 --multi-step evidence \
+	  --data-dir $(DATA_DIR) --index-dir var/bench-index --cache $(LABELS_SERVED)/outcomes.jsonl \
+	  --database-url $(LABELS_SERVED_DB)
+	$(ARAG) routers fit-words --database-url $(LABELS_SERVED_DB) --data-dir $(DATA_DIR)
+	$(ARAG) routers train --database-url $(LABELS_SERVED_DB) --out var/routers-served
+	$(ARAG) routers train --kind reward --cost seconds --time-budget 0.6 --folds 5 \
+	  --database-url $(LABELS_SERVED_DB) --out var/routers-served/reward-time
+
 ## eval-support: the support suite on the test split, per knowledge base (the COVID FAQ here, the demo help centre in reports/support/help_centre; ~12 min)
 eval-support: setup-eval
 	$(ARAG) eval --suite support --data-dir $(DATA_DIR) --out reports/support
@@ -325,7 +343,7 @@ bench-ceiling: setup
 ## bench-fair-share: two tenants, one flooding tier C at 10x its share; the other's latency alone,
 ## with the flood and fair share on, and with it off, interleaved (Redis, workers, front door, a
 ## fixed-latency LLM endpoint); reports/fair_share/ (~17 min)
-.PHONY: bench-fair-share eval-support eval-served
+.PHONY: bench-fair-share eval-support eval-served routers-served
 bench-fair-share: setup
 	$(PY) -m lab.experiments.fair_share
 

@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,6 +39,9 @@ from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.training.learned_routers import (
     DEFAULT_VAL_SHARE, LabelledQuery, label_counts, validation_report, validation_split,
 )
+
+if TYPE_CHECKING:
+    from adaptive_rag.routing.policy import PolicyThresholds
 
 KIND = "bag-of-words"
 FORMAT = 1
@@ -301,6 +304,15 @@ def model_card(router_path: Path) -> str:
 # --- serving: the router as a classifier model version (ONNX + tokenizer), built without torch ----
 
 
+def served_thresholds() -> PolicyThresholds:
+    """The policy a published bag-of-words version runs with: its own argmax (its hyper-parameters
+    were chosen on validation; no threshold is layered on top)."""
+    from adaptive_rag.routing.policy import PolicyThresholds
+
+    return PolicyThresholds(c_threshold=None, a_threshold=None,
+                            note=f"argmax: the {KIND} router's own decision (chosen on validation)")
+
+
 def onnx_model(router: BagOfWordsRouter):
     """The graph: logits = sum over real tokens of token_weights[id] + words x length_weight + bias."""
     import onnx
@@ -401,8 +413,7 @@ def publish(router_path: Path, repository: Path, model_name: str = CLASSIFIER_MO
         "exported": time.strftime("%Y-%m-%dT%H:%M:%S"), **(extra_info or {}),
     }
     (staging / "classifier.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    PolicyThresholds(c_threshold=None, a_threshold=None,
-                     note=f"argmax: the {KIND} router's own decision (chosen on validation)").save(staging)
+    served_thresholds().save(staging)
     staging.rename(model_dir / str(version))
     write_config(model_dir, config_pbtxt(model_name))
     return Published(version, model_dir / str(version), cached=False)

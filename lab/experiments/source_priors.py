@@ -38,7 +38,7 @@ from adaptive_rag.evaluation.datasets import dataset_tier, limit_per_dataset, lo
 from adaptive_rag.evaluation.runner import Outcome, load_outcomes
 from adaptive_rag.routing.policy import RoutingPolicy
 from adaptive_rag.storage.labels import read_label_file
-from adaptive_rag.training.bag_of_words import BagOfWordsRouter
+from adaptive_rag.training.bag_of_words import BagOfWordsRouter, served_thresholds
 from adaptive_rag.training.tenant_adaptation import PRIOR_L2, cross_validated_accuracy, fit_offsets, routed_tiers
 from lab.harness.records import write_summary_and_records
 
@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--train-only", action="store_true", help="fit and judge the priors on `train`; do not read `test`")
     args = parser.parse_args(argv)
     router = BagOfWordsRouter.load(args.router)
-    policy = RoutingPolicy()
+    policy = RoutingPolicy(served_thresholds())  # as `arag model ship` publishes it
     rows = [r for r in read_label_file(args.labels) if r.split == "train"]
     priors = fit_source_priors(router, rows, policy)
     if args.train_only:

@@ -12,7 +12,7 @@ from adaptive_rag.contracts import Tier
 from adaptive_rag.evaluation.datasets import Question
 from adaptive_rag.evaluation.runner import Outcome
 from adaptive_rag.routing.policy import RoutingPolicy
-from adaptive_rag.training.bag_of_words import fit
+from adaptive_rag.training.bag_of_words import fit, served_thresholds
 from adaptive_rag.training.learned_routers import LabelledQuery
 from lab.experiments.source_priors import ROWS, fit_source_priors, readme, replay, summarise, tier_label
 
@@ -30,7 +30,7 @@ def _outcome(dataset: str, qid: str, strategy: str, correct: bool, seconds: floa
 
 
 def test_a_source_whose_labels_the_text_cannot_tell_gets_a_kept_prior() -> None:
-    router, policy = _router(), RoutingPolicy()
+    router, policy = _router(), RoutingPolicy(served_thresholds())
     # "trivia" asks "who" questions (the router says B) that A answers: a prior towards A pays.
     rows = [SimpleNamespace(dataset="trivia", question=f"who thing{i % 13} t{i}", label="A") for i in range(30)]
     rows += [SimpleNamespace(dataset="nq", question=f"who thing{i % 13} n{i}", label="B") for i in range(30)]
