@@ -12,9 +12,10 @@ labels, with every hyper-parameter chosen on a hash validation split of them
   traffic: `fit` takes any labelled queries (benchmark or live) and `extend` adds newly relabelled
   ones without refitting, like the policy datastore of SR-RAG (Self-Routing RAG, 2025).
 - `RewardRouter` ("reward"): MBA-RAG style cost-aware routing (Tang et al., COLING 2025). Per tier
-  the soft target is correctness minus lambda * steps, from the stored outcomes of every tier; one
-  multi-output ridge regressor predicts the three rewards; the route is the argmax (exact ties go
-  to the cheaper tier). See `RewardRouter` for the lambda rule. MBA-RAG reports F1 48.61 at 1.80
+  the soft target is correctness minus lambda * cost (the outcome's steps, or its recorded time as a
+  share of C's where tiers take one step each but not the same time), from the stored outcomes of
+  every tier; one multi-output ridge regressor predicts the three rewards; the route is the argmax
+  (exact ties go to the cheaper tier). See `RewardRouter` for the lambda rule. MBA-RAG reports F1 48.61 at 1.80
   steps against Adaptive-RAG's 46.94 at 2.17 with FLAN-T5-XL; those are the paper's figures, not
   ours. Unlike MBA-RAG's bandit, every train question here has all three tiers' outcomes, so the
   rewards are regressed with full information and nothing has to be explored.
