@@ -15,9 +15,9 @@ labels, with every hyper-parameter chosen on a hash validation split of them
   the soft target is correctness minus lambda * cost (the outcome's steps, or its recorded time as a
   share of C's where tiers take one step each but not the same time), from the stored outcomes of
   every tier; one multi-output ridge regressor predicts the three rewards; the route is the argmax
-  (exact ties go to the cheaper tier). See `RewardRouter` for the lambda rule. MBA-RAG reports F1 48.61 at 1.80
-  steps against Adaptive-RAG's 46.94 at 2.17 with FLAN-T5-XL; those are the paper's figures, not
-  ours. Unlike MBA-RAG's bandit, every train question here has all three tiers' outcomes, so the
+  (exact ties go to the cheaper tier). See `RewardRouter` for the lambda rule. MBA-RAG reports
+  F1 48.61 at 1.80 steps against Adaptive-RAG's 46.94 at 2.17 with FLAN-T5-XL; those are the
+  paper's figures, not ours. Unlike MBA-RAG's bandit, every train question here has all three tiers' outcomes, so the
   rewards are regressed with full information and nothing has to be explored.
 
 Fitting needs scikit-learn (the `train` extras). Routing (this module) needs only numpy and the encoder
