@@ -17,8 +17,9 @@ labels, with every hyper-parameter chosen on a hash validation split of them
   every tier; one multi-output ridge regressor predicts the three rewards; the route is the argmax
   (exact ties go to the cheaper tier). See `RewardRouter` for the lambda rule. MBA-RAG reports
   F1 48.61 at 1.80 steps against Adaptive-RAG's 46.94 at 2.17 with FLAN-T5-XL; those are the
-  paper's figures, not ours. Unlike MBA-RAG's bandit, every train question here has all three tiers' outcomes, so the
-  rewards are regressed with full information and nothing has to be explored.
+  paper's figures, not ours. Unlike MBA-RAG's bandit, every train question here has all three
+  tiers' outcomes, so the rewards are regressed with full information and nothing has to be
+  explored.
 
 Fitting needs scikit-learn (the `train` extras). Routing (this module) needs only numpy and the encoder
 (`adaptive_rag.routers.embeddings.OnnxEmbedder`: ONNX Runtime + tokenizers): every fitted model is
