@@ -377,7 +377,7 @@ class RewardRouter(LearnedRouterFitting, learned.RewardRouter):
 
     def _targets(self, examples: Sequence[LabelledQuery]) -> tuple[np.ndarray, np.ndarray]:
         """Correctness and cost per tier, [n, 3] each; seconds are divided by the mean C time of
-        the questions fitted on (`params["c_seconds"]` once chosen)."""
+        these questions."""
         quality = np.array([[
             float(e.outcomes[t].f1 if self.target == "f1" and e.outcomes[t].f1 is not None
                   else bool(e.outcomes[t].correct)) for t in TIER_VALUES] for e in examples])
@@ -386,33 +386,29 @@ class RewardRouter(LearnedRouterFitting, learned.RewardRouter):
             cost = cost / max(float(cost[:, TIER_VALUES.index("C")].mean()), 1e-9)
         return quality, cost
 
-    def _out_of_fold(self, x: np.ndarray, examples: list[LabelledQuery], alpha: float) -> np.ndarray:
-        """Predicted [quality | cost] of every example by the ridge fitted on the other folds."""
+    def _out_of_fold(self, x: np.ndarray, examples: list[LabelledQuery], targets: np.ndarray,
+                     alpha: float) -> np.ndarray:
+        """Predicted `targets` ([quality | cost]) of every example by the ridge fitted on the other folds."""
         from sklearn.linear_model import Ridge
 
         fold = np.array([int(question_fraction(e.question, "reward-folds") * self.folds) for e in examples])
-        quality, cost = self._targets(examples)
-        found = np.zeros((len(examples), 6))
+        found = np.zeros_like(targets)
         for k in range(self.folds):
             held = fold == k
             if held.any() and (~held).any():
-                found[held] = Ridge(alpha=alpha).fit(x[~held], np.hstack([quality, cost])[~held]).predict(x[held])
+                found[held] = Ridge(alpha=alpha).fit(x[~held], targets[~held]).predict(x[held])
         return found
 
     def _select(self, x_fit, fit, x_val, val):
         from sklearn.linear_model import Ridge
 
-        if self.folds > 1:  # every usable label is held out once
-            judged, x_judged = fit + val, np.vstack([x_fit, x_val])
-        else:
-            judged, x_judged = val, x_val
+        out_of_fold = self.folds > 1  # every usable label is held out once
+        judged, x_judged = (fit + val, np.vstack([x_fit, x_val])) if out_of_fold else (val, x_val)
+        targets = np.hstack(self._targets(judged if out_of_fold else fit))
         grid = []
         for alpha in self.ALPHAS:
-            if self.folds > 1:
-                predicted = self._out_of_fold(x_judged, judged, alpha)
-            else:
-                quality, cost = self._targets(fit)
-                predicted = Ridge(alpha=alpha).fit(x_fit, np.hstack([quality, cost])).predict(x_val)
+            predicted = (self._out_of_fold(x_judged, judged, targets, alpha) if out_of_fold
+                         else Ridge(alpha=alpha).fit(x_fit, targets).predict(x_val))
             p_quality, p_cost = predicted[:, :3], predicted[:, 3:]
             for lam in self.LAMBDAS:
                 tiers = [TIER_VALUES[i] for i in cheapest_best(p_quality - lam * p_cost)]
