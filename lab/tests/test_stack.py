@@ -78,7 +78,8 @@ def test_a_lab_stack_runs_its_parts_restarts_them_and_leaves_nothing(tmp_path: P
 
 
 DRIVER = """
-import sys, time
+import faulthandler, signal, sys, time
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # where a stuck unwind waits, for the failure message
 from pathlib import Path
 from lab.harness.stack import Parts, lab_stack
 parts = Parts(broker="filesystem", records="sqlite", classifier="rules", retriever="tantivy", llm="instant")
@@ -111,7 +112,12 @@ def test_a_driver_stopped_by_sigterm_stops_every_process_of_its_stack(tmp_path: 
         assert processes_with_marker(marker), "the stack's processes carry its marker"
         driver.send_signal(signal.SIGTERM)
         # Alone the unwind takes a few seconds; beside the full suite it has taken over 60.
-        assert driver.wait(timeout=180) != 0
+        try:
+            assert driver.wait(timeout=180) != 0
+        except subprocess.TimeoutExpired:
+            driver.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            raise AssertionError(f"the driver did not unwind; its stderr ends: {errors.read_text()[-6000:]}")
     finally:
         if driver.poll() is None:
             driver.kill()

@@ -70,6 +70,42 @@ def install_stop_signals() -> None:
         if sig == signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN:
             continue
         signal.signal(sig, _raise_interrupted)
+    _relay_stop_signals_to_the_main_thread()
+
+
+_stop_signal_wakeup: Any = None  # the relay's end of the wakeup fd, once installed
+
+
+def _relay_stop_signals_to_the_main_thread() -> None:
+    """The kernel may hand a process's signal to any of its threads (gRPC's, a pool supervisor's).
+    Python then runs the handler in the main thread only when that thread next runs Python code:
+    a main thread blocked in a long wait (a sleep, a child's exit) would not unwind until it ends.
+    Python writes every caught signal's number to the wakeup fd; a daemon thread reading it sends
+    each stop signal once more to the main thread itself, which interrupts the wait. (A later
+    `set_wakeup_fd` by someone else, asyncio's, replaces this relay: the behaviour before it.)"""
+    import socket
+    import threading
+
+    global _stop_signal_wakeup
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if _stop_signal_wakeup is not None:  # relaying already
+        return
+    receiving, sending = socket.socketpair()
+    sending.setblocking(False)  # Python's C handler must never block on it
+    _stop_signal_wakeup = sending  # kept open for the life of the process
+    signal.set_wakeup_fd(sending.fileno(), warn_on_full_buffer=False)
+    main = threading.main_thread().ident
+
+    def relay() -> None:
+        relayed: set[int] = set()
+        while received := receiving.recv(64):
+            for number in received:
+                if number in STOP_SIGNALS and number not in relayed and signal.getsignal(number) is _raise_interrupted:
+                    relayed.add(number)  # once: the main thread's own delivery writes here again
+                    signal.pthread_kill(main, number)
+
+    threading.Thread(target=relay, name="stop-signal-relay", daemon=True).start()
 
 
 @dataclass
