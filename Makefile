@@ -195,8 +195,9 @@ LABELS_SERVED_DB = sqlite:///$(LABELS_SERVED)/labels.db
 routers-served: setup
 	$(ARAG) index --benchmark --data-dir $(DATA_DIR) --index-dir var/bench-index
 	mkdir -p $(LABELS_SERVED)
-	test -f $(LABELS_SERVED)/outcomes.jsonl || gunzip -c reports/labels-served/outcomes.jsonl.gz > $(LABELS_SERVED)/outcomes.jsonl
-	ARAG_READER=$(EVAL_READER) ARAG_EVIDENCE_READ_TOKENS=400 $(ARAG) label --limit 40 --multi-step evidence \
+	gunzip -c reports/labels-served/outcomes.jsonl.gz > $(LABELS_SERVED)/outcomes.jsonl
+	rm -f $(LABELS_SERVED)/labels.db
+	ARAG_READER=$(EVAL_READER) ARAG_EVIDENCE_READ_TOKENS=400 $(ARAG) label --limit 80 --multi-step evidence \
 	  --data-dir $(DATA_DIR) --index-dir var/bench-index --cache $(LABELS_SERVED)/outcomes.jsonl \
 	  --database-url $(LABELS_SERVED_DB)
 	$(ARAG) routers fit-words --database-url $(LABELS_SERVED_DB) --data-dir $(DATA_DIR)
