@@ -205,7 +205,7 @@ class Settings(BaseSettings):
         False, validation_alias=env_name("ARAG_EVIDENCE_COMPARE_SIDES", "evidence_compare_sides")
     )
     # Knowledge bases whose entity graphs a process keeps in memory (least recently used dropped);
-    # each is built on first use and again after every write to its knowledge base.
+    # each is built on first use and updated after every write to its knowledge base.
     evidence_graphs: int = Field(
         8, ge=1, validation_alias=env_name("ARAG_EVIDENCE_GRAPHS", "evidence_graphs")
     )

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +41,7 @@ MAX_MENTION_SHARE = 0.005  # an entity mentioned by more passages than this shar
 MIN_HUB_PASSAGES = 50      # ... but never below this many passages (small knowledge bases)
 DAMPING = 0.5              # probability of following an edge; 1 - DAMPING restarts at the seeds
 ITERATIONS = 20            # 0.5 ** 20: the walk has converged far below any rank difference
+MAX_SUBSTRING_PROBES = 64  # an update probes texts by substring for up to this many changed titles; more: by word
 
 
 def words(text: str) -> list[str]:
@@ -88,6 +89,28 @@ class TitleMatcher:
         return list(found)
 
 
+def _occurrence_test(titles: Sequence[tuple[str, ...]]) -> Callable[[str], bool]:
+    """A test of whether any of `titles` may occur in a text: never False where one does. A few
+    titles: each of its words a substring of the lowercased text (a word of the text is one; the
+    longest words, the rarest, are probed first); many: matched exactly, word by word."""
+    if not titles:
+        return lambda _text: False
+    if len(titles) > MAX_SUBSTRING_PROBES:
+        matcher = TitleMatcher(titles)
+        return lambda text: bool(matcher.find(text))
+    probes = [sorted(set(title), key=len, reverse=True) for title in titles]
+    # one pass over the text for each title's longest word first: most texts hold none of them
+    longest = sorted({probe[0] for probe in probes}, key=lambda word: (-len(word), word))
+    candidates = re.compile("|".join(re.escape(word) for word in longest))
+
+    def test(text: str) -> bool:
+        lowered = text.lower()
+        return candidates.search(lowered) is not None and any(all(word in lowered for word in probe)
+                                                              for probe in probes)
+
+    return test
+
+
 @dataclass(frozen=True)
 class GraphStats:
     passages: int
@@ -109,7 +132,11 @@ class EntityGraph:
         *,
         max_mention_share: float = MAX_MENTION_SHARE,
         min_hub_passages: int = MIN_HUB_PASSAGES,
+        previous: EntityGraph | None = None,
     ) -> None:
+        """`previous`: an earlier graph of the same knowledge base (`updated`); what it matched is
+        reused where it cannot have changed, and the graph is the one a fresh build gives."""
+        self.max_mention_share, self.min_hub_passages = max_mention_share, min_hub_passages
         self.passages = list(passages)
         self.passage_node = {p.id: node for node, p in enumerate(self.passages)}
         self.matcher = TitleMatcher(entity_key(p.title) for p in self.passages)
@@ -123,25 +150,56 @@ class EntityGraph:
                 entity = self.matcher.keys[key]
                 titled[entity].append(node)
                 own_entity[node] = entity
-        mentions = [
-            [e for e in self.matcher.find(p.text) if e != own_entity[node]]
-            for node, p in enumerate(self.passages)
-        ]
+        # every entity each passage mentions but its own, hubs included (what `updated` reuses)
+        self._found = self._match(own_entity, previous)
         informative = np.array([_informative(key) for key in self.matcher.keys], dtype=bool)
         self.informative = informative
-        mention_counts = Counter(e for found in mentions for e in found)
+        mention_counts = Counter(e for found in self._found for e in found)
         hub_limit = max(min_hub_passages, int(max_mention_share * len(self.passages)))
         self.hubs = {e for e, n in mention_counts.items() if n > hub_limit}
         self.mentionable = informative.copy()
         if self.hubs:
             self.mentionable[list(self.hubs)] = False
         self.titled = titled
-        self.mentions = [[e for e in found if self.mentionable[e]] for found in mentions]
+        self.mentions = [[e for e in found if self.mentionable[e]] for found in self._found]
         self._build_walk(own_entity)
 
     @classmethod
     def build(cls, passages: Iterable[Passage], **options: float) -> EntityGraph:
         return cls(list(passages), **options)  # type: ignore[arg-type]
+
+    def updated(self, passages: Iterable[Passage]) -> EntityGraph:
+        """The graph of the knowledge base after a write (upsert, delete, rebuild), given all its
+        passages: the same graph a fresh build gives, but only the passages the write changed, and
+        those that mention a title it added or removed, are matched again (`rematched`)."""
+        return type(self)(list(passages), max_mention_share=self.max_mention_share,
+                          min_hub_passages=self.min_hub_passages, previous=self)
+
+    def _match(self, own_entity: np.ndarray, previous: EntityGraph | None) -> list[list[int]]:
+        """Each passage's mentioned entities. A passage of `previous` with the same title and text
+        keeps its list unless a title added or removed since occurs in it: at each word the matcher
+        takes the longest known title starting there, so a title changes what it finds only where
+        that title's words occur in sequence."""
+        keys = self.matcher.keys
+        if previous is None:
+            self.rematched = len(self.passages)
+            return [[e for e in self.matcher.find(p.text) if e != own_entity[node]]
+                    for node, p in enumerate(self.passages)]
+        before = previous.matcher.keys
+        old_key = list(before)  # id -> key (ids are assigned in insertion order)
+        changed = [key for key in keys if key not in before] + [key for key in before if key not in keys]
+        touched = _occurrence_test(changed)
+        found: list[list[int]] = []
+        self.rematched = 0
+        for node, passage in enumerate(self.passages):
+            old = previous.passage_node.get(passage.id)
+            if (old is not None and previous.passages[old].text == passage.text
+                    and previous.passages[old].title == passage.title and not touched(passage.text)):
+                found.append([keys[old_key[e]] for e in previous._found[old]])
+            else:
+                self.rematched += 1
+                found.append([e for e in self.matcher.find(passage.text) if e != own_entity[node]])
+        return found
 
     # ---- the walk -----------------------------------------------------------------------------
 

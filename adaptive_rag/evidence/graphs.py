@@ -19,6 +19,10 @@ Lifecycle (the cheapest approach that never hands a passage a write changed or r
   request is answered without the graph meanwhile, its steps say so), else the caller waits (the
   evaluation, tests). One build per knowledge base at a time; a version that changed during a
   build is built by the next lookup;
+- a build after a write updates the invalidated graph (`EntityGraph.updated`, kept for that and
+  never walked): every passage is listed again, but only those the write changed, and those that
+  mention a title it added or removed, are matched again; the result is the graph a fresh build
+  gives;
 - a build that fails is logged and not retried until the version changes.
 """
 
@@ -70,6 +74,7 @@ class GraphLookup:
 class _Entry:
     graph: EntityGraph | None = None
     graph_version: str = ""
+    previous: EntityGraph | None = None  # the graph a write invalidated, which the next build updates
     building: str = ""  # the version being built ("" when none)
     failed: str = ""  # the version whose build failed
     done: threading.Event = field(default_factory=threading.Event)
@@ -84,9 +89,13 @@ class EntityGraphs:
         max_graphs: int = DEFAULT_MAX_GRAPHS,
         build: Callable[[list[Passage]], EntityGraph] = EntityGraph,
         background: bool = True,
+        update: Callable[[EntityGraph, list[Passage]], EntityGraph] | None = None,
     ) -> None:
+        """`build`: a graph from every passage; `update`: the graph after a write from the graph
+        before it (default: `EntityGraph.updated` when `build` is the default)."""
         self.max_graphs = max_graphs
         self._build = build
+        self._update = update if update is not None else (EntityGraph.updated if build is EntityGraph else None)
         # Build in a thread and answer without the graph meanwhile (serving), or wait for it.
         self.background = background
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
@@ -115,7 +124,7 @@ class EntityGraphs:
             if entry.graph is not None and entry.graph_version == version:
                 return GraphLookup(entry.graph, _described(entry.graph))
             if entry.graph is not None:  # a write changed the knowledge base: invalidated
-                entry.graph, entry.graph_version = None, ""
+                entry.previous, entry.graph, entry.graph_version = entry.graph, None, ""
             if entry.failed == version:
                 return GraphLookup(None, "entity graph: its build failed for this version of the "
                                          "knowledge base (see the log)")
@@ -143,8 +152,14 @@ class EntityGraphs:
 
     def _refresh(self, entry: _Entry, source: GraphSource, version: str, done: threading.Event) -> None:
         started = time.perf_counter()
+        with self._lock:
+            previous = entry.previous
+        updating = previous is not None and self._update is not None
         try:
-            graph = self._build(list(source.corpus_passages()))
+            passages = list(source.corpus_passages())
+            graph = self._updated(previous, passages, source) if updating else None
+            if graph is None:
+                graph = self._build(passages)
         except Exception:  # noqa: BLE001 - a graph is an aid: answer without it, say so in the log
             log.exception("entity graph build failed for %s (version %s)", source.corpus_id(), version)
             with self._lock:
@@ -152,10 +167,20 @@ class EntityGraphs:
             done.set()
             return
         with self._lock:
-            entry.graph, entry.graph_version, entry.building = graph, version, ""
+            entry.graph, entry.graph_version, entry.building, entry.previous = graph, version, "", None
         done.set()
-        log.info("entity graph of %s built: %d passages in %.1f s", source.corpus_id(), len(graph),
+        log.info("entity graph of %s %s: %d passages, %s of them matched, in %.1f s", source.corpus_id(),
+                 "updated" if updating else "built", len(graph), getattr(graph, "rematched", "all"),
                  time.perf_counter() - started)
+
+    def _updated(self, previous: EntityGraph | None, passages: list[Passage], source: GraphSource) -> EntityGraph | None:
+        """The update of `previous`, or None when it fails (then a fresh build is tried: a fault in
+        the update must not leave the knowledge base without a graph)."""
+        try:
+            return self._update(previous, passages)  # type: ignore[misc, arg-type]
+        except Exception:  # noqa: BLE001 - logged, and the fresh build follows
+            log.exception("entity graph update failed for %s; building it afresh", source.corpus_id())
+            return None
 
 
 def _described(graph: EntityGraph) -> str:

@@ -4,7 +4,7 @@ is handed).
 - On a tenant's knowledge base in both backends (embedded tantivy, a real OpenSearch): the
   graph-walking gatherer hands the reader the bridge page the question alone misses, and the
   entity graph follows the knowledge base through upsert, delete and rebuild (never handing a
-  deleted passage).
+  deleted passage; after a write it is updated, only the passages the write touches matched again).
 - On the benchmark corpus in a real tantivy index: the `chain` gatherer hands the reader every
   supporting passage of 2Wiki `train` questions far more often than B's retrieval does.
 """
@@ -78,9 +78,11 @@ def test_the_graph_follows_upsert_delete_and_rebuild(kb: KnowledgeIndex) -> None
     result = strategy.run(QUESTION)
     assert "pemberton#0" not in ids(result.passages)  # invalidated, not walked stale
     assert "entity graph: 5 passages, 5 entities" in result.trace
+    assert graphs.lookup(retriever).graph.rematched == 1  # updated: only Mathew's page named the deleted title
     kb.upsert("acme", [Passage("pemberton#1", "Henry Walcot Pemberton", "Pemberton lies in Kensal Green Cemetery.",
                                doc_id="pemberton")])
     assert "pemberton#1" in ids(strategy.run(QUESTION).passages)
+    assert graphs.lookup(retriever).graph.rematched == 2  # the new page and the one naming its title
     kb.rebuild("acme", KB[:1])
     result = strategy.run(QUESTION)
     assert ids(result.passages) == ["mathew#0"] and any("fell back" in line for line in result.trace)
