@@ -5,6 +5,7 @@ exactly the graph a fresh build over the same passages gives."""
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -104,22 +105,25 @@ def test_many_new_titles_are_matched_word_by_word() -> None:
     assert updated.rematched == MAX_SUBSTRING_PROBES + 10  # no old text holds a new title's first word
 
 
+class Source:
+    """A knowledge base that lists its passages, with a version the test moves on each write."""
+
+    def __init__(self) -> None:
+        self.passages = [Passage("a", "Alpha Centauri", "Alpha Centauri is near Proxima Centauri."),
+                         Passage("b", "Proxima Centauri", "Proxima Centauri is a red dwarf.")]
+        self.version = "1"
+
+    def corpus_id(self) -> str:
+        return "kb"
+
+    def corpus_version(self) -> str:
+        return self.version
+
+    def corpus_passages(self) -> Iterator[Passage]:
+        return iter(list(self.passages))
+
+
 def test_the_graphs_cache_updates_the_graph_a_write_invalidated() -> None:
-    class Source:
-        def __init__(self) -> None:
-            self.passages = [Passage("a", "Alpha Centauri", "Alpha Centauri is near Proxima Centauri."),
-                             Passage("b", "Proxima Centauri", "Proxima Centauri is a red dwarf.")]
-            self.version = "1"
-
-        def corpus_id(self) -> str:
-            return "kb"
-
-        def corpus_version(self) -> str:
-            return self.version
-
-        def corpus_passages(self):
-            return iter(list(self.passages))
-
     graphs, source = EntityGraphs(background=False), Source()
     first = graphs.lookup(source).graph
     assert first is not None and first.rematched == 2
@@ -133,19 +137,6 @@ def test_the_graphs_cache_updates_the_graph_a_write_invalidated() -> None:
 
 
 def test_an_update_that_fails_is_followed_by_a_fresh_build() -> None:
-    class Source:
-        passages = [Passage("a", "Alpha Centauri", "Near Proxima Centauri."), Passage("b", "Proxima Centauri", "A star.")]
-        version = "1"
-
-        def corpus_id(self) -> str:
-            return "kb"
-
-        def corpus_version(self) -> str:
-            return self.version
-
-        def corpus_passages(self):
-            return iter(list(self.passages))
-
     def broken(previous: EntityGraph, passages: list[Passage]) -> EntityGraph:
         raise RuntimeError("update fault")
 
