@@ -81,8 +81,9 @@ def _relay_stop_signals_to_the_main_thread() -> None:
     Python then runs the handler in the main thread only when that thread next runs Python code:
     a main thread blocked in a long wait (a sleep, a child's exit) would not unwind until it ends.
     Python writes every caught signal's number to the wakeup fd; a daemon thread reading it sends
-    each stop signal once more to the main thread itself, which interrupts the wait. (A later
-    `set_wakeup_fd` by someone else, asyncio's, replaces this relay: the behaviour before it.)"""
+    each stop signal once more to the main thread itself, which interrupts the wait. A wakeup fd
+    set before (an event loop's) is left alone, and one set later replaces the relay: either way
+    the behaviour is the one before it."""
     import socket
     import threading
 
@@ -93,8 +94,13 @@ def _relay_stop_signals_to_the_main_thread() -> None:
         return
     receiving, sending = socket.socketpair()
     sending.setblocking(False)  # Python's C handler must never block on it
+    theirs = signal.set_wakeup_fd(sending.fileno(), warn_on_full_buffer=False)
+    if theirs != -1:  # a wakeup fd someone else relies on (an event loop's): it stays theirs
+        signal.set_wakeup_fd(theirs)
+        receiving.close()
+        sending.close()
+        return
     _stop_signal_wakeup = sending  # kept open for the life of the process
-    signal.set_wakeup_fd(sending.fileno(), warn_on_full_buffer=False)
     main = threading.main_thread().ident
 
     def relay() -> None:

@@ -45,3 +45,17 @@ def test_a_stop_signal_caught_by_another_thread_still_wakes_the_main_thread(stop
             run.kill()
     assert name == ("KeyboardInterrupt" if stop == signal.SIGINT else "Interrupted")
     assert float(seconds) < 30
+
+
+def test_a_wakeup_fd_set_before_stays_its_owners() -> None:
+    """An event loop's wakeup fd is not taken over: the relay stands aside."""
+    run = subprocess.run([sys.executable, "-c", """
+import signal, socket
+from services.demo.local import install_stop_signals
+theirs, _ = socket.socketpair()
+theirs.setblocking(False)
+signal.set_wakeup_fd(theirs.fileno())
+install_stop_signals()
+print(signal.set_wakeup_fd(-1) == theirs.fileno())
+"""], cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert run.stdout.strip() == "True", run.stderr
