@@ -180,11 +180,13 @@ class EntityGraph:
         keeps its list unless a title added or removed since occurs in it: at each word the matcher
         takes the longest known title starting there, so a title changes what it finds only where
         that title's words occur in sequence."""
+        def matched(node: int, passage: Passage) -> list[int]:
+            return [e for e in self.matcher.find(passage.text) if e != own_entity[node]]
+
         keys = self.matcher.keys
         if previous is None:
             self.rematched = len(self.passages)
-            return [[e for e in self.matcher.find(p.text) if e != own_entity[node]]
-                    for node, p in enumerate(self.passages)]
+            return [matched(node, p) for node, p in enumerate(self.passages)]
         before = previous.matcher.keys
         old_key = list(before)  # id -> key (ids are assigned in insertion order)
         changed = [key for key in keys if key not in before] + [key for key in before if key not in keys]
@@ -198,7 +200,7 @@ class EntityGraph:
                 found.append([keys[old_key[e]] for e in previous._found[old]])
             else:
                 self.rematched += 1
-                found.append([e for e in self.matcher.find(passage.text) if e != own_entity[node]])
+                found.append(matched(node, passage))
         return found
 
     # ---- the walk -----------------------------------------------------------------------------

@@ -157,8 +157,8 @@ class EntityGraphs:
         updating = previous is not None and self._update is not None
         try:
             passages = list(source.corpus_passages())
-            graph = self._updated(previous, passages, source) if updating else None
-            if graph is None:
+            graph = self._updated(previous, passages, source) if previous is not None and updating else None
+            if graph is None:  # a first build, or an update that failed
                 graph = self._build(passages)
         except Exception:  # noqa: BLE001 - a graph is an aid: answer without it, say so in the log
             log.exception("entity graph build failed for %s (version %s)", source.corpus_id(), version)
@@ -173,11 +173,12 @@ class EntityGraphs:
                  "updated" if updating else "built", len(graph), getattr(graph, "rematched", "all"),
                  time.perf_counter() - started)
 
-    def _updated(self, previous: EntityGraph | None, passages: list[Passage], source: GraphSource) -> EntityGraph | None:
+    def _updated(self, previous: EntityGraph, passages: list[Passage], source: GraphSource) -> EntityGraph | None:
         """The update of `previous`, or None when it fails (then a fresh build is tried: a fault in
         the update must not leave the knowledge base without a graph)."""
+        assert self._update is not None
         try:
-            return self._update(previous, passages)  # type: ignore[misc, arg-type]
+            return self._update(previous, passages)
         except Exception:  # noqa: BLE001 - logged, and the fresh build follows
             log.exception("entity graph update failed for %s; building it afresh", source.corpus_id())
             return None
