@@ -183,9 +183,10 @@ class Settings(BaseSettings):
     # multi-step strategy reads the whole question.
     answer_parts: bool = Field(True, validation_alias=env_name("ARAG_ANSWER_PARTS", "answer_parts"))
     # The `evidence` strategy (`strategies.evidence`): which gatherer of `adaptive_rag.evidence`
-    # finds the passages (`bm25`, `bridge`, `parts`: retrieval only; `links`, `ppr`, `chain`: also
-    # the knowledge base's entity graph; `chain` chosen without the reader, reports/evidence/).
-    evidence_gatherer: Literal["bm25", "bridge", "links", "ppr", "parts", "chain"] = Field(
+    # finds the passages (`bm25`, `bridge`, `parts`, `focused`: retrieval only; `links`, `ppr`,
+    # `chain`: also the knowledge base's entity graph; `chain` chosen without the reader,
+    # reports/evidence/).
+    evidence_gatherer: Literal["bm25", "bridge", "links", "ppr", "parts", "focused", "chain"] = Field(
         "chain", validation_alias=env_name("ARAG_EVIDENCE_GATHERER", "evidence_gatherer")
     )
     # Passages the `evidence` strategy's reader gets, read in one call (reports/chain_reader/).

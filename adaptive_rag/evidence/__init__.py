@@ -2,7 +2,7 @@
 
 One contract (`EvidenceGatherer`: a question, a retriever and a budget k in; the ordered
 passages and the steps taken out) and the gatherers behind it, by name: `bm25` (B's retrieval),
-`bridge`, `links`, `ppr`, `parts` and `chain` (see `gatherers`). `links` and `ppr` walk the
+`bridge`, `links`, `ppr`, `parts`, `focused` and `chain` (see `gatherers`). `links` and `ppr` walk the
 knowledge base's `EntityGraph` (see `graph`); without one they fall back to B's evidence.
 """
 
@@ -20,7 +20,8 @@ WEIGHTS: dict[str, Weights] = {
     "links": Weights(first=1.0, links=1.0),
     "ppr": Weights(first=1.0, ppr=1.0),
     "parts": Weights(first=1.0, parts=1.0),
-    "chain": Weights(first=1.0, links=0.5, ppr=0.5, parts=1.0),
+    "focused": Weights(first=1.0, focused=2),
+    "chain": Weights(first=1.0, links=0.5, ppr=0.5, parts=2.0, focused=1),
 }
 GATHERERS = ("bm25", *WEIGHTS)
 NEEDS_GRAPH = frozenset(name for name, w in WEIGHTS.items() if w.links > 0 or w.ppr > 0)

@@ -10,6 +10,11 @@ fused by reciprocal rank with a weight per kind of list:
 - `ppr`: the passages a Personalized PageRank walk over the entity graph reaches from the
   question's entities and the first hop;
 - `parts`: for a question that asks two, each part's own hits;
+- `focused`: not fused but placed: a second BM25 query per top first-hop passage made of the
+  question's words that passage's title lacks and the names the passage mentions (the bridge
+  entity is named in the passage, the relation still to follow is in the rest of the question);
+  the best hit of the first such queries takes the last of B's five places, where a fusion ranks
+  what many lists agree on and the chain's one missing page seldom is;
 - `chain`: the fusion of these that gathered the most complete evidence on `train`
   (`reports/evidence/`).
 
@@ -19,16 +24,24 @@ on any engine; `links` and `ppr` also need the knowledge base's `EntityGraph`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 from adaptive_rag.domain import Passage
 from adaptive_rag.evidence.base import Evidence, reciprocal_rank_fusion
-from adaptive_rag.evidence.graph import DAMPING, EntityGraph
+from adaptive_rag.evidence.graph import DAMPING, STOP_WORDS, EntityGraph, words
 from adaptive_rag.ports import Retriever
 from adaptive_rag.routing.rules import question_parts
 
 B_EVIDENCE = "B's evidence"
+FOCUSED_END = 5   # the focused hits take the places just before this rank (B's budget)
+MAX_NAMES = 8     # names of a passage a focused query carries, in order of appearance
+# A name: a run of capitalised words (an initial keeps its full stop, no other word does, so a
+# name ends with its sentence), with the small words names join them by.
+_NAME_WORD = r"(?:[A-ZÀ-ÖØ-Þ]\.|[A-ZÀ-ÖØ-Þ][\w'’-]*)"
+_NAME = re.compile(rf"\b{_NAME_WORD}(?:\s+(?:(?:of|the|de|von|van|and|for|la|le|du|del|da)\s+)?{_NAME_WORD})*")
+_QUERY_WORD = re.compile(r"\w+")
 
 
 @dataclass(frozen=True)
@@ -40,10 +53,11 @@ class Weights:
     links: float = 0.0
     ppr: float = 0.0
     parts: float = 0.0
+    focused: int = 0   # not a weight: places for the focused hits, just before FOCUSED_END
 
     def extra(self) -> dict[str, float]:
-        """The lists beyond the first hop, by name, with their weights."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "first"}
+        """The fused lists beyond the first hop, by name, with their weights."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("first", "focused")}
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,7 @@ class Hops:
     question_share: float = 0.5  # of the walk's restart mass on the question's entities
     damping: float = DAMPING
     parts_depth: int = 10
+    focused_seeds: int = 3    # first-hop passages that each get a focused query
 
 
 @dataclass
@@ -70,6 +85,7 @@ class Components:
     links: list[Passage] = field(default_factory=list)
     ppr: list[Passage] = field(default_factory=list)
     parts: list[list[Passage]] = field(default_factory=list)
+    focused: list[Passage] = field(default_factory=list)  # each focused query's best hit, seed order
     steps: list[str] = field(default_factory=list)
     searches: int = 1
 
@@ -88,7 +104,7 @@ class Components:
         return any(
             weight > 0 and any(p.id not in first_hop for ranking in lists[name] for p in ranking)
             for name, weight in weights.extra().items()
-        )
+        ) or (weights.focused > 0 and any(p.id not in first_hop for p in self.focused))
 
 
 def collect(
@@ -110,6 +126,8 @@ def collect(
         _ppr(found, question, graph, hops)
     if weights.parts > 0:
         _parts(found, question, retriever, hops)
+    if weights.focused > 0:
+        _focused(found, question, retriever, hops)
     return found
 
 
@@ -177,6 +195,59 @@ def _parts(found: Components, question: str, retriever: Retriever, hops: Hops) -
     found.steps.append(f"parts: {len(parts)} questions, each retrieved on its own")
 
 
+def names(text: str, exclude: str = "") -> list[str]:
+    """The names `text` mentions (runs of capitalised words, less the small words that open a
+    sentence), first appearance first, without those `exclude` contains."""
+    excluded, found = exclude.lower(), []
+    for match in _NAME.finditer(text):
+        name_words = match.group(0).split()
+        while name_words and name_words[0].lower() in STOP_WORDS:  # "The", "In" opening a sentence
+            name_words.pop(0)
+        name = " ".join(name_words)
+        if len(name) < 3 or name.lower() in excluded or name in found:
+            continue
+        found.append(name)
+    return found
+
+
+def focused_query(question: str, seed: Passage) -> str:
+    """The next hop's query from `seed`: the question's words its title lacks (what is still to
+    follow), and the names it mentions that the question does not (where to follow it)."""
+    title = set(words(seed.title))
+    rest = [w for w in _QUERY_WORD.findall(question) if w.lower() not in title and w.lower() not in STOP_WORDS]
+    return " ".join(rest + names(seed.text, exclude=question)[:MAX_NAMES]).strip()
+
+
+def _focused(found: Components, question: str, retriever: Retriever, hops: Hops) -> None:
+    asked = 0
+    for seed in found.first[: hops.focused_seeds]:
+        query = focused_query(question, seed)
+        if not query:
+            continue
+        asked += 1
+        best = next((p for p in retriever.search(query, 2) if p.id != seed.id), None)
+        if best is not None and best.id not in {p.id for p in found.focused}:
+            found.focused.append(best)
+    found.searches += asked
+    found.steps.append(f"focused: {asked} queries (the question's rest + the names a first-hop passage "
+                       f"mentions), {len(found.focused)} best hits")
+
+
+def place_focused(ranking: Sequence[Passage], focused: Sequence[Passage], places: int) -> list[Passage]:
+    """`ranking` with up to `places` of the focused hits it does not already rank before them put
+    just before FOCUSED_END; the same order at any budget."""
+    head = list(ranking[: max(FOCUSED_END - places, 0)])
+    taken = {p.id for p in head}
+    for passage in focused:
+        if len(head) >= FOCUSED_END or places == 0:
+            break
+        if passage.id not in taken:
+            head.append(passage)
+            taken.add(passage.id)
+            places -= 1
+    return head + [p for p in ranking if p.id not in taken]
+
+
 def fuse(found: Components, weights: Weights, k: int) -> Evidence:
     """The first k passages of the weighted fusion, or B's evidence (the first hop's top k) when
     no list beyond the first hop found anything."""
@@ -185,7 +256,10 @@ def fuse(found: Components, weights: Weights, k: int) -> Evidence:
         reason = "nothing found beyond the first hop"
         steps.append(f"fallback: {reason}; {B_EVIDENCE}")
         return Evidence(found.first[:k], steps, found.searches, fallback=reason, question_hits=found.first)
-    passages = reciprocal_rank_fusion(found.rankings(weights))[:k]
+    passages = reciprocal_rank_fusion(found.rankings(weights))
+    if weights.focused > 0:
+        passages = place_focused(passages, found.focused, weights.focused)
+    passages = passages[:k]
     steps.append(f"fused by reciprocal rank: {len(passages)} passages")
     return Evidence(passages, steps, found.searches, question_hits=found.first)
 

@@ -64,6 +64,7 @@ GRID = {
     "links": (0.0, 0.5, 1.0),
     "ppr": (0.0, 0.5, 1.0, 2.0),
     "parts": (0.0, 1.0, 2.0),
+    "focused": (0, 1, 2),
 }
 EVERY_LIST = Weights(**{name: max(values) for name, values in GRID.items()})
 
@@ -389,7 +390,10 @@ def readme(report: dict[str, Any]) -> str:
         "whose title the top-3 first-hop passages mention; `ppr` Personalized PageRank over the "
         "entity graph (titles as entities, mentions by exact word match) from the question's "
         "entities and the first hop, fused with BM25; `parts` each part of a two-question query "
-        "retrieved on its own; `chain` the fusion chosen on `train`.\n",
+        "retrieved on its own; `focused` a second BM25 query per top-3 first-hop passage made of the "
+        "question's words that passage's title lacks and the names the passage mentions, whose best "
+        "hits take the last places of the first 5 (as many as its weight says: placed, not fused; "
+        "alone, places 4 and 5 of B's ranking); `chain` the fusion chosen on `train`.\n",
         f"**Chain, chosen on `train` only**: weights {chain['chosen_on_train']} (best mean of "
         f"complete@5 over the four sets among {len(candidate_weights())} candidate fusions; the "
         f"library default is {'the same' if chain['same'] else chain['library_default']}). "
@@ -427,7 +431,9 @@ def caveats(report: dict[str, Any]) -> str:
         "mention: `links` and `ppr` mostly fall back to B's evidence there, and the bridge hop "
         "(question + an answer) drifts to neighbouring entries.",
         "- `chain` was chosen among fusions of the lists each gatherer computes, with the lists' "
-        "own settings (`hops` in summary.json) fixed beforehand; no other setting was tuned.",
+        "own settings (`hops` in summary.json) fixed beforehand; no other setting was tuned. The "
+        "focused query's form (the question's rest and at most 8 names, 3 seeds) was fixed on "
+        "`train` questions before this run.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -119,7 +119,7 @@ def test_an_empty_graph_falls_back() -> None:
     assert any(line.startswith("fell back to B's evidence") for line in result.trace)
 
 
-@pytest.mark.parametrize("gatherer", ["bm25", "bridge", "links", "ppr", "parts", "chain"])
+@pytest.mark.parametrize("gatherer", ["bm25", "bridge", "links", "ppr", "parts", "focused", "chain"])
 def test_one_document_knowledge_base(gatherer: str, tmp_path: Path) -> None:
     only = [Passage("only", "Bath", "Bath is a city.")]
     result = strategy(TantivyRetriever.build(tmp_path / "one", only), FakeLLM(["a city"]),
