@@ -5,10 +5,10 @@ A small reader composes a two-hop answer when its context is the chain and littl
 fails when the chain is buried among many passages; IRCoT's rounds of reasoning do not pay with
 it. So the work goes into the evidence, not the reading: the configured gatherer
 (`adaptive_rag.evidence`, default `chain`: the first hop fused with the passages whose titles it
-mentions, an entity-graph walk and each part of a two-part question) hands `budget` passages, and
-the reader answers from them at once.
+mentions, an entity-graph walk and each part of a two-part question, and the best hit of a focused
+second hop placed fifth) hands `budget` passages, and the reader answers from them at once.
 
-Engines: `bm25`, `bridge` and `parts` need only the `Retriever` port (any engine); `links`, `ppr`
+Engines: `bm25`, `bridge`, `parts` and `focused` need only the `Retriever` port (any engine); `links`, `ppr`
 and `chain` also walk the knowledge base's entity graph, held in this process's memory
 (`evidence.graphs`) and built from a retriever that can list its passages (`GraphSource`: the
 tantivy and OpenSearch retrievers both can); with any other retriever they gather without it.
