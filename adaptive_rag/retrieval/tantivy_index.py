@@ -91,6 +91,45 @@ def _lock_busy(err: Exception) -> bool:
     return "LockBusy" in str(err)
 
 
+def _write_index(
+    index_dir: Path, passages: Iterable[Passage], on_progress: Callable[[int], None] | None
+) -> None:
+    """A fresh index of `passages` in the empty `index_dir`, committed; on failure the writer is
+    rolled back and dropped (its files closed) before the caller removes the directory."""
+    index = tantivy.Index(_schema(), path=str(index_dir), reuse=False)
+    index.register_tokenizer(ANALYZER_NAME, english_analyzer())
+    writer = index.writer(_WRITER_HEAP_BYTES, 1)
+    try:
+        seen: set[str] = set()
+        for passage in passages:
+            if passage.id in seen:
+                # A delete applies to documents added before it, committed or not.
+                writer.delete_documents_by_term("id", passage.id)
+            seen.add(passage.id)
+            writer.add_document(_document(passage))
+            if on_progress:
+                on_progress(1)
+        writer.commit()
+    except BaseException:
+        writer.rollback()
+        raise
+    finally:
+        writer.wait_merging_threads()  # also drops the writer and its lock
+
+
+def _swap_in(built: Path, index_dir: Path) -> None:
+    """Put the complete index `built` at `index_dir`: the old one is renamed away first (a reader
+    finds no index for that instant, never a partial one), then removed; its open memory maps stay
+    readable until the readers reload."""
+    retired = index_dir.with_name(f".{index_dir.name}.retired-{os.getpid()}")
+    if retired.exists():
+        shutil.rmtree(retired)
+    if index_dir.exists():
+        index_dir.rename(retired)
+    built.rename(index_dir)
+    shutil.rmtree(retired, ignore_errors=True)
+
+
 class TantivyRetriever:
     """BM25 over a tantivy index directory built by `TantivyRetriever.build`.
 
@@ -132,26 +171,22 @@ class TantivyRetriever:
     ) -> TantivyRetriever:
         """(Re)create the index at `index_dir` from `passages`; `on_progress(n)` after each doc.
 
-        A passage id seen again replaces the earlier passage (last one wins).
+        A passage id seen again replaces the earlier passage (last one wins). The index is built
+        beside `index_dir` and swapped in whole, so a reader open on `index_dir` (a worker, an
+        evaluation) answers from the old index until the new one is complete, never from a
+        half-built or empty one.
         """
         index_dir = Path(index_dir)
-        if index_dir.exists():
-            shutil.rmtree(index_dir)
-        index_dir.mkdir(parents=True)
-        index = tantivy.Index(_schema(), path=str(index_dir), reuse=False)
-        index.register_tokenizer(ANALYZER_NAME, english_analyzer())
-        writer = index.writer(_WRITER_HEAP_BYTES, 1)
-        seen: set[str] = set()
-        for passage in passages:
-            if passage.id in seen:
-                # A delete applies to documents added before it, committed or not.
-                writer.delete_documents_by_term("id", passage.id)
-            seen.add(passage.id)
-            writer.add_document(_document(passage))
-            if on_progress:
-                on_progress(1)
-        writer.commit()
-        writer.wait_merging_threads()
+        staging = index_dir.with_name(f".{index_dir.name}.building-{os.getpid()}")
+        if staging.exists():
+            shutil.rmtree(staging)
+        staging.mkdir(parents=True)
+        try:
+            _write_index(staging, passages, on_progress)
+            _swap_in(staging, index_dir)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         return cls(index_dir, title_boost=title_boost)
 
     # ---- incremental maintenance ------------------------------------------------------------

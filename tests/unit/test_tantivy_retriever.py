@@ -219,3 +219,38 @@ def test_build_reports_progress(tmp_path) -> None:
     seen: list[int] = []
     TantivyRetriever.build(tmp_path / "p", DOCS, seen.append)
     assert sum(seen) == len(DOCS)
+
+
+# --- rebuilding in place ---------------------------------------------------------------------------
+
+
+def test_a_rebuild_in_place_never_shows_an_open_reader_a_partial_index(tmp_path) -> None:
+    index_dir = tmp_path / "index"
+    reader = TantivyRetriever.build(index_dir, DOCS)
+    before = len(reader.search("tower marathon river band", 10))
+    seen: list[int] = []
+
+    def new_corpus():
+        for i in range(30):
+            if i % 10 == 0:  # mid-build, the reader searches (and reloads if meta.json changed)
+                seen.append(len(reader.search("tower marathon river band", 10)))
+            yield Passage(f"n{i}", f"Lake {i}", "A lake in the new corpus.")
+
+    TantivyRetriever.build(index_dir, new_corpus())
+    assert before > 0 and seen == [before] * 3  # the old index, whole, until the swap
+    assert reader.count() == 30 and reader.search("lake", 3)  # then the new one, whole
+    assert [p.name for p in tmp_path.iterdir()] == ["index"]  # nothing left beside it
+
+
+def test_a_failed_rebuild_leaves_the_old_index(tmp_path) -> None:
+    index_dir = tmp_path / "index"
+    TantivyRetriever.build(index_dir, DOCS)
+
+    def broken():
+        yield Passage("n0", "Lake", "A lake.")
+        raise OSError("corpus file vanished")
+
+    with pytest.raises(OSError, match="vanished"):
+        TantivyRetriever.build(index_dir, broken())
+    assert TantivyRetriever(index_dir).count() == len(DOCS)
+    assert [p.name for p in tmp_path.iterdir()] == ["index"]
