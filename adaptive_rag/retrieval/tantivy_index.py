@@ -26,6 +26,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import tantivy
@@ -91,15 +92,28 @@ def _lock_busy(err: Exception) -> bool:
     return "LockBusy" in str(err)
 
 
+@contextmanager
+def _committing(writer: tantivy.IndexWriter) -> Iterator[tantivy.IndexWriter]:
+    """One commit of what the block writes, rolled back if it raises; either way the writer is
+    dropped after (its lock released, its files closed)."""
+    try:
+        yield writer
+        writer.commit()
+    except BaseException:
+        writer.rollback()
+        raise
+    finally:
+        writer.wait_merging_threads()
+
+
 def _write_index(
     index_dir: Path, passages: Iterable[Passage], on_progress: Callable[[int], None] | None
 ) -> None:
     """A fresh index of `passages` in the empty `index_dir`, committed; on failure the writer is
-    rolled back and dropped (its files closed) before the caller removes the directory."""
+    rolled back and dropped before the caller removes the directory."""
     index = tantivy.Index(_schema(), path=str(index_dir), reuse=False)
     index.register_tokenizer(ANALYZER_NAME, english_analyzer())
-    writer = index.writer(_WRITER_HEAP_BYTES, 1)
-    try:
+    with _committing(index.writer(_WRITER_HEAP_BYTES, 1)) as writer:
         seen: set[str] = set()
         for passage in passages:
             if passage.id in seen:
@@ -109,12 +123,6 @@ def _write_index(
             writer.add_document(_document(passage))
             if on_progress:
                 on_progress(1)
-        writer.commit()
-    except BaseException:
-        writer.rollback()
-        raise
-    finally:
-        writer.wait_merging_threads()  # also drops the writer and its lock
 
 
 def _swap_in(built: Path, index_dir: Path) -> None:
@@ -203,18 +211,11 @@ class TantivyRetriever:
         for passage in batch:
             if not passage.id:
                 raise ValueError(f"a passage needs an id to be upserted: {passage!r}")
-        writer = self._writer()
-        try:
+        with _committing(self._writer()) as writer:
             for passage in batch:
                 # delete-then-add per passage: a later duplicate in `batch` wins as well
                 writer.delete_documents_by_term("id", passage.id)
                 writer.add_document(_document(passage))
-            writer.commit()
-        except BaseException:
-            writer.rollback()
-            raise
-        finally:
-            writer.wait_merging_threads()  # also drops the writer and its lock
         self._refresh()
         return len(batch)
 
@@ -223,16 +224,9 @@ class TantivyRetriever:
         batch = [i for i in dict.fromkeys(ids) if i]
         if not batch:
             return
-        writer = self._writer()
-        try:
+        with _committing(self._writer()) as writer:
             for passage_id in batch:
                 writer.delete_documents_by_term("id", passage_id)
-            writer.commit()
-        except BaseException:
-            writer.rollback()
-            raise
-        finally:
-            writer.wait_merging_threads()
         self._refresh()
 
     def _writer(self) -> tantivy.IndexWriter:
