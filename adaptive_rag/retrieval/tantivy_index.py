@@ -125,6 +125,26 @@ def _write_index(
                 on_progress(1)
 
 
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def _sweep_abandoned(index_dir: Path) -> None:
+    """Remove the staging and retired directories beside `index_dir` left by builds whose process
+    is gone (killed outright, no clean-up ran); a live build's are left alone."""
+    for kind in ("building", "retired"):
+        for leftover in index_dir.parent.glob(f".{index_dir.name}.{kind}-*"):
+            pid = leftover.name.rsplit("-", 1)[-1]
+            if pid.isdigit() and int(pid) != os.getpid() and not _process_alive(int(pid)):
+                shutil.rmtree(leftover, ignore_errors=True)
+
+
 def _swap_in(built: Path, index_dir: Path) -> None:
     """Put the complete index `built` at `index_dir`: the old one is renamed away first (a reader
     finds no index for that instant, never a partial one), then removed; its open memory maps stay
@@ -186,6 +206,8 @@ class TantivyRetriever:
         """
         index_dir = Path(index_dir)
         staging = index_dir.with_name(f".{index_dir.name}.building-{os.getpid()}")
+        if staging.parent.is_dir():
+            _sweep_abandoned(index_dir)
         if staging.exists():
             shutil.rmtree(staging)
         staging.mkdir(parents=True)

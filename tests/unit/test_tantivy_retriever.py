@@ -254,3 +254,23 @@ def test_a_failed_rebuild_leaves_the_old_index(tmp_path) -> None:
         TantivyRetriever.build(index_dir, broken())
     assert TantivyRetriever(index_dir).count() == len(DOCS)
     assert [p.name for p in tmp_path.iterdir()] == ["index"]
+
+
+def test_a_build_sweeps_what_a_killed_build_left_but_not_a_live_one(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead_pid = int(gone.stdout)  # exited and reaped: no process has this id now (barring reuse)
+    index_dir = tmp_path / "index"
+    abandoned = [tmp_path / f".index.building-{dead_pid}", tmp_path / f".index.retired-{dead_pid}"]
+    live = tmp_path / f".index.building-{os.getppid()}"  # a build still running elsewhere
+    other = tmp_path / f".other.building-{dead_pid}"  # another index's: not this build's to judge
+    for leftover in (*abandoned, live, other):
+        leftover.mkdir()
+        (leftover / "meta.json").write_text("{}")
+
+    TantivyRetriever.build(index_dir, DOCS)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["index", live.name, other.name])
