@@ -161,6 +161,17 @@ def time_ratio(tiers: Callable[[Evaluation], Mapping[Key, str]], baseline: str) 
     return compute
 
 
+def lab_routes(folder: str, row: str, figure: Callable[[Callable[[Evaluation], Mapping[Key, str]]],
+                                                         Callable[[Path], str]]) -> Callable[[Path], str]:
+    """`figure` of the tiers a lab replay recorded for `row` (`<folder>/records.jsonl.gz`: per
+    question, each row's tier), over the evaluation's own outcomes."""
+    def compute(reports: Path) -> str:
+        recorded = {(r["dataset"], r["question_id"]): r["rows"][row]["tier"]
+                    for r in read_jsonl(reports / folder / "records.jsonl.gz")}
+        return figure(lambda ev: {k: recorded[k] for k in ev.tier_questions() if k in recorded})(reports)
+    return compute
+
+
 def routing_accuracy(tiers: Callable[[Evaluation], Mapping[Key, str]]) -> Callable[[Path], str]:
     """Accuracy on the test labels, pooled over questions as a classifier's accuracy."""
     def compute(reports: Path) -> str:
@@ -630,6 +641,10 @@ FIGURES: tuple[Figure, ...] = (
            row_minus_fixed(lambda ev: ev.routed("learned reward (reward-time)"))),
     Figure("Reward router priced by time, time vs always C",
            time_ratio(lambda ev: ev.routed("learned reward (reward-time)"), "C")),
+    Figure("Shipped router priced on time (budget 60 % of always C's), minus always B, F1 points",
+           lab_routes("time_budget", "priced router", row_minus_fixed)),
+    Figure("Shipped router priced on time, time vs always C",
+           lab_routes("time_budget", "priced router", lambda tiers: time_ratio(tiers, "C"))),
     Figure("Oracle minus always B, F1 points", row_minus_fixed(lambda ev: ev.oracle())),
     Figure("Shipped router, accuracy on the test labels", routing_accuracy(lambda ev: ev.routed("adaptive"))),
     Figure("Dataset-identity rule, accuracy on the test labels", routing_accuracy(lambda ev: ev.dataset_rule())),

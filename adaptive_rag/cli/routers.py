@@ -33,6 +33,7 @@ from adaptive_rag.cli.common import (
     progress_bar,
 )
 from adaptive_rag.contracts import StrategyName
+from adaptive_rag.errors import ConfigurationError
 
 routers_app = typer.Typer(
     add_completion=False, no_args_is_help=True,
@@ -145,6 +146,7 @@ def fit_words(
     min_count: Annotated[int, typer.Option(help="a word enters the vocabulary when seen this often")] = 2,
     fill_binary: Annotated[bool, typer.Option(help="label every other benchmark `train` question by its dataset's bias (the paper's binary labels), as labels from the database only cover the questions the reader was run on")] = True,
     support: Annotated[bool, typer.Option(help="label the `train` questions of the support suites (COVID FAQ, demo help centre; never Quillbill, held out) by their kind's tier, so help-centre wording is learned from help centres")] = True,
+    time_budget: Annotated[Optional[float], typer.Option(min=0.05, max=1.0, help="serve the router with a price on time that keeps routed time within this share of always C's (e.g. 0.6), chosen out of fold on the labels with every tier's outcome; unset: the router's own decision")] = None,
     data_dir: DataDir = None,
     database_url: DbUrl = None,
 ) -> None:
@@ -158,7 +160,7 @@ def fit_words(
     follow from the benchmark data), so `arag routers fit-words --labels-file <out>/labels.jsonl`
     rebuilds the same router.json.
     """
-    from adaptive_rag.training.bag_of_words import fit, model_card
+    from adaptive_rag.training.bag_of_words import fit, fit_time_price, model_card
     from adaptive_rag.training.learned_routers import examples_from_labels
     from adaptive_rag.storage.labels import read_label_file, write_label_file
     from adaptive_rag.training.labelling import binary_labels, support_labels
@@ -190,6 +192,18 @@ def fit_words(
             + ", ".join(f"{d} {per_dataset[(d, 'A')]}/{per_dataset[(d, 'B')]}/{per_dataset[(d, 'C')]}"
                         for d in sorted({e.dataset for e in examples})))
     router = fit(examples, min_count=min_count, note=note)
+    if time_budget is not None:
+        from adaptive_rag.training.time_price import FOLDS
+
+        with progress_bar(f"pricing time for {time_budget:.0%} of always C's (folds)", FOLDS) as advance:
+            try:
+                priced = fit_time_price(router, examples, time_budget, advance)
+            except ConfigurationError as exc:
+                raise typer.BadParameter(str(exc), param_hint="--time-budget") from None
+        oof = priced["out_of_fold"]
+        console.print(f"time price {priced['price']:g}: out of fold on {oof['n']} labels F1 {100 * oof['f1']:.1f} "
+                      f"(always B {100 * oof['always_b_f1']:.1f}) at {oof['time_share_of_c']:.0%} of always C's time"
+                      + ("" if priced["within_budget"] else " - no price met the budget: the cheapest"))
     out.mkdir(parents=True, exist_ok=True)
     if labels_file is None or labels_file.resolve() != (out / "labels.jsonl").resolve():
         write_label_file(run_rows, out / "labels.jsonl")

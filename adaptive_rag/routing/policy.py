@@ -9,6 +9,12 @@ direction (the paper's classifier sends 31 % of C questions to B), so:
   P(A) >= `a_threshold`; an A that is not confident enough goes to B;
 - otherwise the argmax.
 
+A **price on time** (`time_price`, with each tier's time as a share of C's, `tier_costs`) comes
+first when set: the probabilities are shifted by `-time_price x cost` per tier in log space (as a
+tenant prior shifts them) before the rules above, so a question goes to a dearer tier only when
+the router is that much surer of it. The price is chosen on `train` labels to hold routed time to
+a budget (`adaptive_rag.training.time_price`); none: the router's own decision.
+
 Thresholds live in a small JSON file stored beside the model version they were calibrated for
 (`arag calibrate`); `adaptive_rag.training.calibration` picks them on a validation slice to
 maximise F1 under a step budget. When the classifier cannot be reached, `fallback_decision` routes with the rules
@@ -39,12 +45,25 @@ class PolicyThresholds:
     note: str = "default"
     # Validation figures of the calibration that chose them, if any.
     metrics: dict[str, float] = field(default_factory=dict)
+    # The price on time (log-probability per unit of C's time) and each tier's time as a share
+    # of C's (A, B, C); both or neither.
+    time_price: float | None = None
+    tier_costs: tuple[float, float, float] | None = None
 
     def __post_init__(self) -> None:
         for name in ("c_threshold", "a_threshold"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must lie in [0, 1], got {value}")
+        if (self.time_price is None) != (self.tier_costs is None):
+            raise ValueError("time_price and tier_costs are set together or not at all")
+        if self.time_price is not None and not (math.isfinite(self.time_price) and self.time_price >= 0.0):
+            raise ValueError(f"time_price must be a finite number >= 0, got {self.time_price}")
+        if self.tier_costs is not None:
+            costs = tuple(self.tier_costs)
+            if len(costs) != len(TIERS) or not all(math.isfinite(c) and c >= 0.0 for c in costs):
+                raise ValueError(f"tier_costs must be {len(TIERS)} finite numbers >= 0 (A, B, C), got {costs}")
+            object.__setattr__(self, "tier_costs", tuple(float(c) for c in costs))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -52,7 +71,10 @@ class PolicyThresholds:
     @classmethod
     def from_json(cls, text: str) -> PolicyThresholds:
         data = json.loads(text)
-        known = {k: data[k] for k in ("c_threshold", "a_threshold", "note", "metrics") if k in data}
+        known = {k: data[k] for k in ("c_threshold", "a_threshold", "note", "metrics", "time_price", "tier_costs")
+                 if k in data}
+        if known.get("tier_costs") is not None:
+            known["tier_costs"] = tuple(known["tier_costs"])
         return cls(**known)
 
     def save(self, path: Path) -> Path:
@@ -87,6 +109,14 @@ def softmax(logits: Sequence[float]) -> list[float]:
     return [e / total for e in exps]
 
 
+def shift(probabilities: Mapping[str, float], offsets: tuple[float, float, float]) -> dict[str, float]:
+    """`probabilities` times exp(offset) per tier (log-space offsets, A, B, C), renormalised: a
+    tenant's prior and the price on time both move the classifier's probabilities this way."""
+    weighted = {t.value: max(float(probabilities[t.value]), 1e-12) * math.exp(o) for t, o in zip(TIERS, offsets)}
+    total = sum(weighted.values())
+    return {t: w / total for t, w in weighted.items()}
+
+
 def _as_probabilities(probabilities: Sequence[float] | Mapping[str, float]) -> dict[str, float]:
     if isinstance(probabilities, Mapping):
         probs = {t.value: float(probabilities[t.value]) for t in TIERS}
@@ -108,6 +138,13 @@ class RoutingPolicy:
     def tier(self, probabilities: Sequence[float] | Mapping[str, float]) -> tuple[Tier, str]:
         """The tier for these probabilities and a short reason."""
         probs = _as_probabilities(probabilities)
+        price, costs = self.thresholds.time_price, self.thresholds.tier_costs
+        if price is not None and costs is not None and price > 0.0:
+            tier, reason = self._rules(shift(probs, tuple(-price * c for c in costs)))  # type: ignore[arg-type]
+            return tier, f"{reason} (time priced at {price:g})"
+        return self._rules(probs)
+
+    def _rules(self, probs: Mapping[str, float]) -> tuple[Tier, str]:
         argmax = max(TIERS, key=lambda t: probs[t.value])
         p_a, p_c = probs["A"], probs["C"]
         c_thr, a_thr = self.thresholds.c_threshold, self.thresholds.a_threshold

@@ -25,6 +25,7 @@ from typing import Any
 
 from adaptive_rag.contracts import TIER_VALUES, RoutingDecision
 from adaptive_rag.errors import ConfigurationError
+from adaptive_rag.routing.policy import shift
 
 TENANT_PRIORS_FILE = "tenant_priors.json"
 
@@ -41,13 +42,6 @@ class TenantPrior:
         """Short text for a decision's reason: the revision and the offsets."""
         shifts = ", ".join(f"{t} {o:+.2f}" for t, o in zip(TIER_VALUES, self.offsets) if t != "B")
         return f"r{self.revision}: {shifts}"
-
-
-def shift(probabilities: Mapping[str, float], offsets: tuple[float, float, float]) -> dict[str, float]:
-    """`probabilities` times exp(offset) per tier, renormalised."""
-    weighted = {t: max(float(probabilities[t]), 1e-12) * math.exp(o) for t, o in zip(TIER_VALUES, offsets)}
-    total = sum(weighted.values())
-    return {t: w / total for t, w in weighted.items()}
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import json
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -138,6 +138,12 @@ class BagOfWordsRouter:
                              (self.length_weight * LENGTH_SCALE).astype(np.float32)[None, :]])
         return (x @ weights + self.bias.astype(np.float32)).astype(np.float32)
 
+    def probabilities(self, texts: Sequence[str]) -> np.ndarray:
+        """[n, 3] softmax of `logits`, as the classifier client turns the served logits into them."""
+        logits = self.logits(texts).astype(np.float64)
+        exps = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return exps / exps.sum(axis=1, keepdims=True)
+
     def route_many(self, texts: Sequence[str]) -> list[str]:
         """The argmax tier per text (exact ties to the cheaper tier)."""
         logits = self.logits(texts)
@@ -197,6 +203,18 @@ def _fit_logistic(x: np.ndarray, labels: Sequence[str], c: float, class_weight: 
     return weights[:vocabulary_size], weights[vocabulary_size] / LENGTH_SCALE, bias
 
 
+def fit_fixed(examples: Sequence[LabelledQuery], c: float, class_weight: str | None,
+              min_count: int = 2) -> BagOfWordsRouter:
+    """The router fitted on `examples` with given hyper-parameters (vocabulary included)."""
+    vocabulary = fit_vocabulary([e.question for e in examples], min_count)
+    tokenizer = _tokenizer(vocabulary)
+    x = sparse_features(tokenizer, [e.question for e in examples])
+    token_weights, length_weight, bias = _fit_logistic(
+        x, [e.label.value for e in examples], c, class_weight, tokenizer.get_vocab_size())
+    token_weights[1] = 0.0  # [PAD] never counts
+    return BagOfWordsRouter(vocabulary, token_weights, length_weight, bias)
+
+
 def fit(examples: Sequence[LabelledQuery], min_count: int = 2, note: str = "",
         validation_share: float = DEFAULT_VAL_SHARE, refit: bool = False) -> BagOfWordsRouter:
     """Choose C and class weighting on the hash validation split; the router returned is the one
@@ -214,13 +232,7 @@ def fit(examples: Sequence[LabelledQuery], min_count: int = 2, note: str = "",
                                  "validation labels: too few to choose hyper-parameters")
 
     def trained(part: Sequence[LabelledQuery], c: float, weight: str | None) -> BagOfWordsRouter:
-        vocabulary = fit_vocabulary([e.question for e in part], min_count)
-        tokenizer = _tokenizer(vocabulary)
-        x = sparse_features(tokenizer, [e.question for e in part])
-        token_weights, length_weight, bias = _fit_logistic(
-            x, [e.label.value for e in part], c, weight, tokenizer.get_vocab_size())
-        token_weights[1] = 0.0  # [PAD] never counts
-        return BagOfWordsRouter(vocabulary, token_weights, length_weight, bias)
+        return fit_fixed(part, c, weight, min_count)
 
     grid = []
     for c in C_GRID:
@@ -275,6 +287,15 @@ def model_card(router_path: Path) -> str:
         f"- validation ({card.get('validation_split')}): accuracy {v.get('accuracy', 0):.1%}, macro-F1 "
         f"{v.get('macro_f1', 0):.1%} on {v.get('n', 0)} labels",
     ]
+    priced = card.get("time_budget")
+    if priced:
+        oof = priced["out_of_fold"]
+        lines.append(
+            f"- time budget: served with a price on time of {priced['price']:g} (tier costs A/B/C "
+            f"{' / '.join(f'{c:.2f}' for c in priced['tier_costs'])} of C's time) to stay within "
+            f"{priced['budget']:.0%} of always C's time; out of fold on {oof['n']} `train` labels: F1 "
+            f"{100 * oof['f1']:.1f} (always B {100 * oof['always_b_f1']:.1f}) at {oof['time_share_of_c']:.0%} of "
+            f"always C's time" + ("" if priced["within_budget"] else " (no price met the budget: the cheapest)"))
     evaluation_path = Path(router_path).parent / "evaluation.json"
     measured = json.loads(evaluation_path.read_text(encoding="utf-8"))["test_labels"] \
         if evaluation_path.is_file() else None
@@ -304,13 +325,44 @@ def model_card(router_path: Path) -> str:
 # --- serving: the router as a classifier model version (ONNX + tokenizer), built without torch ----
 
 
-def served_thresholds() -> PolicyThresholds:
+def served_thresholds(router: BagOfWordsRouter | None = None) -> PolicyThresholds:
     """The policy a published bag-of-words version runs with: its own argmax (its hyper-parameters
-    were chosen on validation; no threshold is layered on top)."""
+    were chosen on validation; no threshold is layered on top), with the price on time its card
+    holds when it was fitted for a time budget (`fit_time_price`)."""
     from adaptive_rag.routing.policy import PolicyThresholds
 
-    return PolicyThresholds(c_threshold=None, a_threshold=None,
-                            note=f"argmax: the {KIND} router's own decision (chosen on validation)")
+    argmax = PolicyThresholds(c_threshold=None, a_threshold=None,
+                              note=f"argmax: the {KIND} router's own decision (chosen on validation)")
+    priced = (router.card.get("time_budget") if router is not None else None) or None
+    if priced is None:
+        return argmax
+    return PolicyThresholds(
+        c_threshold=None, a_threshold=None,
+        note=f"{argmax.note}; time priced at {priced['price']:g} to stay within {priced['budget']:.0%} of always "
+             f"C's time (chosen out of fold on {priced['out_of_fold']['n']} `train` labels)",
+        time_price=float(priced["price"]), tier_costs=tuple(priced["tier_costs"]))  # type: ignore[arg-type]
+
+
+def fit_time_price(router: BagOfWordsRouter, examples: Sequence[LabelledQuery], budget: float,
+                   on_fold: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Choose the price on time that holds `budget` (a share of always C's time) out of fold
+    (`training.time_price`): each fold's router is fitted as `router` was (its hyper-parameters,
+    every other label). Stores the choice in the router's card and returns it."""
+    from adaptive_rag.training.time_price import choose_time_price
+
+    params = router.card.get("hyperparameters") or {}
+    if "C" not in params:
+        raise ConfigurationError("the router's card names no hyper-parameters: fit it with `fit` first")
+
+    def fitted(part: Sequence[LabelledQuery]) -> Callable[[Sequence[str]], np.ndarray]:
+        fold_router = fit_fixed(part, params["C"], params.get("class_weight"), router.card.get("min_count", 2))
+        if on_fold is not None:
+            on_fold()
+        return fold_router.probabilities
+
+    choice = choose_time_price(examples, budget, fitted)
+    router.card = {**router.card, "time_budget": choice.card()}
+    return router.card["time_budget"]
 
 
 def onnx_model(router: BagOfWordsRouter):
@@ -413,7 +465,7 @@ def publish(router_path: Path, repository: Path, model_name: str = CLASSIFIER_MO
         "exported": time.strftime("%Y-%m-%dT%H:%M:%S"), **(extra_info or {}),
     }
     (staging / "classifier.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    served_thresholds().save(staging)
+    served_thresholds(router).save(staging)
     staging.rename(model_dir / str(version))
     write_config(model_dir, config_pbtxt(model_name))
     return Published(version, model_dir / str(version), cached=False)

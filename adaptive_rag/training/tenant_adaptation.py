@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 
 from adaptive_rag.routing.model_repository import ModelVersion
-from adaptive_rag.routing.policy import RoutingPolicy
+from adaptive_rag.routing.policy import RoutingPolicy, shift
 from adaptive_rag.routing.small_talk import small_talk_intent
 from adaptive_rag.contracts import TIER_VALUES
-from adaptive_rag.routing.tenant_priors import TenantPriors, shift
+from adaptive_rag.routing.tenant_priors import TenantPriors
 from adaptive_rag.training.splits import LIVE_PREFIX, question_fraction
 
 PRIOR_L2 = 1.0  # penalty on |b|^2 in summed log-likelihood units (a N(0, 0.5) prior per offset)

@@ -48,9 +48,7 @@ ROWS = ("always B", "always C", "dataset-identity rule", "router", "router + sou
 
 def probabilities(router: BagOfWordsRouter, questions: Sequence[str]) -> np.ndarray:
     """The router's softmax over A, B, C per question (what Triton's graph returns)."""
-    logits = router.logits(list(questions)).astype(np.float64)
-    exps = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return exps / exps.sum(axis=1, keepdims=True)
+    return router.probabilities(list(questions))
 
 
 def fit_source_priors(router: BagOfWordsRouter, rows: Sequence[Any], policy: RoutingPolicy,

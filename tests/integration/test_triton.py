@@ -119,3 +119,32 @@ def test_triton_serves_the_shipped_bag_of_words_router_like_the_fitted_model(tmp
             assert [client.classify(q).tier.value for q in QUERIES] == router.route_many(QUERIES)
     finally:
         server.stop()
+
+
+def test_a_router_priced_on_time_is_served_with_its_price(tmp_path):
+    """The price chosen for a time budget travels with the version (thresholds.json) and the
+    client applies it to what real Triton returns: fewer questions reach C than unpriced."""
+    from adaptive_rag.routing.policy import RoutingPolicy
+    from adaptive_rag.training.bag_of_words import fit, fit_time_price, publish, served_thresholds
+    from tests.unit.test_time_price import labels
+
+    examples = labels()
+    router = fit(examples)
+    fit_time_price(router, examples, 0.7)
+    router.save(tmp_path / "router.json")
+    publish(tmp_path / "router.json", tmp_path / "repo")
+    version = open_version(tmp_path / "repo")
+    questions = [f"Who directed the film that came out in year {i}?" for i in range(40, 46)] + [
+        "Which film came out first, film 50 or film 51, and who directed both?", "Who wrote book number 60?"]
+    policy = RoutingPolicy(served_thresholds(router))
+    priced = [policy.tier(list(map(float, p)))[0].value for p in router.probabilities(questions)]
+    unpriced = router.route_many(questions)
+    assert priced.count("C") < unpriced.count("C")
+    server = TritonProcess(tmp_path / "repo", tmp_path / "serve.log")
+    try:
+        with TritonClassifier.from_version(version, url=server.url, timeout_s=5.0, batching=False) as client:
+            decisions = [client.classify(q) for q in questions]
+            assert [d.tier.value for d in decisions] == priced
+            assert all("time priced at" in d.reason for d in decisions)
+    finally:
+        server.stop()

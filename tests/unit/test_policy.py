@@ -90,3 +90,53 @@ def test_fallback_uses_the_rules_and_is_flagged():
     assert "timeout" in decision.reason
     assert fallback_decision("hello there").tier is Tier.A
     assert fallback_decision("Who wrote the novel Dune?").tier is Tier.B
+
+
+# --- a price on time -------------------------------------------------------------------------------
+
+
+def priced(price: float, **thresholds) -> RoutingPolicy:
+    return RoutingPolicy(PolicyThresholds(time_price=price, tier_costs=(0.25, 0.5, 1.0),
+                                          **{"c_threshold": None, "a_threshold": None, **thresholds}))
+
+
+def test_a_price_on_time_sends_a_question_to_a_dearer_tier_only_when_the_router_is_that_much_surer():
+    probs = [0.05, 0.4, 0.55]  # argmax C by log(0.55 / 0.4) = 0.32
+    assert priced(0.0).tier(probs)[0] is Tier.C
+    assert priced(0.5).tier(probs)[0] is Tier.C  # C pays 0.5 x (1 - 0.5) = 0.25 < 0.32 more than B
+    tier, reason = priced(1.0).tier(probs)  # 0.5 > 0.32: B
+    assert tier is Tier.B and "time priced at 1" in reason
+    assert priced(1.0).tier([0.02, 0.08, 0.9])[0] is Tier.C  # sure enough of C, whatever B costs
+
+
+def test_a_high_price_reaches_a_and_the_rules_apply_to_the_priced_probabilities():
+    assert priced(20.0).tier([0.2, 0.5, 0.3])[0] is Tier.A
+    # the escalation threshold reads the priced P(C): 0.35 before the price, below 0.3 after
+    assert priced(0.0, c_threshold=0.3).tier([0.1, 0.55, 0.35])[0] is Tier.C
+    assert priced(1.0, c_threshold=0.3).tier([0.1, 0.55, 0.35])[0] is Tier.B
+
+
+def test_the_decision_records_the_routers_own_probabilities():
+    decision = priced(1.0).decide([0.05, 0.4, 0.55])
+    assert decision.tier is Tier.B and decision.probabilities == {"A": 0.05, "B": 0.4, "C": 0.55}
+
+
+def test_a_price_survives_the_thresholds_file_and_an_old_file_has_none(tmp_path):
+    thresholds = PolicyThresholds(c_threshold=None, a_threshold=None, time_price=2.5, tier_costs=(0.2, 0.45, 1.0))
+    path = thresholds.save(tmp_path)
+    assert PolicyThresholds.load(path) == thresholds
+    old = PolicyThresholds.from_json('{"c_threshold": 0.3, "a_threshold": null, "note": "old"}')
+    assert old.time_price is None and old.tier_costs is None
+
+
+@pytest.mark.parametrize("bad", [
+    {"time_price": 1.0},  # no costs
+    {"tier_costs": (0.2, 0.5, 1.0)},  # no price
+    {"time_price": -1.0, "tier_costs": (0.2, 0.5, 1.0)},
+    {"time_price": float("nan"), "tier_costs": (0.2, 0.5, 1.0)},
+    {"time_price": 1.0, "tier_costs": (0.2, 1.0)},
+    {"time_price": 1.0, "tier_costs": (0.2, -0.5, 1.0)},
+])
+def test_a_broken_price_is_refused(bad):
+    with pytest.raises(ValueError):
+        PolicyThresholds(**bad)

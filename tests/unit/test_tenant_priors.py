@@ -12,7 +12,8 @@ from adaptive_rag.contracts import RoutingDecision, Tier
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.routing.model_repository import ModelVersion
 from adaptive_rag.routing.policy import PolicyThresholds, RoutingPolicy
-from adaptive_rag.routing.tenant_priors import TENANT_PRIORS_FILE, TenantPriors, shift
+from adaptive_rag.routing.policy import shift
+from adaptive_rag.routing.tenant_priors import TENANT_PRIORS_FILE, TenantPriors
 from adaptive_rag.training.tenant_adaptation import (
     MIN_LABELS,
     adapt_tenants,

@@ -1,0 +1,151 @@
+"""A price on time for a router's probabilities, chosen on `train` labels to hold a time budget.
+
+Why: a router's own decision buys the most F1 it can, whatever it costs (the shipped router sends
+about 70 % of always C's time). A deployment that must answer within a share of that needs the
+router to send a question to a dearer tier only when it is that much surer of it. The policy
+does this with one number (`routing.policy`): the probabilities are shifted by `-price x cost`
+per tier in log space, each tier's cost its mean time as a share of C's, before the usual rules.
+
+The price is chosen out of fold over the labels that carry every tier's outcome (F1 and seconds):
+each hash fold is routed by a router fitted on every other label (the binary labels included),
+so no question is routed by a router that saw its label. Among the prices whose routed time is
+within the budget (routed seconds over always C's, pooled), the one with the highest mean F1;
+ties go to the cheaper routes, then the larger price. Over budget at every price: the cheapest.
+The costs are measured on the same labels (mean seconds per tier over mean C seconds).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from adaptive_rag.contracts import TIER_VALUES
+from adaptive_rag.errors import ConfigurationError
+from adaptive_rag.routing.policy import PolicyThresholds, RoutingPolicy
+from adaptive_rag.training.learned_routers import LabelledQuery
+from adaptive_rag.training.splits import question_fraction
+
+PRICES = tuple(round(0.25 * i, 2) for i in range(41))  # 0 .. 10 log-probability per C's time
+FOLDS = 5
+FOLD_SALT = "time-price-folds"
+TIE = 1e-9
+
+# fit(labels) -> probabilities(questions) [n, 3] in A, B, C order
+Prober = Callable[[Sequence[LabelledQuery]], Callable[[Sequence[str]], np.ndarray]]
+
+
+@dataclass(frozen=True)
+class TimePriceChoice:
+    """The chosen price with what it did out of fold, and the whole price grid."""
+
+    budget: float
+    price: float
+    tier_costs: tuple[float, float, float]
+    within_budget: bool
+    n: int
+    folds: int
+    f1: float
+    always_b_f1: float
+    always_c_f1: float
+    time_share_of_c: float
+    routed: dict[str, int]
+    grid: list[dict[str, float]] = field(default_factory=list)
+
+    def thresholds(self, base: PolicyThresholds | None = None) -> PolicyThresholds:
+        """`base` (default: the router's own argmax) with this price on time."""
+        base = base or PolicyThresholds(c_threshold=None, a_threshold=None)
+        return PolicyThresholds(
+            c_threshold=base.c_threshold, a_threshold=base.a_threshold,
+            note=f"{base.note}; time priced at {self.price:g} to stay within {self.budget:.0%} of always C's time "
+                 f"(chosen out of fold on {self.n} `train` labels)",
+            metrics=dict(base.metrics), time_price=self.price, tier_costs=self.tier_costs)
+
+    def card(self) -> dict[str, Any]:
+        """The record kept in the router's card (JSON)."""
+        return {
+            "budget": self.budget, "price": self.price, "tier_costs": [round(c, 6) for c in self.tier_costs],
+            "within_budget": self.within_budget,
+            "selection": (f"out of fold ({self.folds} hash folds of the {self.n} labels with every tier's F1 and "
+                          "seconds): the price with the highest mean F1 whose routed time is within the budget "
+                          "(share of always C's); ties: cheaper, then larger price"),
+            "out_of_fold": {"n": self.n, "f1": round(self.f1, 6), "always_b_f1": round(self.always_b_f1, 6),
+                            "always_c_f1": round(self.always_c_f1, 6),
+                            "time_share_of_c": round(self.time_share_of_c, 6), "routed": self.routed},
+            "grid": [{k: round(v, 6) for k, v in g.items()} for g in self.grid],
+        }
+
+
+def timed(examples: Iterable[LabelledQuery]) -> list[LabelledQuery]:
+    """The labels a price can be judged on: every tier's F1 and seconds stored."""
+    return [e for e in examples if e.has_rewards("seconds")
+            and all(e.outcomes[t].f1 is not None for t in TIER_VALUES)]
+
+
+def tier_costs(examples: Sequence[LabelledQuery]) -> tuple[float, float, float]:
+    """Mean seconds per tier over the mean C seconds (C is 1)."""
+    seconds = np.array([[float(e.outcomes[t].seconds) for t in TIER_VALUES] for e in examples])  # type: ignore[arg-type]
+    c_mean = float(seconds[:, TIER_VALUES.index("C")].mean())
+    if not c_mean > 0.0:
+        raise ConfigurationError("the labels' C outcomes record no time: no cost to price")
+    a, b, c = (float(v) / c_mean for v in seconds.mean(axis=0))
+    return a, b, c
+
+
+def out_of_fold_probabilities(examples: Sequence[LabelledQuery], fit: Prober,
+                              folds: int = FOLDS) -> tuple[list[LabelledQuery], np.ndarray]:
+    """The timed labels and their probabilities, each from a router fitted on every other label."""
+    judged = timed(examples)
+    if not judged:
+        raise ConfigurationError("no label carries every tier's F1 and seconds (run `arag label`): no price "
+                                 "can be chosen")
+    fold_of = [int(question_fraction(e.question, FOLD_SALT) * folds) for e in judged]
+    judged_ids = {id(e): k for e, k in zip(judged, fold_of)}
+    found = np.zeros((len(judged), len(TIER_VALUES)))
+    for k in range(folds):
+        held = [i for i, f in enumerate(fold_of) if f == k]
+        if not held:
+            continue
+        part = [e for e in examples if judged_ids.get(id(e)) != k]
+        found[held] = fit(part)([judged[i].question for i in held])
+    return judged, found
+
+
+def choose_price(judged: Sequence[LabelledQuery], probabilities: np.ndarray, budget: float,
+                 base: PolicyThresholds | None = None, prices: Sequence[float] = PRICES,
+                 folds: int = FOLDS) -> TimePriceChoice:
+    """The price for `budget` (a share of always C's time) by the rule in the module docstring."""
+    if not 0.0 < budget:
+        raise ConfigurationError(f"the time budget is a positive share of always C's time, not {budget!r}")
+    costs = tier_costs(judged)
+    f1 = np.array([[float(e.outcomes[t].f1) for t in TIER_VALUES] for e in judged])  # type: ignore[arg-type]
+    seconds = np.array([[float(e.outcomes[t].seconds) for t in TIER_VALUES] for e in judged])  # type: ignore[arg-type]
+    rows = np.arange(len(judged))
+    always_c_seconds = float(seconds[:, 2].sum())
+    grid, routes = [], {}
+    for price in prices:
+        thresholds = (base or PolicyThresholds(c_threshold=None, a_threshold=None))
+        policy = RoutingPolicy(PolicyThresholds(thresholds.c_threshold, thresholds.a_threshold,
+                                                time_price=float(price), tier_costs=costs))
+        chosen = np.array([TIER_VALUES.index(policy.tier(list(map(float, p)))[0].value) for p in probabilities])
+        routes[price] = chosen
+        grid.append({"price": float(price), "f1": float(f1[rows, chosen].mean()),
+                     "time_share_of_c": float(seconds[rows, chosen].sum()) / always_c_seconds})
+    kept = [g for g in grid if g["time_share_of_c"] <= budget + TIE]
+    best = (max(kept, key=lambda g: (round(g["f1"], 9), -round(g["time_share_of_c"], 9), g["price"])) if kept
+            else min(grid, key=lambda g: (g["time_share_of_c"], -g["price"])))
+    counts = Counter(TIER_VALUES[i] for i in routes[best["price"]])
+    return TimePriceChoice(
+        budget=budget, price=best["price"], tier_costs=costs, within_budget=bool(kept), n=len(judged),
+        folds=folds, f1=best["f1"], always_b_f1=float(f1[:, 1].mean()), always_c_f1=float(f1[:, 2].mean()),
+        time_share_of_c=best["time_share_of_c"], routed={t: counts.get(t, 0) for t in TIER_VALUES}, grid=grid)
+
+
+def choose_time_price(examples: Sequence[LabelledQuery], budget: float, fit: Prober,
+                      base: PolicyThresholds | None = None, folds: int = FOLDS) -> TimePriceChoice:
+    """Out-of-fold probabilities, then the price for `budget`."""
+    judged, probabilities = out_of_fold_probabilities(examples, fit, folds)
+    return choose_price(judged, probabilities, budget, base, folds=folds)

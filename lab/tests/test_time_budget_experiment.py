@@ -1,0 +1,71 @@
+"""The time-budget replay: the priced router is the shipped one with a price, its routes are the
+served policy's, and the summary puts both beside always B and always C on the same questions."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from adaptive_rag.evaluation.datasets import Question
+from adaptive_rag.evaluation.runner import Outcome
+from adaptive_rag.training.bag_of_words import fit, fit_time_price
+from lab.experiments.time_budget import ROWS, curve_on_test, readme, replay, same_weights, summarise
+from tests.unit.test_time_price import labels
+
+SECONDS = {"no_retrieval": 2.0, "single_step": 4.0, "evidence": 8.0}
+
+
+@pytest.fixture(scope="module")
+def routers():
+    examples = labels()
+    shipped = fit(examples)
+    priced = copy.deepcopy(shipped)
+    fit_time_price(priced, examples, 0.7)
+    return shipped, priced
+
+
+def _outcomes(questions, b_right: set[str]):
+    found = {}
+    for q in questions:
+        for strategy, seconds in SECONDS.items():
+            right = strategy == "evidence" or (strategy == "single_step" and q.id in b_right)
+            found[(q.dataset, q.id, strategy)] = Outcome(q.id, q.dataset, strategy, "x", 1, seconds,
+                                                         float(right), float(right), float(right))
+    return found
+
+
+def test_the_priced_router_sends_the_unsure_lookalikes_to_b_and_saves_time(routers):
+    shipped, priced = routers
+    assert same_weights(shipped, priced) and "time_budget" not in shipped.card
+    questions = [Question(f"m{i}", "musique", f"Who directed the film that came out in year {i}?", ("x",))
+                 for i in range(50, 56)]
+    questions += [Question(f"h{i}", "hotpotqa", f"Which film came out first, film {i} or film {i + 1}, and who "
+                           "directed both?", ("x",)) for i in range(60, 66)]
+    outcomes = _outcomes(questions, b_right=set())
+    del outcomes[("musique", "m55", "evidence")]  # an incomplete question is left out
+    records = replay(shipped, priced, questions, outcomes)
+    assert len(records) == 11
+    lookalikes = [r for r in records if r["dataset"] == "musique"]
+    assert {r["rows"]["shipped router"]["tier"] for r in lookalikes} == {"C"}
+    assert {r["rows"]["priced router"]["tier"] for r in lookalikes} == {"B"}
+    summary = summarise(records)
+    assert set(summary) == set(ROWS)
+    paid, own = summary["priced router"], summary["shipped router"]
+    assert paid["time_share_of_always_c"]["estimate"] < own["time_share_of_always_c"]["estimate"] == 1.0
+    assert paid["f1_minus_always_b"]["estimate"] < own["f1_minus_always_b"]["estimate"]  # B was wrong there
+    assert paid["routed"] == {"A": 0, "B": 5, "C": 6}
+    curve = curve_on_test(priced, questions, outcomes, [0.0, priced.card["time_budget"]["price"]])
+    assert curve[0]["time_share_of_c"] == pytest.approx(1.0)
+    assert np.isclose(curve[1]["time_share_of_c"], paid["time_share_of_always_c"]["estimate"])
+    text = readme({"command": "python -m lab.experiments.time_budget", "fit_command": "arag routers fit-words",
+                   "eval": "e", "time_budget": priced.card["time_budget"], "test": summary})
+    assert "| priced router |" in text and "of always C's time" in text
+
+
+def test_a_router_with_other_weights_is_not_the_shipped_one_priced(routers):
+    shipped, priced = routers
+    other = copy.deepcopy(priced)
+    other.bias = other.bias + 0.1
+    assert not same_weights(shipped, other)
