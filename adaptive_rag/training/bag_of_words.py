@@ -340,6 +340,8 @@ def served_thresholds(router: BagOfWordsRouter | None = None) -> PolicyThreshold
         c_threshold=None, a_threshold=None,
         note=f"{argmax.note}; time priced at {priced['price']:g} to stay within {priced['budget']:.0%} of always "
              f"C's time (chosen out of fold on {priced['out_of_fold']['n']} `train` labels)",
+        metrics={"time_budget": float(priced["budget"]), "out_of_fold_f1": priced["out_of_fold"]["f1"],
+                 "out_of_fold_time_share_of_c": priced["out_of_fold"]["time_share_of_c"]},
         time_price=float(priced["price"]), tier_costs=tuple(priced["tier_costs"]))  # type: ignore[arg-type]
 
 

@@ -151,18 +151,36 @@ def resolve_family(family: str, repository: Path, model: str) -> str:
     return "words" if info.get("kind") == KIND else "encoder"
 
 
-def train_words(rows, out: Path, live_share: float, note: str) -> Path:
+def served_time_budget(repository: Path, model: str) -> float | None:
+    """The time budget (a share of always C's time) the served version's policy is priced for,
+    if any: a retrained router is priced for the same budget, never silently served without it."""
+    from adaptive_rag.routing.model_repository import served_version
+    from adaptive_rag.routing.policy import PolicyThresholds
+
+    served = served_version(Path(repository) / model)
+    if served is None:
+        return None
+    thresholds = PolicyThresholds.load_or_default(Path(repository) / model / str(served))
+    budget = thresholds.metrics.get("time_budget")
+    return float(budget) if thresholds.time_price is not None and budget is not None else None
+
+
+def train_words(rows, out: Path, live_share: float, note: str, time_budget: float | None = None) -> Path:
     """Fit the bag-of-words router on `rows` (the `fit` part; live labels weighted; settings
-    chosen on a hash band of it, then refitted on all of it), write
-    `router.json` and its card into `out`, export it as a candidate version under `out/export`;
-    returns the candidate's version directory."""
-    from adaptive_rag.training.bag_of_words import fit, model_card, publish
+    chosen on a hash band of it, then refitted on all of it), priced on time for `time_budget`
+    when given (`bag_of_words.fit_time_price`, out of fold on the rows with every tier's outcome),
+    write `router.json` and its card into `out`, export it as a candidate version under
+    `out/export`; returns the candidate's version directory."""
+    from adaptive_rag.training.bag_of_words import fit, fit_time_price, model_card, publish
     from adaptive_rag.training.learned_routers import examples_from_labels
     from adaptive_rag.training.splits import weighted_live
 
     weighted = weighted_live(list(rows), lambda row: row.dataset, live_share)
     # The selection slice: the hash band just above promotion's validation part, inside `fit`.
-    router = fit(examples_from_labels(weighted), note=note, validation_share=2 * VALIDATION_SHARE, refit=True)
+    examples = examples_from_labels(weighted)
+    router = fit(examples, note=note, validation_share=2 * VALIDATION_SHARE, refit=True)
+    if time_budget is not None:
+        fit_time_price(router, examples, time_budget)
     out.mkdir(parents=True, exist_ok=True)
     router.save(out / "router.json")
     (out / "MODEL_CARD.md").write_text(model_card(out / "router.json"), encoding="utf-8")
@@ -311,11 +329,13 @@ def _retrain_words(engine, promotions: PromotionStore, classifier: ClassifierSet
     model = classifier.classifier_model
     note = (f"retrain: {len(fit)} `fit` labels (benchmark + live, live repeated up to {options.live_share:.0%}); "
             f"{len(validation)} validation labels held out for promotion")
+    budget = served_time_budget(classifier.model_repository, model)
     try:
-        candidate = train_words(fit, out, options.live_share, note)
+        candidate = train_words(fit, out, options.live_share, note, time_budget=budget)
     except Exception as exc:  # noqa: BLE001 - recorded; the served version is untouched
         return _run_failed(promotions, model, outcome, f"training failed: {type(exc).__name__}: {exc}", out, new)
-    log(f"bag-of-words challenger fitted on {len(fit)} `fit` labels: {out / 'router.json'}")
+    priced = "" if budget is None else f", priced on time for {budget:.0%} of always C's as the served version"
+    log(f"bag-of-words challenger fitted on {len(fit)} `fit` labels{priced}: {out / 'router.json'}")
 
     def promote_run(texts: list[str], tiers: list[str], **common: Any) -> Verdict:
         return promote_candidate(candidate, classifier.model_repository, texts, tiers, model, options.metric,

@@ -125,3 +125,49 @@ def test_a_refused_challenger_still_leaves_the_tenant_a_prior_over_the_served_ve
     again = retrain(url, classifier, RetrainOptions(out=tmp_path / "run2", min_gain=1.0, tenant_priors=False),
                     log=lambda _: None)
     assert "tenant_priors" not in again.summary()
+
+
+def serve_priced_words(tmp_path, timed: bool) -> tuple[str, ClassifierSettings]:
+    """A repository serving a bag-of-words router priced for 70 % of always C's time; the
+    database holds its labels, with every tier's outcome (`timed`) or none."""
+    from adaptive_rag.training.bag_of_words import fit_time_price
+    from tests.unit.test_time_price import label_rows, labels
+
+    url = f"sqlite:///{tmp_path / 'records.db'}"
+    upgrade_database(url)
+    rows = label_rows([e for e in labels() if e.outcomes])
+    examples = examples_from_labels(rows)
+    champion = fit(examples)
+    fit_time_price(champion, examples, 0.7)
+    champion.save(tmp_path / "router.json")
+    publish(tmp_path / "router.json", tmp_path / "repo")
+    store = LabelStore(make_engine(url))
+    for row in rows:
+        if not timed:
+            row.outcomes = {}
+        store.add(row)
+    return url, ClassifierSettings(_env_file=None, model_repository=tmp_path / "repo")
+
+
+def test_a_retrained_router_is_priced_for_the_served_versions_time_budget(tmp_path) -> None:
+    from adaptive_rag.routing.policy import PolicyThresholds
+    from adaptive_rag.training.retrain import served_time_budget
+
+    url, classifier = serve_priced_words(tmp_path, timed=True)
+    assert served_time_budget(classifier.model_repository, CLASSIFIER_MODEL) == 0.7
+    lines: list[str] = []
+    outcome = retrain(url, classifier, RetrainOptions(out=tmp_path / "run", min_gain=-1.0), log=lines.append)
+    assert outcome.status in ("promoted", "refused"), (outcome.reason, lines)
+    assert any("priced on time for 70%" in line for line in lines)
+    card = json.loads((tmp_path / "run" / "router.json").read_text())["card"]
+    assert card["time_budget"]["budget"] == 0.7 and card["time_budget"]["out_of_fold"]["time_share_of_c"] <= 0.7
+    exported = tmp_path / "run" / "export" / CLASSIFIER_MODEL / "1"
+    thresholds = PolicyThresholds.load(exported)
+    assert thresholds.time_price == card["time_budget"]["price"] and thresholds.metrics["time_budget"] == 0.7
+
+
+def test_a_priced_router_without_timed_labels_is_not_retrained_into_an_unpriced_one(tmp_path) -> None:
+    url, classifier = serve_priced_words(tmp_path, timed=False)
+    outcome = retrain(url, classifier, RetrainOptions(out=tmp_path / "run"), log=lambda _: None)
+    assert outcome.status == "failed" and "every tier's F1 and seconds" in outcome.reason
+    assert served_version(classifier.model_repository / CLASSIFIER_MODEL) == 1

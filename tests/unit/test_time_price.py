@@ -117,7 +117,7 @@ def _plain(output: str) -> str:
     return " ".join(output.replace("│", " ").split())
 
 
-def _label_rows(examples):
+def label_rows(examples):
     from adaptive_rag.storage.models import TrainingLabel
 
     return [TrainingLabel(origin="benchmark", dataset=e.dataset, question_id=e.question_id, question=e.question,
@@ -134,7 +134,7 @@ def test_the_cli_fits_the_router_with_its_price_and_refuses_labels_without_outco
     from adaptive_rag.storage.labels import write_label_file
 
     runner = CliRunner()
-    timed_rows = _label_rows([e for e in labels() if e.outcomes])
+    timed_rows = label_rows([e for e in labels() if e.outcomes])
     write_label_file(timed_rows, tmp_path / "labels.jsonl")
     out = tmp_path / "priced"
     common = ["routers", "fit-words", "--no-fill-binary", "--no-support", "--out", str(out)]
