@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from adaptive_rag.contracts import CLASSIFIER_MODEL, TIERS, RoutingDecision, Tier
+from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.routing.rules import rule_tier
 
 THRESHOLDS_FILE = "thresholds.json"
@@ -71,6 +72,8 @@ class PolicyThresholds:
     @classmethod
     def from_json(cls, text: str) -> PolicyThresholds:
         data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         known = {k: data[k] for k in ("c_threshold", "a_threshold", "note", "metrics", "time_price", "tier_costs")
                  if k in data}
         if known.get("tier_costs") is not None:
@@ -91,7 +94,10 @@ class PolicyThresholds:
         path = Path(path)
         if path.is_dir():
             path = path / THRESHOLDS_FILE
-        return cls.from_json(path.read_text(encoding="utf-8"))
+        try:
+            return cls.from_json(path.read_text(encoding="utf-8"))
+        except (ValueError, TypeError, AttributeError) as exc:  # JSON errors are ValueErrors
+            raise ConfigurationError(f"unreadable policy thresholds {path}: {exc}") from exc
 
     @classmethod
     def load_or_default(cls, version_dir: Path | None) -> PolicyThresholds:

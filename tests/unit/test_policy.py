@@ -140,3 +140,17 @@ def test_a_price_survives_the_thresholds_file_and_an_old_file_has_none(tmp_path)
 def test_a_broken_price_is_refused(bad):
     with pytest.raises(ValueError):
         PolicyThresholds(**bad)
+
+
+@pytest.mark.parametrize("text", [
+    "{not json",
+    '{"c_threshold": null, "a_threshold": null, "time_price": 2.0}',  # a price without costs
+    '{"c_threshold": null, "a_threshold": null, "time_price": 2.0, "tier_costs": 5}',
+    '["a list"]',
+])
+def test_a_broken_thresholds_file_is_a_configuration_error_naming_it(tmp_path, text):
+    from adaptive_rag.errors import ConfigurationError
+
+    (tmp_path / "thresholds.json").write_text(text)
+    with pytest.raises(ConfigurationError, match="thresholds.json"):
+        PolicyThresholds.load(tmp_path)
