@@ -205,6 +205,16 @@ routers-served: setup
 	$(ARAG) routers train --kind reward --cost seconds --time-budget 0.6 --folds 5 \
 	  --database-url $(LABELS_SERVED_DB) --out var/routers-served/reward-time
 
+## bench-time-budget: the shipped router priced on time for 60 % of always C's (price chosen out of
+## fold on its train labels), replayed over the recorded test outcomes beside the unpriced router
+## (no reader call; about a minute); reports/time_budget/
+.PHONY: bench-time-budget
+bench-time-budget: setup-lab
+	$(ARAG) routers fit-words --labels-file models/router/labels.jsonl --time-budget 0.6 \
+	  --data-dir $(DATA_DIR) --out var/router-priced
+	$(PY) -m lab.experiments.time_budget --data-dir $(DATA_DIR) --priced var/router-priced/router.json \
+	  --out reports/time_budget
+
 ## eval-support: the support suite on the test split, per knowledge base (the COVID FAQ here, the demo help centre in reports/support/help_centre; ~12 min)
 eval-support: setup-eval
 	$(ARAG) eval --suite support --data-dir $(DATA_DIR) --out reports/support
