@@ -103,13 +103,13 @@ def out_of_fold_probabilities(examples: Sequence[LabelledQuery], fit: Prober,
         raise ConfigurationError("no label carries every tier's F1 and seconds (run `arag label`): no price "
                                  "can be chosen")
     fold_of = [int(question_fraction(e.question, FOLD_SALT) * folds) for e in judged]
-    judged_ids = {id(e): k for e, k in zip(judged, fold_of)}
+    fold_by_identity = {id(e): k for e, k in zip(judged, fold_of)}  # labels without outcomes: in no fold
     found = np.zeros((len(judged), len(TIER_VALUES)))
     for k in range(folds):
         held = [i for i, f in enumerate(fold_of) if f == k]
         if not held:
             continue
-        part = [e for e in examples if judged_ids.get(id(e)) != k]
+        part = [e for e in examples if fold_by_identity.get(id(e)) != k]
         found[held] = fit(part)([judged[i].question for i in held])
     return judged, found
 
@@ -126,9 +126,9 @@ def choose_price(judged: Sequence[LabelledQuery], probabilities: np.ndarray, bud
     rows = np.arange(len(judged))
     always_c_seconds = float(seconds[:, 2].sum())
     grid, routes = [], {}
+    rules = base or PolicyThresholds(c_threshold=None, a_threshold=None)
     for price in prices:
-        thresholds = (base or PolicyThresholds(c_threshold=None, a_threshold=None))
-        policy = RoutingPolicy(PolicyThresholds(thresholds.c_threshold, thresholds.a_threshold,
+        policy = RoutingPolicy(PolicyThresholds(rules.c_threshold, rules.a_threshold,
                                                 time_price=float(price), tier_costs=costs))
         chosen = np.array([TIER_VALUES.index(policy.tier(list(map(float, p)))[0].value) for p in probabilities])
         routes[price] = chosen
