@@ -2,7 +2,7 @@
 door, while clients keep calling it: not one call fails, not one decision falls back to the rules,
 and the version the replies report moves 1 -> 2 -> 1 with what is served. Then a tenant prior
 written beside the served version shifts that tenant's decisions, and only that tenant's, without
-a restart.
+a restart; and a version promoted with a price on time routes by it.
 
 The operator's steps are the ones a deployment runs: `promote_candidate` (what `arag retrain`
 and `arag model promote` end in) against the running Triton (EXPLICIT model control: the new
@@ -29,6 +29,7 @@ from e2e_stack import Stack
 
 from adaptive_rag.contracts import CLASSIFIER_MODEL
 from adaptive_rag.routing.model_repository import served_version
+from adaptive_rag.routing.policy import PolicyThresholds
 from adaptive_rag.routing.tenant_priors import TenantPriors
 from adaptive_rag.storage import PromotionStore
 from adaptive_rag.training.promotion import promote_candidate
@@ -180,3 +181,15 @@ def test_refused_accepted_and_rolled_back_without_a_failed_call(own_frontdoor, t
     assert pb2.Tier.Name(shifted.tier)[-1] == "C" and shifted.classifier.model_version == 1
     untouched = route(other)
     assert pb2.Tier.Name(untouched.tier)[-1] == "B" and "tenant prior" not in untouched.classifier.reason
+
+    # A version priced on time (what `arag routers fit-words --time-budget` publishes): version 2's
+    # classifier, whose thresholds.json makes C cost more than the router is sure of a comparison.
+    priced = publish_length_router(tmp_path / "priced", 1, BETTER)
+    PolicyThresholds(c_threshold=None, a_threshold=None, time_price=20.0, tier_costs=(0.5, 0.5, 1.0)).save(priced)
+    promoted = promote_candidate(priced, repo, TEXTS, LABELS, store=promotions, triton_urls=[triton.url])
+    assert promoted.verdict == "promoted" and promoted.version == 3, promoted.reason
+    deadline = time.monotonic() + 60
+    while (paid := route(other)).classifier.model_version != 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert paid.classifier.model_version == 3 and "time priced at 20" in paid.classifier.reason, paid.classifier
+    assert pb2.Tier.Name(paid.tier)[-1] == "B" and not paid.classifier.fallback
