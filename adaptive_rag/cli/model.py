@@ -274,8 +274,10 @@ def status(
     database_url: DbUrl = None,
 ) -> None:
     """The served version, the versions kept loaded, the versions on disk, the served version's
-    tenant priors, recent decisions (JSON)."""
+    policy (thresholds and price on time) and tenant priors, recent decisions (JSON)."""
+    from adaptive_rag.errors import ConfigurationError
     from adaptive_rag.routing.model_repository import read_served, served_version, versions
+    from adaptive_rag.routing.policy import PolicyThresholds
     from adaptive_rag.routing.tenant_priors import TenantPriors
     from adaptive_rag.storage import PromotionStore
 
@@ -283,11 +285,16 @@ def status(
     model_dir = Path(classifier.model_repository) / classifier.classifier_model
     state = read_served(model_dir)
     served = served_version(model_dir)
-    priors = TenantPriors.load_or_empty(model_dir / str(served) if served is not None else None)
+    served_dir = model_dir / str(served) if served is not None else None
+    priors = TenantPriors.load_or_empty(served_dir)
+    try:
+        policy = json.loads(PolicyThresholds.load_or_default(served_dir).to_json()) if served_dir else None
+    except ConfigurationError as exc:
+        policy = {"error": str(exc)}
     store = PromotionStore(open_label_store(load_settings(database_url=database_url).database_url).engine)
     typer.echo(json.dumps({
         "model": classifier.classifier_model, "served_version": served,
         "pointer": json.loads(state.to_json()) if state else None, "versions": versions(model_dir),
-        "tenant_priors": json.loads(priors.to_json())["tenants"],
+        "policy": policy, "tenant_priors": json.loads(priors.to_json())["tenants"],
         "recent": [r.summary() for r in store.recent(classifier.classifier_model, limit)],
     }, indent=2))

@@ -199,6 +199,18 @@ def test_the_cli_rolls_back_and_reports_status(tmp_path, store, monkeypatch):
     assert status["served_version"] == 1 and status["versions"] == [1, 2]
     assert [r["action"] for r in status["recent"]] == ["rollback", "promote"]
     assert status["tenant_priors"] == {"acme": {"offsets": [0.0, 0.0, -1.5], "revision": 1, "note": "fitted"}}
+    assert status["policy"]["time_price"] is None
+    # A version priced on time shows its price and budget; a broken policy file is named, not fatal.
+    from adaptive_rag.routing.policy import PolicyThresholds
+
+    PolicyThresholds(c_threshold=None, a_threshold=None, time_price=3.25, tier_costs=(0.23, 0.46, 1.0),
+                     metrics={"time_budget": 0.6}).save(repo / CLASSIFIER_MODEL / "1")
+    result = runner.invoke(app, ["model", "status", "--repository", str(repo), "--database-url", url])
+    priced = json.loads(result.stdout)["policy"]
+    assert priced["time_price"] == 3.25 and priced["metrics"]["time_budget"] == 0.6
+    (repo / CLASSIFIER_MODEL / "1" / "thresholds.json").write_text("{broken")
+    result = runner.invoke(app, ["model", "status", "--repository", str(repo), "--database-url", url])
+    assert result.exit_code == 0 and "thresholds.json" in json.loads(result.stdout)["policy"]["error"]
 
 
 def test_macro_f1_for_promotion_leaves_out_a_class_with_a_handful_of_labels():
