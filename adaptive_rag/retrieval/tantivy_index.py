@@ -206,8 +206,7 @@ class TantivyRetriever:
         """
         index_dir = Path(index_dir)
         staging = index_dir.with_name(f".{index_dir.name}.building-{os.getpid()}")
-        if staging.parent.is_dir():
-            _sweep_abandoned(index_dir)
+        _sweep_abandoned(index_dir)
         if staging.exists():
             shutil.rmtree(staging)
         staging.mkdir(parents=True)

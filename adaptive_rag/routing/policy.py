@@ -76,8 +76,6 @@ class PolicyThresholds:
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         known = {k: data[k] for k in ("c_threshold", "a_threshold", "note", "metrics", "time_price", "tier_costs")
                  if k in data}
-        if known.get("tier_costs") is not None:
-            known["tier_costs"] = tuple(known["tier_costs"])
         return cls(**known)
 
     def save(self, path: Path) -> Path:

@@ -330,19 +330,12 @@ def served_thresholds(router: BagOfWordsRouter | None = None) -> PolicyThreshold
     were chosen on validation; no threshold is layered on top), with the price on time its card
     holds when it was fitted for a time budget (`fit_time_price`)."""
     from adaptive_rag.routing.policy import PolicyThresholds
+    from adaptive_rag.training.time_price import priced_thresholds
 
     argmax = PolicyThresholds(c_threshold=None, a_threshold=None,
                               note=f"argmax: the {KIND} router's own decision (chosen on validation)")
-    priced = (router.card.get("time_budget") if router is not None else None) or None
-    if priced is None:
-        return argmax
-    return PolicyThresholds(
-        c_threshold=None, a_threshold=None,
-        note=f"{argmax.note}; time priced at {priced['price']:g} to stay within {priced['budget']:.0%} of always "
-             f"C's time (chosen out of fold on {priced['out_of_fold']['n']} `train` labels)",
-        metrics={"time_budget": float(priced["budget"]), "out_of_fold_f1": priced["out_of_fold"]["f1"],
-                 "out_of_fold_time_share_of_c": priced["out_of_fold"]["time_share_of_c"]},
-        time_price=float(priced["price"]), tier_costs=tuple(priced["tier_costs"]))  # type: ignore[arg-type]
+    priced = router.card.get("time_budget") if router is not None else None
+    return argmax if not priced else priced_thresholds(argmax, priced)
 
 
 def fit_time_price(router: BagOfWordsRouter, examples: Sequence[LabelledQuery], budget: float,

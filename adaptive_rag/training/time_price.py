@@ -17,7 +17,7 @@ The costs are measured on the same labels (mean seconds per tier over mean C sec
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,15 +55,6 @@ class TimePriceChoice:
     routed: dict[str, int]
     grid: list[dict[str, float]] = field(default_factory=list)
 
-    def thresholds(self, base: PolicyThresholds | None = None) -> PolicyThresholds:
-        """`base` (default: the router's own argmax) with this price on time."""
-        base = base or PolicyThresholds(c_threshold=None, a_threshold=None)
-        return PolicyThresholds(
-            c_threshold=base.c_threshold, a_threshold=base.a_threshold,
-            note=f"{base.note}; time priced at {self.price:g} to stay within {self.budget:.0%} of always C's time "
-                 f"(chosen out of fold on {self.n} `train` labels)",
-            metrics=dict(base.metrics), time_price=self.price, tier_costs=self.tier_costs)
-
     def card(self) -> dict[str, Any]:
         """The record kept in the router's card (JSON)."""
         return {
@@ -79,15 +70,36 @@ class TimePriceChoice:
         }
 
 
+def priced_thresholds(rules: PolicyThresholds, card: Mapping[str, Any]) -> PolicyThresholds:
+    """`rules` with the price on time a router's card holds (`TimePriceChoice.card`), its budget
+    recorded in the metrics (what `arag retrain` prices a challenger for again)."""
+    oof = card["out_of_fold"]
+    return PolicyThresholds(
+        c_threshold=rules.c_threshold, a_threshold=rules.a_threshold,
+        note=f"{rules.note}; time priced at {card['price']:g} to stay within {card['budget']:.0%} of always C's "
+             f"time (chosen out of fold on {oof['n']} `train` labels)",
+        metrics={**rules.metrics, "time_budget": float(card["budget"]), "out_of_fold_f1": oof["f1"],
+                 "out_of_fold_time_share_of_c": oof["time_share_of_c"]},
+        time_price=float(card["price"]), tier_costs=tuple(card["tier_costs"]))  # type: ignore[arg-type]
+
+
 def timed(examples: Iterable[LabelledQuery]) -> list[LabelledQuery]:
     """The labels a price can be judged on: every tier's F1 and seconds stored."""
     return [e for e in examples if e.has_rewards("seconds")
             and all(e.outcomes[t].f1 is not None for t in TIER_VALUES)]
 
 
+def _per_tier(examples: Sequence[LabelledQuery], field_name: str) -> np.ndarray:
+    """[n, 3]: each tier's stored `f1` or `seconds` per example, A, B, C order."""
+    return np.array([[float(getattr(e.outcomes[t], field_name)) for t in TIER_VALUES] for e in examples])
+
+
 def tier_costs(examples: Sequence[LabelledQuery]) -> tuple[float, float, float]:
     """Mean seconds per tier over the mean C seconds (C is 1)."""
-    seconds = np.array([[float(e.outcomes[t].seconds) for t in TIER_VALUES] for e in examples])  # type: ignore[arg-type]
+    return _costs(_per_tier(examples, "seconds"))
+
+
+def _costs(seconds: np.ndarray) -> tuple[float, float, float]:
     c_mean = float(seconds[:, TIER_VALUES.index("C")].mean())
     if not c_mean > 0.0:
         raise ConfigurationError("the labels' C outcomes record no time: no cost to price")
@@ -115,20 +127,18 @@ def out_of_fold_probabilities(examples: Sequence[LabelledQuery], fit: Prober,
 
 
 def choose_price(judged: Sequence[LabelledQuery], probabilities: np.ndarray, budget: float,
-                 base: PolicyThresholds | None = None, prices: Sequence[float] = PRICES,
-                 folds: int = FOLDS) -> TimePriceChoice:
-    """The price for `budget` (a share of always C's time) by the rule in the module docstring."""
+                 prices: Sequence[float] = PRICES, folds: int = FOLDS) -> TimePriceChoice:
+    """The price for `budget` (a share of always C's time) by the rule in the module docstring,
+    over the router's own argmax."""
     if not 0.0 < budget:
         raise ConfigurationError(f"the time budget is a positive share of always C's time, not {budget!r}")
-    costs = tier_costs(judged)
-    f1 = np.array([[float(e.outcomes[t].f1) for t in TIER_VALUES] for e in judged])  # type: ignore[arg-type]
-    seconds = np.array([[float(e.outcomes[t].seconds) for t in TIER_VALUES] for e in judged])  # type: ignore[arg-type]
+    f1, seconds = _per_tier(judged, "f1"), _per_tier(judged, "seconds")
+    costs = _costs(seconds)
     rows = np.arange(len(judged))
     always_c_seconds = float(seconds[:, 2].sum())
     grid, routes = [], {}
-    rules = base or PolicyThresholds(c_threshold=None, a_threshold=None)
     for price in prices:
-        policy = RoutingPolicy(PolicyThresholds(rules.c_threshold, rules.a_threshold,
+        policy = RoutingPolicy(PolicyThresholds(c_threshold=None, a_threshold=None,
                                                 time_price=float(price), tier_costs=costs))
         chosen = np.array([TIER_VALUES.index(policy.tier(list(map(float, p)))[0].value) for p in probabilities])
         routes[price] = chosen
@@ -145,7 +155,7 @@ def choose_price(judged: Sequence[LabelledQuery], probabilities: np.ndarray, bud
 
 
 def choose_time_price(examples: Sequence[LabelledQuery], budget: float, fit: Prober,
-                      base: PolicyThresholds | None = None, folds: int = FOLDS) -> TimePriceChoice:
+                      folds: int = FOLDS) -> TimePriceChoice:
     """Out-of-fold probabilities, then the price for `budget`."""
     judged, probabilities = out_of_fold_probabilities(examples, fit, folds)
-    return choose_price(judged, probabilities, budget, base, folds=folds)
+    return choose_price(judged, probabilities, budget, folds=folds)

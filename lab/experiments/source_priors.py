@@ -46,11 +46,6 @@ TIER_STRATEGIES = {"A": "no_retrieval", "B": "single_step", "C": "evidence"}
 ROWS = ("always B", "always C", "dataset-identity rule", "router", "router + source priors")
 
 
-def probabilities(router: BagOfWordsRouter, questions: Sequence[str]) -> np.ndarray:
-    """The router's softmax over A, B, C per question (what Triton's graph returns)."""
-    return router.probabilities(list(questions))
-
-
 def fit_source_priors(router: BagOfWordsRouter, rows: Sequence[Any], policy: RoutingPolicy,
                       ) -> dict[str, dict[str, Any]]:
     """Per dataset of the `train` label rows: the offsets, the router's accuracy on those labels,
@@ -61,7 +56,7 @@ def fit_source_priors(router: BagOfWordsRouter, rows: Sequence[Any], policy: Rou
     fitted = {}
     for dataset, labelled in sorted(by_dataset.items()):
         questions, labels = [r.question for r in labelled], [r.label for r in labelled]
-        probs = probabilities(router, questions)
+        probs = router.probabilities(questions)
         offsets = fit_offsets(np.log(np.clip(probs, 1e-12, None)), [TIER_VALUES.index(t) for t in labels], PRIOR_L2)
         plain = routed_tiers(probs, np.zeros(len(TIER_VALUES)), policy)
         router_accuracy = sum(r == t for r, t in zip(plain, labels)) / len(labels)
@@ -94,7 +89,7 @@ def replay(router: BagOfWordsRouter, priors: Mapping[str, Mapping[str, Any]], qu
            outcomes: Mapping[tuple[str, str, str], Outcome], policy: RoutingPolicy) -> list[dict[str, Any]]:
     """Per `test` question with every tier's outcome: its label and each row's tier, F1, seconds."""
     kept = [q for q in questions if tier_label(outcomes, q.dataset, q.id) is not None]
-    probs = probabilities(router, [q.question for q in kept])
+    probs = router.probabilities([q.question for q in kept])
     records = []
     for question, row in zip(kept, probs):
         prior = priors.get(question.dataset)

@@ -56,20 +56,20 @@ def routes(router: BagOfWordsRouter, policy: RoutingPolicy, questions: Sequence[
     return [policy.tier(list(map(float, row)))[0].value for row in router.probabilities(list(questions))]
 
 
-def _in_record_order(questions: Sequence[Any], outcomes: Mapping[tuple[str, str, str], Outcome]) -> list[Any]:
+def complete(questions: Sequence[Any], outcomes: Mapping[tuple[str, str, str], Outcome]) -> list[Any]:
+    """The questions with every tier's outcome, in the order of the evaluation's records (the
+    bootstrap draws by position, as `lab.results` does)."""
     first_seen: dict[tuple[str, str], int] = {}
     for dataset, question_id, _ in outcomes:
         first_seen.setdefault((dataset, question_id), len(first_seen))
-    return sorted(questions, key=lambda q: first_seen[(q.dataset, q.id)])
+    kept = [q for q in questions if all((q.dataset, q.id, TIER_STRATEGIES[t]) in outcomes for t in TIER_VALUES)]
+    return sorted(kept, key=lambda q: first_seen[(q.dataset, q.id)])
 
 
 def replay(shipped: BagOfWordsRouter, priced: BagOfWordsRouter, questions: Sequence[Any],
            outcomes: Mapping[tuple[str, str, str], Outcome]) -> list[dict[str, Any]]:
-    """Per `test` question with every tier's outcome: each row's tier, F1 and seconds, in the
-    order of the evaluation's records (the bootstrap draws by position, as `lab.results` does)."""
-    kept = _in_record_order([q for q in questions
-                             if all((q.dataset, q.id, TIER_STRATEGIES[t]) in outcomes for t in TIER_VALUES)],
-                            outcomes)
+    """Per `test` question with every tier's outcome (`complete`): each row's tier, F1 and seconds."""
+    kept = complete(questions, outcomes)
     texts = [q.question for q in kept]
     own = routes(shipped, RoutingPolicy(served_thresholds(shipped)), texts)
     paid = routes(priced, RoutingPolicy(served_thresholds(priced)), texts)
@@ -107,17 +107,15 @@ def summarise(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def curve_on_test(priced: BagOfWordsRouter, questions: Sequence[Any], outcomes: Mapping[tuple[str, str, str], Outcome],
                prices: Sequence[float]) -> list[dict[str, float]]:
     """F1 gain over always B and time share on `test` for each price (descriptive only)."""
-    kept = _in_record_order([q for q in questions
-                             if all((q.dataset, q.id, TIER_STRATEGIES[t]) in outcomes for t in TIER_VALUES)],
-                            outcomes)
-    probabilities = priced.probabilities([q.question for q in kept])
+    kept = complete(questions, outcomes)
+    texts = [q.question for q in kept]
     costs = tuple(priced.card["time_budget"]["tier_costs"])
     always_b = {(q.dataset, q.id): outcomes[(q.dataset, q.id, "single_step")].f1 for q in kept}
     always_c = {(q.dataset, q.id): outcomes[(q.dataset, q.id, "evidence")].seconds for q in kept}
     curve = []
     for price in prices:
-        policy = RoutingPolicy(PolicyThresholds(None, None, time_price=price, tier_costs=costs))  # type: ignore[arg-type]
-        tiers = [policy.tier(list(map(float, row)))[0].value for row in probabilities]
+        tiers = routes(priced, RoutingPolicy(PolicyThresholds(None, None, time_price=price,
+                                                              tier_costs=costs)), texts)  # type: ignore[arg-type]
         chosen = {(q.dataset, q.id): outcomes[(q.dataset, q.id, TIER_STRATEGIES[t])] for q, t in zip(kept, tiers)}
         gain = difference_interval({k: o.f1 for k, o in chosen.items()}, always_b)
         share = ratio_interval({k: o.seconds for k, o in chosen.items()}, always_c)

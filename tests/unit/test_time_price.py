@@ -11,12 +11,14 @@ import pytest
 from adaptive_rag.contracts import Tier
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.routing.model_repository import open_version
-from adaptive_rag.routing.policy import RoutingPolicy
+from adaptive_rag.routing.policy import PolicyThresholds, RoutingPolicy
 from adaptive_rag.training.bag_of_words import (
     BagOfWordsRouter, fit, fit_time_price, model_card, publish, served_thresholds,
 )
 from adaptive_rag.training.learned_routers import LabelledQuery, TierOutcome
-from adaptive_rag.training.time_price import choose_price, out_of_fold_probabilities, tier_costs
+from adaptive_rag.training.time_price import (
+    choose_price, out_of_fold_probabilities, priced_thresholds, tier_costs,
+)
 
 
 def outcomes(f1: tuple[float, float, float], seconds=(2.0, 4.0, 8.0)) -> dict[str, TierOutcome]:
@@ -74,7 +76,8 @@ def test_the_price_buys_the_most_f1_within_the_budget():
     assert held.within_budget and held.time_share_of_c <= 0.7
     assert held.routed == {"A": 0, "B": 60, "C": 30}  # the unsure C questions go to B first
     assert held.f1 == pytest.approx((30 + 30) / 90) and held.always_b_f1 == pytest.approx(30 / 90)
-    assert held.price > 0.0 and RoutingPolicy(held.thresholds()).tier([0.05, 0.45, 0.5])[0] is Tier.B
+    served = RoutingPolicy(priced_thresholds(PolicyThresholds(None, None), held.card()))
+    assert held.price > 0.0 and served.tier([0.05, 0.45, 0.5])[0] is Tier.B
     impossible = choose_price(judged, probabilities, budget=0.1)
     assert not impossible.within_budget and impossible.routed["C"] == 0  # the cheapest routes
 
