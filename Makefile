@@ -215,6 +215,26 @@ bench-time-budget: setup-lab
 	$(PY) -m lab.experiments.time_budget --data-dir $(DATA_DIR) --priced var/router-priced/router.json \
 	  --out reports/time_budget
 
+## bench-time-budget-fresh: the same routers, and one priced to hold the budget with 95 % confidence,
+## on a fresh test sample (questions 101-148 per dataset, never read before) with every tier run and
+## timed side by side here (the reader: about an hour on 2 cores); reports/time_budget_fresh/
+FRESH_OUT = var/eval-fresh
+.PHONY: bench-time-budget-fresh
+bench-time-budget-fresh: setup-eval
+	ARAG_READER=$(EVAL_READER) $(PY) -m adaptive_rag.cli reader fetch
+	$(ARAG) routers fit-words --labels-file models/router/labels.jsonl --time-budget 0.6 \
+	  --data-dir $(DATA_DIR) --out var/router-priced
+	$(ARAG) routers fit-words --labels-file models/router/labels.jsonl --time-budget 0.6 --budget-confidence 0.95 \
+	  --data-dir $(DATA_DIR) --out var/router-priced95
+	$(ARAG) index --benchmark --data-dir $(DATA_DIR) --index-dir var/bench-index
+	mkdir -p $(FRESH_OUT) reports/time_budget_fresh && cp reports/eval-qwen-1.5b-t400/generator.json $(FRESH_OUT)/
+	ARAG_READER=$(EVAL_READER) $(ARAG) eval --data-dir $(DATA_DIR) --index-dir var/bench-index --skip 100 --limit 48 \
+	  --strategies $(EVAL_TIERS) --out $(FRESH_OUT)
+	gzip -n -c $(FRESH_OUT)/results.jsonl > reports/time_budget_fresh/results.jsonl.gz
+	$(PY) -m lab.experiments.time_budget --data-dir $(DATA_DIR) --eval reports/time_budget_fresh --skip 100 \
+	  --limit 48 --priced var/router-priced/router.json --priced var/router-priced95/router.json \
+	  --out reports/time_budget_fresh
+
 ## eval-support: the support suite on the test split, per knowledge base (the COVID FAQ here, the demo help centre in reports/support/help_centre; ~12 min)
 eval-support: setup-eval
 	$(ARAG) eval --suite support --data-dir $(DATA_DIR) --out reports/support

@@ -172,6 +172,22 @@ def lab_routes(folder: str, row: str, figure: Callable[[Callable[[Evaluation], M
     return compute
 
 
+def replayed(folder: str, row: str, versus: str) -> Callable[[Path], str]:
+    """A lab replay's row against another of its rows (`<folder>/records.jsonl.gz`: per question,
+    each row's tier, F1 and seconds, recomputed from the outcomes it was run on): `versus` "always B"
+    gives the F1 difference in points, "always C" the time ratio."""
+    def compute(reports: Path) -> str:
+        records = list(read_jsonl(reports / folder / "records.jsonl.gz"))
+
+        def keyed(name: str, value: str) -> dict[Key, float]:
+            return {(r["dataset"], r["question_id"]): float(r["rows"][name][value]) for r in records}
+        if versus == "always B":
+            return signed_points(difference_interval(keyed(row, "f1"), keyed(versus, "f1")))
+        ratio = ratio_interval(keyed(row, "seconds"), keyed(versus, "seconds"))
+        return f"{ratio.estimate:.2f}x [{ratio.low:.2f}, {ratio.high:.2f}]"
+    return compute
+
+
 def routing_accuracy(tiers: Callable[[Evaluation], Mapping[Key, str]]) -> Callable[[Path], str]:
     """Accuracy on the test labels, pooled over questions as a classifier's accuracy."""
     def compute(reports: Path) -> str:
@@ -645,6 +661,12 @@ FIGURES: tuple[Figure, ...] = (
            lab_routes("time_budget", "priced router", row_minus_fixed)),
     Figure("Shipped router priced on time, time vs always C",
            lab_routes("time_budget", "priced router", lambda tiers: time_ratio(tiers, "C"))),
+    Figure("Fresh test sample (questions 101-148 per set, MuSiQue has none), always C minus always B, F1 points",
+           replayed("time_budget_fresh", "always C", "always B")),
+    Figure("Fresh test sample, shipped router priced for 60 % with 95 % confidence, minus always B, F1 points",
+           replayed("time_budget_fresh", "priced router (95% bound)", "always B")),
+    Figure("Fresh test sample, shipped router priced for 60 % with 95 % confidence, time vs always C",
+           replayed("time_budget_fresh", "priced router (95% bound)", "always C")),
     Figure("Oracle minus always B, F1 points", row_minus_fixed(lambda ev: ev.oracle())),
     Figure("Shipped router, accuracy on the test labels", routing_accuracy(lambda ev: ev.routed("adaptive"))),
     Figure("Dataset-identity rule, accuracy on the test labels", routing_accuracy(lambda ev: ev.dataset_rule())),

@@ -41,6 +41,7 @@ def evaluate(
     suite: Annotated[str, typer.Option(help="benchmark (the six QA sets) | support (the COVID FAQ as a help centre)")] = "benchmark",
     datasets: Datasets = None,
     limit: Annotated[Optional[int], typer.Option(help="questions per dataset (support: per query kind) of the split")] = None,
+    skip: Annotated[int, typer.Option(min=0, help="benchmark only: questions per dataset passed over before --limit applies (a fresh sample of `test` that earlier runs of the first questions never read)")] = 0,
     strategies: Annotated[Optional[str], typer.Option(help=f"comma-separated strategies to run (default {BENCHMARK_STRATEGIES}); support: the fixed-tier rows beside the router, as tiers a,b,c (default {SUPPORT_FIXED_ROWS})")] = None,
     data_dir: DataDir = None,
     retriever: Retr = None,
@@ -81,6 +82,8 @@ def evaluate(
             min_score = float(abstain_min_score)
         except ValueError:
             raise typer.BadParameter(f"--abstain-min-score takes a number or auto, not {abstain_min_score!r}") from None
+    if suite == "support" and skip:
+        raise typer.BadParameter("--skip is for --suite benchmark")
     if suite == "support":
         _evaluate_support(
             out or Path("reports/support"), limit, strategies or SUPPORT_FIXED_ROWS, data_dir,
@@ -108,7 +111,7 @@ def evaluate(
     if uncertainty_tuning is not None:
         settings = settings.model_copy(update=_tuned_uncertainty(uncertainty_tuning, settings.reader))
     chosen = datasets.split(",") if datasets else None
-    questions = interleaved(limit_per_dataset(load_questions(settings.data_dir, chosen, split="test"), limit))
+    questions = interleaved(limit_per_dataset(load_questions(settings.data_dir, chosen, split="test"), limit, skip))
     names = [resolve_strategy(s.strip(), settings) for s in strategies.split(",") if s.strip()]
     judge = None
     if report_only:

@@ -147,6 +147,7 @@ def fit_words(
     fill_binary: Annotated[bool, typer.Option(help="label every other benchmark `train` question by its dataset's bias (the paper's binary labels), as labels from the database only cover the questions the reader was run on")] = True,
     support: Annotated[bool, typer.Option(help="label the `train` questions of the support suites (COVID FAQ, demo help centre; never Quillbill, held out) by their kind's tier, so help-centre wording is learned from help centres")] = True,
     time_budget: Annotated[Optional[float], typer.Option(min=0.05, max=1.0, help="serve the router with a price on time that keeps routed time within this share of always C's (e.g. 0.6), chosen out of fold on the labels with every tier's outcome; unset: the router's own decision")] = None,
+    budget_confidence: Annotated[Optional[float], typer.Option(min=0.5, max=0.999, help="with --time-budget: hold the budget on the upper end of the routed share's bootstrap interval at this confidence (e.g. 0.95), not on its estimate")] = None,
     data_dir: DataDir = None,
     database_url: DbUrl = None,
 ) -> None:
@@ -191,18 +192,21 @@ def fit_words(
             f"{len(run_rows)} labelled by running the reader, `arag label`); per dataset (A/B/C): "
             + ", ".join(f"{d} {per_dataset[(d, 'A')]}/{per_dataset[(d, 'B')]}/{per_dataset[(d, 'C')]}"
                         for d in sorted({e.dataset for e in examples})))
+    if budget_confidence is not None and time_budget is None:
+        raise typer.BadParameter("--budget-confidence holds a --time-budget: give both")
     router = fit(examples, min_count=min_count, note=note)
     if time_budget is not None:
         from adaptive_rag.training.time_price import FOLDS
 
         with progress_bar(f"pricing time for {time_budget:.0%} of always C's (folds)", FOLDS) as advance:
             try:
-                priced = fit_time_price(router, examples, time_budget, advance)
+                priced = fit_time_price(router, examples, time_budget, advance, confidence=budget_confidence)
             except ConfigurationError as exc:
                 raise typer.BadParameter(str(exc), param_hint="--time-budget") from None
         oof = priced["out_of_fold"]
         console.print(f"time price {priced['price']:g}: out of fold on {oof['n']} labels F1 {100 * oof['f1']:.1f} "
                       f"(always B {100 * oof['always_b_f1']:.1f}) at {oof['time_share_of_c']:.0%} of always C's time"
+                      + ("" if "time_share_upper" not in oof else f" (upper bound {oof['time_share_upper']:.0%})")
                       + ("" if priced["within_budget"] else " - no price met the budget: the cheapest"))
     out.mkdir(parents=True, exist_ok=True)
     if labels_file is None or labels_file.resolve() != (out / "labels.jsonl").resolve():

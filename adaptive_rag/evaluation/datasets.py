@@ -209,16 +209,18 @@ def load_questions(
     return questions
 
 
-def limit_per_dataset(questions: Iterable[Question], limit: int | None) -> list[Question]:
-    """The first `limit` questions of each dataset (all with no limit), order kept."""
-    if not limit:
-        return list(questions)
+def limit_per_dataset(questions: Iterable[Question], limit: int | None, skip: int = 0) -> list[Question]:
+    """The first `limit` questions of each dataset (all with no limit) after its first `skip`
+    (a later sample of the same split, never read by a run of the first ones), order kept."""
+    if skip < 0:
+        raise ValueError(f"skip is a count of questions, not {skip!r}")
     seen: dict[str, int] = {}
     kept = []
     for question in questions:
-        if seen.get(question.dataset, 0) < limit:
+        position = seen.get(question.dataset, 0)
+        seen[question.dataset] = position + 1
+        if skip <= position and (not limit or position < skip + limit):
             kept.append(question)
-            seen[question.dataset] = seen.get(question.dataset, 0) + 1
     return kept
 
 

@@ -511,7 +511,8 @@ def plot(
             cell, style = cells[dataset], styles[row]
             f1 = 100 * cell["f1"]
             interval = cell.get("f1_ci")
-            yerr = [[f1 - 100 * interval[0]], [100 * interval[1] - f1]] if interval else None
+            # max(0, .): on one question the interval is the point, give or take a rounding error
+            yerr = [[max(0.0, f1 - 100 * interval[0])], [max(0.0, 100 * interval[1] - f1)]] if interval else None
             axis.errorbar(cell[time_of], f1, yerr=yerr, fmt=style["marker"], color=style["colour"], capsize=2,
                           markersize=10 if style["kind"] == "oracle" else 6, label=style["label"],
                           markerfacecolor="none" if style["hollow"] else style["colour"])

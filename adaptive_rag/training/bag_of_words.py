@@ -265,6 +265,7 @@ def model_card(router_path: Path) -> str:
     """`MODEL_CARD.md` for a committed router: what it is, what it learned from, how it was chosen,
     and its `test` figures when `evaluation.json` lies beside it (`arag model ship --test-report`)."""
     from adaptive_rag.pinned import file_sha256
+    from adaptive_rag.training.time_price import TimeBudget
 
     router = BagOfWordsRouter.load(router_path)
     card, labels = router.card, router.card.get("labels", {})
@@ -293,9 +294,11 @@ def model_card(router_path: Path) -> str:
         lines.append(
             f"- time budget: served with a price on time of {priced['price']:g} (tier costs A/B/C "
             f"{' / '.join(f'{c:.2f}' for c in priced['tier_costs'])} of C's time) to stay within "
-            f"{priced['budget']:.0%} of always C's time; out of fold on {oof['n']} `train` labels: F1 "
-            f"{100 * oof['f1']:.1f} (always B {100 * oof['always_b_f1']:.1f}) at {oof['time_share_of_c']:.0%} of "
-            f"always C's time" + ("" if priced["within_budget"] else " (no price met the budget: the cheapest)"))
+            f"{TimeBudget(priced['budget'], priced.get('confidence')).describe()}; out of fold on {oof['n']} "
+            f"`train` labels: F1 {100 * oof['f1']:.1f} (always B {100 * oof['always_b_f1']:.1f}) at "
+            f"{oof['time_share_of_c']:.0%} of always C's time"
+            + ("" if "time_share_upper" not in oof else f" (upper bound {oof['time_share_upper']:.0%})")
+            + ("" if priced["within_budget"] else " (no price met the budget: the cheapest)"))
     evaluation_path = Path(router_path).parent / "evaluation.json"
     measured = json.loads(evaluation_path.read_text(encoding="utf-8"))["test_labels"] \
         if evaluation_path.is_file() else None
@@ -339,10 +342,11 @@ def served_thresholds(router: BagOfWordsRouter | None = None) -> PolicyThreshold
 
 
 def fit_time_price(router: BagOfWordsRouter, examples: Sequence[LabelledQuery], budget: float,
-                   on_fold: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Choose the price on time that holds `budget` (a share of always C's time) out of fold
-    (`training.time_price`): each fold's router is fitted as `router` was (its hyper-parameters,
-    every other label). Stores the choice in the router's card and returns it."""
+                   on_fold: Callable[[], None] | None = None, confidence: float | None = None) -> dict[str, Any]:
+    """Choose the price on time that holds `budget` (a share of always C's time; with `confidence`,
+    on the upper end of its bootstrap interval) out of fold (`training.time_price`): each fold's
+    router is fitted as `router` was (its hyper-parameters, every other label). Stores the choice
+    in the router's card and returns it."""
     from adaptive_rag.training.time_price import choose_time_price
 
     params = router.card.get("hyperparameters") or {}
@@ -355,7 +359,7 @@ def fit_time_price(router: BagOfWordsRouter, examples: Sequence[LabelledQuery], 
             on_fold()
         return fold_router.probabilities
 
-    choice = choose_time_price(examples, budget, fitted)
+    choice = choose_time_price(examples, budget, fitted, confidence=confidence)
     router.card = {**router.card, "time_budget": choice.card()}
     return router.card["time_budget"]
 

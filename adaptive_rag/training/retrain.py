@@ -32,7 +32,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adaptive_rag.errors import ConfigurationError
 from adaptive_rag.settings import ClassifierSettings
@@ -44,6 +44,9 @@ from adaptive_rag.training.promotion import Verdict
 from adaptive_rag.training.splits import (
     LIVE_SHARE, VALIDATION_SHARE, partition, tier_counts, validation_columns,
 )
+
+if TYPE_CHECKING:
+    from adaptive_rag.training.time_price import TimeBudget
 
 Log = Callable[[str], None]
 
@@ -151,21 +154,26 @@ def resolve_family(family: str, repository: Path, model: str) -> str:
     return "words" if info.get("kind") == KIND else "encoder"
 
 
-def served_time_budget(repository: Path, model: str) -> float | None:
-    """The time budget (a share of always C's time) the served version's policy is priced for,
-    if any: a retrained router is priced for the same budget, never silently served without it."""
+def served_time_budget(repository: Path, model: str) -> TimeBudget | None:
+    """The time budget (a share of always C's time, and the confidence it is held with) the served
+    version's policy is priced for, if any: a retrained router is priced for the same budget,
+    never silently served without it."""
     from adaptive_rag.routing.model_repository import served_version
     from adaptive_rag.routing.policy import PolicyThresholds
+    from adaptive_rag.training.time_price import TimeBudget
 
     served = served_version(Path(repository) / model)
     if served is None:
         return None
     thresholds = PolicyThresholds.load_or_default(Path(repository) / model / str(served))
     budget = thresholds.metrics.get("time_budget")
-    return float(budget) if thresholds.time_price is not None and budget is not None else None
+    if thresholds.time_price is None or budget is None:
+        return None
+    confidence = thresholds.metrics.get("time_budget_confidence")
+    return TimeBudget(float(budget), None if confidence is None else float(confidence))
 
 
-def train_words(rows, out: Path, live_share: float, note: str, time_budget: float | None = None) -> Path:
+def train_words(rows, out: Path, live_share: float, note: str, time_budget: TimeBudget | None = None) -> Path:
     """Fit the bag-of-words router on `rows` (the `fit` part; live labels weighted; settings
     chosen on a hash band of it, then refitted on all of it), priced on time for `time_budget`
     when given (`bag_of_words.fit_time_price`, out of fold on the rows with every tier's outcome),
@@ -180,7 +188,7 @@ def train_words(rows, out: Path, live_share: float, note: str, time_budget: floa
     examples = examples_from_labels(weighted)
     router = fit(examples, note=note, validation_share=2 * VALIDATION_SHARE, refit=True)
     if time_budget is not None:
-        fit_time_price(router, examples, time_budget)
+        fit_time_price(router, examples, time_budget.share, confidence=time_budget.confidence)
     out.mkdir(parents=True, exist_ok=True)
     router.save(out / "router.json")
     (out / "MODEL_CARD.md").write_text(model_card(out / "router.json"), encoding="utf-8")
@@ -334,7 +342,7 @@ def _retrain_words(engine, promotions: PromotionStore, classifier: ClassifierSet
         candidate = train_words(fit, out, options.live_share, note, time_budget=budget)
     except Exception as exc:  # noqa: BLE001 - recorded; the served version is untouched
         return _run_failed(promotions, model, outcome, f"training failed: {type(exc).__name__}: {exc}", out, new)
-    priced = "" if budget is None else f", priced on time for {budget:.0%} of always C's as the served version"
+    priced = "" if budget is None else f", priced on time for {budget.describe()} as the served version"
     log(f"bag-of-words challenger fitted on {len(fit)} `fit` labels{priced}: {out / 'router.json'}")
 
     def promote_run(texts: list[str], tiers: list[str], **common: Any) -> Verdict:

@@ -12,6 +12,10 @@ so no question is routed by a router that saw its label. Among the prices whose 
 within the budget (routed seconds over always C's, pooled), the one with the highest mean F1;
 ties go to the cheaper routes, then the larger price. Over budget at every price: the cheapest.
 The costs are measured on the same labels (mean seconds per tier over mean C seconds).
+
+With a `confidence` (e.g. 0.95) the budget must hold on the upper end of the routed share's
+bootstrap interval over the labels, not on its estimate: a budget is a promise about traffic the
+router has not seen, and a few hundred labels estimate the share only to a point or two.
 """
 
 from __future__ import annotations
@@ -33,9 +37,30 @@ PRICES = tuple(round(0.25 * i, 2) for i in range(41))  # 0 .. 10 log-probability
 FOLDS = 5
 FOLD_SALT = "time-price-folds"
 TIE = 1e-9
+RESAMPLES = 2000  # bootstrap draws of the labels for a budget held with confidence
+SEED = 0
 
 # fit(labels) -> probabilities(questions) [n, 3] in A, B, C order
 Prober = Callable[[Sequence[LabelledQuery]], Callable[[Sequence[str]], np.ndarray]]
+
+
+@dataclass(frozen=True)
+class TimeBudget:
+    """A routed-time budget: a share of always C's time, held on its out-of-fold estimate or, with
+    `confidence`, on the upper end of its bootstrap interval."""
+
+    share: float
+    confidence: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.share:
+            raise ConfigurationError(f"the time budget is a positive share of always C's time, not {self.share!r}")
+        if self.confidence is not None and not 0.5 <= self.confidence < 1.0:
+            raise ConfigurationError(f"the budget's confidence is in [0.5, 1), not {self.confidence!r}")
+
+    def describe(self) -> str:
+        held = "" if self.confidence is None else f" with {self.confidence:.0%} confidence"
+        return f"{self.share:.0%} of always C's time{held}"
 
 
 @dataclass(frozen=True)
@@ -54,18 +79,25 @@ class TimePriceChoice:
     time_share_of_c: float
     routed: dict[str, int]
     grid: list[dict[str, float]] = field(default_factory=list)
+    confidence: float | None = None
+    time_share_upper: float | None = None
 
     def card(self) -> dict[str, Any]:
         """The record kept in the router's card (JSON)."""
+        held = ("its estimate" if self.confidence is None else
+                f"the upper end of its {self.confidence:.0%} bootstrap interval ({RESAMPLES} draws of the labels)")
+        oof: dict[str, Any] = {"n": self.n, "f1": round(self.f1, 6), "always_b_f1": round(self.always_b_f1, 6),
+                               "always_c_f1": round(self.always_c_f1, 6),
+                               "time_share_of_c": round(self.time_share_of_c, 6), "routed": self.routed}
+        if self.time_share_upper is not None:
+            oof["time_share_upper"] = round(self.time_share_upper, 6)
         return {
-            "budget": self.budget, "price": self.price, "tier_costs": [round(c, 6) for c in self.tier_costs],
-            "within_budget": self.within_budget,
+            "budget": self.budget, "confidence": self.confidence, "price": self.price,
+            "tier_costs": [round(c, 6) for c in self.tier_costs], "within_budget": self.within_budget,
             "selection": (f"out of fold ({self.folds} hash folds of the {self.n} labels with every tier's F1 and "
-                          "seconds): the price with the highest mean F1 whose routed time is within the budget "
-                          "(share of always C's); ties: cheaper, then larger price"),
-            "out_of_fold": {"n": self.n, "f1": round(self.f1, 6), "always_b_f1": round(self.always_b_f1, 6),
-                            "always_c_f1": round(self.always_c_f1, 6),
-                            "time_share_of_c": round(self.time_share_of_c, 6), "routed": self.routed},
+                          "seconds): the price with the highest mean F1 whose routed time (share of always C's, "
+                          f"{held}) is within the budget; ties: cheaper, then larger price"),
+            "out_of_fold": oof,
             "grid": [{k: round(v, 6) for k, v in g.items()} for g in self.grid],
         }
 
@@ -74,11 +106,13 @@ def priced_thresholds(rules: PolicyThresholds, card: Mapping[str, Any]) -> Polic
     """`rules` with the price on time a router's card holds (`TimePriceChoice.card`), its budget
     recorded in the metrics (what `arag retrain` prices a challenger for again)."""
     oof = card["out_of_fold"]
+    budget = TimeBudget(float(card["budget"]), card.get("confidence"))
+    held = {} if budget.confidence is None else {"time_budget_confidence": budget.confidence}
     return PolicyThresholds(
         c_threshold=rules.c_threshold, a_threshold=rules.a_threshold,
-        note=f"{rules.note}; time priced at {card['price']:g} to stay within {card['budget']:.0%} of always C's "
-             f"time (chosen out of fold on {oof['n']} `train` labels)",
-        metrics={**rules.metrics, "time_budget": float(card["budget"]), "out_of_fold_f1": oof["f1"],
+        note=f"{rules.note}; time priced at {card['price']:g} to stay within {budget.describe()} "
+             f"(chosen out of fold on {oof['n']} `train` labels)",
+        metrics={**rules.metrics, "time_budget": budget.share, **held, "out_of_fold_f1": oof["f1"],
                  "out_of_fold_time_share_of_c": oof["time_share_of_c"]},
         time_price=float(card["price"]), tier_costs=tuple(card["tier_costs"]))  # type: ignore[arg-type]
 
@@ -126,36 +160,50 @@ def out_of_fold_probabilities(examples: Sequence[LabelledQuery], fit: Prober,
     return judged, found
 
 
+def _draws(n: int) -> np.ndarray:
+    """[RESAMPLES, n]: how often each label is drawn in each bootstrap resample (seeded)."""
+    picks = np.random.default_rng(SEED).integers(0, n, size=(RESAMPLES, n))
+    return np.stack([np.bincount(row, minlength=n) for row in picks]).astype(float)
+
+
 def choose_price(judged: Sequence[LabelledQuery], probabilities: np.ndarray, budget: float,
-                 prices: Sequence[float] = PRICES, folds: int = FOLDS) -> TimePriceChoice:
+                 prices: Sequence[float] = PRICES, folds: int = FOLDS,
+                 confidence: float | None = None) -> TimePriceChoice:
     """The price for `budget` (a share of always C's time) by the rule in the module docstring,
-    over the router's own argmax."""
-    if not 0.0 < budget:
-        raise ConfigurationError(f"the time budget is a positive share of always C's time, not {budget!r}")
+    over the router's own argmax; with `confidence`, held on the share's upper bound."""
+    held = TimeBudget(budget, confidence)
     f1, seconds = _per_tier(judged, "f1"), _per_tier(judged, "seconds")
     costs = _costs(seconds)
     rows = np.arange(len(judged))
     always_c_seconds = float(seconds[:, 2].sum())
+    draws = _draws(len(judged)) if confidence is not None else None
     grid, routes = [], {}
     for price in prices:
         policy = RoutingPolicy(PolicyThresholds(c_threshold=None, a_threshold=None,
                                                 time_price=float(price), tier_costs=costs))
         chosen = np.array([TIER_VALUES.index(policy.tier(list(map(float, p)))[0].value) for p in probabilities])
         routes[price] = chosen
-        grid.append({"price": float(price), "f1": float(f1[rows, chosen].mean()),
-                     "time_share_of_c": float(seconds[rows, chosen].sum()) / always_c_seconds})
-    kept = [g for g in grid if g["time_share_of_c"] <= budget + TIE]
+        point = {"price": float(price), "f1": float(f1[rows, chosen].mean()),
+                 "time_share_of_c": float(seconds[rows, chosen].sum()) / always_c_seconds}
+        if draws is not None:
+            shares = (draws @ seconds[rows, chosen]) / (draws @ seconds[:, 2])
+            point["time_share_upper"] = float(np.quantile(shares, confidence))
+        grid.append(point)
+    bound = "time_share_of_c" if confidence is None else "time_share_upper"
+    kept = [g for g in grid if g[bound] <= held.share + TIE]
     best = (max(kept, key=lambda g: (round(g["f1"], 9), -round(g["time_share_of_c"], 9), g["price"])) if kept
             else min(grid, key=lambda g: (g["time_share_of_c"], -g["price"])))
     counts = Counter(TIER_VALUES[i] for i in routes[best["price"]])
     return TimePriceChoice(
         budget=budget, price=best["price"], tier_costs=costs, within_budget=bool(kept), n=len(judged),
         folds=folds, f1=best["f1"], always_b_f1=float(f1[:, 1].mean()), always_c_f1=float(f1[:, 2].mean()),
-        time_share_of_c=best["time_share_of_c"], routed={t: counts.get(t, 0) for t in TIER_VALUES}, grid=grid)
+        time_share_of_c=best["time_share_of_c"], routed={t: counts.get(t, 0) for t in TIER_VALUES}, grid=grid,
+        confidence=confidence, time_share_upper=best.get("time_share_upper"))
 
 
 def choose_time_price(examples: Sequence[LabelledQuery], budget: float, fit: Prober,
-                      folds: int = FOLDS) -> TimePriceChoice:
-    """Out-of-fold probabilities, then the price for `budget`."""
+                      folds: int = FOLDS, confidence: float | None = None) -> TimePriceChoice:
+    """Out-of-fold probabilities, then the price for `budget` (held with `confidence` if given)."""
+    TimeBudget(budget, confidence)  # refuse a bad budget before fitting a router per fold
     judged, probabilities = out_of_fold_probabilities(examples, fit, folds)
-    return choose_price(judged, probabilities, budget, folds=folds)
+    return choose_price(judged, probabilities, budget, folds=folds, confidence=confidence)

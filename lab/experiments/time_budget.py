@@ -40,8 +40,14 @@ from adaptive_rag.training.bag_of_words import BagOfWordsRouter, served_threshol
 from lab.harness.records import write_summary_and_records
 
 TIER_STRATEGIES = {"A": "no_retrieval", "B": "single_step", "C": "evidence"}
-ROWS = ("always B", "always C", "dataset-identity rule", "shipped router", "priced router")
+ROWS = ("always B", "always C", "dataset-identity rule", "shipped router")
 Keyed = dict[tuple[str, str], float]
+
+
+def priced_row(card: Mapping[str, Any]) -> str:
+    """A priced router's row name: by the confidence its budget is held with (none: its estimate)."""
+    confidence = card.get("confidence")
+    return "priced router" if confidence is None else f"priced router ({confidence:.0%} bound)"
 
 
 def same_weights(shipped: BagOfWordsRouter, priced: BagOfWordsRouter) -> bool:
@@ -66,18 +72,20 @@ def complete(questions: Sequence[Any], outcomes: Mapping[tuple[str, str, str], O
     return sorted(kept, key=lambda q: first_seen[(q.dataset, q.id)])
 
 
-def replay(shipped: BagOfWordsRouter, priced: BagOfWordsRouter, questions: Sequence[Any],
+def replay(shipped: BagOfWordsRouter, priced: BagOfWordsRouter | Sequence[BagOfWordsRouter], questions: Sequence[Any],
            outcomes: Mapping[tuple[str, str, str], Outcome]) -> list[dict[str, Any]]:
-    """Per `test` question with every tier's outcome (`complete`): each row's tier, F1 and seconds."""
+    """Per `test` question with every tier's outcome (`complete`): each row's tier, F1 and seconds
+    (one row per priced router, `priced_row`)."""
     kept = complete(questions, outcomes)
     texts = [q.question for q in kept]
     own = routes(shipped, RoutingPolicy(served_thresholds(shipped)), texts)
-    paid = routes(priced, RoutingPolicy(served_thresholds(priced)), texts)
+    paid = {priced_row(r.card["time_budget"]): routes(r, RoutingPolicy(served_thresholds(r)), texts)
+            for r in ([priced] if isinstance(priced, BagOfWordsRouter) else priced)}
     records = []
-    for question, own_tier, paid_tier in zip(kept, own, paid):
+    for i, (question, own_tier) in enumerate(zip(kept, own)):
         rule = dataset_tier(question.dataset)
         tiers = {"always B": "B", "always C": "C", "dataset-identity rule": rule.value if rule is not None else "B",
-                 "shipped router": own_tier, "priced router": paid_tier}
+                 "shipped router": own_tier, **{row: tiers_[i] for row, tiers_ in paid.items()}}
         record: dict[str, Any] = {"dataset": question.dataset, "question_id": question.id, "rows": {}}
         for name, tier in tiers.items():
             outcome = outcomes[(question.dataset, question.id, TIER_STRATEGIES[tier])]
@@ -93,7 +101,7 @@ def _keyed(records: Sequence[Mapping[str, Any]], row: str, value: str) -> Keyed:
 def summarise(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     always_b, always_c = _keyed(records, "always B", "f1"), _keyed(records, "always C", "seconds")
     found = {}
-    for row in ROWS:
+    for row in records[0]["rows"]:
         f1, seconds = _keyed(records, row, "f1"), _keyed(records, row, "seconds")
         found[row] = {
             "f1": mean_interval(f1).as_dict(),  # type: ignore[union-attr]
@@ -164,48 +172,67 @@ def _share(cell: Mapping[str, Any]) -> str:
     return f"{100 * cell['estimate']:.0f} % [{100 * cell['low']:.0f}, {100 * cell['high']:.0f}]"
 
 
+def _routed(row: Mapping[str, Any]) -> str:
+    return "/".join(str(row["routed"][t]) for t in TIER_VALUES)
+
+
+def _verdict(row: Mapping[str, Any], budget: float) -> str:
+    held = row["time_share_of_always_c"]["estimate"] <= budget
+    return ("holds the budget and beats always B" if held and row["f1_minus_always_b"]["low"] > 0 else
+            "holds the budget but is not shown to beat always B" if held else
+            "does not hold the budget")
+
+
+def _choice(card: Mapping[str, Any]) -> str:
+    oof = card["out_of_fold"]
+    upper = "" if "time_share_upper" not in oof else f" (upper bound {100 * oof['time_share_upper']:.1f} %)"
+    return (f"price {card['price']:g}: out of fold ({oof['n']} labels, 5 hash folds) F1 {100 * oof['f1']:.1f} "
+            f"against always B's {100 * oof['always_b_f1']:.1f} at {100 * oof['time_share_of_c']:.1f} % of always "
+            f"C's time{upper}")
+
+
 def readme(summary: Mapping[str, Any]) -> str:
-    rows, priced = summary["test"], summary["time_budget"]
-    paid, oof = rows["priced router"], priced["out_of_fold"]
-    held = paid["time_share_of_always_c"]["estimate"] <= priced["budget"]
-    gain = paid["f1_minus_always_b"]
-    verdict = ("holds the budget and beats always B" if held and gain["low"] > 0 else
-               "holds the budget but is not shown to beat always B" if held else
-               "does not hold the budget on `test`")
+    rows, first = summary["test"], summary["time_budget"]
+    priced = summary.get("priced") or [{"row": priced_row(first), "time_budget": first}]
+    budget = float(first["budget"])
+    sample = summary.get("sample", "the evaluation's `test` questions")
+    answers = [f"**{p['row']}** {_verdict(rows[p['row']], budget)}: **{_signed(rows[p['row']]['f1_minus_always_b'])} "
+               f"F1 over always B at {_share(rows[p['row']]['time_share_of_always_c'])} of always C's time** "
+               f"({_routed(rows[p['row']])} routed A/B/C)" for p in priced]
+    choices = [f"{p['row']}, {_choice(p['time_budget'])}" for p in priced]
     lines = [
         "# A time budget for the shipped router",
         "",
-        f"**Question.** Priced on time to stay within {priced['budget']:.0%} of always C's time (the price "
-        "chosen out of fold on `train`), does the shipped router hold that on `test`, and what F1 does it "
-        "keep over always B?",
+        f"**Question.** Priced on time to stay within {budget:.0%} of always C's time (the price chosen out of "
+        "fold on `train`), does the shipped router hold that on `test`, and what F1 does it keep over always B? "
+        f"Sample: {sample}.",
         "",
-        f"**Answer.** The priced router {verdict}: **{_signed(gain)} F1 over always B at "
-        f"{_share(paid['time_share_of_always_c'])} of always C's time** "
-        f"({'/'.join(str(paid['routed'][t]) for t in TIER_VALUES)} routed A/B/C). Unpriced, the shipped router: "
+        "**Answer.** " + "; ".join(answers) + ". Unpriced, the shipped router: "
         f"{_signed(rows['shipped router']['f1_minus_always_b'])} at "
         f"{_share(rows['shipped router']['time_share_of_always_c'])}. A price fixed on `train` holds the budget "
         "only as well as the tiers' costs carry over: on the `train` labels B took "
-        f"{100 * priced['tier_costs'][1]:.0f} % of C's time, on `test` always B takes "
-        f"{_share(rows['always B']['time_share_of_always_c'])} of always C's.",
+        f"{100 * first['tier_costs'][1]:.0f} % of C's time, here always B takes "
+        f"{_share(rows['always B']['time_share_of_always_c'])} of always C's. Always C itself: "
+        f"{_signed(rows['always C']['f1_minus_always_b'])} over always B (a router gains over B only where C does).",
         "",
-        f"**How measured.** `{summary['fit_command']}`, then `{summary['command']}` (no reader call: the "
-        f"routes are replayed over `{summary['eval']}`'s recorded outcomes, through the policy a served "
-        f"version runs). The price, {priced['price']:g} with tier costs A/B/C "
-        f"{' / '.join(f'{c:.2f}' for c in priced['tier_costs'])} of C's time, was chosen on `train` before "
-        f"`test` was read: out of fold ({oof['n']} labels, 5 hash folds) F1 {100 * oof['f1']:.1f} against "
-        f"always B's {100 * oof['always_b_f1']:.1f} at {100 * oof['time_share_of_c']:.1f} % of always C's time. "
+        f"**How measured.** {'; '.join(f'`{c}`' for c in summary['fit_commands'])}, then `{summary['command']}` "
+        f"(no reader call: the routes are replayed over `{summary['eval']}`'s recorded outcomes, through the "
+        "policy a served version runs). Chosen on `train` before these questions were read, tier costs A/B/C "
+        f"{' / '.join(f'{c:.2f}' for c in first['tier_costs'])} of C's time: " + "; ".join(choices) + ". "
         "F1 with each dataset weighing the same; 95 % bootstrap intervals (2000 resamples, seed 0), "
         "paired with always B; time shares resampled jointly with always C's.",
         "",
-        f"## `test` ({paid['f1']['n']} questions)",
+        f"## `test` ({rows['always B']['f1']['n']} questions)",
+        "",
+        f"Questions with every tier's outcome, per dataset: {summary.get('per_dataset', '-')}"
+        + ("" if "asked" not in summary else f" ({rows['always B']['f1']['n']} of the {summary['asked']} asked)") + ".",
         "",
         "| row | F1 | F1 minus always B | time vs always C | routed A/B/C |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
     for name, r in rows.items():
         lines.append(f"| {name} | {100 * r['f1']['estimate']:.1f} | {_signed(r['f1_minus_always_b'])} | "
-                     f"{_share(r['time_share_of_always_c'])} | "
-                     f"{'/'.join(str(r['routed'][t]) for t in TIER_VALUES)} |")
+                     f"{_share(r['time_share_of_always_c'])} | {_routed(r)} |")
     lines += ["", "![price curve](price_curve.png)", "",
               "**Records.** `records.jsonl.gz`: per `test` question each row's tier, F1 and seconds; "
               "`summary.json`: the table, the `train` choice with its whole price grid, and the `test` curve.", ""]
@@ -216,28 +243,40 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data"))
     parser.add_argument("--shipped", type=Path, default=Path("models/router/router.json"))
-    parser.add_argument("--priced", type=Path, default=Path("var/router-priced/router.json"),
-                        help="the shipped router fitted again with --time-budget")
+    parser.add_argument("--priced", type=Path, action="append",
+                        help="the shipped router fitted again with --time-budget (repeatable: one row each; "
+                             "default var/router-priced/router.json)")
     parser.add_argument("--eval", type=Path, default=Path("reports/eval-qwen-1.5b-t400"))
     parser.add_argument("--limit", type=int, default=100, help="test questions per dataset (the evaluation's)")
+    parser.add_argument("--skip", type=int, default=0, help="test questions per dataset before them (the evaluation's)")
     parser.add_argument("--out", type=Path, default=Path("reports/time_budget"))
     args = parser.parse_args(argv)
-    shipped, priced = BagOfWordsRouter.load(args.shipped), BagOfWordsRouter.load(args.priced)
-    if "time_budget" not in priced.card:
-        parser.error(f"{args.priced} carries no price: fit it with `arag routers fit-words --time-budget`")
-    if not same_weights(shipped, priced):
-        parser.error(f"{args.priced} is not {args.shipped} with a price: fit both from the same labels")
+    paths = args.priced or [Path("var/router-priced/router.json")]
+    shipped, priced = BagOfWordsRouter.load(args.shipped), [BagOfWordsRouter.load(p) for p in paths]
+    for path, router in zip(paths, priced):
+        if "time_budget" not in router.card:
+            parser.error(f"{path} carries no price: fit it with `arag routers fit-words --time-budget`")
+        if not same_weights(shipped, router):
+            parser.error(f"{path} is not {args.shipped} with a price: fit both from the same labels")
     outcomes = load_outcomes(args.eval / "results.jsonl.gz")
-    questions = limit_per_dataset(load_questions(args.data_dir, split="test"), args.limit)
+    questions = limit_per_dataset(load_questions(args.data_dir, split="test"), args.limit, args.skip)
     records = replay(shipped, priced, questions, outcomes)
-    budget = priced.card["time_budget"]
+    cards = [r.card["time_budget"] for r in priced]
+    sample = (f"the evaluation's first {args.limit} questions per dataset" if not args.skip else
+              f"questions {args.skip + 1}-{args.skip + args.limit} per dataset, never read by the earlier "
+              "evaluation of the first ones, every tier timed side by side in one run")
     summary = {
         "command": "python -m lab.experiments.time_budget " + shlex.join(sys.argv[1:] if argv is None else argv),
-        "fit_command": (f"arag routers fit-words --labels-file models/router/labels.jsonl --time-budget "
-                        f"{budget['budget']:g} --out {args.priced.parent}"),
-        "eval": str(args.eval), "shipped": str(args.shipped), "priced": str(args.priced),
-        "time_budget": budget, "test": summarise(records),
-        "curve_on_test": curve_on_test(priced, questions, outcomes, [g["price"] for g in budget["grid"]]),
+        "fit_commands": [
+            f"arag routers fit-words --labels-file models/router/labels.jsonl --time-budget {card['budget']:g}"
+            + ("" if card.get("confidence") is None else f" --budget-confidence {card['confidence']:g}")
+            + f" --out {path.parent}" for card, path in zip(cards, paths)],
+        "eval": str(args.eval), "sample": sample, "shipped": str(args.shipped), "priced_paths": [str(p) for p in paths],
+        "time_budget": cards[0], "priced": [{"row": priced_row(c), "time_budget": c} for c in cards],
+        "asked": len(questions),
+        "per_dataset": ", ".join(f"{d} {n}" for d, n in sorted(Counter(r["dataset"] for r in records).items())),
+        "test": summarise(records),
+        "curve_on_test": curve_on_test(priced[0], questions, outcomes, [g["price"] for g in cards[0]["grid"]]),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     write_summary_and_records(args.out, summary, records)

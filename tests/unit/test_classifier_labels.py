@@ -50,6 +50,16 @@ def test_limit_per_dataset_keeps_order():
     assert len(limit_per_dataset(qs, None)) == 6
 
 
+def test_skipping_gives_a_later_sample_that_never_overlaps_the_first():
+    qs = [Question(f"{d}{i}", d, "q?", ("a",)) for d in ("nq", "hotpotqa") for i in range(4)]
+    first, later = limit_per_dataset(qs, 2), limit_per_dataset(qs, 1, skip=2)
+    assert [q.id for q in later] == ["nq2", "hotpotqa2"] and not {q.id for q in first} & {q.id for q in later}
+    assert [q.id for q in limit_per_dataset(qs, None, skip=3)] == ["nq3", "hotpotqa3"]
+    assert limit_per_dataset(qs, 2, skip=9) == []
+    with pytest.raises(ValueError, match="count"):
+        limit_per_dataset(qs, 2, skip=-1)
+
+
 @pytest.fixture
 def store(tmp_path) -> LabelStore:
     url = f"sqlite:///{tmp_path}/db/arag.db"

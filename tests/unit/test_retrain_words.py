@@ -152,9 +152,10 @@ def serve_priced_words(tmp_path, timed: bool) -> tuple[str, ClassifierSettings]:
 def test_a_retrained_router_is_priced_for_the_served_versions_time_budget(tmp_path) -> None:
     from adaptive_rag.routing.policy import PolicyThresholds
     from adaptive_rag.training.retrain import served_time_budget
+    from adaptive_rag.training.time_price import TimeBudget
 
     url, classifier = serve_priced_words(tmp_path, timed=True)
-    assert served_time_budget(classifier.model_repository, CLASSIFIER_MODEL) == 0.7
+    assert served_time_budget(classifier.model_repository, CLASSIFIER_MODEL) == TimeBudget(0.7)
     lines: list[str] = []
     outcome = retrain(url, classifier, RetrainOptions(out=tmp_path / "run", min_gain=-1.0), log=lines.append)
     assert outcome.status in ("promoted", "refused"), (outcome.reason, lines)

@@ -57,6 +57,14 @@ def test_the_plot_names_every_row_and_no_two_look_alike(tmp_path: Path) -> None:
     assert next(e for e in entries if e["kind"] == "oracle")["marker"] == "*"
 
 
+def test_a_one_question_interval_a_rounding_error_off_its_point_still_plots(tmp_path: Path) -> None:
+    # on one question the bootstrap interval is the point, computed another way: a rounding error off
+    table = {"single_step": {"average": {"f1": 0.1 + 0.2, "seconds": 4.0, "f1_ci": [0.3, 0.3]}}}
+    assert 100 * 0.3 - 100 * (0.1 + 0.2) < 0.0
+    plot(table, tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").is_file()
+
+
 # --- the commands ------------------------------------------------------------------------------
 
 

@@ -17,7 +17,7 @@ from adaptive_rag.training.bag_of_words import (
 )
 from adaptive_rag.training.learned_routers import LabelledQuery, TierOutcome
 from adaptive_rag.training.time_price import (
-    choose_price, out_of_fold_probabilities, priced_thresholds, tier_costs,
+    TimeBudget, choose_price, out_of_fold_probabilities, priced_thresholds, tier_costs,
 )
 
 
@@ -80,6 +80,38 @@ def test_the_price_buys_the_most_f1_within_the_budget():
     assert held.price > 0.0 and served.tier([0.05, 0.45, 0.5])[0] is Tier.B
     impossible = choose_price(judged, probabilities, budget=0.1)
     assert not impossible.within_budget and impossible.routed["C"] == 0  # the cheapest routes
+
+
+def test_a_budget_held_with_confidence_keeps_the_upper_bound_within_it():
+    judged = [e for e in labels() if e.outcomes]
+    # unsure C questions with graded certainty: each price sends a few more of them to B
+    probabilities = np.array([[0.05, 0.9, 0.05] if e.dataset == "nq" else
+                              [0.05, 0.45 - 0.01 * (i % 20), 0.5 + 0.01 * (i % 20)]
+                              for i, e in enumerate(judged)])
+    point = choose_price(judged, probabilities, budget=0.75)
+    held = choose_price(judged, probabilities, budget=0.75, confidence=0.95)
+    assert point.confidence is None and point.time_share_upper is None
+    assert held.time_share_upper is not None and held.time_share_upper <= 0.75
+    assert held.time_share_of_c < held.time_share_upper  # the estimate sits below its upper bound
+    assert held.time_share_of_c <= point.time_share_of_c and held.price >= point.price
+    assert held.time_share_of_c < 0.75 - 0.005  # a margin the point choice does not keep
+    assert all("time_share_upper" in g for g in held.grid) and not any("time_share_upper" in g for g in point.grid)
+    card = held.card()
+    assert card["confidence"] == 0.95 and card["out_of_fold"]["time_share_upper"] <= 0.75
+    thresholds = priced_thresholds(PolicyThresholds(None, None), card)
+    assert thresholds.metrics["time_budget"] == 0.75 and thresholds.metrics["time_budget_confidence"] == 0.95
+    assert "with 95% confidence" in thresholds.note
+    assert "time_budget_confidence" not in priced_thresholds(PolicyThresholds(None, None), point.card()).metrics
+    again = choose_price(judged, probabilities, budget=0.75, confidence=0.95)
+    assert again.time_share_upper == held.time_share_upper  # seeded: the same choice every time
+
+
+def test_a_confidence_outside_half_to_one_is_refused():
+    judged = [e for e in labels() if e.outcomes]
+    for confidence in (0.3, 1.0):
+        with pytest.raises(ConfigurationError, match="confidence"):
+            choose_price(judged, np.full((len(judged), 3), 1 / 3), budget=0.7, confidence=confidence)
+    assert TimeBudget(0.6, 0.95).describe() == "60% of always C's time with 95% confidence"
 
 
 def test_labels_without_outcomes_or_a_budget_of_nothing_are_refused():
