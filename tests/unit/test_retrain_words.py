@@ -127,7 +127,7 @@ def test_a_refused_challenger_still_leaves_the_tenant_a_prior_over_the_served_ve
     assert "tenant_priors" not in again.summary()
 
 
-def serve_priced_words(tmp_path, timed: bool) -> tuple[str, ClassifierSettings]:
+def serve_priced_words(tmp_path, timed: bool, confidence: float | None = None) -> tuple[str, ClassifierSettings]:
     """A repository serving a bag-of-words router priced for 70 % of always C's time; the
     database holds its labels, with every tier's outcome (`timed`) or none."""
     from adaptive_rag.training.bag_of_words import fit_time_price
@@ -138,7 +138,7 @@ def serve_priced_words(tmp_path, timed: bool) -> tuple[str, ClassifierSettings]:
     rows = label_rows([e for e in labels() if e.outcomes])
     examples = examples_from_labels(rows)
     champion = fit(examples)
-    fit_time_price(champion, examples, 0.7)
+    fit_time_price(champion, examples, 0.7, confidence=confidence)
     champion.save(tmp_path / "router.json")
     publish(tmp_path / "router.json", tmp_path / "repo")
     store = LabelStore(make_engine(url))
@@ -172,3 +172,17 @@ def test_a_priced_router_without_timed_labels_is_not_retrained_into_an_unpriced_
     outcome = retrain(url, classifier, RetrainOptions(out=tmp_path / "run"), log=lambda _: None)
     assert outcome.status == "failed" and "every tier's F1 and seconds" in outcome.reason
     assert served_version(classifier.model_repository / CLASSIFIER_MODEL) == 1
+
+
+def test_a_budget_held_with_confidence_is_held_with_it_again_by_the_challenger(tmp_path) -> None:
+    from adaptive_rag.training.retrain import served_time_budget
+    from adaptive_rag.training.time_price import TimeBudget
+
+    url, classifier = serve_priced_words(tmp_path, timed=True, confidence=0.95)
+    assert served_time_budget(classifier.model_repository, CLASSIFIER_MODEL) == TimeBudget(0.7, 0.95)
+    lines: list[str] = []
+    outcome = retrain(url, classifier, RetrainOptions(out=tmp_path / "run", min_gain=-1.0), log=lines.append)
+    assert outcome.status in ("promoted", "refused"), (outcome.reason, lines)
+    assert any("priced on time for 70% of always C's time with 95% confidence" in line for line in lines)
+    card = json.loads((tmp_path / "run" / "router.json").read_text())["card"]["time_budget"]
+    assert card["confidence"] == 0.95 and card["out_of_fold"]["time_share_upper"] <= 0.7

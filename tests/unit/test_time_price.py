@@ -187,3 +187,10 @@ def test_the_cli_fits_the_router_with_its_price_and_refuses_labels_without_outco
     assert result.exit_code == 2 and "every tier's F1 and seconds" in _plain(result.output)
     result = runner.invoke(app, [*common, "--labels-file", str(tmp_path / "labels.jsonl"), "--time-budget", "0"])
     assert result.exit_code == 2 and "--time-budget" in _plain(result.output)
+    result = runner.invoke(app, [*common, "--labels-file", str(tmp_path / "labels.jsonl"), "--budget-confidence", "0.95"])
+    assert result.exit_code == 2 and "give both" in _plain(result.output)
+    result = runner.invoke(app, [*common, "--labels-file", str(tmp_path / "labels.jsonl"), "--time-budget", "0.7",
+                                 "--budget-confidence", "0.95"])
+    assert result.exit_code == 0 and "upper bound" in _plain(result.output), result.output
+    held = BagOfWordsRouter.load(out / "router.json").card["time_budget"]
+    assert held["confidence"] == 0.95 and "with 95% confidence" in (out / "MODEL_CARD.md").read_text()
