@@ -29,6 +29,7 @@ import numpy as np
 
 from adaptive_rag.contracts import TIER_VALUES
 from adaptive_rag.errors import ConfigurationError
+from adaptive_rag.evaluation.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from adaptive_rag.routing.policy import PolicyThresholds, RoutingPolicy
 from adaptive_rag.training.learned_routers import LabelledQuery
 from adaptive_rag.training.splits import question_fraction
@@ -37,8 +38,6 @@ PRICES = tuple(round(0.25 * i, 2) for i in range(41))  # 0 .. 10 log-probability
 FOLDS = 5
 FOLD_SALT = "time-price-folds"
 TIE = 1e-9
-RESAMPLES = 2000  # bootstrap draws of the labels for a budget held with confidence
-SEED = 0
 
 # fit(labels) -> probabilities(questions) [n, 3] in A, B, C order
 Prober = Callable[[Sequence[LabelledQuery]], Callable[[Sequence[str]], np.ndarray]]
@@ -85,7 +84,7 @@ class TimePriceChoice:
     def card(self) -> dict[str, Any]:
         """The record kept in the router's card (JSON)."""
         held = ("its estimate" if self.confidence is None else
-                f"the upper end of its {self.confidence:.0%} bootstrap interval ({RESAMPLES} draws of the labels)")
+                f"the upper end of its {self.confidence:.0%} bootstrap interval ({DEFAULT_RESAMPLES} draws of the labels)")
         oof: dict[str, Any] = {"n": self.n, "f1": round(self.f1, 6), "always_b_f1": round(self.always_b_f1, 6),
                                "always_c_f1": round(self.always_c_f1, 6),
                                "time_share_of_c": round(self.time_share_of_c, 6), "routed": self.routed}
@@ -161,8 +160,8 @@ def out_of_fold_probabilities(examples: Sequence[LabelledQuery], fit: Prober,
 
 
 def _draws(n: int) -> np.ndarray:
-    """[RESAMPLES, n]: how often each label is drawn in each bootstrap resample (seeded)."""
-    picks = np.random.default_rng(SEED).integers(0, n, size=(RESAMPLES, n))
+    """[resamples, n]: how often each label is drawn in each bootstrap resample (seeded)."""
+    picks = np.random.default_rng(DEFAULT_SEED).integers(0, n, size=(DEFAULT_RESAMPLES, n))
     return np.stack([np.bincount(row, minlength=n) for row in picks]).astype(float)
 
 
@@ -177,6 +176,7 @@ def choose_price(judged: Sequence[LabelledQuery], probabilities: np.ndarray, bud
     rows = np.arange(len(judged))
     always_c_seconds = float(seconds[:, 2].sum())
     draws = _draws(len(judged)) if confidence is not None else None
+    always_c_drawn = draws @ seconds[:, 2] if draws is not None else None
     grid, routes = [], {}
     for price in prices:
         policy = RoutingPolicy(PolicyThresholds(c_threshold=None, a_threshold=None,
@@ -186,7 +186,7 @@ def choose_price(judged: Sequence[LabelledQuery], probabilities: np.ndarray, bud
         point = {"price": float(price), "f1": float(f1[rows, chosen].mean()),
                  "time_share_of_c": float(seconds[rows, chosen].sum()) / always_c_seconds}
         if draws is not None:
-            shares = (draws @ seconds[rows, chosen]) / (draws @ seconds[:, 2])
+            shares = (draws @ seconds[rows, chosen]) / always_c_drawn
             point["time_share_upper"] = float(np.quantile(shares, confidence))
         grid.append(point)
     bound = "time_share_of_c" if confidence is None else "time_share_upper"

@@ -72,7 +72,7 @@ def complete(questions: Sequence[Any], outcomes: Mapping[tuple[str, str, str], O
     return sorted(kept, key=lambda q: first_seen[(q.dataset, q.id)])
 
 
-def replay(shipped: BagOfWordsRouter, priced: BagOfWordsRouter | Sequence[BagOfWordsRouter], questions: Sequence[Any],
+def replay(shipped: BagOfWordsRouter, priced: Sequence[BagOfWordsRouter], questions: Sequence[Any],
            outcomes: Mapping[tuple[str, str, str], Outcome]) -> list[dict[str, Any]]:
     """Per `test` question with every tier's outcome (`complete`): each row's tier, F1 and seconds
     (one row per priced router, `priced_row`)."""
@@ -80,7 +80,7 @@ def replay(shipped: BagOfWordsRouter, priced: BagOfWordsRouter | Sequence[BagOfW
     texts = [q.question for q in kept]
     own = routes(shipped, RoutingPolicy(served_thresholds(shipped)), texts)
     paid = {priced_row(r.card["time_budget"]): routes(r, RoutingPolicy(served_thresholds(r)), texts)
-            for r in ([priced] if isinstance(priced, BagOfWordsRouter) else priced)}
+            for r in priced}
     records = []
     for i, (question, own_tier) in enumerate(zip(kept, own)):
         rule = dataset_tier(question.dataset)

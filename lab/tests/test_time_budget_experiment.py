@@ -47,7 +47,7 @@ def test_the_priced_router_sends_the_unsure_lookalikes_to_b_and_saves_time(route
                            "directed both?", ("x",)) for i in range(60, 66)]
     outcomes = _outcomes(questions, b_right=set())
     del outcomes[("musique", "m55", "evidence")]  # an incomplete question is left out
-    records = replay(shipped, priced, questions, outcomes)
+    records = replay(shipped, [priced], questions, outcomes)
     assert len(records) == 11
     lookalikes = [r for r in records if r["dataset"] == "musique"]
     assert {r["rows"]["shipped router"]["tier"] for r in lookalikes} == {"C"}
